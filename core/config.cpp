@@ -1,0 +1,220 @@
+#include "core/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "core/error.h"
+
+namespace troupe {
+namespace {
+
+using Ref = std::variant<int*, uint64_t*, double*, std::string*>;
+struct Key {
+  std::string name;  // "section.key"
+  std::function<Ref(Config&)> ref;
+};
+
+#define K(sec, field) Key{#sec "." #field, [](Config& c) -> Ref { return &c.sec.field; }}
+const std::vector<Key>& key_table() {
+  static const std::vector<Key> t = {
+      K(model, n_layer),        K(model, n_head),          K(model, n_embd),        K(model, block_size),
+      K(model, vocab_size),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
+      K(parallel, microbatches), K(parallel, schedule),    K(train, steps),         K(train, batch_size),
+      K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
+      K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(optim, lr),
+      K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
+      K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
+      K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
+  };
+  return t;
+}
+#undef K
+
+const Key* find_key(const std::string& name) {
+  for (auto& k : key_table())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+[[noreturn]] void unknown_key(const std::string& name, const std::string& where) {
+  std::string sec = name.substr(0, name.find('.'));
+  std::string known;
+  for (auto& k : key_table())
+    if (k.name.rfind(sec + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
+  if (known.empty())
+    for (auto& k : key_table()) known += (known.empty() ? "" : ", ") + k.name;
+  throw UserError("unknown config key '" + name + "'" + where + "; remove it or use one of: " + known);
+}
+
+// Assigns a TOML value to a key, checking its type.
+void assign(Config& c, const Key& k, const toml::node& v, const std::string& where) {
+  Ref r = k.ref(c);
+  auto bad = [&](const char* want) {
+    std::ostringstream os;
+    v.visit([&](auto&& n) { os << n; });
+    throw UserError("config key '" + k.name + "'" + where + " must be " + want + ", got " + os.str());
+  };
+  if (auto* p = std::get_if<int*>(&r)) {
+    auto x = v.value<int64_t>();
+    if (!v.is_integer() || !x) bad("an integer");
+    if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer in 32-bit range");
+    **p = static_cast<int>(*x);
+  } else if (auto* p = std::get_if<uint64_t*>(&r)) {
+    auto x = v.value<int64_t>();
+    if (!v.is_integer() || !x || *x < 0) bad("a non-negative integer");
+    **p = static_cast<uint64_t>(*x);
+  } else if (auto* p = std::get_if<double*>(&r)) {
+    if (!v.is_number()) bad("a number");
+    **p = *v.value<double>();
+  } else if (auto* p = std::get_if<std::string*>(&r)) {
+    if (!v.is_string()) bad("a string");
+    **p = *v.value<std::string>();
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Config::keys() {
+  std::vector<std::string> out;
+  for (auto& k : key_table()) out.push_back(k.name);
+  return out;
+}
+
+Config Config::load(const std::string& path) {
+  std::ifstream f(path);
+  TROUPE_USER_CHECK(f.good()) << "config file '" << path << "' cannot be read; pass an existing file to --config (e.g. configs/sotu.toml)";
+  toml::table tbl;
+  try {
+    tbl = toml::parse(f, path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << "config file '" << path << "' is not valid TOML at line " << e.source().begin.line << ": "
+       << e.description() << "; fix the syntax";
+    throw UserError(os.str());
+  }
+  Config c;
+  std::string where = " in " + path;
+  for (auto&& [sec, node] : tbl) {
+    auto* t = node.as_table();
+    if (!t) unknown_key(std::string(sec.str()), where);
+    for (auto&& [key, val] : *t) {
+      std::string name = std::string(sec.str()) + "." + std::string(key.str());
+      const Key* k = find_key(name);
+      if (!k) unknown_key(name, where);
+      assign(c, *k, val, where);
+    }
+  }
+  return c;
+}
+
+void Config::set(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  TROUPE_USER_CHECK(eq != std::string::npos && eq > 0)
+      << "--set '" << assignment << "' must look like section.key=value (e.g. --set train.steps=10)";
+  std::string name = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  const Key* k = find_key(name);
+  if (!k) unknown_key(name, " (from --set)");
+  // Parse the value as TOML; a bare word is taken as a string.
+  toml::table t;
+  try {
+    t = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    t = toml::table{};
+    t.insert("v", value);
+  }
+  if (std::holds_alternative<std::string*>(k->ref(*this)) && !t["v"].is_string()) {
+    t = toml::table{};
+    t.insert("v", value);
+  }
+  assign(*this, *k, *t["v"].node(), " (from --set)");
+}
+
+void Config::validate() const {
+  auto& m = model;
+  auto& p = parallel;
+  TROUPE_USER_CHECK(m.n_layer >= 1) << "model.n_layer = " << m.n_layer << " must be at least 1";
+  TROUPE_USER_CHECK(m.n_head >= 1) << "model.n_head = " << m.n_head << " must be at least 1";
+  TROUPE_USER_CHECK(m.n_embd >= 1) << "model.n_embd = " << m.n_embd << " must be at least 1";
+  if (m.n_embd % m.n_head != 0) {
+    int lo = m.n_embd / m.n_head * m.n_head, hi = lo + m.n_head;
+    TROUPE_USER_FAIL() << "model.n_embd = " << m.n_embd << " is not divisible by model.n_head = " << m.n_head
+                       << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
+                       << ", or an n_head that divides " << m.n_embd;
+  }
+  TROUPE_USER_CHECK(m.block_size >= 1) << "model.block_size = " << m.block_size << " must be at least 1";
+  TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size << " must be at least 2";
+  TROUPE_USER_CHECK(p.pp >= 1) << "parallel.pp = " << p.pp << " must be at least 1";
+  TROUPE_USER_CHECK(p.pp <= m.n_layer) << "parallel.pp = " << p.pp << " exceeds model.n_layer = " << m.n_layer
+                                       << ": every pipeline stage needs at least one layer; use parallel.pp <= "
+                                       << m.n_layer;
+  TROUPE_USER_CHECK(p.tp == 1) << "parallel.tp = " << p.tp
+                               << ": tensor parallelism is not available in this version; use parallel.tp = 1";
+  TROUPE_USER_CHECK(p.dp == 1) << "parallel.dp = " << p.dp
+                               << ": data parallelism is not available in this version; use parallel.dp = 1";
+  TROUPE_USER_CHECK(p.schedule == "1f1b") << "parallel.schedule = '" << p.schedule
+                                          << "' is not available in this version; use parallel.schedule = \"1f1b\"";
+  TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
+  auto& t = train;
+  TROUPE_USER_CHECK(t.batch_size >= 1) << "train.batch_size = " << t.batch_size << " must be at least 1";
+  if (t.batch_size % p.microbatches != 0) {
+    std::string divs;
+    for (int d = 1; d <= t.batch_size; ++d)
+      if (t.batch_size % d == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d);
+    TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.microbatches = "
+                       << p.microbatches << " equal microbatches; use microbatches in {" << divs
+                       << "} or a batch_size that is a multiple of " << p.microbatches;
+  }
+  TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
+  TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "
+                                               << m.block_size << "; lower train.seq_len or raise model.block_size";
+  TROUPE_USER_CHECK(t.steps >= 0) << "train.steps = " << t.steps << " must be >= 0";
+  TROUPE_USER_CHECK(t.eval_interval >= 0) << "train.eval_interval must be >= 0";
+  TROUPE_USER_CHECK(t.eval_batches >= 1) << "train.eval_batches must be at least 1";
+  TROUPE_USER_CHECK(t.threads >= 0) << "train.threads must be >= 0 (0 = all cores)";
+  TROUPE_USER_CHECK(t.sample_tokens >= 0) << "train.sample_tokens must be >= 0";
+  TROUPE_USER_CHECK(t.timeout_s > 0) << "train.timeout_s must be > 0 seconds";
+  auto& o = optim;
+  TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << o.lr << " must be a positive number";
+  TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << o.min_lr
+                                                       << " must be between 0 and optim.lr = " << o.lr;
+  TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps must be >= 0";
+  TROUPE_USER_CHECK(o.lr_decay_steps > o.warmup_steps)
+      << "optim.lr_decay_steps = " << o.lr_decay_steps << " must exceed optim.warmup_steps = " << o.warmup_steps;
+  TROUPE_USER_CHECK(o.weight_decay >= 0) << "optim.weight_decay must be >= 0";
+  TROUPE_USER_CHECK(o.grad_clip >= 0) << "optim.grad_clip must be >= 0 (0 disables clipping)";
+  TROUPE_USER_CHECK(o.beta1 >= 0 && o.beta1 < 1) << "optim.beta1 must be in [0, 1)";
+  TROUPE_USER_CHECK(o.beta2 >= 0 && o.beta2 < 1) << "optim.beta2 must be in [0, 1)";
+  TROUPE_USER_CHECK(o.eps > 0) << "optim.eps must be > 0";
+  TROUPE_USER_CHECK(data.val_fraction > 0 && data.val_fraction < 1)
+      << "data.val_fraction = " << data.val_fraction << " must be in (0, 1), e.g. 0.05";
+  TROUPE_USER_CHECK(!data.corpus.empty()) << "data.corpus is empty; set it to a UTF-8 text file (make data writes data/sotu.txt)";
+}
+
+std::string Config::to_toml() const {
+  Config c = *this;
+  toml::table root;
+  for (auto& k : key_table()) {
+    auto dot = k.name.find('.');
+    std::string sec = k.name.substr(0, dot), key = k.name.substr(dot + 1);
+    if (!root.contains(sec)) root.insert(sec, toml::table{});
+    auto* t = root[sec].as_table();
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, uint64_t>)
+            t->insert(key, static_cast<int64_t>(*p));
+          else
+            t->insert(key, *p);
+        },
+        k.ref(c));
+  }
+  std::ostringstream os;
+  os << root << "\n";
+  return os.str();
+}
+
+}  // namespace troupe

@@ -1,0 +1,80 @@
+// core/config.h — the job configuration: TOML file + `--set section.key=value` overrides.
+//
+// Every key lives in one table (config.cpp, `key_table()`), which drives parsing,
+// overrides, unknown-key errors and the resolved-config dump, so they cannot disagree.
+// Errors: UserError naming the key/value and the fix (unknown key, wrong type, bad value,
+// impossible combination — see Config::validate).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct ModelConfig {
+  int n_layer = 8;         // transformer blocks (L)
+  int n_head = 4;          // attention heads (NH)
+  int n_embd = 256;        // channels (C); head size HS = C / NH
+  int block_size = 128;    // maximum sequence length (learned position embedding rows)
+  int vocab_size = 8192;   // tokenizer vocabulary (V)
+};
+
+struct ParallelConfig {
+  int pp = 2;                  // pipeline stages
+  int tp = 1;                  // tensor-parallel ranks (only 1 in this version)
+  int dp = 1;                  // data-parallel replicas (only 1 in this version)
+  int microbatches = 4;        // M: microbatches per step per DP rank
+  std::string schedule = "1f1b";
+};
+
+struct TrainConfig {
+  int steps = 300;
+  int batch_size = 16;         // global batch, in sequences
+  int seq_len = 128;           // T, tokens per sequence (<= model.block_size)
+  uint64_t seed = 1337;
+  int eval_interval = 50;      // steps between validation evaluations (0 = only at the end)
+  int eval_batches = 8;        // validation batches of batch_size sequences per evaluation
+  int threads = 0;             // CPU thread budget for all workers (0 = all cores)
+  int sample_tokens = 64;      // tokens generated at the end (0 = no sample)
+  double timeout_s = 300;      // deadline for any single wait for a message
+};
+
+struct OptimConfig {
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_steps = 20;
+  int lr_decay_steps = 300;    // cosine decay length; independent of train.steps
+  double weight_decay = 0.1;   // on 2-D weights only
+  double grad_clip = 1.0;      // global L2 norm; 0 disables
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+};
+
+struct DataConfig {
+  std::string corpus = "data/sotu.txt";   // UTF-8 text, documents separated by a blank line
+  double val_fraction = 0.05;             // last fraction of documents = validation split
+  std::string tokenizer;                  // optional path to a SentencePiece .model
+  std::string cache_dir = "data/cache";   // tokenizer + token files, keyed by corpus hash
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+
+  // Loads a TOML file (throws UserError: missing file, syntax error with line, unknown key).
+  static Config load(const std::string& path);
+  // Applies one "section.key=value" override (throws UserError naming the key).
+  void set(const std::string& assignment);
+  // Checks every cross-key constraint (throws UserError with the fix).
+  void validate() const;
+  // The resolved configuration as TOML text (every key, including defaults).
+  std::string to_toml() const;
+  // All key names, "section.key".
+  static std::vector<std::string> keys();
+};
+
+}  // namespace troupe

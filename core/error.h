@@ -1,0 +1,63 @@
+// core/error.h — the one check-macro family of troupe.
+//
+//   TROUPE_CHECK(cond) << "context";   // internal invariant: throws troupe::Error
+//   TROUPE_USER_CHECK(cond) << "what is wrong; how to fix it";  // bad input: UserError
+//
+// Both capture the expression text, function and file:line. Only `main` turns an
+// error into an exit code: UserError → 2, any other exception → 1 (see cli/main.cpp).
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace troupe {
+
+// Any failure that is not the user's fault (exit code 1).
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A user mistake: wrong config, missing/corrupt input, impossible layout (exit code 2).
+// what() is one sentence naming the problem and the fix.
+class UserError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+// Collects the streamed context, throws on destruction (the macro's temporary ends at
+// the end of the full expression). Destructor is noexcept(false) on purpose.
+template <class E>
+class CheckFailure {
+ public:
+  CheckFailure(const char* expr, const char* func, const char* file, int line, bool user)
+      : user_(user) {
+    if (!user) os_ << "check failed: " << expr << " (" << func << " at " << file << ":" << line << ") ";
+  }
+  template <class T>
+  CheckFailure& operator<<(const T& v) {
+    os_ << v;
+    return *this;
+  }
+  ~CheckFailure() noexcept(false) { throw E(os_.str()); }
+
+ private:
+  std::ostringstream os_;
+  bool user_;
+};
+}  // namespace detail
+}  // namespace troupe
+
+#define TROUPE_CHECK(cond)                                                                   \
+  if (__builtin_expect(!!(cond), 1)) {                                                        \
+  } else                                                                                      \
+    ::troupe::detail::CheckFailure<::troupe::Error>(#cond, __func__, __FILE__, __LINE__, false)
+
+#define TROUPE_USER_CHECK(cond)                                                              \
+  if (__builtin_expect(!!(cond), 1)) {                                                        \
+  } else                                                                                      \
+    ::troupe::detail::CheckFailure<::troupe::UserError>(#cond, __func__, __FILE__, __LINE__, true)
+
+#define TROUPE_FAIL() ::troupe::detail::CheckFailure<::troupe::Error>("fail", __func__, __FILE__, __LINE__, false)
+#define TROUPE_USER_FAIL() ::troupe::detail::CheckFailure<::troupe::UserError>("", __func__, __FILE__, __LINE__, true)

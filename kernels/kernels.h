@@ -1,0 +1,86 @@
+// kernels/kernels.h — the one dispatching header for troupe's math (CPU; fp32).
+//
+// Legend (used in every shape comment):
+//   B batch (sequences in a microbatch), T sequence length, C channels (n_embd),
+//   NH heads, HS head size (C / NH), V vocabulary, OC output channels, BT = B*T rows.
+// All tensors are contiguous row-major float32 unless said otherwise.
+//
+// Gradient rule (as llm.c): parameter gradients ACCUMULATE (+=), so microbatches
+// accumulate for free; activation gradients are ASSIGNED (=), except the residual
+// stream, whose gradient accumulates (+=).
+//
+// Determinism: every kernel gives bitwise the same result for any thread budget
+// (kernels/parallel.h): work is cut into chunks that depend only on the shapes.
+// Kernels never allocate behind the caller's back (scratch is passed in), never log,
+// never talk to other ranks. Preconditions are checked with TROUPE_CHECK.
+#pragma once
+#include <cstdint>
+
+namespace troupe::kernels {
+
+// ---- encoder (kernels/cpu/encoder.cpp) -------------------------------------------
+// out (B,T,C) = wte[tokens] (V,C) + wpe[0:T] (maxT,C).  tokens (B,T) int32 in [0,V).
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                     int V);
+// dwte (V,C) += scatter of dout; dwpe (maxT,C) += sum over b. Either grad may be null.
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
+
+// ---- layernorm (kernels/cpu/layernorm.cpp) ----------------------------------------
+// out (BT,C) = (inp - mean) * rstd * weight + bias; saves mean (BT), rstd (BT). eps 1e-5.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t BT, int C);
+// dinp (BT,C) += ...; dweight (C) +=; dbias (C) +=.
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t BT, int C);
+
+// ---- matmul (kernels/gemm.cpp): GEMM through oneDNN on fixed blocks --------------------
+// out (BT,OC) = inp (BT,C) · weight(OC,C)^T + bias (OC) (bias may be null).
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t BT, int C,
+                    int OC);
+// dinp (BT,C) = dout · weight (assigned; may be null); dweight (OC,C) += dout^T · inp;
+// dbias (OC) += column sums of dout (may be null).
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t BT, int C, int OC);
+// out (M,N) = A (M,K) · B(N,K)^T, plain GEMM on fixed blocks (used by tests/bench).
+void gemm_nt(float* out, const float* A, const float* Bm, int64_t M, int64_t N, int64_t K);
+
+// ---- attention (kernels/cpu/attention.cpp): causal multi-head self-attention ---------
+// inp (B,T,3C) = [q | k | v]; head h uses channels h*HS.. of each. out (B,T,C);
+// att (B,NH,T,T) saves the softmax probabilities (row t valid for t2 <= t; rest 0).
+void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH);
+// dinp (B,T,3C) = (assigned); datt scratch (B,NH,T,T).
+void attention_backward(float* dinp, float* datt, const float* dout, const float* inp, const float* att, int B,
+                        int T, int C, int NH);
+
+// ---- gelu (kernels/cpu/gelu.cpp): tanh approximation (Hendrycks & Gimpel 2016) -------
+void gelu_forward(float* out, const float* inp, int64_t N);
+// dinp (N) = dout * gelu'(inp) (assigned).
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N);
+
+// ---- residual (kernels/cpu/residual.cpp) -------------------------------------------
+// out (N) = a + b.
+void residual_forward(float* out, const float* a, const float* b, int64_t N);
+// acc (N) += x.
+void accumulate(float* acc, const float* x, int64_t N);
+
+// ---- cross-entropy (kernels/cpu/crossentropy.cpp) ------------------------------------
+// Fused softmax + cross-entropy, in place: on entry logits (BT,V); losses (BT) = -log p[target];
+// if dloss != 0 the logits are overwritten with dlogits = (softmax - onehot(target)) * dloss.
+// targets in [0,V). Returns the sum of the BT losses in double (fixed order).
+double crossentropy_forward_backward(float* logits, float* losses, const int32_t* targets, int64_t BT, int V,
+                                     float dloss);
+
+// ---- reductions (kernels/cpu/reduce.cpp) --------------------------------------------
+// Sum of squares of x (N) in double, in fixed 4096-element chunks summed in order.
+double sum_squares(const float* x, int64_t N);
+// x (N) *= s.
+void scale(float* x, float s, int64_t N);
+
+// ---- AdamW (kernels/cpu/adamw.cpp; Loshchilov & Hutter 2019, as torch.optim.AdamW) ----
+// param (N) -= lr*wd*param; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+// param -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).  t is the 1-based step; g is
+// grad * grad_scale (grad_scale folds in clipping).
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t N, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, float grad_scale, int t);
+
+}  // namespace troupe::kernels

@@ -1,0 +1,81 @@
+// model/gpt.h — the GPT-2 model pieces a pipeline stage is built from.
+//
+// GPT-2 (Radford et al. 2019): token + learned position embedding, pre-LN blocks with
+// causal multi-head attention and a 4x GELU(tanh) MLP, final LayerNorm, LM head tied to
+// the token embedding, no dropout. Shapes use the legend of kernels/kernels.h.
+//
+// Parameters are named as in bench/reference/gpt_ref.py (canonical order = gpt_param_specs):
+//   wte (V,C), wpe (maxT,C), h.{l}.ln_1.{weight,bias} (C), h.{l}.attn.qkv.weight (3C,C),
+//   h.{l}.attn.qkv.bias (3C), h.{l}.attn.proj.{weight (C,C), bias (C)}, h.{l}.ln_2.*,
+//   h.{l}.mlp.fc.{weight (4C,C), bias (4C)}, h.{l}.mlp.proj.{weight (C,4C), bias (C)},
+//   ln_f.{weight,bias} (C).
+// Init (GPT-2): weights N(0, 0.02), residual output projections N(0, 0.02/sqrt(2L)),
+// biases 0, LayerNorm weight 1 / bias 0 — each logical tensor drawn from an RNG keyed by
+// (seed, name), so every parallel layout starts from the same bits.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tensor.h"
+
+namespace troupe {
+
+struct GPTConfig {
+  int L = 0, NH = 0, C = 0, maxT = 0, V = 0;
+  static GPTConfig from(const ModelConfig& m) { return {m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size}; }
+  // Parameters without the position embedding (for FLOPs: 6N + 12 L T C per token).
+  int64_t n_params_no_wpe() const;
+  int64_t n_params() const;
+};
+
+enum class Init { normal, normal_residual, zeros, ones };
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool decay;   // AdamW weight decay applies (2-D weights and embeddings)
+  Init init;
+  int layer;    // block index, -1 for wte/wpe/ln_f
+};
+
+// Every logical parameter of the model, in canonical order.
+std::vector<ParamSpec> gpt_param_specs(const GPTConfig& cfg);
+
+// Fills t (shape of spec) from the RNG keyed by (seed, spec.name). N(0, std) by Box-Muller
+// over splitmix64 draws: the same bits on every platform and layout.
+void init_param(Tensor& t, const ParamSpec& spec, const GPTConfig& cfg, uint64_t seed);
+
+struct Param {
+  std::string name;
+  int index = -1;     // position in gpt_param_specs (the canonical order)
+  bool decay = false;
+  Tensor value;       // fp32
+  Tensor grad;        // fp32 accumulator (+= over microbatches)
+};
+
+// Activations of one block for one microbatch, saved for backward.
+struct BlockActs {
+  Tensor x;            // (B,T,C) block input (residual stream)
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, x2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  void ensure(int B, int T, int C, int NH);
+};
+
+// Scratch shared by all blocks of a stage during backward.
+struct BlockScratch {
+  Tensor datt, dqkv, datty, dln, dfch, dfch_gelu;
+  void ensure(int B, int T, int C, int NH);
+};
+
+// One transformer block; its Param pointers point into the owning stage's parameters.
+struct Block {
+  int layer = 0;
+  Param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  // y (B,T,C) = block(a.x); a must hold x on entry.
+  void forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
+  // dres (B,T,C): on entry dL/dy, on exit dL/dx (updated in place). Accumulates param grads.
+  void backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;
+};
+
+}  // namespace troupe

@@ -1,0 +1,270 @@
+#include "stages/stage.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace troupe {
+
+std::vector<int> partition_layers(const GPTConfig& cfg, int P) {
+  const int L = cfg.L;
+  TROUPE_CHECK(P >= 1 && P <= L) << "cannot split " << L << " layers into " << P << " stages";
+  const double blk = 12.0 * cfg.C * cfg.C, head = (double)cfg.V * cfg.C;
+  auto cost = [&](int p, int a, int b) { return (b - a) * blk + (p == P - 1 ? head : 0.0); };
+  const double inf = std::numeric_limits<double>::infinity();
+  // f[p][l]: best max-cost of layers [0,l) on stages [0,p); arg[p][l]: where stage p-1 starts.
+  std::vector<std::vector<double>> f(P + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> arg(P + 1, std::vector<int>(L + 1, 0));
+  f[0][0] = 0;
+  for (int p = 1; p <= P; ++p)
+    for (int l = p; l <= L; ++l)
+      for (int k = p - 1; k < l; ++k) {
+        double c = std::max(f[p - 1][k], cost(p - 1, k, l));
+        if (c < f[p][l]) f[p][l] = c, arg[p][l] = k;
+      }
+  std::vector<int> bounds(P + 1);
+  bounds[P] = L;
+  for (int p = P; p >= 1; --p) bounds[p - 1] = arg[p][bounds[p]];
+  return bounds;
+}
+
+Stage::Stage(const GPTConfig& cfg, int s, int P, int layer_begin, int layer_end, uint64_t seed)
+    : cfg_(cfg), s_(s), P_(P), l0_(layer_begin), l1_(layer_end) {
+  TROUPE_CHECK(0 <= s && s < P && 0 <= l0_ && l0_ < l1_ && l1_ <= cfg.L);
+  auto specs = gpt_param_specs(cfg);
+  params_.reserve(specs.size());
+  for (int i = 0; i < (int)specs.size(); ++i) {
+    const auto& sp = specs[i];
+    bool mine = (sp.layer >= l0_ && sp.layer < l1_) || (sp.name == "wte" && (first() || last())) ||
+                (sp.name == "wpe" && first()) || (sp.name.rfind("ln_f.", 0) == 0 && last());
+    if (!mine) continue;
+    Param p;
+    p.name = sp.name;
+    p.index = i;
+    p.decay = sp.decay;
+    p.value = Tensor(sp.shape);
+    p.grad = Tensor(sp.shape);
+    init_param(p.value, sp, cfg, seed);
+    params_.push_back(std::move(p));
+  }
+  wte_ = find("wte");
+  wpe_ = find("wpe");
+  lnf_w_ = find("ln_f.weight");
+  lnf_b_ = find("ln_f.bias");
+  if (last()) head_grad_ = Tensor({cfg.V, cfg.C});
+  for (int l = l0_; l < l1_; ++l) {
+    std::string p = "h." + std::to_string(l) + ".";
+    Block b;
+    b.layer = l;
+    b.ln1_w = find(p + "ln_1.weight");
+    b.ln1_b = find(p + "ln_1.bias");
+    b.qkv_w = find(p + "attn.qkv.weight");
+    b.qkv_b = find(p + "attn.qkv.bias");
+    b.proj_w = find(p + "attn.proj.weight");
+    b.proj_b = find(p + "attn.proj.bias");
+    b.ln2_w = find(p + "ln_2.weight");
+    b.ln2_b = find(p + "ln_2.bias");
+    b.fc_w = find(p + "mlp.fc.weight");
+    b.fc_b = find(p + "mlp.fc.bias");
+    b.fcproj_w = find(p + "mlp.proj.weight");
+    b.fcproj_b = find(p + "mlp.proj.bias");
+    blocks_.push_back(b);
+  }
+}
+
+Param* Stage::find(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool is_first, bool is_last) {
+  B = b;
+  T = t;
+  const int64_t BT = (int64_t)b * t;
+  acts.resize(nblocks);
+  for (int i = 0; i < nblocks; ++i) {
+    acts[i].ensure(b, t, cfg.C, cfg.NH);
+    // Block 0's input on a non-first stage is the received tensor, set per microbatch.
+    if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != std::vector<int64_t>{b, t, cfg.C}))
+      acts[i].x = Tensor({b, t, cfg.C});
+  }
+  if (is_first && (!tokens.defined() || tokens.numel() != BT)) tokens = Tensor({BT});
+  if (is_last && (!xf.defined() || xf.shape() != std::vector<int64_t>{BT, cfg.C})) {
+    xf = Tensor({BT, cfg.C});
+    lnf = Tensor({BT, cfg.C});
+    lnf_mean = Tensor({BT});
+    lnf_rstd = Tensor({BT});
+    logits = Tensor({BT, cfg.V});
+  }
+}
+
+std::unique_ptr<Stage::Slot> Stage::take_slot() {
+  if (!free_.empty()) {
+    auto s = std::move(free_.back());
+    free_.pop_back();
+    return s;
+  }
+  return std::make_unique<Slot>();
+}
+
+void Stage::forward_blocks(Slot& sl, int B, int T, float* out) {
+  const int n = (int)blocks_.size();
+  for (int i = 0; i < n; ++i) {
+    float* y = (i + 1 < n) ? sl.acts[i + 1].x.data() : out;
+    blocks_[i].forward(y, sl.acts[i], B, T, cfg_);
+  }
+}
+
+Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor& input, const int32_t* targets,
+                      float dloss, double* loss_sum, bool keep) {
+  TROUPE_CHECK(B > 0 && T > 0 && T <= cfg_.maxT);
+  TROUPE_CHECK(!keep || !stash_.count(mb)) << "microbatch " << mb << " is already stashed on stage " << s_;
+  auto sl = take_slot();
+  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last());
+  const int64_t BT = (int64_t)B * T;
+  const int C = cfg_.C;
+  if (first()) {
+    TROUPE_CHECK(tokens != nullptr);
+    std::memcpy(sl->tokens.data(), tokens, BT * sizeof(int32_t));
+    kernels::encoder_forward(sl->acts[0].x.data(), tokens, wte_->value.data(), wpe_->value.data(), B, T, C, cfg_.V);
+  } else {
+    TROUPE_CHECK(input.defined() && input.numel() == BT * C)
+        << "stage " << s_ << " got an activation of " << input.shape_str() << ", expected (" << B << "," << T << ","
+        << C << ")";
+    sl->acts[0].x = input;  // by reference: the sender handed it over
+  }
+  Tensor out;
+  if (!last()) {
+    out = Tensor({B, T, C});
+    forward_blocks(*sl, B, T, out.data());
+  } else {
+    TROUPE_CHECK(targets != nullptr);
+    forward_blocks(*sl, B, T, sl->xf.data());
+    kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                               lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
+    kernels::matmul_forward(sl->logits.data(), sl->lnf.data(), wte_->value.data(), nullptr, BT, C, cfg_.V);
+    std::vector<float> losses(BT);
+    double sum = kernels::crossentropy_forward_backward(sl->logits.data(), losses.data(), targets, BT, cfg_.V,
+                                                        keep ? dloss : 0.0f);
+    if (loss_sum) *loss_sum += sum;
+  }
+  if (keep)
+    stash_[mb] = std::move(sl);
+  else
+    free_.push_back(std::move(sl));
+  return out;
+}
+
+Tensor Stage::backward(int mb, Tensor dout) {
+  auto it = stash_.find(mb);
+  TROUPE_CHECK(it != stash_.end()) << "stage " << s_ << ": backward of microbatch " << mb << " before its forward";
+  Slot& sl = *it->second;
+  const int B = sl.B, T = sl.T, C = cfg_.C;
+  const int64_t BT = (int64_t)B * T;
+  Tensor dres;
+  if (last()) {
+    // Head: logits = lnf · wte^T (dlogits already in sl.logits), then ln_f.
+    if (!dlnf_.defined() || dlnf_.numel() != BT * C) dlnf_ = Tensor({BT, C});
+    kernels::matmul_backward(dlnf_.data(), head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(),
+                             wte_->value.data(), BT, C, cfg_.V);
+    dres = Tensor({B, T, C});
+    kernels::layernorm_backward(dres.data(), lnf_w_->grad.data(), lnf_b_->grad.data(), dlnf_.data(), sl.xf.data(),
+                                lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+  } else {
+    TROUPE_CHECK(dout.defined() && dout.numel() == BT * C)
+        << "stage " << s_ << " got a gradient of " << dout.shape_str() << ", expected (" << B << "," << T << "," << C
+        << ")";
+    dres = std::move(dout);  // updated in place and handed back
+  }
+  scratch_.ensure(B, T, C, cfg_.NH);
+  for (int i = (int)blocks_.size() - 1; i >= 0; --i) blocks_[i].backward(dres.data(), sl.acts[i], scratch_, B, T, cfg_);
+  if (first()) {
+    kernels::encoder_backward(wte_->grad.data(), wpe_->grad.data(), dres.data(),
+                              reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T, C);
+    dres = Tensor();
+  }
+  if (!first()) sl.acts[0].x = Tensor();  // drop the reference to the received activation
+  free_.push_back(std::move(it->second));
+  stash_.erase(it);
+  return dres;
+}
+
+Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
+  auto sl = take_slot();
+  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last());
+  const int C = cfg_.C;
+  if (first())
+    kernels::encoder_forward(sl->acts[0].x.data(), tokens, wte_->value.data(), wpe_->value.data(), 1, T, C, cfg_.V);
+  else
+    sl->acts[0].x = input;
+  Tensor out;
+  if (!last()) {
+    out = Tensor({1, T, C});
+    forward_blocks(*sl, 1, T, out.data());
+  } else {
+    forward_blocks(*sl, 1, T, sl->xf.data());
+    kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                               lnf_w_->value.data(), lnf_b_->value.data(), T, C);
+    last_logits->assign(cfg_.V, 0.0f);
+    kernels::gemm_nt(last_logits->data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value.data(), 1, cfg_.V, C);
+  }
+  if (!first()) sl->acts[0].x = Tensor();
+  free_.push_back(std::move(sl));
+  return out;
+}
+
+void Stage::tie_grads(const Tensor& other) {
+  TROUPE_CHECK(wte_ && other.numel() == wte_->grad.numel());
+  const int64_t n = other.numel();
+  if (first()) {
+    kernels::accumulate(wte_->grad.data(), other.data(), n);  // embed + head
+    if (last() && P_ == 1) return;
+  }
+  if (last() && !first()) {
+    // head + embed: IEEE addition is commutative, so these are the first stage's bits.
+    std::memcpy(wte_->grad.data(), head_grad_.data(), n * sizeof(float));
+    kernels::accumulate(wte_->grad.data(), other.data(), n);
+  }
+}
+
+std::vector<std::pair<int, double>> Stage::grad_sumsq() const {
+  std::vector<std::pair<int, double>> out;
+  for (auto& p : params_) {
+    if (p.name == "wte" && !first()) continue;  // counted once, by the first stage
+    out.emplace_back(p.index, kernels::sum_squares(p.grad.data(), p.grad.numel()));
+  }
+  return out;
+}
+
+void Stage::zero_grads() {
+  for (auto& p : params_) p.grad.zero_();
+  if (head_grad_.defined()) head_grad_.zero_();
+}
+
+size_t Stage::param_bytes() const {
+  size_t b = 0;
+  for (auto& p : params_) b += p.value.nbytes() + p.grad.nbytes();
+  if (head_grad_.defined()) b += head_grad_.nbytes();
+  return b;
+}
+
+size_t Stage::activation_bytes() const {
+  size_t b = 0;
+  auto add_slot = [&](const Slot& s) {
+    for (auto& a : s.acts)
+      for (const Tensor* t : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.x2, &a.ln2, &a.ln2_mean,
+                              &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.x})
+        if (t->defined()) b += t->nbytes();
+    for (const Tensor* t : {&s.tokens, &s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
+      if (t->defined()) b += t->nbytes();
+  };
+  for (auto& [k, s] : stash_) add_slot(*s);
+  for (auto& s : free_) add_slot(*s);
+  return b;
+}
+
+}  // namespace troupe

@@ -1,0 +1,96 @@
+// stages/stage.h — one pipeline stage: a contiguous slice of the GPT's layers, its
+// parameters, and the activations it stashes per microbatch between F and B.
+//
+// Stage 0 also owns the embeddings (wte, wpe); the last stage owns ln_f and the LM head,
+// which is tied to wte: it keeps its own copy of wte. Each role has its own gradient
+// accumulator (embedding side: wte.grad on the first stage; head side: head_grad() on the
+// last). After the step's last microbatch the two are summed (tie_grads) — a sum of two
+// terms, the same bits in either order — so both copies get the same update and stay
+// bitwise equal. With P = 1 the one stage holds both roles and one copy.
+//
+// Shapes: a microbatch is B sequences of T tokens; activations passed between stages are
+// (B,T,C) fp32 tensors handed over by reference: forward() returns a fresh tensor the
+// caller sends on; backward() returns dL/d(input), computed in place in the gradient
+// tensor it was given (or a fresh one on the last stage).
+#pragma once
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/gpt.h"
+
+namespace troupe {
+
+// Which layers each stage owns: contiguous, every stage >= 1 layer, chosen to balance the
+// estimated FLOPs (a block ~ 24 C^2 per token, the LM head ~ 2 V C forward+backward the
+// same ratio), so uneven splits put fewer blocks on the last stage. Returns P+1 bounds.
+std::vector<int> partition_layers(const GPTConfig& cfg, int P);
+
+class Stage {
+ public:
+  // Builds stage s of P owning layers [layer_begin, layer_end); parameters initialised per
+  // logical tensor from `seed` (so every layout starts from the same weights).
+  Stage(const GPTConfig& cfg, int s, int P, int layer_begin, int layer_end, uint64_t seed);
+
+  bool first() const { return s_ == 0; }
+  bool last() const { return s_ == P_ - 1; }
+  int index() const { return s_; }
+  int layer_begin() const { return l0_; }
+  int layer_end() const { return l1_; }
+
+  // F(mb). First stage: tokens (B*T int32) in [0,V); others: input (B,T,C).
+  // Non-last stage: returns the output activation (B,T,C).
+  // Last stage: targets (B*T) required; adds the summed token losses to *loss_sum; with
+  // dloss != 0 (training) prepares the backward pass of the head (dlogits kept in the
+  // stash). With keep = false nothing is stashed (evaluation).
+  Tensor forward(int mb, int B, int T, const int32_t* tokens, const Tensor& input, const int32_t* targets,
+                 float dloss, double* loss_sum, bool keep);
+  // B(mb). Non-last stage: dout (B,T,C) = dL/d(output). Returns dL/d(input) (B,T,C) on
+  // non-first stages (an empty tensor on the first). Accumulates parameter gradients.
+  Tensor backward(int mb, Tensor dout);
+  // Inference: logits (V) of the last position of tokens (T) — last stage; other stages
+  // pass the activation along like forward(). Nothing is stashed.
+  Tensor infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits);
+
+  // Parameters this stage owns (wte included on first and last), in canonical order.
+  std::vector<Param>& params() { return params_; }
+  Param* find(const std::string& name);
+  // Head-side gradient of the tied embedding (last stage), (V,C).
+  Tensor& head_grad() { return head_grad_; }
+  // Sums the two tied-embedding accumulators into the wte gradient: `other` is the other
+  // side's accumulator (from the peer stage, or this stage's own when P = 1).
+  void tie_grads(const Tensor& other);
+  // (canonical index, sum of squares) of every gradient this stage counts in the global
+  // norm: each logical tensor exactly once (wte by the first stage).
+  std::vector<std::pair<int, double>> grad_sumsq() const;
+  void zero_grads();
+  size_t stash_size() const { return stash_.size(); }
+  // Bytes held in parameters + gradients, and in activation buffers now allocated.
+  size_t param_bytes() const;
+  size_t activation_bytes() const;
+
+ private:
+  struct Slot {
+    int B = 0, T = 0;
+    Tensor tokens;                 // first stage: the microbatch tokens (for encoder backward)
+    std::vector<BlockActs> acts;   // one per block
+    Tensor xf, lnf, lnf_mean, lnf_rstd, logits;  // last stage: ln_f input/output, dlogits
+    void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last);
+  };
+  std::unique_ptr<Slot> take_slot();
+  void forward_blocks(Slot& sl, int B, int T, float* out);
+
+  GPTConfig cfg_;
+  int s_, P_, l0_, l1_;
+  std::vector<Param> params_;
+  std::vector<Block> blocks_;
+  Param *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  Tensor head_grad_;
+  BlockScratch scratch_;
+  Tensor dlnf_;
+  std::map<int, std::unique_ptr<Slot>> stash_;
+  std::vector<std::unique_ptr<Slot>> free_;
+};
+
+}  // namespace troupe
