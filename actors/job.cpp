@@ -1,0 +1,357 @@
+// The coordinator: holds the plan, drives steps, reduces the gradient norm in canonical
+// order, logs, evaluates, samples. Every wait has the deadline train.timeout_s.
+#include "actors/job.h"
+
+#include <spdlog/spdlog.h>
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "actors/messages.h"
+#include "actors/worker.h"
+#include "core/error.h"
+#include "core/peak.h"
+#include "optimizer/optimizer.h"
+#include "stages/stage.h"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The data actor: turns (batch_atom, step, kind, index) into microbatch token blocks for
+// the first stage and target blocks for the last stage.
+caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, caf::actor first, caf::actor last, int M,
+                         int B, int T, caf::actor coordinator) {
+  return {
+      [=](batch_atom, int64_t k, int kind, int64_t index) {
+        const int Bm = B / M;
+        try {
+          std::vector<int32_t> in((size_t)B * T), tg((size_t)B * T);
+          ctx.fill_batch(kind, index, B, T, in.data(), tg.data());
+          for (int m = 0; m < M; ++m) {
+            const size_t off = (size_t)m * Bm * T, n = (size_t)Bm * T;
+            auto ib = std::make_shared<std::vector<int32_t>>(in.begin() + off, in.begin() + off + n);
+            auto tb = std::make_shared<std::vector<int32_t>>(tg.begin() + off, tg.begin() + off + n);
+            self->send(first, tokens_atom::value, k, m, TokenBlock{ib, Bm, T});
+            self->send(last, targets_atom::value, k, m, TokenBlock{tb, Bm, T});
+          }
+        } catch (const std::exception& e) {
+          self->send(coordinator, fail_atom::value, -1, std::string("data actor: ") + e.what());
+        }
+      },
+      [=](stop_atom) { self->quit(); },
+  };
+}
+
+std::string human_bytes(double b) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB"};
+  int i = 0;
+  while (b >= 1024 && i < 3) b /= 1024, ++i;
+  std::ostringstream os;
+  os.precision(i ? 1 : 0);
+  os << std::fixed << b << " " << u[i];
+  return os.str();
+}
+
+class Coordinator {
+ public:
+  Coordinator(const Config& cfg, const JobContext& ctx) : cfg_(cfg), ctx_(ctx) {
+    sys_cfg_.set("scheduler.policy", caf::atom("sharing"));
+    sys_cfg_.set("scheduler.max-threads", 2);
+    sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
+    self_ = std::make_unique<caf::scoped_actor>(*sys_);
+  }
+  ~Coordinator() {
+    shutdown();
+    self_.reset();
+    sys_.reset();
+  }
+
+  JobResult run() {
+    const auto& m = cfg_.model;
+    const auto& p = cfg_.parallel;
+    gpt_ = GPTConfig::from(m);
+    P_ = p.pp;
+    M_ = p.microbatches;
+    const int B = cfg_.train.batch_size, T = cfg_.train.seq_len;
+    const int cores = cfg_.train.threads > 0 ? cfg_.train.threads : std::max(1u, std::thread::hardware_concurrency());
+    const int per_worker = std::max(1, cores / P_);
+    auto bounds = partition_layers(gpt_, P_);
+    if (!ctx_.quiet) {
+      spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
+                   m.n_head, m.n_embd, m.block_size, m.vocab_size, gpt_.n_params(), gpt_.n_params_no_wpe());
+      spdlog::info("layout: PP={} (1F1B), M={} microbatches of {} sequences x {} tokens, {} thread(s) per worker", P_,
+                   M_, B / M_, T, per_worker);
+    }
+    // stages and workers
+    for (int s = 0; s < P_; ++s) {
+      auto st = std::make_shared<Stage>(gpt_, s, P_, bounds[s], bounds[s + 1], cfg_.train.seed);
+      if (!ctx_.quiet) {
+        size_t pb = 0;
+        int64_t n = 0;
+        for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
+        bool uneven = (bounds[s + 1] - bounds[s]) != m.n_layer / P_ || m.n_layer % P_;
+        spdlog::info("stage {}: layers [{}, {}){}{}{} — {} parameters; params+grads+AdamW state {}", s, bounds[s],
+                     bounds[s + 1], st->first() ? " + embeddings" : "", st->last() ? " + ln_f/LM head" : "",
+                     uneven ? " (uneven split, balanced by FLOPs)" : "", n, human_bytes(4.0 * pb));
+      }
+      WorkerArgs wa;
+      wa.stage = st;
+      wa.P = P_;
+      wa.M = M_;
+      wa.B = B / M_;
+      wa.T = T;
+      wa.dloss = 1.0f / (float)((int64_t)B * T);
+      wa.optim = cfg_.optim;
+      wa.threads = per_worker;
+      wa.timeout_s = cfg_.train.timeout_s;
+      wa.coordinator = caf::actor_cast<caf::actor>(*self_);
+      auto w = sys_->spawn(stage_worker, wa);
+      (*self_)->monitor(w);
+      workers_.push_back(w);
+    }
+    data_ = sys_->spawn(data_actor, ctx_, workers_.front(), workers_.back(), M_, B, T,
+                        caf::actor_cast<caf::actor>(*self_));
+    for (auto& w : workers_) (*self_)->send(w, wire_atom::value, workers_);
+
+    const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
+    const double peak = measure_peak_flops(std::min(cores, per_worker * P_));
+    std::ofstream metrics;
+    if (!ctx_.run_dir.empty()) {
+      metrics.open(ctx_.run_dir + "/metrics.jsonl", std::ios::app);
+      TROUPE_USER_CHECK(metrics.good()) << "cannot append to " << ctx_.run_dir
+                                        << "/metrics.jsonl; choose a writable --run-dir";
+    }
+    auto emit = [&](const nlohmann::json& j) {
+      if (metrics.is_open()) {
+        metrics << j.dump() << "\n";
+        metrics.flush();
+      }
+    };
+
+    JobResult res;
+    double train_s = 0;
+    int64_t train_tokens = 0;
+    const int steps = cfg_.train.steps;
+    for (int k = 1; k <= steps; ++k) {
+      auto t0 = Clock::now();
+      const double lr = lr_at(cfg_.optim, k);
+      (*self_)->send(data_, batch_atom::value, (int64_t)k, 0, (int64_t)k);
+      for (auto& w : workers_) (*self_)->send(w, step_atom::value, (int64_t)k, 0);
+      std::vector<std::pair<int, double>> sumsq;
+      int reports = 0;
+      wait([&] { return reports == P_; }, "the gradient norms of step " + std::to_string(k), [&](NormReport& r) {
+        sumsq.insert(sumsq.end(), r.sumsq.begin(), r.sumsq.end());
+        ++reports;
+      });
+      const double norm = global_grad_norm(sumsq);
+      const float scale = clip_scale(norm, cfg_.optim.grad_clip);
+      for (auto& w : workers_) (*self_)->send(w, clip_atom::value, (int64_t)k, scale, lr);
+      auto done = collect_done(k, "step " + std::to_string(k));
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double loss = done.loss_sum / (double)done.tokens;
+      const double tps = (double)B * T / dt;
+      const double mfu = tps * flops_per_token / peak;
+      train_s += dt;
+      train_tokens += (int64_t)B * T;
+      res.losses.push_back(loss);
+      res.grad_norms.push_back(norm);
+      if (k == 1 && !ctx_.quiet)
+        for (int s = 0; s < P_; ++s)
+          spdlog::info("stage {}: activation buffers {}", s, human_bytes((double)act_bytes_[s]));
+      if (!ctx_.quiet)
+        spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms | MFU {:.1f}%",
+                     k, steps, loss, lr, norm, tps, dt * 1e3, 100 * mfu);
+      emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps},
+            {"ms_per_step", dt * 1e3}, {"skipped", false}, {"loss_scale", 1.0}});
+      const int ev = cfg_.train.eval_interval;
+      if ((ev > 0 && k % ev == 0) || k == steps) {
+        double vl = evaluate();
+        res.val_losses.emplace_back(k, vl);
+        if (!ctx_.quiet)
+          spdlog::info("step {:>5}/{} | val loss {:.4f} | unigram entropy {:.4f} | {:+.4f} nats vs unigram", k, steps,
+                       vl, ctx_.unigram_entropy, vl - ctx_.unigram_entropy);
+        emit({{"step", k}, {"val_loss", vl}});
+      }
+    }
+    if (steps == 0) res.val_losses.emplace_back(0, evaluate());
+    res.final_val_loss = res.val_losses.empty() ? NAN : res.val_losses.back().second;
+    res.tokens_per_s = train_s > 0 ? train_tokens / train_s : 0;
+    res.ms_per_step = steps > 0 ? train_s * 1e3 / steps : 0;
+    emit({{"summary", true}, {"steps", steps}, {"val_loss", res.final_val_loss},
+          {"unigram_entropy", ctx_.unigram_entropy}, {"tokens_per_s", res.tokens_per_s}});
+    if (cfg_.train.sample_tokens > 0 && ctx_.decode) {
+      res.sample = sample(cfg_.train.sample_tokens);
+      if (!ctx_.quiet) spdlog::info("sample ({} tokens):\n{}", cfg_.train.sample_tokens, res.sample);
+    }
+    if (ctx_.collect_params) res.params = dump_params();
+    shutdown();
+    return res;
+  }
+
+ private:
+  // Receives until done(); `on` handles the awaited message type; worker failures throw.
+  template <class Done, class Handler>
+  void wait(Done done, const std::string& what, Handler on) {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.train.timeout_s));
+    while (!done()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      bool timed_out = left.count() <= 0;
+      if (!timed_out) {
+        (*self_)->receive(
+            [&](norm_atom, int64_t, NormReport& r) {
+              if constexpr (std::is_invocable_v<Handler, NormReport&>) on(r);
+            },
+            [&](done_atom, int64_t, StepReport& r) {
+              if constexpr (std::is_invocable_v<Handler, StepReport&>) on(r);
+            },
+            [&](logits_atom, int64_t, std::vector<float>& l) {
+              if constexpr (std::is_invocable_v<Handler, std::vector<float>&>) on(l);
+            },
+            [&](dump_atom, ParamDump& d) {
+              if constexpr (std::is_invocable_v<Handler, ParamDump&>) on(d);
+            },
+            [&](fail_atom, int stage, std::string& msg) {
+              failed_ = true;
+              if (stage >= 0) throw Error("stage " + std::to_string(stage) + " failed: " + msg);
+              throw Error(msg);
+            },
+            [&](caf::down_msg& dm) {
+              failed_ = true;
+              throw Error("a worker actor stopped unexpectedly: " + caf::to_string(dm.reason));
+            },
+            caf::after(left) >> [&] { timed_out = true; });
+      }
+      if (timed_out && !done()) {
+        failed_ = true;
+        std::ostringstream os;
+        os << "the coordinator waited " << cfg_.train.timeout_s << " s for " << what
+           << " and it did not come; raise train.timeout_s if steps are legitimately this slow";
+        throw Error(os.str());
+      }
+    }
+  }
+
+  StepReport collect_done(int64_t k, const std::string& what, int expected = -1) {
+    if (expected < 0) expected = P_;
+    StepReport total;
+    int n = 0;
+    act_bytes_.assign(P_, 0);
+    wait([&] { return n == expected; }, "the end of " + what, [&](StepReport& r) {
+      total.loss_sum += r.loss_sum;
+      total.tokens += r.tokens;
+      act_bytes_[r.stage] = r.activation_bytes;
+      ++n;
+    });
+    return total;
+  }
+
+  double evaluate() {
+    // Validation batches run as forward-only steps with negative ids.
+    const int nb = cfg_.train.eval_batches;
+    for (int j = 0; j < nb; ++j) {
+      int64_t k = -(++eval_counter_);
+      (*self_)->send(data_, batch_atom::value, k, 1, (int64_t)j);
+      for (auto& w : workers_) (*self_)->send(w, step_atom::value, k, 1);
+    }
+    auto total = collect_done(0, "validation", nb * P_);
+    return total.loss_sum / (double)total.tokens;
+  }
+
+  std::string sample(int n) {
+    std::vector<int32_t> toks = {ctx_.sample_start_token};
+    std::mt19937_64 rng(cfg_.train.seed ^ 0x5a5a5a5aULL);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      const int T = std::min<int>((int)toks.size(), gpt_.maxT);
+      auto ids = std::make_shared<std::vector<int32_t>>(toks.end() - T, toks.end());
+      (*self_)->send(workers_.front(), infer_atom::value, (int64_t)i, TokenBlock{ids, 1, T});
+      std::vector<float> logits;
+      bool got = false;
+      wait([&] { return got; }, "the logits of sample token " + std::to_string(i), [&](std::vector<float>& l) {
+        logits = std::move(l);
+        got = true;
+      });
+      // softmax sampling at temperature 0.8 over the top 40 tokens
+      std::vector<int32_t> idx(logits.size());
+      for (size_t q = 0; q < idx.size(); ++q) idx[q] = (int32_t)q;
+      const size_t topk = std::min<size_t>(40, idx.size());
+      std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(),
+                        [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+      std::vector<double> pr(topk);
+      for (size_t q = 0; q < topk; ++q) pr[q] = std::exp((logits[idx[q]] - logits[idx[0]]) / 0.8);
+      std::discrete_distribution<size_t> dist(pr.begin(), pr.end());
+      int32_t next = idx[dist(rng)];
+      toks.push_back(next);
+      out.push_back(next);
+    }
+    return ctx_.decode(out);
+  }
+
+  std::vector<std::pair<std::string, Tensor>> dump_params() {
+    std::vector<ParamDump> dumps;
+    for (auto& w : workers_) (*self_)->send(w, dump_atom::value);
+    wait([&] { return (int)dumps.size() == P_; }, "the parameter dump", [&](ParamDump& d) { dumps.push_back(std::move(d)); });
+    std::sort(dumps.begin(), dumps.end(), [](auto& a, auto& b) { return a.stage < b.stage; });
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (auto& d : dumps)
+      for (auto& p : d.params) out.push_back(std::move(p));
+    return out;
+  }
+
+  void shutdown() {
+    if (stopped_ || !sys_) return;
+    stopped_ = true;
+    for (auto& w : workers_) (*self_)->send(w, stop_atom::value);
+    if (data_) (*self_)->send(data_, stop_atom::value);
+    // Workers exit on stop; wait for their down messages (deadline) so none outlives us.
+    int down = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (down < (int)workers_.size()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) break;
+      bool timed_out = false;
+      (*self_)->receive([&](caf::down_msg&) { ++down; }, [&](fail_atom, int, std::string&) {},
+                        [&](done_atom, int64_t, StepReport&) {}, [&](norm_atom, int64_t, NormReport&) {},
+                        [&](logits_atom, int64_t, std::vector<float>&) {}, [&](dump_atom, ParamDump&) {},
+                        caf::after(left) >> [&] { timed_out = true; });
+      if (timed_out) break;
+    }
+    if (down < (int)workers_.size()) {
+      spdlog::error("{} worker(s) did not stop within 30 s; exiting anyway", workers_.size() - down);
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+
+  Config cfg_;
+  JobContext ctx_;
+  GPTConfig gpt_;
+  int P_ = 1, M_ = 1;
+  caf::actor_system_config sys_cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  std::unique_ptr<caf::scoped_actor> self_;
+  std::vector<caf::actor> workers_;
+  caf::actor data_;
+  std::vector<size_t> act_bytes_;
+  int64_t eval_counter_ = 0;
+  bool stopped_ = false, failed_ = false;
+};
+
+}  // namespace
+
+JobResult run_job(const Config& cfg, const JobContext& ctx) {
+  cfg.validate();
+  Coordinator c(cfg, ctx);
+  return c.run();
+}
+
+}  // namespace troupe

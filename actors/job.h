@@ -1,0 +1,42 @@
+// actors/job.h — one training job in one process: the coordinator (this thread, as a
+// scoped actor), the data actor, and one stage worker actor per pipeline stage.
+#pragma once
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tensor.h"
+
+namespace troupe {
+
+struct JobContext {
+  // Fills one global batch: B sequences of T tokens (inputs) and next tokens (targets),
+  // for `index` of split `kind` (0 = train: index = step; 1 = validation: index = batch).
+  std::function<void(int kind, int64_t index, int B, int T, int32_t* inputs, int32_t* targets)> fill_batch;
+  // Token ids -> text, for the sample printed at the end (optional).
+  std::function<std::string(const std::vector<int32_t>&)> decode;
+  int32_t sample_start_token = 0;  // the end-of-text id starts the sample
+  double unigram_entropy = 0;      // nats/token, printed next to the validation loss
+  std::string run_dir;             // metrics.jsonl goes here; empty = no files
+  bool collect_params = false;     // return the final parameters (tests)
+  bool quiet = false;              // no per-step log lines
+};
+
+struct JobResult {
+  std::vector<double> losses;      // training loss of every step
+  std::vector<double> grad_norms;
+  std::vector<std::pair<int, double>> val_losses;  // (step, loss)
+  double final_val_loss = 0;
+  double tokens_per_s = 0;         // training tokens per second over all steps
+  double ms_per_step = 0;
+  std::string sample;
+  std::vector<std::pair<std::string, Tensor>> params;  // by name; wte twice when P > 1 (both copies)
+};
+
+// Runs cfg.train.steps steps (validating cfg first). Throws UserError for bad input,
+// Error for a failure (a worker error, a missed deadline), naming the stage.
+JobResult run_job(const Config& cfg, const JobContext& ctx);
+
+}  // namespace troupe

@@ -1,0 +1,84 @@
+// actors/messages.h — every atom and message type of troupe's actors, in one place.
+//
+// One process: tensors and token blocks travel by reference (ref-counted storage; the
+// sender hands them over and does not touch them again), so these types are allowed as
+// "unsafe" (never serialized). Messages that cross processes get Cap'n Proto headers
+// (schemas/) in a later version.
+//
+// Protocol of one step k (kind 0 = train, 1 = eval):
+//   coordinator -> data actor   (batch_atom, k, kind, index)
+//   data actor  -> stage 0      (tokens_atom, k, mb, TokenBlock)     for every microbatch
+//   data actor  -> stage P-1    (targets_atom, k, mb, TokenBlock)
+//   coordinator -> every worker (step_atom, k, kind)
+//   worker s    -> worker s+1   (act_atom, k, mb, Tensor (B,T,C))    F(mb)
+//   worker s    -> worker s-1   (grad_atom, k, mb, Tensor (B,T,C))   B(mb)
+//   train only: stage 0 <-> stage P-1 (tied_atom, k, Tensor (V,C)): the other side's
+//               tied-embedding gradient; worker -> coordinator (norm_atom, k, NormReport);
+//               coordinator -> workers (clip_atom, k, grad_scale, lr); AdamW.
+//   worker      -> coordinator  (done_atom, k, StepReport)
+// Inference: coordinator -> stage 0 (infer_atom, id, TokenBlock); stages pass
+// (infer_atom, id, Tensor) on; stage P-1 -> coordinator (logits_atom, id, vector<float>).
+// A worker that fails sends (fail_atom, stage, message) to the coordinator and exits.
+#pragma once
+#include <caf/all.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace troupe {
+
+using batch_atom = caf::atom_constant<caf::atom("batch")>;
+using step_atom = caf::atom_constant<caf::atom("step")>;
+using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
+using targets_atom = caf::atom_constant<caf::atom("targets")>;
+using act_atom = caf::atom_constant<caf::atom("act")>;
+using grad_atom = caf::atom_constant<caf::atom("grad")>;
+using tied_atom = caf::atom_constant<caf::atom("tied")>;
+using norm_atom = caf::atom_constant<caf::atom("norm")>;
+using clip_atom = caf::atom_constant<caf::atom("clip")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using infer_atom = caf::atom_constant<caf::atom("infer")>;
+using logits_atom = caf::atom_constant<caf::atom("logits")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using fail_atom = caf::atom_constant<caf::atom("fail")>;
+using dump_atom = caf::atom_constant<caf::atom("dump")>;
+
+// A block of token ids (B sequences of T tokens, row-major int32), shared read-only.
+struct TokenBlock {
+  std::shared_ptr<const std::vector<int32_t>> ids;
+  int B = 0, T = 0;
+};
+
+// Per-tensor sums of squares of one worker's gradients (canonical index, value).
+struct NormReport {
+  int stage = 0;
+  std::vector<std::pair<int, double>> sumsq;
+};
+
+// What a worker reports at the end of a step.
+struct StepReport {
+  int stage = 0;
+  double loss_sum = 0;      // summed token losses (last stage only)
+  int64_t tokens = 0;       // tokens whose loss is in loss_sum
+  double compute_s = 0;     // seconds spent in F/B/optimizer
+  double wait_s = 0;        // seconds spent waiting for messages
+  size_t activation_bytes = 0;
+};
+
+// Named parameter tensors of one worker (for tests and export): (name, copy of value).
+struct ParamDump {
+  int stage = 0;
+  std::vector<std::pair<std::string, Tensor>> params;
+};
+
+}  // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::Tensor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::TokenBlock)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::NormReport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::StepReport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ParamDump)

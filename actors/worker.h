@@ -1,0 +1,35 @@
+// actors/worker.h — the stage worker actor: owns one pipeline stage (its layers, its
+// parameters, its AdamW state) and a CPU thread budget, and executes its stage's action
+// list from the schedule each step. It is a blocking actor: CAF runs it on its own
+// thread, so its long computations never block CAF's scheduler threads. Every wait for a
+// message has a deadline (train.timeout_s); a missed deadline or any error is reported to
+// the coordinator as (fail_atom, stage, message) naming what was awaited.
+#pragma once
+#include <caf/all.hpp>
+#include <memory>
+
+#include "actors/messages.h"
+#include "core/config.h"
+#include "stages/stage.h"
+
+namespace troupe {
+
+using wire_atom = caf::atom_constant<caf::atom("wire")>;
+
+struct WorkerArgs {
+  std::shared_ptr<Stage> stage;
+  int P = 1;            // pipeline stages
+  int M = 1;            // microbatches per step
+  int B = 1;            // sequences per microbatch
+  int T = 1;            // tokens per sequence
+  float dloss = 1.0f;   // 1 / tokens in the step (mean loss)
+  OptimConfig optim;
+  int threads = 1;      // CPU thread budget of this worker
+  double timeout_s = 300;
+  caf::actor coordinator;
+};
+
+// Actor body. Expects (wire_atom, vector<actor> workers by stage) first.
+void stage_worker(caf::blocking_actor* self, WorkerArgs args);
+
+}  // namespace troupe

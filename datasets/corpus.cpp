@@ -1,0 +1,219 @@
+// datasets/corpus.cpp — see corpus.h.
+#include "datasets/corpus.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace troupe {
+
+namespace {
+
+bool is_blank(std::string_view line) {
+  for (char c : line)
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  return true;
+}
+
+}  // namespace
+
+size_t find_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    // Fast path: 8 ASCII bytes at a time.
+    if (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      if ((w & 0x8080808080808080ull) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    const unsigned c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;       // no overlong
+      else if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;       // no overlong
+      else if (c == 0xF4) hi = 0x8F;  // <= U+10FFFF
+    } else {
+      return i;  // continuation byte, overlong lead (C0, C1) or F5..FF
+    }
+    if (i + len > n) return i;
+    if (s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string read_file_bytes(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
+      << what << " file '" << path << "' does not exist (or is not a regular file)";
+  std::ifstream in(path, std::ios::binary);
+  TROUPE_USER_CHECK(in.good()) << "cannot open " << what << " file '" << path
+                               << "': " << std::strerror(errno);
+  std::string bytes;
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::streamoff>(in.tellg());
+  TROUPE_USER_CHECK(size >= 0) << "cannot read " << what << " file '" << path << "'";
+  bytes.resize(static_cast<size_t>(size));
+  in.seekg(0, std::ios::beg);
+  in.read(bytes.data(), size);
+  TROUPE_USER_CHECK(in.gcount() == size)
+      << "cannot read " << what << " file '" << path << "' (read " << in.gcount() << " of "
+      << size << " bytes)";
+  return bytes;
+}
+
+std::vector<std::string> parse_corpus(std::string_view text, const std::string& name) {
+  TROUPE_USER_CHECK(!text.empty())
+      << "corpus '" << name << "' is empty: it must hold UTF-8 text, documents separated by a "
+      << "blank line; run `make data` (scripts/get-corpus.sh) or set data.corpus to another file";
+  const size_t bad = find_invalid_utf8(text);
+  TROUPE_USER_CHECK(bad == std::string_view::npos)
+      << "corpus '" << name << "' is not valid UTF-8: bad byte 0x" << std::hex
+      << static_cast<unsigned>(static_cast<unsigned char>(text[bad])) << std::dec
+      << " at byte offset " << bad << "; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)";
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // byte-order mark
+
+  std::vector<std::string> docs;
+  std::string cur;
+  bool in_doc = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (is_blank(line)) {
+      if (in_doc) docs.push_back(std::move(cur));
+      cur.clear();
+      in_doc = false;
+      continue;
+    }
+    if (in_doc) cur.push_back('\n');
+    cur.append(line);
+    in_doc = true;
+  }
+  if (in_doc) docs.push_back(std::move(cur));
+  TROUPE_USER_CHECK(!docs.empty())
+      << "corpus '" << name << "' holds no document (only blank lines); run `make data` "
+      << "(scripts/get-corpus.sh) or set data.corpus to a UTF-8 text file";
+  return docs;
+}
+
+std::vector<std::string> read_corpus(const std::string& path, uint64_t* file_hash) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(std::filesystem::exists(path, ec))
+      << "corpus file '" << path << "' does not exist; run `make data` (scripts/get-corpus.sh "
+      << "downloads it) or set data.corpus to a UTF-8 text file";
+  const std::string bytes = read_file_bytes(path, "corpus");
+  if (file_hash != nullptr) *file_hash = fnv1a64(bytes);
+  return parse_corpus(bytes, path);
+}
+
+CorpusSplit split_documents(std::vector<std::string> docs, double val_fraction) {
+  TROUPE_USER_CHECK(val_fraction > 0.0 && val_fraction < 1.0)
+      << "data.val_fraction = " << val_fraction
+      << " is outside (0, 1); set it to the fraction of documents kept for validation, e.g. 0.05";
+  const size_t n = docs.size();
+  TROUPE_USER_CHECK(n >= 2) << "the corpus has " << n << " document(s), but a train and a "
+                            << "validation split need at least 2; separate documents in the "
+                            << "corpus by a blank line, or use a bigger corpus";
+  auto n_val = static_cast<size_t>(std::llround(val_fraction * static_cast<double>(n)));
+  n_val = std::clamp<size_t>(n_val, 1, n - 1);
+  CorpusSplit split;
+  split.train.assign(std::make_move_iterator(docs.begin()),
+                     std::make_move_iterator(docs.end() - static_cast<ptrdiff_t>(n_val)));
+  split.val.assign(std::make_move_iterator(docs.end() - static_cast<ptrdiff_t>(n_val)),
+                   std::make_move_iterator(docs.end()));
+  return split;
+}
+
+uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+uint64_t hash_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TROUPE_USER_CHECK(in.good()) << "cannot open '" << path << "' to hash it: " << std::strerror(errno);
+  uint64_t h = kFnv1aOffset;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h = fnv1a64(std::string_view(buf.data(), static_cast<size_t>(in.gcount())), h);
+  }
+  TROUPE_USER_CHECK(in.eof()) << "cannot read '" << path << "' to hash it";
+  return h;
+}
+
+std::string hash_hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  std::string tmpl = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmpl.data());
+  TROUPE_USER_CHECK(fd >= 0) << "cannot create a file next to '" << path << "': "
+                             << std::strerror(errno) << "; check the folder's permissions";
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  int err = 0;
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (err == 0) ::fchmod(fd, 0644);
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && std::rename(tmpl.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmpl.c_str());
+    TROUPE_USER_CHECK(false) << "cannot write '" << path << "': " << std::strerror(err)
+                             << "; check free disk space and permissions";
+  }
+}
+
+}  // namespace troupe

@@ -1,0 +1,68 @@
+// datasets/corpus.h — the text corpus: reading, validating, splitting, hashing.
+//
+// Corpus format (what scripts/get-corpus.sh writes): one UTF-8 text file; documents are
+// separated by one or more blank lines (a line that is empty or holds only spaces, tabs
+// or '\r'). Inside a document lines are joined with '\n'; a trailing '\r' on a line is
+// dropped (CRLF files read like LF files). A leading UTF-8 byte-order mark is skipped.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe {
+
+// A progress/log sink of the data layer: one human-readable line per call, no newline.
+// May be called from any thread, but never concurrently (calls are serialised).
+using DataLogFn = std::function<void(const std::string&)>;
+
+// Reads the corpus file at `path` and returns its documents, in file order.
+// Errors (UserError, naming the file and the fix): the file is missing or unreadable
+// ("run `make data` or set data.corpus"), it is empty or holds no document, or it is not
+// valid UTF-8 (names the byte offset of the first bad byte).
+// When `file_hash` is given it receives fnv1a64 of the file's bytes (one read of the file).
+std::vector<std::string> read_corpus(const std::string& path, uint64_t* file_hash = nullptr);
+
+// Splits `text` (the bytes of a corpus file) into documents, the same way read_corpus
+// does. `name` names the source in error messages. Errors as read_corpus (except the
+// missing file).
+std::vector<std::string> parse_corpus(std::string_view text, const std::string& name);
+
+// Offset of the first byte of `text` that is not part of valid UTF-8 (overlong forms,
+// surrogates and code points above U+10FFFF are invalid), or npos when all is valid.
+size_t find_invalid_utf8(std::string_view text);
+
+// The train/validation split of a corpus: the last documents are the validation split.
+struct CorpusSplit {
+  std::vector<std::string> train;
+  std::vector<std::string> val;
+};
+
+// Splits documents: val = the last round(val_fraction * n) documents, clamped so that
+// both splits hold at least one document. Order is kept.
+// Errors (UserError): val_fraction outside (0, 1) (names data.val_fraction), or fewer than
+// 2 documents (a split is impossible; names the fix).
+CorpusSplit split_documents(std::vector<std::string> docs, double val_fraction);
+
+// FNV-1a 64-bit hash of `bytes`, continuing from `h` (pass the result of a previous call
+// to hash data in pieces). Fast enough for corpus files (~1 GB/s), not cryptographic.
+inline constexpr uint64_t kFnv1aOffset = 0xcbf29ce484222325ull;
+uint64_t fnv1a64(std::string_view bytes, uint64_t h = kFnv1aOffset);
+
+// FNV-1a 64 of a whole file's bytes. Errors: UserError when the file cannot be read.
+uint64_t hash_file(const std::string& path);
+
+// A 64-bit hash as 16 lowercase hex digits (zero padded).
+std::string hash_hex(uint64_t h);
+
+// Reads a whole file into a string. Errors: UserError naming the file when it is missing
+// or unreadable; `what` says what the file is for ("corpus", "tokenizer model").
+std::string read_file_bytes(const std::string& path, const std::string& what);
+
+// Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed, then
+// renamed over `path`, so readers see the old file or the new one, never half of one.
+// Errors: UserError naming the file when writing fails (disk full, permissions).
+void write_file_atomic(const std::string& path, std::string_view bytes);
+
+}  // namespace troupe

@@ -1,0 +1,96 @@
+// datasets/loader.cpp — see loader.h.
+#include "datasets/loader.h"
+
+#include "core/error.h"
+
+namespace troupe {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Copies the window of seq_len + 1 tokens at `start` into one row of inputs and targets.
+void copy_window(const TokenFile& f, uint64_t start, int seq_len, int32_t* in, int32_t* tgt) {
+  f.read(start, static_cast<uint64_t>(seq_len), in);
+  f.read(start + 1, static_cast<uint64_t>(seq_len), tgt);
+}
+
+}  // namespace
+
+uint64_t batch_sample_key(uint64_t seed, int64_t step, int64_t sample) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(step)) ^
+                    static_cast<uint64_t>(sample));
+}
+
+uint64_t batch_sample_start(uint64_t seed, int64_t step, int64_t sample, uint64_t n_tokens,
+                            int seq_len) {
+  TROUPE_CHECK(seq_len >= 1 && n_tokens >= static_cast<uint64_t>(seq_len) + 1)
+      << "n_tokens " << n_tokens << " seq_len " << seq_len;
+  const uint64_t positions = n_tokens - static_cast<uint64_t>(seq_len);
+  const auto r = static_cast<unsigned __int128>(batch_sample_key(seed, step, sample));
+  return static_cast<uint64_t>((r * positions) >> 64);
+}
+
+BatchLoader::BatchLoader(const std::string& train_path, const std::string& val_path)
+    : train_(std::make_shared<const TokenFile>(train_path)),
+      val_(std::make_shared<const TokenFile>(val_path)) {}
+
+BatchLoader::BatchLoader(std::shared_ptr<const TokenFile> train, std::shared_ptr<const TokenFile> val)
+    : train_(std::move(train)), val_(std::move(val)) {
+  TROUPE_CHECK(train_ && val_) << "BatchLoader needs both token files";
+}
+
+void BatchLoader::get_train_batch(uint64_t seed, int64_t step, int batch_size, int seq_len,
+                                  int32_t* inputs, int32_t* targets) const {
+  get_train_samples(seed, step, 0, batch_size, seq_len, inputs, targets);
+}
+
+void BatchLoader::get_train_samples(uint64_t seed, int64_t step, int64_t first_sample, int count,
+                                    int seq_len, int32_t* inputs, int32_t* targets) const {
+  TROUPE_CHECK(count >= 1 && seq_len >= 1 && first_sample >= 0)
+      << "count " << count << " seq_len " << seq_len << " first_sample " << first_sample;
+  const uint64_t n = train_->size();
+  TROUPE_USER_CHECK(n >= static_cast<uint64_t>(seq_len) + 1)
+      << "the train split ('" << train_->path() << "') has " << n << " tokens, fewer than "
+      << "train.seq_len + 1 = " << seq_len + 1 << "; use a bigger corpus or lower train.seq_len";
+  for (int i = 0; i < count; ++i) {
+    const uint64_t start = batch_sample_start(seed, step, first_sample + i, n, seq_len);
+    const size_t row = static_cast<size_t>(i) * static_cast<size_t>(seq_len);
+    copy_window(*train_, start, seq_len, inputs + row, targets + row);
+  }
+}
+
+uint64_t BatchLoader::val_windows(int seq_len) const {
+  TROUPE_CHECK(seq_len >= 1) << "seq_len " << seq_len;
+  const uint64_t n = val_->size();
+  return n == 0 ? 0 : (n - 1) / static_cast<uint64_t>(seq_len);
+}
+
+void BatchLoader::get_val_batch(int64_t batch_index, int batch_size, int seq_len, int32_t* inputs,
+                                int32_t* targets) const {
+  TROUPE_CHECK(batch_index >= 0 && batch_size >= 1) << "batch " << batch_index << " size " << batch_size;
+  get_val_samples(batch_index * batch_size, batch_size, seq_len, inputs, targets);
+}
+
+void BatchLoader::get_val_samples(int64_t first_window, int count, int seq_len, int32_t* inputs,
+                                  int32_t* targets) const {
+  TROUPE_CHECK(count >= 1 && seq_len >= 1 && first_window >= 0)
+      << "count " << count << " seq_len " << seq_len << " first_window " << first_window;
+  const uint64_t windows = val_windows(seq_len);
+  TROUPE_USER_CHECK(windows >= 1)
+      << "the validation split ('" << val_->path() << "') has " << val_->size()
+      << " tokens, fewer than train.seq_len + 1 = " << seq_len + 1
+      << "; raise data.val_fraction or lower train.seq_len";
+  for (int i = 0; i < count; ++i) {
+    const uint64_t w = (static_cast<uint64_t>(first_window) + static_cast<uint64_t>(i)) % windows;
+    const size_t row = static_cast<size_t>(i) * static_cast<size_t>(seq_len);
+    copy_window(*val_, w * static_cast<uint64_t>(seq_len), seq_len, inputs + row, targets + row);
+  }
+}
+
+}  // namespace troupe

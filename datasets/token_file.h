@@ -1,0 +1,88 @@
+// datasets/token_file.h — binary token files (train.bin, val.bin).
+//
+// Layout (little-endian), a 64-byte header then the tokens:
+//   offset  size  field
+//        0     8  magic "TRPTOK\0\0"
+//        8     4  u32 version = 1
+//       12     4  u32 dtype: 0 = u16 tokens (vocab_size <= 65536), 1 = u32 tokens
+//       16     8  u64 count: number of tokens
+//       24     8  u64 tokenizer hash (Tokenizer::hash(), FNV-1a 64 of the .model bytes)
+//       32     4  u32 vocab_size of that tokenizer
+//       36    28  zero
+//       64     -  count tokens, 2 or 4 bytes each
+// The file size is exactly 64 + count * (2 or 4) bytes. A corpus is stored as its
+// documents' tokens, each document followed by the end-of-text id.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+inline constexpr char kTokenFileMagic[8] = {'T', 'R', 'P', 'T', 'O', 'K', '\0', '\0'};
+inline constexpr uint32_t kTokenFileVersion = 1;
+inline constexpr size_t kTokenFileHeaderBytes = 64;
+
+enum class TokenDType : uint32_t { u16 = 0, u32 = 1 };
+
+// Writes `tokens` to `path` (u16 when vocab_size <= 65536, else u32), atomically: a
+// temporary file renamed over `path`, so `path` is never half-written.
+// Errors: Error when a token is outside [0, vocab_size) (a bug upstream); UserError when
+// the file cannot be written (names the file).
+void write_token_file(const std::string& path, std::span<const int32_t> tokens, int vocab_size,
+                      uint64_t tokenizer_hash);
+
+// A token file, memory-mapped read-only. Move-only; unmaps on destruction. Reads are
+// thread-safe.
+class TokenFile {
+ public:
+  // Opens and maps `path`, checks magic, version, dtype and that the size matches the
+  // header's count. Errors (UserError naming the file and the fix, "delete <folder> to
+  // re-tokenize"): missing file, truncated file, bad magic, unknown version or dtype.
+  explicit TokenFile(const std::string& path);
+  TokenFile(TokenFile&& other) noexcept;
+  TokenFile& operator=(TokenFile&& other) noexcept;
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  ~TokenFile();
+
+  // Number of tokens.
+  uint64_t size() const { return count_; }
+  // Token i (no bounds check; i < size()).
+  int32_t operator[](uint64_t i) const {
+    return dtype_ == TokenDType::u16 ? static_cast<int32_t>(u16_[i]) : static_cast<int32_t>(u32_[i]);
+  }
+  // Copies tokens [start, start + n) into out (n tokens). Errors: Error when out of range.
+  void read(uint64_t start, uint64_t n, int32_t* out) const;
+  // All tokens as int32 (count tokens; memory 4 bytes per token).
+  std::vector<int32_t> to_vector() const;
+  // counts[id] = occurrences of id, for ids < vocab_size (call validate first).
+  std::vector<uint64_t> counts(int vocab_size) const;
+
+  // Checks every token id is < vocab_size. Errors (UserError): names the file, the index
+  // and the id of the first bad token, and the fix (delete the cache folder to re-tokenize).
+  void validate(int vocab_size) const;
+  // Checks the file was written with the tokenizer whose hash is `tokenizer_hash`.
+  // Errors (UserError): names the file, both hashes and the fix.
+  void check_tokenizer(uint64_t tokenizer_hash) const;
+
+  TokenDType dtype() const { return dtype_; }
+  uint64_t tokenizer_hash() const { return tokenizer_hash_; }
+  int vocab_size() const { return vocab_size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void unmap() noexcept;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  const uint16_t* u16_ = nullptr;
+  const uint32_t* u32_ = nullptr;
+  TokenDType dtype_ = TokenDType::u16;
+  uint64_t count_ = 0;
+  uint64_t tokenizer_hash_ = 0;
+  int vocab_size_ = 0;
+};
+
+}  // namespace troupe

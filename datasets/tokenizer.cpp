@@ -1,0 +1,305 @@
+// datasets/tokenizer.cpp — see tokenizer.h.
+#include "datasets/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.h"
+
+// Exported by libsentencepiece but not declared in its public headers (0.1.9x):
+// 0 = info, 1 = warning, 2 = error. The trainer logs a lot at info level.
+namespace sentencepiece::logging {
+int GetMinLogLevel();
+void SetMinLogLevel(int v);
+}  // namespace sentencepiece::logging
+
+namespace troupe {
+
+namespace {
+
+constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581 '▁'
+constexpr const char* kEotPiece = "<|endoftext|>";
+
+// Feeds SentencePiece's trainer every byte of the documents except the newlines: one
+// sentence per non-empty line, long lines cut into pieces of at most kMaxTrainSentenceBytes
+// before a space (the space starts the next piece, as it starts a word for BPE), or at a
+// UTF-8 character boundary when a line has no space near the limit.
+class DocSentenceIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit DocSentenceIterator(const std::vector<std::string>& docs) : docs_(docs) { advance(); }
+  bool done() const override { return done_; }
+  void Next() override { advance(); }
+  const std::string& value() const override { return cur_; }
+  sentencepiece::util::Status status() const override { return {}; }
+  size_t sentences() const { return sentences_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void advance() {
+    constexpr size_t K = Tokenizer::kMaxTrainSentenceBytes;
+    while (doc_ < docs_.size()) {
+      const std::string& d = docs_[doc_];
+      if (pos_ >= d.size()) {
+        ++doc_;
+        pos_ = 0;
+        continue;
+      }
+      size_t eol = d.find('\n', pos_);
+      if (eol == std::string::npos) eol = d.size();
+      if (eol == pos_) {  // empty line
+        ++pos_;
+        continue;
+      }
+      size_t cut = eol;
+      if (eol - pos_ > K) {
+        cut = d.rfind(' ', pos_ + K);
+        if (cut == std::string::npos || cut <= pos_ + K / 2) {
+          cut = pos_ + K;
+          while ((static_cast<unsigned char>(d[cut]) & 0xC0) == 0x80) --cut;
+        }
+      }
+      cur_.assign(d, pos_, cut - pos_);
+      pos_ = cut == eol ? eol + 1 : cut;
+      ++sentences_;
+      bytes_ += cur_.size();
+      return;
+    }
+    done_ = true;
+    cur_.clear();
+  }
+
+  const std::vector<std::string>& docs_;
+  size_t doc_ = 0;
+  size_t pos_ = 0;
+  std::string cur_;
+  bool done_ = false;
+  size_t sentences_ = 0;
+  size_t bytes_ = 0;
+};
+
+// Number of distinct code points SentencePiece will count as characters: every code point
+// of the text except '\n' (not fed), with ' ' counted as '▁' (what the trainer sees).
+size_t distinct_chars(const std::vector<std::string>& docs) {
+  std::vector<bool> seen(0x110000, false);
+  size_t n = 0;
+  auto mark = [&](uint32_t cp) {
+    if (!seen[cp]) {
+      seen[cp] = true;
+      ++n;
+    }
+  };
+  for (const auto& d : docs) {
+    const auto* s = reinterpret_cast<const unsigned char*>(d.data());
+    for (size_t i = 0; i < d.size();) {
+      const unsigned c = s[i];
+      uint32_t cp;
+      size_t len;
+      if (c < 0x80) cp = c, len = 1;
+      else if (c < 0xE0) cp = c & 0x1F, len = 2;
+      else if (c < 0xF0) cp = c & 0x0F, len = 3;
+      else cp = c & 0x07, len = 4;
+      for (size_t k = 1; k < len && i + k < d.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
+      i += len;
+      if (cp == '\n') continue;
+      if (cp == ' ') cp = 0x2581;
+      if (cp < 0x110000) mark(cp);
+    }
+  }
+  return n;
+}
+
+// Serialises SentencePiece's process-global log level while training.
+std::mutex g_train_mutex;
+
+}  // namespace
+
+Tokenizer::Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size,
+                      const std::string& model_prefix, const DataLogFn& progress) {
+  for (const auto& d : train_docs) {
+    const size_t bad = find_invalid_utf8(d);
+    TROUPE_USER_CHECK(bad == std::string::npos)
+        << "tokenizer training text is not valid UTF-8 (byte offset " << bad
+        << " of a document); convert the corpus to UTF-8";
+  }
+  const size_t chars = distinct_chars(train_docs);
+  TROUPE_USER_CHECK(chars > 0) << "the tokenizer's training split holds no text; use a corpus "
+                               << "with text in it (data.corpus)";
+  const int min_vocab = std::max<int>(kMinVocabSize, 2 + 256 + static_cast<int>(chars));
+  TROUPE_USER_CHECK(vocab_size >= min_vocab)
+      << "model.vocab_size = " << vocab_size << " is too small for this corpus: the tokenizer "
+      << "needs at least " << min_vocab << " pieces (2 special + 256 byte-fallback + " << chars
+      << " distinct characters); set model.vocab_size >= " << min_vocab;
+
+  std::unordered_map<std::string, std::string> args = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      {"normalization_rule_name", "identity"},
+      {"byte_fallback", "true"},
+      {"add_dummy_prefix", "false"},
+      {"remove_extra_whitespaces", "false"},
+      {"split_digits", "true"},
+      {"character_coverage", "1.0"},
+      {"unk_id", "0"},
+      {"eos_id", "1"},
+      {"eos_piece", kEotPiece},
+      {"bos_id", "-1"},
+      {"pad_id", "-1"},
+      // Our sentences are <= kMaxTrainSentenceBytes; the margin covers ' ' -> '▁' (3 bytes).
+      {"max_sentence_length", std::to_string(4 * kMaxTrainSentenceBytes)},
+      {"input_sentence_size", "0"},  // use every sentence
+      {"shuffle_input_sentence", "false"},
+      {"num_threads", "2"},
+      {"hard_vocab_limit", "true"},
+  };
+
+  DocSentenceIterator it(train_docs);
+  std::string model;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (progress) {
+    size_t bytes = 0;
+    for (const auto& d : train_docs) bytes += d.size();
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "training BPE tokenizer: vocab %d, %zu documents, %.1f MB, %zu characters",
+                  vocab_size, train_docs.size(), static_cast<double>(bytes) / 1e6, chars);
+    progress(line);
+  }
+  sentencepiece::util::Status status;
+  {
+    std::lock_guard<std::mutex> lock(g_train_mutex);
+    const int old_level = sentencepiece::logging::GetMinLogLevel();
+    sentencepiece::logging::SetMinLogLevel(2);
+    status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
+    sentencepiece::logging::SetMinLogLevel(old_level);
+  }
+  TROUPE_USER_CHECK(status.ok())
+      << "tokenizer training failed: " << status.ToString() << " (model.vocab_size = "
+      << vocab_size << "; lower it or use a bigger corpus)";
+  const std::string path = model_prefix + ".model";
+  write_file_atomic(path, model);
+
+  const Tokenizer tok = load(path);
+  TROUPE_CHECK(tok.vocab_size() == vocab_size)
+      << "trained tokenizer has " << tok.vocab_size() << " pieces, asked for " << vocab_size;
+  TROUPE_CHECK(tok.eot_id() == 1) << "end-of-text id is " << tok.eot_id();
+  if (progress) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char line[256];
+    std::snprintf(line, sizeof line, "trained tokenizer in %.1f s (%zu sentences) -> %s", s,
+                  it.sentences(), path.c_str());
+    progress(line);
+  }
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  const std::string bytes = read_file_bytes(path, "tokenizer model");
+  Tokenizer t;
+  t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = t.sp_->LoadFromSerializedProto(bytes);
+  TROUPE_USER_CHECK(status.ok())
+      << "'" << path << "' is not a SentencePiece model (" << status.ToString()
+      << "); point data.tokenizer at a .model file, or leave it empty to train one";
+  t.path_ = path;
+  t.hash_ = fnv1a64(bytes);
+
+  const int n = t.sp_->GetPieceSize();
+  t.pieces_.resize(static_cast<size_t>(n));
+  t.bytes_.resize(static_cast<size_t>(n));
+  for (int b = 0; b < 256; ++b) t.byte_id_[b] = -1;
+  for (int id = 0; id < n; ++id) {
+    const std::string& p = t.sp_->IdToPiece(id);
+    t.pieces_[id] = p;
+    std::string& out = t.bytes_[id];
+    if (t.sp_->IsByte(id)) {
+      unsigned v = 0;
+      TROUPE_USER_CHECK(p.size() == 6 && std::sscanf(p.c_str(), "<0x%2X>", &v) == 1)
+          << "tokenizer model '" << path << "' has a malformed byte piece '" << p << "'";
+      out.assign(1, static_cast<char>(v));
+      t.byte_id_[v] = id;
+    } else if (t.sp_->IsUnknown(id)) {
+      out = "\xEF\xBF\xBD";
+    } else if (t.sp_->IsControl(id)) {
+      out = p;
+    } else {
+      for (size_t i = 0; i < p.size();) {
+        if (p.compare(i, kSpaceSymbol.size(), kSpaceSymbol) == 0) {
+          out.push_back(' ');
+          i += kSpaceSymbol.size();
+        } else {
+          out.push_back(p[i++]);
+        }
+      }
+    }
+  }
+  for (int b = 0; b < 256; ++b)
+    TROUPE_USER_CHECK(t.byte_id_[b] >= 0)
+        << "tokenizer model '" << path << "' has no byte-fallback piece for byte " << b
+        << ", so text would not round-trip exactly; train it with byte_fallback=true, or leave "
+        << "data.tokenizer empty to train one";
+  t.eot_id_ = t.sp_->eos_id();
+  TROUPE_USER_CHECK(t.eot_id_ >= 0 && t.eot_id_ < n)
+      << "tokenizer model '" << path << "' has no end-of-text (eos) piece; train it with "
+      << "eos_id >= 0, or leave data.tokenizer empty to train one";
+
+  // A model that normalises text or adds a dummy prefix would not give back the bytes.
+  const std::string probe = "  Hello,\tworld!\n\n  caf\xC3\xA9 \xF0\x9F\x98\x80 \xE6\xBC\xA2 42  ";
+  TROUPE_USER_CHECK(t.decode(t.encode(probe)) == probe)
+      << "tokenizer model '" << path << "' does not give back the exact text it encodes (it "
+      << "normalises text, adds a dummy prefix or collapses spaces); train it with "
+      << "normalization_rule_name=identity, add_dummy_prefix=false, remove_extra_whitespaces="
+      << "false, byte_fallback=true, or leave data.tokenizer empty to train one";
+  return t;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  const size_t bad = find_invalid_utf8(text);
+  TROUPE_USER_CHECK(bad == std::string_view::npos)
+      << "text to encode is not valid UTF-8 (bad byte at offset " << bad << ")";
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 16);
+  std::vector<int> ids;
+  // SentencePiece would decode a literal '▁' as ' ': send it through byte pieces instead.
+  while (!text.empty()) {
+    const size_t at = text.find(kSpaceSymbol);
+    const std::string_view seg = text.substr(0, at);
+    if (!seg.empty()) {
+      const auto status = sp_->Encode(seg, &ids);
+      TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    if (at == std::string_view::npos) break;
+    for (char c : kSpaceSymbol) out.push_back(byte_id_[static_cast<unsigned char>(c)]);
+    text.remove_prefix(at + kSpaceSymbol.size());
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  out.reserve(ids.size() * 4);
+  const auto n = static_cast<int32_t>(bytes_.size());
+  for (int32_t id : ids) {
+    TROUPE_CHECK(id >= 0 && id < n) << "token id " << id << " outside the vocabulary [0, " << n << ")";
+    out += bytes_[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
+const std::string& Tokenizer::piece(int32_t id) const {
+  TROUPE_CHECK(id >= 0 && id < vocab_size()) << "token id " << id << " outside the vocabulary";
+  return pieces_[static_cast<size_t>(id)];
+}
+
+}  // namespace troupe
