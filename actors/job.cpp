@@ -137,6 +137,8 @@ class Coordinator {
     };
 
     JobResult res;
+    res.peak_flops = peak;
+    res.flops_per_token = flops_per_token;
     double train_s = 0;
     int64_t train_tokens = 0;
     const int steps = cfg_.train.steps;
@@ -163,6 +165,7 @@ class Coordinator {
       train_tokens += (int64_t)B * T;
       res.losses.push_back(loss);
       res.grad_norms.push_back(norm);
+      res.step_ms.push_back(dt * 1e3);
       if (k == 1 && !ctx_.quiet)
         for (int s = 0; s < P_; ++s)
           spdlog::info("stage {}: activation buffers {}", s, human_bytes((double)act_bytes_[s]));

@@ -27,6 +27,9 @@ struct JobContext {
 struct JobResult {
   std::vector<double> losses;      // training loss of every step
   std::vector<double> grad_norms;
+  std::vector<double> step_ms;     // wall time of every step
+  double peak_flops = 0;           // measured peak of the cores used (MFU denominator)
+  double flops_per_token = 0;      // 6 N + 12 L T C
   std::vector<std::pair<int, double>> val_losses;  // (step, loss)
   double final_val_loss = 0;
   double tokens_per_s = 0;         // training tokens per second over all steps

@@ -23,17 +23,26 @@ double crossentropy_forward_backward(float* logits, float* losses, const int32_t
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
     for (int j = 0; j < V; ++j) maxv = l[j] > maxv ? l[j] : maxv;
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; ++j) sum += fast_expf(l[j] - maxv);
     const int tgt = targets[i];
-    losses[i] = std::log(sum) + maxv - l[tgt];
+    const float target_logit = l[tgt];
+    float sum = 0.f;
     if (dloss != 0.0f) {
-      const float inv = 1.0f / sum;
+      // keep exp(l - max) in place: the backward pass scales it instead of recomputing
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) {
+        const float e = fast_expf(l[j] - maxv);
+        l[j] = e;
+        sum += e;
+      }
+      const float scale = dloss / sum;
 #pragma omp simd
-      for (int j = 0; j < V; ++j) l[j] = fast_expf(l[j] - maxv) * inv * dloss;
+      for (int j = 0; j < V; ++j) l[j] *= scale;
       l[tgt] -= dloss;
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) sum += fast_expf(l[j] - maxv);
     }
+    losses[i] = std::log(sum) + maxv - target_logit;
   });
   double total = 0.0;
   for (int64_t i = 0; i < BT; ++i) total += losses[i];

@@ -1,0 +1,32 @@
+# troupe — the README's commands. Each target installs what is missing first.
+BUILD ?= build
+CONFIG ?= configs/sotu.toml
+JOBS ?= $(shell nproc)
+
+.PHONY: setup build data train test bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt | setup
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+data: build
+	bash scripts/get-corpus.sh data/sotu.txt
+	$(BUILD)/troupe tokenize --config $(CONFIG)
+
+train: data
+	$(BUILD)/troupe train --config $(CONFIG)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 900
+
+bench: build
+	@bash scripts/setup.sh --reference
+	bash bench/run.sh
+
+clean:
+	rm -rf $(BUILD)
