@@ -143,5 +143,9 @@ int main(int argc, char** argv) {
   printf("\n%-26s", "max |err|/sqrt(K)");
   for (size_t li = 0; li < libs.size(); ++li) printf(" %10.2e", worst_err[li]);
   printf("\n");
+  // one JSON line for bench/run.sh
+  printf("{\"name\": \"gemm_library_single_thread\"");
+  for (size_t li = 0; li < libs.size(); ++li) printf(", \"%s\": %.1f", libs[li].name.c_str(), total_flop / total_time[li] / 1e9);
+  printf("}\n");
   return 0;
 }

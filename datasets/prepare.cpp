@@ -251,6 +251,11 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     } catch (const std::exception& e) {
       problem = e.what();
     }
+    // A committed cache whose files do not match its meta.json was damaged after it was
+    // written: refuse (naming the file) rather than silently rewrite what is there.
+    if (!problem.empty())
+      throw UserError("the data cache " + p.dir + " is damaged: " + problem +
+                      (problem.find("delete") == std::string::npos ? "; delete that folder to rebuild it" : ""));
   }
 
   if (problem.empty()) {

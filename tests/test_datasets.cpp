@@ -488,10 +488,19 @@ TEST_CASE("prepare: tokenizer + token files, cached and reused", "[datasets]") {
   CHECK(again.tokenizer_hash == p.tokenizer_hash);
   CHECK(again.unigram_entropy == p.unigram_entropy);
 
-  // A truncated token file is detected and rebuilt, with identical content. (Copy the
-  // tokens first: `train` maps the very inode that resize_file shortens.)
+  // A truncated token file in a committed cache is refused, naming the file (nothing is
+  // silently rewritten); deleting the folder rebuilds identical content. (Copy the tokens
+  // first: `train` maps the very inode that resize_file shortens.)
   const std::vector<int32_t> train_tokens = train.to_vector();
   fs::resize_file(p.train_path, fs::file_size(p.train_path) - 2);
+  try {
+    troupe::prepare_data(cfg, 512);
+    FAIL("a damaged cache was accepted");
+  } catch (const troupe::UserError& e) {
+    CHECK(std::string(e.what()).find("train.bin") != std::string::npos);
+    CHECK(std::string(e.what()).find("delete") != std::string::npos);
+  }
+  fs::remove_all(p.dir);
   const auto rebuilt = troupe::prepare_data(cfg, 512);
   CHECK_FALSE(rebuilt.from_cache);
   CHECK(rebuilt.tokenizer_hash == p.tokenizer_hash);  // training is deterministic

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# make bench: troupe against PyTorch and the GEMM libraries, measured in one run.
+# Prints a table and writes bench/out/results.json: a list of
+#   {"name", "value", "unit", "higher_is_better", "reference", "reference_value", "ratio"}
+# with ratio = value / reference_value.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+OUT=bench/out
+mkdir -p "$OUT"
+PY=/usr/bin/python3   # Debian's python3 (python3-torch); not a pyenv one first on PATH
+ARGS="--n_layer 4 --n_embd 256 --n_head 4 --seq_len 128 --vocab_size 8192 --batch_size 16"
+
+echo "== GEMM libraries, single thread, model shapes (bench/gemm_bench)"
+"$BUILD/gemm_bench" --bt 2048 | tee "$OUT/gemm.txt"
+echo "== troupe training step, PP=1, 2 threads (bench/train_bench)"
+"$BUILD/train_bench" $ARGS --threads 2 --warmup 3 --iters 10 | tee "$OUT/troupe.jsonl"
+echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
+  "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
+
+"$PY" - "$OUT" <<'PYEOF'
+import json, sys
+out = sys.argv[1]
+tr = {}
+for line in open(f"{out}/troupe.jsonl"):
+    j = json.loads(line); tr[j["name"]] = j
+gl = [json.loads(l) for l in open(f"{out}/gemm.txt") if l.startswith("{")][0]
+th = json.loads(open(f"{out}/torch.json").read())
+step = tr["train_step"]
+flops_tok = step["flops_per_token"]; peak = step["peak_gflops"] * 1e9
+ref_name = "pytorch-%s-cpu" % th["torch"].split("a0")[0].rsplit(".", 1)[0]
+res = []
+def add(name, value, unit, hib, ref, refv):
+    res.append({"name": name, "value": value, "unit": unit, "higher_is_better": hib,
+                "reference": ref, "reference_value": refv, "ratio": value / refv})
+add("train_step_tokens_per_s", step["tokens_per_s"], "tokens/s", True, ref_name, th["tokens_per_s"])
+add("train_step_ms", step["ms_per_step"], "ms", False, ref_name, th["ms_per_step"])
+add("train_step_mfu", step["mfu"], "fraction of measured peak", True, ref_name, th["tokens_per_s"] * flops_tok / peak)
+g = tr["gemm_all"]
+add("gemm_gflops_model_shapes_2_threads", g["troupe_gflops"], "GFLOP/s", True, "onednn-2.6-sgemm-2-threads", g["library_gflops"])
+best = max((v, k) for k, v in gl.items() if k != "name")
+add("gemm_library_best_single_thread", best[0], "GFLOP/s", True, "openblas-0.3.21-haswell-single-thread", gl["openblas"])
+json.dump(res, open(f"{out}/results.json", "w"), indent=2)
+print()
+print(f"{'benchmark':38} {'value':>12} {'unit':>12}   {'reference':32} {'ref value':>12} {'ratio':>7}")
+for r in res:
+    print(f"{r['name']:38} {r['value']:12.4g} {r['unit'][:12]:>12}   {r['reference']:32} {r['reference_value']:12.4g} {r['ratio']:7.3f}")
+print(f"\nbest single-thread library: {best[1]} ({best[0]:.0f} GFLOP/s); wrote {out}/results.json")
+PYEOF
