@@ -108,20 +108,17 @@ class Worker {
     else os << " from the data actor";
     return os.str();
   }
-  Tensor take_tensor(int kind, int64_t k, int mb) {
+  // Waits for the (kind, step, microbatch) message and removes it from the inbox.
+  template <class T>
+  T take(std::map<Key, T>& box, int kind, int64_t k, int mb) {
     Key key{kind, k, mb};
-    wait_until([&] { return tensors_.count(key) > 0; }, describe(kind, k, mb));
-    Tensor t = std::move(tensors_[key]);
-    tensors_.erase(key);
-    return t;
+    wait_until([&] { return box.count(key) > 0; }, describe(kind, k, mb));
+    T v = std::move(box[key]);
+    box.erase(key);
+    return v;
   }
-  TokenBlock take_block(int kind, int64_t k, int mb) {
-    Key key{kind, k, mb};
-    wait_until([&] { return blocks_.count(key) > 0; }, describe(kind, k, mb));
-    TokenBlock b = std::move(blocks_[key]);
-    blocks_.erase(key);
-    return b;
-  }
+  Tensor take_tensor(int kind, int64_t k, int mb) { return take(tensors_, kind, k, mb); }
+  TokenBlock take_block(int kind, int64_t k, int mb) { return take(blocks_, kind, k, mb); }
 
   void run_step(int64_t k, int kind) {
     const bool train = kind == 0;
