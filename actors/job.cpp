@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/peak.h"
 #include "optimizer/optimizer.h"
+#include "stages/schedule.h"
 #include "stages/stage.h"
 
 namespace troupe {
@@ -83,27 +84,34 @@ class Coordinator {
     const int B = cfg_.train.batch_size, T = cfg_.train.seq_len;
     const int cores = cfg_.train.threads > 0 ? cfg_.train.threads : std::max(1u, std::thread::hardware_concurrency());
     const int per_worker = std::max(1, cores / P_);
-    auto bounds = partition_layers(gpt_, P_);
+    const int V = p.chunks;
+    auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, P_, M_, V));
+    validate_schedule(*sched);
+    auto bounds = partition_layers(gpt_, P_ * V);
     if (!ctx_.quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
                    m.n_head, m.n_embd, m.block_size, m.vocab_size, gpt_.n_params(), gpt_.n_params_no_wpe());
-      spdlog::info("layout: PP={} (1F1B), M={} microbatches of {} sequences x {} tokens, {} thread(s) per worker", P_,
-                   M_, B / M_, T, per_worker);
+      spdlog::info("layout: PP={} x {} chunk(s), schedule {}, M={} microbatches of {} sequences x {} tokens, {} thread(s) per worker",
+                   P_, V, sched->name, M_, B / M_, T, per_worker);
     }
     // stages and workers
     for (int s = 0; s < P_; ++s) {
-      auto st = std::make_shared<Stage>(gpt_, s, P_, bounds[s], bounds[s + 1], cfg_.train.seed);
-      if (!ctx_.quiet) {
-        size_t pb = 0;
-        int64_t n = 0;
-        for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
-        bool uneven = (bounds[s + 1] - bounds[s]) != m.n_layer / P_ || m.n_layer % P_;
-        spdlog::info("stage {}: layers [{}, {}){}{}{} — {} parameters; params+grads+AdamW state {}", s, bounds[s],
-                     bounds[s + 1], st->first() ? " + embeddings" : "", st->last() ? " + ln_f/LM head" : "",
-                     uneven ? " (uneven split, balanced by FLOPs)" : "", n, human_bytes(4.0 * pb));
-      }
       WorkerArgs wa;
-      wa.stage = st;
+      wa.pp_rank = s;
+      size_t pb = 0;
+      int64_t n = 0;
+      std::string layers;
+      for (int c = 0; c < V; ++c) {
+        const int v = c * P_ + s;
+        auto st = std::make_shared<Stage>(gpt_, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed);
+        for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
+        layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1], st->first() ? " + embeddings" : "",
+                              st->last() ? " + ln_f/LM head" : "");
+        wa.chunks.push_back(st);
+      }
+      if (!ctx_.quiet)
+        spdlog::info("stage {}: layers {} — {} parameters; params+grads+AdamW state {}", s, layers, n, human_bytes(4.0 * pb));
+      wa.schedule = sched;
       wa.P = P_;
       wa.M = M_;
       wa.B = B / M_;
@@ -116,6 +124,12 @@ class Coordinator {
       auto w = sys_->spawn(stage_worker, wa);
       (*self_)->monitor(w);
       workers_.push_back(w);
+    }
+    if (!ctx_.quiet && P_ * V > 1) {
+      bool even = true;
+      for (int v = 0; v < P_ * V; ++v) even = even && bounds[v + 1] - bounds[v] == bounds[1] - bounds[0];
+      if (!even) spdlog::info("layers split unevenly to balance FLOPs (the LM head counts as {:.1f} blocks)",
+                              (double)m.vocab_size / (12.0 * m.n_embd));
     }
     data_ = sys_->spawn(data_actor, ctx_, workers_.front(), workers_.back(), M_, B, T,
                         caf::actor_cast<caf::actor>(*self_));

@@ -10,14 +10,16 @@
 //   data actor  -> stage 0      (tokens_atom, k, mb, TokenBlock)     for every microbatch
 //   data actor  -> stage P-1    (targets_atom, k, mb, TokenBlock)
 //   coordinator -> every worker (step_atom, k, kind)
-//   worker s    -> worker s+1   (act_atom, k, mb, Tensor (B,T,C))    F(mb)
-//   worker s    -> worker s-1   (grad_atom, k, mb, Tensor (B,T,C))   B(mb)
+//   worker      -> worker       (act_atom, k, mb, chunk, Tensor (B,T,C))   F(mb, chunk)
+//   worker      -> worker       (grad_atom, k, mb, chunk, Tensor (B,T,C))  B(mb, chunk)
+//               `chunk` is the receiving chunk: virtual stage v = chunk*P + s sends
+//               activations to v+1 and gradients to v-1 (stages/schedule.h).
 //   train only: stage 0 <-> stage P-1 (tied_atom, k, Tensor (V,C)): the other side's
 //               tied-embedding gradient; worker -> coordinator (norm_atom, k, NormReport);
 //               coordinator -> workers (clip_atom, k, grad_scale, lr); AdamW.
 //   worker      -> coordinator  (done_atom, k, StepReport)
-// Inference: coordinator -> stage 0 (infer_atom, id, TokenBlock); stages pass
-// (infer_atom, id, Tensor) on; stage P-1 -> coordinator (logits_atom, id, vector<float>).
+// Inference: coordinator -> stage 0 (infer_atom, id, TokenBlock); virtual stages pass
+// (infer_atom, id, chunk, Tensor) on; the last -> coordinator (logits_atom, id, vector<float>).
 // A worker that fails sends (fail_atom, stage, message) to the coordinator and exits.
 #pragma once
 #include <caf/all.hpp>

@@ -5,7 +5,6 @@
 #include <map>
 #include <sstream>
 #include <tuple>
-#include <variant>
 
 #include "core/error.h"
 #include "kernels/parallel.h"
@@ -20,10 +19,10 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 enum Kind { kTokens, kTargets, kAct, kGrad, kTied };
 const char* kind_name(int k) {
-  static const char* n[] = {"tokens", "targets", "activation", "gradient", "tied-embedding gradient"};
+  static const char* n[] = {"tokens", "targets", "activation", "output gradient", "tied-embedding gradient"};
   return n[k];
 }
-using Key = std::tuple<int, int64_t, int>;  // (kind, step, microbatch)
+using Key = std::tuple<int, int64_t, int, int>;  // (kind, step, microbatch, chunk)
 
 struct Control {
   enum { step, infer_tokens, infer_act, stop, dump } what;
@@ -31,12 +30,14 @@ struct Control {
   int kind = 0;
   TokenBlock block;
   Tensor act;
+  int chunk = 0;
 };
 
 class Worker {
  public:
-  Worker(caf::blocking_actor* self, WorkerArgs a) : self_(self), a_(std::move(a)), st_(*a_.stage) {
-    opt_.resize(st_.params().size());
+  Worker(caf::blocking_actor* self, WorkerArgs a) : self_(self), a_(std::move(a)), s_(a_.pp_rank), V_((int)a_.chunks.size()) {
+    for (auto& c : a_.chunks) opt_.emplace_back(c->params().size());
+    forward_only_ = schedule_forward_only(a_.M, V_);
   }
 
   void run() {
@@ -49,15 +50,19 @@ class Worker {
       switch (c.what) {
         case Control::stop: return;
         case Control::step: run_step(c.k, c.kind); break;
-        case Control::infer_tokens: infer(c.k, c.block.T, c.block.ids->data(), Tensor()); break;
-        case Control::infer_act: infer(c.k, (int)c.act.dim(1), nullptr, c.act); break;
+        case Control::infer_tokens: infer(c.k, 0, c.block.T, c.block.ids->data(), Tensor()); break;
+        case Control::infer_act: infer(c.k, c.chunk, (int)c.act.dim(1), nullptr, c.act); break;
         case Control::dump: dump(); break;
       }
     }
   }
 
  private:
-  int s() const { return st_.index(); }
+  Stage& chunk(int c) { return *a_.chunks[c]; }
+  int virt(int c) const { return c * a_.P + s_; }
+  // Worker and chunk of virtual stage v.
+  caf::actor& worker_of(int v) { return peers_[v % a_.P]; }
+  static int chunk_of(int v, int P) { return v / P; }
 
   // Receives messages into the inbox until pred() holds; throws past the deadline.
   template <class Pred>
@@ -65,13 +70,14 @@ class Worker {
     auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
     while (!pred()) {
-      if (aborted_) throw Error("stage " + std::to_string(s()) + " stopped by the coordinator while waiting for " + what);
+      if (aborted_) throw Error("stage " + std::to_string(s_) + " stopped by the coordinator while waiting for " + what);
       auto left = deadline - Clock::now();
       bool timed_out = left <= Clock::duration::zero();
-      if (!timed_out) receive_one(std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1), timed_out);
+      if (!timed_out)
+        receive_one(std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1), timed_out);
       if (timed_out && !pred()) {
         std::ostringstream os;
-        os << "stage " << s() << " waited " << a_.timeout_s << " s for " << what
+        os << "stage " << s_ << " waited " << a_.timeout_s << " s for " << what
            << " and none came (raise train.timeout_s if the steps are legitimately this slow)";
         throw Error(os.str());
       }
@@ -82,118 +88,175 @@ class Worker {
   void receive_one(std::chrono::milliseconds left, bool& timed_out) {
     self_->receive(
         [&](wire_atom, const std::vector<caf::actor>& peers) { peers_ = peers; },
-        [&](tokens_atom, int64_t k, int mb, const TokenBlock& b) { blocks_[{kTokens, k, mb}] = b; },
-        [&](targets_atom, int64_t k, int mb, const TokenBlock& b) { blocks_[{kTargets, k, mb}] = b; },
-        [&](act_atom, int64_t k, int mb, const Tensor& t) { tensors_[{kAct, k, mb}] = t; },
-        [&](grad_atom, int64_t k, int mb, const Tensor& t) { tensors_[{kGrad, k, mb}] = t; },
-        [&](tied_atom, int64_t k, const Tensor& t) { tensors_[{kTied, k, 0}] = t; },
+        [&](tokens_atom, int64_t k, int mb, const TokenBlock& b) { blocks_[{kTokens, k, mb, 0}] = b; },
+        [&](targets_atom, int64_t k, int mb, const TokenBlock& b) { blocks_[{kTargets, k, mb, V_ - 1}] = b; },
+        [&](act_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kAct, k, mb, c}] = t; },
+        [&](grad_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kGrad, k, mb, c}] = t; },
+        [&](tied_atom, int64_t k, const Tensor& t) { tensors_[{kTied, k, 0, 0}] = t; },
         [&](clip_atom, int64_t k, float scale, double lr) { clip_[k] = {scale, lr}; },
-        [&](step_atom, int64_t k, int kind) { control_.push_back({Control::step, k, kind, {}, {}}); },
-        [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}}); },
-        [&](infer_atom, int64_t id, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t}); },
-        [&](dump_atom) { control_.push_back({Control::dump, 0, 0, {}, {}}); },
+        [&](step_atom, int64_t k, int kind) { control_.push_back({Control::step, k, kind, {}, {}, 0}); },
+        [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}, 0}); },
+        [&](infer_atom, int64_t id, int c, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t, c}); },
+        [&](dump_atom) { control_.push_back({Control::dump, 0, 0, {}, {}, 0}); },
         [&](stop_atom) {
           aborted_ = true;
-          control_.push_back({Control::stop, 0, 0, {}, {}});
+          control_.push_back({Control::stop, 0, 0, {}, {}, 0});
         },
         caf::after(left) >> [&] { timed_out = true; });
   }
 
-  std::string describe(int kind, int64_t k, int mb) const {
+  std::string describe(int kind, int64_t k, int mb, int c) const {
     std::ostringstream os;
     os << "the " << kind_name(kind) << " of step " << k;
-    if (kind != kTied) os << " microbatch " << mb;
-    int from = kind == kAct ? s() - 1 : kind == kGrad ? s() + 1 : kind == kTied ? (st_.first() ? a_.P - 1 : 0) : -1;
-    if (from >= 0) os << " from stage " << from;
+    if (kind != kTied) os << " microbatch " << mb << " for chunk " << c;
+    const int v = virt(c), PV = a_.P * V_;
+    int from = kind == kAct ? v - 1 : kind == kGrad ? v + 1 : -1;
+    if (kind == kTied) os << " from stage " << (s_ == 0 ? a_.P - 1 : 0);
+    else if (from >= 0 && from < PV) os << " from stage " << from % a_.P << " (chunk " << from / a_.P << ")";
     else os << " from the data actor";
     return os.str();
   }
-  // Waits for the (kind, step, microbatch) message and removes it from the inbox.
+  // Waits for the (kind, step, microbatch, chunk) message and removes it from the inbox.
   template <class T>
-  T take(std::map<Key, T>& box, int kind, int64_t k, int mb) {
-    Key key{kind, k, mb};
-    wait_until([&] { return box.count(key) > 0; }, describe(kind, k, mb));
+  T take(std::map<Key, T>& box, int kind, int64_t k, int mb, int c) {
+    Key key{kind, k, mb, c};
+    wait_until([&] { return box.count(key) > 0; }, describe(kind, k, mb, c));
     T v = std::move(box[key]);
     box.erase(key);
     return v;
   }
-  Tensor take_tensor(int kind, int64_t k, int mb) { return take(tensors_, kind, k, mb); }
-  TokenBlock take_block(int kind, int64_t k, int mb) { return take(blocks_, kind, k, mb); }
+
+  // Sends an activation (forward) or gradient (backward) to virtual stage `to`; a message
+  // to this worker's own chunk goes straight into the inbox.
+  void route(bool forward, int64_t k, int mb, int to, Tensor t) {
+    const int c = chunk_of(to, a_.P);
+    if (to % a_.P == s_) {
+      tensors_[{forward ? kAct : kGrad, k, mb, c}] = std::move(t);
+      return;
+    }
+    if (forward) self_->send(worker_of(to), act_atom::value, k, mb, c, std::move(t));
+    else self_->send(worker_of(to), grad_atom::value, k, mb, c, std::move(t));
+  }
 
   void run_step(int64_t k, int kind) {
     const bool train = kind == 0;
     wait_s_ = 0;
-    double compute_s = 0;
-    double loss_sum = 0;
+    double compute_s = 0, loss_sum = 0;
     int64_t tokens = 0;
-    const auto actions = train ? schedule_1f1b(a_.P, s(), a_.M) : schedule_forward_only(a_.M);
-    for (const Action& act : actions) {
+    const int PV = a_.P * V_;
+    const bool split = a_.schedule->split_backward;
+    for (const Action& act : (train ? a_.schedule->stages[s_] : forward_only_)) {
+      const int c = act.chunk, v = virt(c);
+      Stage& st = chunk(c);
       if (act.kind == Action::F) {
         TokenBlock tok, tgt;
         Tensor in;
-        if (st_.first()) tok = take_block(kTokens, k, act.mb);
-        else in = take_tensor(kAct, k, act.mb);
-        if (st_.last()) tgt = take_block(kTargets, k, act.mb);
+        if (v == 0) tok = take(blocks_, kTokens, k, act.mb, 0);
+        else in = take(tensors_, kAct, k, act.mb, c);
+        if (v == PV - 1) tgt = take(blocks_, kTargets, k, act.mb, c);
         auto t0 = Clock::now();
-        Tensor out = st_.forward(act.mb, a_.B, a_.T, tok.ids ? tok.ids->data() : nullptr, in,
-                                 tgt.ids ? tgt.ids->data() : nullptr, a_.dloss, &loss_sum, train);
+        Tensor out = st.forward(act.mb, a_.B, a_.T, tok.ids ? tok.ids->data() : nullptr, in,
+                                tgt.ids ? tgt.ids->data() : nullptr, a_.dloss, &loss_sum, train);
         compute_s += seconds_since(t0);
-        if (st_.last()) tokens += (int64_t)a_.B * a_.T;
-        else self_->send(peers_[s() + 1], act_atom::value, k, act.mb, std::move(out));
-      } else {
+        if (v == PV - 1) tokens += (int64_t)a_.B * a_.T;
+        else route(true, k, act.mb, v + 1, std::move(out));
+      } else if (act.kind == Action::B) {
         Tensor g;
-        if (!st_.last()) g = take_tensor(kGrad, k, act.mb);
+        if (v != PV - 1) g = take(tensors_, kGrad, k, act.mb, c);
         auto t0 = Clock::now();
-        Tensor d = st_.backward(act.mb, std::move(g));
+        Tensor d = st.backward(act.mb, std::move(g), !split);
         compute_s += seconds_since(t0);
-        if (!st_.first()) self_->send(peers_[s() - 1], grad_atom::value, k, act.mb, std::move(d));
+        if (v != 0) route(false, k, act.mb, v - 1, std::move(d));
+      } else {
+        auto t0 = Clock::now();
+        st.backward_weights(act.mb);
+        compute_s += seconds_since(t0);
       }
     }
     if (train) {
-      // Tied embedding: the first and last stage exchange their accumulators and both
-      // compute embed + head (commutative: the same bits on both sides).
-      if (a_.P == 1) {
-        st_.tie_grads(st_.head_grad());
-      } else if (st_.first() || st_.last()) {
-        Tensor mine = st_.first() ? st_.find("wte")->grad.clone() : st_.head_grad().clone();
-        self_->send(peers_[st_.first() ? a_.P - 1 : 0], tied_atom::value, k, std::move(mine));
-        Tensor other = take_tensor(kTied, k, 0);
-        st_.tie_grads(other);
-      }
-      auto t0 = Clock::now();
-      NormReport nr{s(), st_.grad_sumsq()};
-      compute_s += seconds_since(t0);
-      self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
-      wait_until([&] { return clip_.count(k) > 0; }, "the clipping factor of step " + std::to_string(k) + " from the coordinator");
-      auto [scale, lr] = clip_[k];
-      clip_.erase(k);
-      t0 = Clock::now();
-      auto& ps = st_.params();
-      for (size_t i = 0; i < ps.size(); ++i) adamw_step(ps[i].value, ps[i].grad, opt_[i], a_.optim, ps[i].decay, lr, scale, k);
-      st_.zero_grads();
-      compute_s += seconds_since(t0);
+      compute_s += finish_train_step(k);
     }
-    StepReport rep{s(), loss_sum, tokens, compute_s, wait_s_, st_.activation_bytes()};
+    size_t act_bytes = 0;
+    for (auto& ch : a_.chunks) act_bytes += ch->activation_bytes();
+    StepReport rep{s_, loss_sum, tokens, compute_s, wait_s_, act_bytes};
     self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
   }
 
-  void infer(int64_t id, int T, const int32_t* tokens, const Tensor& in) {
-    std::vector<float> logits;
-    Tensor out = st_.infer(T, tokens, in, &logits);
-    if (st_.last()) self_->send(a_.coordinator, logits_atom::value, id, std::move(logits));
-    else self_->send(peers_[s() + 1], infer_atom::value, id, std::move(out));
+  // Tied embedding, gradient norm, clipping, AdamW. Returns compute seconds.
+  double finish_train_step(int64_t k) {
+    // The first virtual stage (stage 0, chunk 0) and the last (stage P-1, chunk V-1)
+    // exchange their tied-embedding accumulators; both compute embed + head
+    // (commutative: the same bits on both sides).
+    Stage* first = s_ == 0 ? &chunk(0) : nullptr;
+    Stage* last = s_ == a_.P - 1 ? &chunk(V_ - 1) : nullptr;
+    if (first && last) {
+      if (first == last) {
+        first->tie_grads(first->head_grad());
+      } else {
+        Tensor embed = first->find("wte")->grad.clone();
+        first->tie_grads(last->head_grad());
+        last->tie_grads(embed);
+      }
+    } else if (first || last) {
+      Tensor mine = first ? first->find("wte")->grad.clone() : last->head_grad().clone();
+      self_->send(peers_[first ? a_.P - 1 : 0], tied_atom::value, k, std::move(mine));
+      Tensor other = take(tensors_, kTied, k, 0, 0);
+      (first ? first : last)->tie_grads(other);
+    }
+    auto t0 = Clock::now();
+    NormReport nr{s_, {}};
+    for (auto& ch : a_.chunks) {
+      auto part = ch->grad_sumsq();
+      nr.sumsq.insert(nr.sumsq.end(), part.begin(), part.end());
+    }
+    double compute_s = seconds_since(t0);
+    self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
+    wait_until([&] { return clip_.count(k) > 0; },
+               "the clipping factor of step " + std::to_string(k) + " from the coordinator");
+    auto [scale, lr] = clip_[k];
+    clip_.erase(k);
+    t0 = Clock::now();
+    for (int c = 0; c < V_; ++c) {
+      auto& ps = chunk(c).params();
+      for (size_t i = 0; i < ps.size(); ++i)
+        adamw_step(ps[i].value, ps[i].grad, opt_[c][i], a_.optim, ps[i].decay, lr, scale, k);
+      chunk(c).zero_grads();
+    }
+    return compute_s + seconds_since(t0);
+  }
+
+  void infer(int64_t id, int c, int T, const int32_t* tokens, const Tensor& in) {
+    const int PV = a_.P * V_;
+    Tensor x = in;
+    for (;;) {
+      const int v = virt(c);
+      std::vector<float> logits;
+      Tensor out = chunk(c).infer(T, v == 0 ? tokens : nullptr, x, &logits);
+      if (v == PV - 1) {
+        self_->send(a_.coordinator, logits_atom::value, id, std::move(logits));
+        return;
+      }
+      if ((v + 1) % a_.P != s_) {
+        self_->send(worker_of(v + 1), infer_atom::value, id, chunk_of(v + 1, a_.P), std::move(out));
+        return;
+      }
+      c = chunk_of(v + 1, a_.P);  // the next virtual stage is ours (P = 1)
+      x = std::move(out);
+    }
   }
 
   void dump() {
-    ParamDump d{s(), {}};
-    for (auto& p : st_.params()) d.params.emplace_back(p.name, p.value.clone());
+    ParamDump d{s_, {}};
+    for (auto& ch : a_.chunks)
+      for (auto& p : ch->params()) d.params.emplace_back(p.name, p.value.clone());
     self_->send(a_.coordinator, dump_atom::value, std::move(d));
   }
 
   caf::blocking_actor* self_;
   WorkerArgs a_;
-  Stage& st_;
-  std::vector<AdamWState> opt_;
+  int s_, V_;
+  std::vector<std::vector<AdamWState>> opt_;
+  std::vector<Action> forward_only_;
   std::vector<caf::actor> peers_;
   std::map<Key, Tensor> tensors_;
   std::map<Key, TokenBlock> blocks_;
@@ -206,7 +269,7 @@ class Worker {
 }  // namespace
 
 void stage_worker(caf::blocking_actor* self, WorkerArgs args) {
-  const int s = args.stage->index();
+  const int s = args.pp_rank;
   caf::actor coord = args.coordinator;
   try {
     Worker w(self, std::move(args));

@@ -10,6 +10,7 @@
 
 #include "actors/messages.h"
 #include "core/config.h"
+#include "stages/schedule.h"
 #include "stages/stage.h"
 
 namespace troupe {
@@ -17,7 +18,9 @@ namespace troupe {
 using wire_atom = caf::atom_constant<caf::atom("wire")>;
 
 struct WorkerArgs {
-  std::shared_ptr<Stage> stage;
+  int pp_rank = 0;                              // s
+  std::vector<std::shared_ptr<Stage>> chunks;   // chunks[c] = virtual stage c*P + s
+  std::shared_ptr<const Schedule> schedule;     // validated; this worker runs stages[s]
   int P = 1;            // pipeline stages
   int M = 1;            // microbatches per step
   int B = 1;            // sequences per microbatch

@@ -22,6 +22,10 @@
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
 #include "datasets/tokenizer.h"
+#include "model/gpt.h"
+#include "stages/schedule.h"
+#include "stages/simulator.h"
+#include "stages/stage.h"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -137,6 +141,61 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
   return 0;
 }
 
+struct SimulateOptions {
+  std::string schedule = "1f1b", cost = "", trace, dump, config;
+  int P = 4, M = 8, V = 1;
+  bool quiet = false;
+};
+
+int cmd_simulate(const SimulateOptions& o) {
+  Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
+  validate_schedule(s);
+  if (!o.dump.empty()) {
+    std::string text = format_schedule(s);
+    if (o.dump == "-") {
+      std::cout << text;
+    } else {
+      std::ofstream out(o.dump + ".tmp");
+      out << text;
+      TROUPE_USER_CHECK(out.good()) << "cannot write " << o.dump << "; choose a writable --dump path";
+      out.close();
+      fs::rename(o.dump + ".tmp", o.dump);
+      std::cout << "wrote " << o.dump << " (" << s.name << ", P=" << s.P << ", M=" << s.M << ", V=" << s.V << ")\n";
+    }
+    return 0;
+  }
+  Costs c = parse_costs(o.cost);
+  SimResult r = simulate(s, c);
+  // activation bytes for a model config (the default one unless --config)
+  Config cfg = o.config.empty() ? Config{} : Config::load(o.config);
+  GPTConfig g = GPTConfig::from(cfg.model);
+  const int mbB = std::max(1, cfg.train.batch_size / std::max(1, o.M));
+  const double per_layer = activation_bytes_per_layer(mbB, cfg.train.seq_len, g.C, g.NH);
+  std::vector<int> bounds;
+  if (s.P * s.V <= g.L) bounds = partition_layers(g, s.P * s.V);
+  std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs f=%g b=%g w=%g p2p=%g%s\n",
+              s.name.c_str(), s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, s.split_backward ? " (B = b-w, W = w)" : "");
+  std::printf("makespan %.6g time units; bubble overall %.6f\n", r.makespan, r.bubble_overall);
+  std::printf("%-6s %10s %10s %14s %16s\n", "stage", "busy", "bubble", "peak in-flight", "peak act. bytes");
+  for (int st = 0; st < s.P; ++st) {
+    double layers = 0;
+    if (!bounds.empty())
+      for (int ch = 0; ch < s.V; ++ch) layers += bounds[ch * s.P + st + 1] - bounds[ch * s.P + st];
+    const double bytes = r.peak_inflight[st] * (layers / s.V) * per_layer;
+    std::printf("%-6d %10.6g %10.6f %14d %16.0f\n", st, r.busy[st], r.bubble[st], r.peak_inflight[st], bytes);
+  }
+  std::printf("(activation bytes for %d layers, n_embd %d, %d heads, %d sequences x %d tokens per microbatch%s)\n", g.L,
+              g.C, g.NH, mbB, cfg.train.seq_len, o.config.empty() ? ", the default model; --config to change" : "");
+  if (!o.quiet) std::cout << ascii_timeline(s, r);
+  if (!o.trace.empty()) {
+    std::ofstream out(o.trace);
+    out << chrome_trace(s, r);
+    TROUPE_USER_CHECK(out.good()) << "cannot write " << o.trace << "; choose a writable --trace path";
+    std::printf("wrote %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,6 +210,17 @@ int main(int argc, char** argv) {
   auto* tokenize = app.add_subcommand("tokenize", "prepare the corpus: tokenizer + token files");
   tokenize->add_option("--config", config_path, "TOML config file")->required();
   tokenize->add_option("--set", sets, "override a key: section.key=value (repeatable)");
+  SimulateOptions so;
+  auto* simulate_cmd = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
+  simulate_cmd->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
+  simulate_cmd->add_option("--stages", so.P, "pipeline stages P (default 4)");
+  simulate_cmd->add_option("--microbatches", so.M, "microbatches M (default 8)");
+  simulate_cmd->add_option("--chunks", so.V, "virtual chunks per stage V (default 1)");
+  simulate_cmd->add_option("--cost", so.cost, "f=1,b=2,w=1,p2p=0 (b = full backward, w = its weight part)");
+  simulate_cmd->add_option("--trace", so.trace, "write a Chrome trace JSON");
+  simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
+  simulate_cmd->add_option("--config", so.config, "model config for activation bytes");
+  simulate_cmd->add_flag("--quiet", so.quiet, "no ASCII timeline");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -158,6 +228,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
+    if (simulate_cmd->parsed()) return cmd_simulate(so);
     Config c = load_config(config_path, sets);
     if (train->parsed()) return cmd_train(c, run_dir);
     if (tokenize->parsed()) return cmd_tokenize(c);

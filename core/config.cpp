@@ -23,7 +23,7 @@ const std::vector<Key>& key_table() {
   static const std::vector<Key> t = {
       K(model, n_layer),        K(model, n_head),          K(model, n_embd),        K(model, block_size),
       K(model, vocab_size),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
-      K(parallel, microbatches), K(parallel, schedule),    K(train, steps),         K(train, batch_size),
+      K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
       K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(optim, lr),
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
@@ -151,12 +151,15 @@ void Config::validate() const {
   TROUPE_USER_CHECK(p.pp <= m.n_layer) << "parallel.pp = " << p.pp << " exceeds model.n_layer = " << m.n_layer
                                        << ": every pipeline stage needs at least one layer; use parallel.pp <= "
                                        << m.n_layer;
+  TROUPE_USER_CHECK(p.chunks >= 1) << "parallel.chunks = " << p.chunks << " must be at least 1";
+  TROUPE_USER_CHECK(p.pp * p.chunks <= m.n_layer)
+      << "parallel.pp x parallel.chunks = " << p.pp * p.chunks << " virtual stages exceed model.n_layer = " << m.n_layer
+      << ": every chunk needs at least one layer; use chunks <= " << std::max(1, m.n_layer / p.pp);
   TROUPE_USER_CHECK(p.tp == 1) << "parallel.tp = " << p.tp
                                << ": tensor parallelism is not available in this version; use parallel.tp = 1";
   TROUPE_USER_CHECK(p.dp == 1) << "parallel.dp = " << p.dp
                                << ": data parallelism is not available in this version; use parallel.dp = 1";
-  TROUPE_USER_CHECK(p.schedule == "1f1b") << "parallel.schedule = '" << p.schedule
-                                          << "' is not available in this version; use parallel.schedule = \"1f1b\"";
+  TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";
   TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
   auto& t = train;
   TROUPE_USER_CHECK(t.batch_size >= 1) << "train.batch_size = " << t.batch_size << " must be at least 1";

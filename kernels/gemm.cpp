@@ -70,7 +70,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int64_t BT, int C, int OC) {
   TROUPE_CHECK(BT >= 0 && C > 0 && OC > 0);
   const int64_t nrow = (BT + kRowBlock - 1) / kRowBlock;
-  const int64_t noc = (OC + kOcBlock - 1) / kOcBlock;
+  const int64_t noc = (dweight || dbias) ? (OC + kOcBlock - 1) / kOcBlock : 0;
   const int64_t n_dinp = dinp ? nrow : 0;
   // One parallel loop over both kinds of blocks keeps both threads busy.
   parallel_for(n_dinp + noc, [&](int64_t b) {

@@ -29,7 +29,8 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 // out (BT,C) = (inp - mean) * rstd * weight + bias; saves mean (BT), rstd (BT). eps 1e-5.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t BT, int C);
-// dinp (BT,C) += ...; dweight (C) +=; dbias (C) +=.
+// dinp (BT,C) += ...; dweight (C) +=; dbias (C) +=. Pass dinp = null to compute only the
+// weight gradients, dweight = dbias = null for only the input gradient (same bits either way).
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t BT, int C);
 
@@ -37,8 +38,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 // out (BT,OC) = inp (BT,C) · weight(OC,C)^T + bias (OC) (bias may be null).
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t BT, int C,
                     int OC);
-// dinp (BT,C) = dout · weight (assigned; may be null); dweight (OC,C) += dout^T · inp;
-// dbias (OC) += column sums of dout (may be null).
+// dinp (BT,C) = dout · weight (assigned; may be null); dweight (OC,C) += dout^T · inp
+// (may be null); dbias (OC) += column sums of dout (may be null). Any subset gives the
+// same bits as computing all three.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t BT, int C, int OC);
 // out (M,N) = A (M,K) · B(N,K)^T, plain GEMM on fixed blocks (used by tests/bench).

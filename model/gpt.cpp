@@ -1,6 +1,7 @@
 #include "model/gpt.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/kernels.h"
 
@@ -110,6 +111,17 @@ void BlockScratch::ensure(int B, int T, int C, int NH) {
   ensure(dfch_gelu, {BT, 4 * C});
 }
 
+void BlockGrads::ensure(int B, int T, int C) {
+  using troupe::ensure;
+  const int64_t BT = (int64_t)B * T;
+  ensure(dy, {BT, C});
+  ensure(dfch, {BT, 4 * C});
+  ensure(dln2, {BT, C});
+  ensure(dx2, {BT, C});
+  ensure(dqkv, {BT, 3 * C});
+  ensure(dln1, {BT, C});
+}
+
 void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
   namespace k = kernels;
   const int C = cfg.C;
@@ -148,6 +160,44 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
   k::matmul_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
                      qkv_w->value.data(), BT, C, 3 * C);
   k::layernorm_backward(dres, ln1_w->grad.data(), ln1_b->grad.data(), s.dln.data(), a.x.data(),
+                        ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
+}
+
+void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
+                           const GPTConfig& cfg) const {
+  namespace k = kernels;
+  const int C = cfg.C;
+  const int64_t BT = (int64_t)B * T;
+  std::memcpy(g.dy.data(), dres, BT * C * sizeof(float));
+  k::matmul_backward(s.dfch_gelu.data(), nullptr, nullptr, dres, a.fch_gelu.data(), fcproj_w->value.data(), BT,
+                     4 * C, C);
+  k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * 4 * C);
+  k::matmul_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), fc_w->value.data(), BT, C, 4 * C);
+  k::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2.data(), ln2_w->value.data(), a.ln2_mean.data(),
+                        a.ln2_rstd.data(), BT, C);
+  std::memcpy(g.dx2.data(), dres, BT * C * sizeof(float));
+  k::matmul_backward(s.datty.data(), nullptr, nullptr, dres, a.atty.data(), proj_w->value.data(), BT, C, C);
+  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, C, cfg.NH);
+  k::matmul_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), qkv_w->value.data(), BT, C, 3 * C);
+  k::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x.data(), ln1_w->value.data(), a.ln1_mean.data(),
+                        a.ln1_rstd.data(), BT, C);
+}
+
+void Block::backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const {
+  namespace k = kernels;
+  const int C = cfg.C;
+  const int64_t BT = (int64_t)B * T;
+  k::matmul_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu.data(),
+                     fcproj_w->value.data(), BT, 4 * C, C);
+  k::matmul_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2.data(), fc_w->value.data(),
+                     BT, C, 4 * C);
+  k::layernorm_backward(nullptr, ln2_w->grad.data(), ln2_b->grad.data(), g.dln2.data(), a.x2.data(),
+                        ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
+  k::matmul_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty.data(),
+                     proj_w->value.data(), BT, C, C);
+  k::matmul_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1.data(),
+                     qkv_w->value.data(), BT, C, 3 * C);
+  k::layernorm_backward(nullptr, ln1_w->grad.data(), ln1_b->grad.data(), g.dln1.data(), a.x.data(),
                         ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
 }
 

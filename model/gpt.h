@@ -68,6 +68,14 @@ struct BlockScratch {
   void ensure(int B, int T, int C, int NH);
 };
 
+// Output gradients a block's weight-gradient pass (W) needs, kept between the input-
+// gradient pass (B) and W in a zero-bubble schedule: dL/dy (C), dL/d fc (4C), dL/d ln_2 out
+// (C), dL/d x2 (C), dL/d qkv (3C), dL/d ln_1 out (C), each (BT, .).
+struct BlockGrads {
+  Tensor dy, dfch, dln2, dx2, dqkv, dln1;
+  void ensure(int B, int T, int C);
+};
+
 // One transformer block; its Param pointers point into the owning stage's parameters.
 struct Block {
   int layer = 0;
@@ -76,6 +84,12 @@ struct Block {
   void forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
   // dres (B,T,C): on entry dL/dy, on exit dL/dx (updated in place). Accumulates param grads.
   void backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;
+  // The same split in two (Qi et al. 2024): backward_input updates dres to dL/dx and
+  // keeps the output gradients in g; backward_weight then accumulates the parameter
+  // gradients from g. Together they give the bits of backward().
+  void backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
+                      const GPTConfig& cfg) const;
+  void backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const;
 };
 
 }  // namespace troupe

@@ -1,30 +1,77 @@
 // stages/schedule.h — pipeline schedules as data.
 //
-// A schedule is a pure function (stages P, stage s, microbatches M) -> the ordered list of
-// actions stage s executes in one step. Sends and receives follow from the list: F(m)
-// receives microbatch m's activation from stage s-1 (or embeds tokens on s = 0) and sends
-// its output to s+1; B(m) receives the output gradient from s+1 (or starts from the loss
-// on s = P-1) and sends the input gradient to s-1. The stage worker executes the list and
-// nothing else decides order.
+// A schedule is a pure function (stages P, microbatches M, virtual chunks V) -> for each
+// stage the ordered list of actions it executes in one step. Sends and receives follow
+// from the list; the stage worker executes the list and nothing else decides order.
+//
+// Model layout: with V chunks per stage, chunk c of stage s holds the model's virtual
+// stage v = c*P + s (Megatron-LM's interleaved assignment; Narayanan et al. 2021), so
+// activations flow v -> v+1: (s, c) -> (s+1, c), and (P-1, c) -> (0, c+1).
+//   F(m, c)  forward of microbatch m through chunk c: needs the activation of m from
+//            virtual stage v-1 (tokens when v = 0).
+//   B(m, c)  backward: needs the output gradient of m from v+1 (the loss when v = PV-1)
+//            and F(m, c) done here. In a schedule with W actions, B computes only the
+//            input gradient (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024);
+//            otherwise it also accumulates the weight gradients.
+//   W(m, c)  weight gradients of m through chunk c; needs B(m, c) done here.
 #pragma once
+#include <iosfwd>
 #include <string>
 #include <vector>
 
 namespace troupe {
 
 struct Action {
-  enum Kind : char { F = 'F', B = 'B' } kind;
-  int mb;  // microbatch index in [0, M)
+  enum Kind : char { F = 'F', B = 'B', W = 'W' } kind;
+  int mb;         // microbatch in [0, M)
+  int chunk = 0;  // virtual chunk on this stage in [0, V)
   bool operator==(const Action&) const = default;
 };
 
-// 1F1B (PipeDream-Flush; Narayanan et al. 2021, Megatron-LM's non-interleaved schedule):
-// warmup = min(P - s - 1, M) forwards, then alternate one forward / one backward
-// (steady state), then the remaining backwards (cooldown). Works for any M >= 1 (M < P too).
-std::vector<Action> schedule_1f1b(int P, int s, int M);
-// Forward only (evaluation / inference): F(0) .. F(M-1).
-std::vector<Action> schedule_forward_only(int M);
-// "F0 F1 B0 ..." for logs and test messages.
+struct Schedule {
+  std::string name;                           // "gpipe", "1f1b", "interleaved", "zb-h1", or a file path
+  int P = 1, M = 1, V = 1;
+  bool split_backward = false;                // has W actions
+  std::vector<std::vector<Action>> stages;    // stages[s] = the list stage s executes
+};
+
+// The built-in schedules. Each throws UserError (explaining the rule) for (P, M, V) it
+// cannot serve.
+// GPipe (Huang et al. 2019): all forwards, then all backwards (in microbatch order). V = 1.
+Schedule schedule_gpipe(int P, int M);
+// 1F1B (PipeDream-Flush; Narayanan et al. 2021): warmup = min(P-s-1, M) forwards, steady
+// one-forward-one-backward, cooldown backwards. V = 1. Peak in-flight <= P - s.
+Schedule schedule_1f1b(int P, int M);
+// Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021 sec. 2.2) with V chunks per stage:
+// microbatches go through chunks in groups of P; requires M % P == 0 (else a UserError
+// says why and the nearest valid M). Bubble time is 1/V of 1F1B's.
+Schedule schedule_interleaved(int P, int M, int V);
+// ZB-H1 (Qi et al. 2024): 1F1B with B split into B (input gradient) and W (weight
+// gradient), W's deferred to fill the bubbles, 1F1B's activation memory (at most P - s
+// microbatches between F and B). V = 1. With F = B = W costs its bubble is about a third
+// of 1F1B's.
+Schedule schedule_zb_h1(int P, int M);
+// By name: gpipe | 1f1b | interleaved | zb-h1, or a path to a schedule file (read_schedule).
+Schedule make_schedule(const std::string& name_or_path, int P, int M, int V);
+// Forward only (evaluation, inference) for one stage with V chunks: F(m, c) in virtual-stage order.
+std::vector<Action> schedule_forward_only(int M, int V = 1);
+
+// Checks a schedule before anything runs: every action of every (microbatch, chunk)
+// exactly once per stage (F, B, and W iff split_backward), no B before its F nor W
+// before its B, and no deadlock given the sends/receives the lists imply. Throws
+// UserError naming the stage, the action and the dependency that fails.
+void validate_schedule(const Schedule& s);
+
+// Text/CSV format: one row per stage, one action per cell, cells "F3" (chunk 0) or
+// "F3c1" (chunk 1), separated by commas; lines starting with '#' are comments.
+std::string format_schedule(const Schedule& s);
+// Reads that format; P from the rows, M and V from the actions (or throws UserError
+// naming the line and cell). Sets name = path.
+Schedule read_schedule(const std::string& path);
+Schedule parse_schedule(const std::string& text, const std::string& name);
+
+// "F0 F1 B0c1 ..." for logs and messages.
+std::string to_string(const Action& a);
 std::string to_string(const std::vector<Action>& actions);
 
 }  // namespace troupe

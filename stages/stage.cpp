@@ -31,9 +31,9 @@ std::vector<int> partition_layers(const GPTConfig& cfg, int P) {
   return bounds;
 }
 
-Stage::Stage(const GPTConfig& cfg, int s, int P, int layer_begin, int layer_end, uint64_t seed)
-    : cfg_(cfg), s_(s), P_(P), l0_(layer_begin), l1_(layer_end) {
-  TROUPE_CHECK(0 <= s && s < P && 0 <= l0_ && l0_ < l1_ && l1_ <= cfg.L);
+Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed)
+    : cfg_(cfg), s_(v), P_(n_virtual), l0_(layer_begin), l1_(layer_end) {
+  TROUPE_CHECK(0 <= v && v < n_virtual && 0 <= l0_ && l0_ < l1_ && l1_ <= cfg.L);
   auto specs = gpt_param_specs(cfg);
   params_.reserve(specs.size());
   for (int i = 0; i < (int)specs.size(); ++i) {
@@ -159,20 +159,27 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   return out;
 }
 
-Tensor Stage::backward(int mb, Tensor dout) {
+Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   auto it = stash_.find(mb);
-  TROUPE_CHECK(it != stash_.end()) << "stage " << s_ << ": backward of microbatch " << mb << " before its forward";
+  TROUPE_CHECK(it != stash_.end() && !it->second->input_done)
+      << "stage " << s_ << ": backward of microbatch " << mb << " before its forward (or twice)";
   Slot& sl = *it->second;
   const int B = sl.B, T = sl.T, C = cfg_.C;
   const int64_t BT = (int64_t)B * T;
+  auto ensure = [](Tensor& t, std::vector<int64_t> shape) {
+    if (!t.defined() || t.shape() != shape) t = Tensor(std::move(shape));
+  };
   Tensor dres;
   if (last()) {
     // Head: logits = lnf · wte^T (dlogits already in sl.logits), then ln_f.
-    if (!dlnf_.defined() || dlnf_.numel() != BT * C) dlnf_ = Tensor({BT, C});
-    kernels::matmul_backward(dlnf_.data(), head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(),
-                             wte_->value.data(), BT, C, cfg_.V);
+    Tensor* dlnf = &dlnf_;
+    if (!weights) dlnf = &sl.dlnf;
+    ensure(*dlnf, {BT, C});
+    kernels::matmul_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, sl.logits.data(),
+                             sl.lnf.data(), wte_->value.data(), BT, C, cfg_.V);
     dres = Tensor({B, T, C});
-    kernels::layernorm_backward(dres.data(), lnf_w_->grad.data(), lnf_b_->grad.data(), dlnf_.data(), sl.xf.data(),
+    kernels::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
+                                weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
                                 lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   } else {
     TROUPE_CHECK(dout.defined() && dout.numel() == BT * C)
@@ -181,16 +188,56 @@ Tensor Stage::backward(int mb, Tensor dout) {
     dres = std::move(dout);  // updated in place and handed back
   }
   scratch_.ensure(B, T, C, cfg_.NH);
-  for (int i = (int)blocks_.size() - 1; i >= 0; --i) blocks_[i].backward(dres.data(), sl.acts[i], scratch_, B, T, cfg_);
+  if (!weights) sl.grads.resize(blocks_.size());
+  for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
+    if (weights) {
+      blocks_[i].backward(dres.data(), sl.acts[i], scratch_, B, T, cfg_);
+    } else {
+      sl.grads[i].ensure(B, T, C);
+      blocks_[i].backward_input(dres.data(), sl.acts[i], sl.grads[i], scratch_, B, T, cfg_);
+    }
+  }
   if (first()) {
-    kernels::encoder_backward(wte_->grad.data(), wpe_->grad.data(), dres.data(),
-                              reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T, C);
+    if (weights)
+      kernels::encoder_backward(wte_->grad.data(), wpe_->grad.data(), dres.data(),
+                                reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T, C);
+    else
+      sl.dx0 = dres;  // the embeddings' gradient is all weight gradient: W uses it
     dres = Tensor();
   }
-  if (!first()) sl.acts[0].x = Tensor();  // drop the reference to the received activation
+  if (!first()) sl.acts[0].x = weights ? Tensor() : sl.acts[0].x;  // W still reads block 0's input
+  if (weights) {
+    free_.push_back(std::move(it->second));
+    stash_.erase(it);
+  } else {
+    sl.input_done = true;
+  }
+  return dres;
+}
+
+void Stage::backward_weights(int mb) {
+  auto it = stash_.find(mb);
+  TROUPE_CHECK(it != stash_.end() && it->second->input_done)
+      << "stage " << s_ << ": weight gradients of microbatch " << mb << " before its input gradients";
+  Slot& sl = *it->second;
+  const int B = sl.B, T = sl.T, C = cfg_.C;
+  const int64_t BT = (int64_t)B * T;
+  if (last()) {
+    kernels::matmul_backward(nullptr, head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(), wte_->value.data(),
+                             BT, C, cfg_.V);
+    kernels::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
+                                lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+  }
+  for (int i = (int)blocks_.size() - 1; i >= 0; --i) blocks_[i].backward_weight(sl.acts[i], sl.grads[i], B, T, cfg_);
+  if (first()) {
+    kernels::encoder_backward(wte_->grad.data(), wpe_->grad.data(), sl.dx0.data(),
+                              reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T, C);
+    sl.dx0 = Tensor();
+  }
+  if (!first()) sl.acts[0].x = Tensor();
+  sl.input_done = false;
   free_.push_back(std::move(it->second));
   stash_.erase(it);
-  return dres;
 }
 
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {

@@ -29,9 +29,10 @@ std::vector<int> partition_layers(const GPTConfig& cfg, int P);
 
 class Stage {
  public:
-  // Builds stage s of P owning layers [layer_begin, layer_end); parameters initialised per
-  // logical tensor from `seed` (so every layout starts from the same weights).
-  Stage(const GPTConfig& cfg, int s, int P, int layer_begin, int layer_end, uint64_t seed);
+  // Builds virtual stage v of n_virtual (= P * V; v = chunk * P + pipeline rank) owning
+  // layers [layer_begin, layer_end); parameters initialised per logical tensor from
+  // `seed` (so every layout starts from the same weights).
+  Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed);
 
   bool first() const { return s_ == 0; }
   bool last() const { return s_ == P_ - 1; }
@@ -47,8 +48,12 @@ class Stage {
   Tensor forward(int mb, int B, int T, const int32_t* tokens, const Tensor& input, const int32_t* targets,
                  float dloss, double* loss_sum, bool keep);
   // B(mb). Non-last stage: dout (B,T,C) = dL/d(output). Returns dL/d(input) (B,T,C) on
-  // non-first stages (an empty tensor on the first). Accumulates parameter gradients.
-  Tensor backward(int mb, Tensor dout);
+  // non-first stages (an empty tensor on the first). With weights = true also accumulates
+  // the parameter gradients and frees the microbatch; with weights = false (zero-bubble
+  // B) it keeps what backward_weights(mb) needs.
+  Tensor backward(int mb, Tensor dout, bool weights = true);
+  // W(mb): the parameter gradients of a microbatch whose backward(mb, ., false) ran.
+  void backward_weights(int mb);
   // Inference: logits (V) of the last position of tokens (T) — last stage; other stages
   // pass the activation along like forward(). Nothing is stashed.
   Tensor infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits);
@@ -76,6 +81,9 @@ class Stage {
     Tensor tokens;                 // first stage: the microbatch tokens (for encoder backward)
     std::vector<BlockActs> acts;   // one per block
     Tensor xf, lnf, lnf_mean, lnf_rstd, logits;  // last stage: ln_f input/output, dlogits
+    std::vector<BlockGrads> grads;  // zero-bubble: output gradients kept from B for W
+    Tensor dlnf, dx0;               // ... and the head's dL/d ln_f out, the first stage's dL/d embedding
+    bool input_done = false;        // B ran without the weights (W pending)
     void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last);
   };
   std::unique_ptr<Slot> take_slot();

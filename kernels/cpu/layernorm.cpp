@@ -1,7 +1,8 @@
 // layernorm (Ba et al. 2016), eps = 1e-5 as torch.nn.LayerNorm.
 //   forward : inp (BT,C), weight (C), bias (C) -> out (BT,C), mean (BT), rstd (BT)
 //   backward: dout (BT,C) -> dinp (BT,C) +=  (the input is the residual stream),
-//             dweight (C) +=, dbias (C) +=
+//             dweight (C) +=, dbias (C) +=. dinp == null skips the input gradient;
+//             dweight == null (and dbias) skips the weight gradients (zero-bubble split).
 // dinp: norm = (x-mean)*rstd, dnorm = dout*weight,
 //       dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm*norm)).
 // Determinism: rows are independent; the per-channel sums for dweight/dbias run over the
@@ -40,7 +41,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t BT, int C) {
   TROUPE_CHECK(BT >= 0 && C > 0);
-  parallel_for(BT, [&](int64_t i) {
+  if (dinp) parallel_for(BT, [&](int64_t i) {
     const float* x = inp + i * C;
     const float* d = dout + i * C;
     const float m = mean[i], s = rstd[i];
@@ -62,6 +63,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       dx[c] += (dn - dnorm_mean - n * dnorm_norm_mean) * s;
     }
   });
+  if (!dweight) return;
   constexpr int CB = 64;
   const int nblk = (C + CB - 1) / CB;
   parallel_for(nblk, [&](int64_t blk) {
