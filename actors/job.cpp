@@ -11,6 +11,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
+#include <map>
 #include <sstream>
 
 #include "actors/messages.h"
@@ -87,6 +89,7 @@ class Coordinator {
     const int V = p.chunks;
     auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, P_, M_, V));
     validate_schedule(*sched);
+    sched_ = sched;
     auto bounds = partition_layers(gpt_, P_ * V);
     if (!ctx_.quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
@@ -121,6 +124,7 @@ class Coordinator {
       wa.threads = per_worker;
       wa.timeout_s = cfg_.train.timeout_s;
       wa.coordinator = caf::actor_cast<caf::actor>(*self_);
+      wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s;
       auto w = sys_->spawn(stage_worker, wa);
       (*self_)->monitor(w);
       workers_.push_back(w);
@@ -163,8 +167,10 @@ class Coordinator {
       for (auto& w : workers_) (*self_)->send(w, step_atom::value, (int64_t)k, 0);
       std::vector<std::pair<int, double>> sumsq;
       int reports = 0;
+      reported_.assign(P_, false);
       wait([&] { return reports == P_; }, "the gradient norms of step " + std::to_string(k), [&](NormReport& r) {
         sumsq.insert(sumsq.end(), r.sumsq.begin(), r.sumsq.end());
+        reported_[r.stage] = true;
         ++reports;
       });
       const double norm = global_grad_norm(sumsq);
@@ -217,8 +223,9 @@ class Coordinator {
   // Receives until done(); `on` handles the awaited message type; worker failures throw.
   template <class Done, class Handler>
   void wait(Done done, const std::string& what, Handler on) {
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.train.timeout_s));
+    // Longer than the workers' deadline, so a stuck worker reports (and is diagnosed) first.
+    const double limit = 1.25 * cfg_.train.timeout_s + 1.0;
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     while (!done()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       bool timed_out = left.count() <= 0;
@@ -236,13 +243,15 @@ class Coordinator {
             [&](dump_atom, ParamDump& d) {
               if constexpr (std::is_invocable_v<Handler, ParamDump&>) on(d);
             },
+            [&](status_atom, WaitState& ws) { states_[ws.stage] = ws; },
             [&](fail_atom, int stage, std::string& msg) {
               failed_ = true;
-              if (stage >= 0) throw Error("stage " + std::to_string(stage) + " failed: " + msg);
-              throw Error(msg);
+              std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;
+              throw Error(head + "\n" + diagnose(what));
             },
             [&](caf::down_msg& dm) {
               failed_ = true;
+              down_.insert(dm.source);
               throw Error("a worker actor stopped unexpectedly: " + caf::to_string(dm.reason));
             },
             caf::after(left) >> [&] { timed_out = true; });
@@ -250,8 +259,9 @@ class Coordinator {
       if (timed_out && !done()) {
         failed_ = true;
         std::ostringstream os;
-        os << "the coordinator waited " << cfg_.train.timeout_s << " s for " << what
-           << " and it did not come; raise train.timeout_s if steps are legitimately this slow";
+        os << "the coordinator waited " << limit << " s for " << what
+           << " and it did not come; raise train.timeout_s if steps are legitimately this slow\n"
+           << diagnose(what);
         throw Error(os.str());
       }
     }
@@ -262,7 +272,9 @@ class Coordinator {
     StepReport total;
     int n = 0;
     act_bytes_.assign(P_, 0);
+    reported_.assign(P_, false);
     wait([&] { return n == expected; }, "the end of " + what, [&](StepReport& r) {
+      reported_[r.stage] = true;
       total.loss_sum += r.loss_sum;
       total.tokens += r.tokens;
       act_bytes_[r.stage] = r.activation_bytes;
@@ -324,26 +336,114 @@ class Coordinator {
     return out;
   }
 
+  // Hang diagnosis: asks every worker what it waits for (2 s deadline), prints the
+  // wait-for graph, and names the cycle or the missing sender.
+  std::string diagnose(const std::string& coordinator_waits_for) {
+    for (int s = 0; s < P_; ++s)
+      if (!states_.count(s) || !states_[s].timed_out) (*self_)->send(workers_[s], status_atom::value);
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    std::set<int> answered;
+    for (auto& [s, st] : states_)
+      if (st.timed_out) answered.insert(s);
+    while ((int)answered.size() < P_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) break;
+      bool timed_out = false;
+      (*self_)->receive([&](status_atom, WaitState& ws) {
+                          if (!(states_.count(ws.stage) && states_[ws.stage].timed_out)) states_[ws.stage] = ws;
+                          answered.insert(ws.stage);
+                        },
+                        [&](fail_atom, int, std::string&) {}, [&](caf::down_msg& dm) { down_.insert(dm.source); },
+                        [&](norm_atom, int64_t, NormReport&) {}, [&](done_atom, int64_t, StepReport&) {},
+                        caf::after(left) >> [&] { timed_out = true; });
+      if (timed_out) break;
+    }
+    auto node = [](int x) {
+      return x >= 0 ? "stage " + std::to_string(x) : x == WaitState::kCoordinator ? std::string("coordinator")
+                                                                                   : std::string("data actor");
+    };
+    std::ostringstream os;
+    os << "wait-for graph:\n";
+    std::map<int, int> edge;  // node -> node it waits on
+    for (int s = 0; s < P_; ++s) {
+      if (!answered.count(s)) {
+        os << "  stage " << s << ": no answer within 2 s (busy computing, or gone)\n";
+        continue;
+      }
+      const WaitState& w = states_[s];
+      if (w.waiting) {
+        os << "  stage " << s << " waits for " << w.what << (w.timed_out ? " (timed out)" : "") << "\n";
+        edge[s] = w.from;
+      } else {
+        os << "  stage " << s << " is not waiting for a message\n";
+      }
+    }
+    std::string missing;
+    for (int s = 0; s < (int)reported_.size(); ++s)
+      if (!reported_[s]) missing += (missing.empty() ? "" : ", ") + std::to_string(s);
+    os << "  coordinator waits for " << coordinator_waits_for
+       << (missing.empty() ? "" : " (not yet from stage " + missing + ")") << "\n";
+    if (!missing.empty()) edge[WaitState::kCoordinator] = std::stoi(missing.substr(0, missing.find(',')));
+    // a cycle, or the first wait on a node that is not waiting for it (the missing sender)
+    std::string verdict;
+    for (auto& [start, to0] : edge) {
+      std::vector<int> path = {start};
+      int cur = to0;
+      while (edge.count(cur) && std::find(path.begin(), path.end(), cur) == path.end()) {
+        path.push_back(cur);
+        cur = edge[cur];
+      }
+      if (cur == start) {
+        verdict = "cycle: ";
+        for (int x : path) verdict += node(x) + " -> ";
+        verdict += node(start);
+        break;
+      }
+    }
+    // missing sender: the stage that should send has already run the producing action
+    for (auto& [s, from] : edge) {
+      if (s < 0 || from < 0 || !states_.count(s) || !states_.count(from)) continue;
+      const WaitState& w = states_[s];
+      const WaitState& f = states_[from];
+      if (!w.msg || !sched_) continue;
+      const auto& list = sched_->stages[from];
+      const Action want{w.msg == 'F' ? Action::F : Action::B, w.mb, w.from_chunk};
+      auto it = std::find(list.begin(), list.end(), want);
+      if (it == list.end()) continue;
+      const int idx = (int)(it - list.begin());
+      if (f.pos > idx) {
+        verdict = "missing sender: stage " + std::to_string(s) + " waits for stage " + std::to_string(from) +
+                  ", which already ran " + to_string(want) + " (position " + std::to_string(idx) + " of its list) and " +
+                  (f.waiting ? "now waits for " + f.what : std::string("is not waiting")) +
+                  ": the message was sent to the wrong place, never sent, or lost" +
+                  (verdict.empty() ? "" : " (which also explains the " + verdict + ")");
+        break;
+      }
+    }
+    if (!verdict.empty()) os << verdict << "\n";
+    os << "the step was aborted";
+    return os.str();
+  }
+
   void shutdown() {
     if (stopped_ || !sys_) return;
     stopped_ = true;
     for (auto& w : workers_) (*self_)->send(w, stop_atom::value);
     if (data_) (*self_)->send(data_, stop_atom::value);
     // Workers exit on stop; wait for their down messages (deadline) so none outlives us.
-    int down = 0;
     const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (down < (int)workers_.size()) {
+    while (down_.size() < workers_.size()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) break;
       bool timed_out = false;
-      (*self_)->receive([&](caf::down_msg&) { ++down; }, [&](fail_atom, int, std::string&) {},
+      (*self_)->receive([&](caf::down_msg& dm) { down_.insert(dm.source); }, [&](fail_atom, int, std::string&) {},
                         [&](done_atom, int64_t, StepReport&) {}, [&](norm_atom, int64_t, NormReport&) {},
                         [&](logits_atom, int64_t, std::vector<float>&) {}, [&](dump_atom, ParamDump&) {},
                         caf::after(left) >> [&] { timed_out = true; });
       if (timed_out) break;
     }
-    if (down < (int)workers_.size()) {
-      spdlog::error("{} worker(s) did not stop within 30 s; exiting anyway", workers_.size() - down);
+    if (down_.size() < workers_.size()) {
+      spdlog::error("{} worker(s) did not stop within 30 s; exiting anyway", workers_.size() - down_.size());
       std::fflush(nullptr);
       std::_Exit(1);
     }
@@ -359,6 +459,10 @@ class Coordinator {
   std::vector<caf::actor> workers_;
   caf::actor data_;
   std::vector<size_t> act_bytes_;
+  std::vector<bool> reported_;
+  std::map<int, WaitState> states_;
+  std::set<caf::actor_addr> down_;
+  std::shared_ptr<const Schedule> sched_;
   int64_t eval_counter_ = 0;
   bool stopped_ = false, failed_ = false;
 };

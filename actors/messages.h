@@ -48,6 +48,7 @@ using logits_atom = caf::atom_constant<caf::atom("logits")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using dump_atom = caf::atom_constant<caf::atom("dump")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
 
 // A block of token ids (B sequences of T tokens, row-major int32), shared read-only.
 struct TokenBlock {
@@ -71,6 +72,21 @@ struct StepReport {
   size_t activation_bytes = 0;
 };
 
+// What a worker is waiting for, for hang diagnosis: (status_atom) asks, (status_atom,
+// WaitState) answers; a worker whose wait times out sends its state before failing.
+struct WaitState {
+  static constexpr int kCoordinator = -1, kDataActor = -2, kNothing = -3;
+  int stage = 0;
+  bool waiting = false;     // false: computing or idle between steps
+  bool timed_out = false;
+  int64_t step = 0;
+  int from = kNothing;      // stage index, or kCoordinator / kDataActor
+  std::string what;         // "the output gradient of step 3 microbatch 0 for chunk 0 from stage 1 (chunk 0)"
+  int pos = -1;             // actions of this step's list done so far (-1: not in a step's list)
+  char msg = 0;             // awaited message: 'F' activation or 'B' gradient (0: other)
+  int mb = -1, from_chunk = -1;  // ... of microbatch mb, produced by the sender's chunk from_chunk
+};
+
 // Named parameter tensors of one worker (for tests and export): (name, copy of value).
 struct ParamDump {
   int stage = 0;
@@ -84,3 +100,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::TokenBlock)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::NormReport)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::StepReport)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ParamDump)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::WaitState)

@@ -66,7 +66,9 @@ class Worker {
 
   // Receives messages into the inbox until pred() holds; throws past the deadline.
   template <class Pred>
-  void wait_until(Pred pred, const std::string& what) {
+  void wait_until(Pred pred, const std::string& what, int from = WaitState::kCoordinator, int64_t step = 0) {
+    if (pred()) return;
+    wait_ = WaitState{s_, true, false, step, from, what, pos_, pending_msg_.msg, pending_msg_.mb, pending_msg_.chunk};
     auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
     while (!pred()) {
@@ -76,6 +78,8 @@ class Worker {
       if (!timed_out)
         receive_one(std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1), timed_out);
       if (timed_out && !pred()) {
+        wait_.timed_out = true;
+        self_->send(a_.coordinator, status_atom::value, wait_);
         std::ostringstream os;
         os << "stage " << s_ << " waited " << a_.timeout_s << " s for " << what
            << " and none came (raise train.timeout_s if the steps are legitimately this slow)";
@@ -83,6 +87,7 @@ class Worker {
       }
     }
     wait_s_ += seconds_since(t0);
+    wait_.waiting = false;
   }
 
   void receive_one(std::chrono::milliseconds left, bool& timed_out) {
@@ -98,6 +103,7 @@ class Worker {
         [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}, 0}); },
         [&](infer_atom, int64_t id, int c, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t, c}); },
         [&](dump_atom) { control_.push_back({Control::dump, 0, 0, {}, {}, 0}); },
+        [&](status_atom) { self_->send(a_.coordinator, status_atom::value, wait_); },
         [&](stop_atom) {
           aborted_ = true;
           control_.push_back({Control::stop, 0, 0, {}, {}, 0});
@@ -120,12 +126,32 @@ class Worker {
   template <class T>
   T take(std::map<Key, T>& box, int kind, int64_t k, int mb, int c) {
     Key key{kind, k, mb, c};
-    wait_until([&] { return box.count(key) > 0; }, describe(kind, k, mb, c));
+    const int vs = virt(c);
+    const int from = kind == kAct ? (vs - 1) % a_.P : kind == kGrad ? (vs + 1) % a_.P
+                   : kind == kTied ? (s_ == 0 ? a_.P - 1 : 0) : WaitState::kDataActor;
+    if (!box.count(key)) {
+      wait_until([&] { return box.count(key) > 0; }, describe(kind, k, mb, c), from, k);
+    }
     T v = std::move(box[key]);
     box.erase(key);
     return v;
   }
-
+  // take() with the awaited message recorded for the diagnosis.
+  template <class T>
+  T take_msg(std::map<Key, T>& box, int kind, int64_t k, int mb, int c) {
+    Key key{kind, k, mb, c};
+    if (!box.count(key)) {
+      const int vs = virt(c), src = kind == kAct ? vs - 1 : vs + 1;
+      pending_msg_ = {kind == kAct ? 'F' : 'B', mb, src / a_.P};
+    }
+    T v = take(box, kind, k, mb, c);
+    pending_msg_ = {0, -1, -1};
+    return v;
+  }
+  struct PendingMsg {
+    char msg;
+    int mb, chunk;
+  } pending_msg_{0, -1, -1};
   // Sends an activation (forward) or gradient (backward) to virtual stage `to`; a message
   // to this worker's own chunk goes straight into the inbox.
   void route(bool forward, int64_t k, int mb, int to, Tensor t) {
@@ -145,6 +171,7 @@ class Worker {
     int64_t tokens = 0;
     const int PV = a_.P * V_;
     const bool split = a_.schedule->split_backward;
+    pos_ = 0;
     for (const Action& act : (train ? a_.schedule->stages[s_] : forward_only_)) {
       const int c = act.chunk, v = virt(c);
       Stage& st = chunk(c);
@@ -152,7 +179,7 @@ class Worker {
         TokenBlock tok, tgt;
         Tensor in;
         if (v == 0) tok = take(blocks_, kTokens, k, act.mb, 0);
-        else in = take(tensors_, kAct, k, act.mb, c);
+        else in = take_msg(tensors_, kAct, k, act.mb, c);
         if (v == PV - 1) tgt = take(blocks_, kTargets, k, act.mb, c);
         auto t0 = Clock::now();
         Tensor out = st.forward(act.mb, a_.B, a_.T, tok.ids ? tok.ids->data() : nullptr, in,
@@ -162,20 +189,22 @@ class Worker {
         else route(true, k, act.mb, v + 1, std::move(out));
       } else if (act.kind == Action::B) {
         Tensor g;
-        if (v != PV - 1) g = take(tensors_, kGrad, k, act.mb, c);
+        if (v != PV - 1) g = take_msg(tensors_, kGrad, k, act.mb, c);
         auto t0 = Clock::now();
         Tensor d = st.backward(act.mb, std::move(g), !split);
         compute_s += seconds_since(t0);
-        if (v != 0) route(false, k, act.mb, v - 1, std::move(d));
+        if (v != 0 && !a_.fault_drop_grads) route(false, k, act.mb, v - 1, std::move(d));
       } else {
         auto t0 = Clock::now();
         st.backward_weights(act.mb);
         compute_s += seconds_since(t0);
       }
+      ++pos_;
     }
     if (train) {
       compute_s += finish_train_step(k);
     }
+    pos_ = -1;
     size_t act_bytes = 0;
     for (auto& ch : a_.chunks) act_bytes += ch->activation_bytes();
     StepReport rep{s_, loss_sum, tokens, compute_s, wait_s_, act_bytes};
@@ -212,7 +241,7 @@ class Worker {
     double compute_s = seconds_since(t0);
     self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
     wait_until([&] { return clip_.count(k) > 0; },
-               "the clipping factor of step " + std::to_string(k) + " from the coordinator");
+               "the clipping factor of step " + std::to_string(k) + " from the coordinator", WaitState::kCoordinator, k);
     auto [scale, lr] = clip_[k];
     clip_.erase(k);
     t0 = Clock::now();
@@ -264,6 +293,8 @@ class Worker {
   std::deque<Control> control_;
   double wait_s_ = 0;
   bool aborted_ = false;
+  WaitState wait_;
+  int pos_ = -1;
 };
 
 }  // namespace

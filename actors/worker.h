@@ -30,6 +30,7 @@ struct WorkerArgs {
   int threads = 1;      // CPU thread budget of this worker
   double timeout_s = 300;
   caf::actor coordinator;
+  bool fault_drop_grads = false;  // fault injection (tests): never send gradients upstream
 };
 
 // Actor body. Expects (wire_atom, vector<actor> workers by stage) first.

@@ -11,6 +11,7 @@
 #include "core/error.h"
 
 #include <unistd.h>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 
@@ -181,4 +182,28 @@ TEST_CASE("a schedule file drives the workers", "[pipeline][schedules][actors]")
   }
   CHECK_THROWS_WITH(run_job(c, ctx()), Catch::Contains("deadlocks"));
   std::remove(path.c_str());
+}
+
+TEST_CASE("a worker whose peer never sends fails the step within its deadline, with a diagnosis", "[pipeline][actors][hang]") {
+  auto c = tiny(2, 2);
+  c.train.timeout_s = 1.5;
+  auto x = ctx();
+  x.fault_drop_grads_stage = 1;  // stage 1 computes its backward but never sends the gradient
+  auto t0 = std::chrono::steady_clock::now();
+  std::string err;
+  try {
+    run_job(c, x);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(err);
+  CHECK(s < 10.0);
+  CHECK(err.find("stage 0 waited 1.5 s for the output gradient of step 1 microbatch 0") != std::string::npos);
+  CHECK(err.find("wait-for graph") != std::string::npos);
+  CHECK(err.find("stage 0 waits for the output gradient of step 1 microbatch 0 for chunk 0 from stage 1") !=
+        std::string::npos);
+  CHECK(err.find("stage 1 waits for the tied-embedding gradient of step 1 from stage 0") != std::string::npos);
+  CHECK(err.find("missing sender: stage 0 waits for stage 1, which already ran B0") != std::string::npos);
+  CHECK(err.find("the step was aborted") != std::string::npos);
 }
