@@ -107,6 +107,7 @@ class Coordinator {
       for (int c = 0; c < V; ++c) {
         const int v = c * P_ + s;
         auto st = std::make_shared<Stage>(gpt_, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed);
+        st->set_recompute(cfg_.train.recompute == "full");
         for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
         layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1], st->first() ? " + embeddings" : "",
                               st->last() ? " + ln_f/LM head" : "");
@@ -186,6 +187,8 @@ class Coordinator {
       res.losses.push_back(loss);
       res.grad_norms.push_back(norm);
       res.step_ms.push_back(dt * 1e3);
+      if (k == 1)
+        for (size_t b : act_bytes_) res.activation_bytes += b;
       if (k == 1 && !ctx_.quiet)
         for (int s = 0; s < P_; ++s)
           spdlog::info("stage {}: activation buffers {}", s, human_bytes((double)act_bytes_[s]));

@@ -30,6 +30,7 @@ struct JobResult {
   std::vector<double> grad_norms;
   std::vector<double> step_ms;     // wall time of every step
   double peak_flops = 0;           // measured peak of the cores used (MFU denominator)
+  size_t activation_bytes = 0;     // activation buffers of all workers after the first step
   double flops_per_token = 0;      // 6 N + 12 L T C
   std::vector<std::pair<int, double>> val_losses;  // (step, loss)
   double final_val_loss = 0;

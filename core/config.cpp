@@ -25,7 +25,7 @@ const std::vector<Key>& key_table() {
       K(model, vocab_size),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
       K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
-      K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(optim, lr),
+      K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(optim, lr),
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
@@ -180,6 +180,8 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.threads >= 0) << "train.threads must be >= 0 (0 = all cores)";
   TROUPE_USER_CHECK(t.sample_tokens >= 0) << "train.sample_tokens must be >= 0";
   TROUPE_USER_CHECK(t.timeout_s > 0) << "train.timeout_s must be > 0 seconds";
+  TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "full")
+      << "train.recompute = '" << t.recompute << "'; use \"none\" or \"full\" (recompute each layer's activations in backward)";
   auto& o = optim;
   TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << o.lr << " must be a positive number";
   TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << o.min_lr

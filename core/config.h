@@ -38,6 +38,7 @@ struct TrainConfig {
   int threads = 0;             // CPU thread budget for all workers (0 = all cores)
   int sample_tokens = 64;      // tokens generated at the end (0 = no sample)
   double timeout_s = 300;      // deadline for any single wait for a message
+  std::string recompute = "none";  // none | full: activation recomputation per layer
 };
 
 struct OptimConfig {

@@ -85,7 +85,6 @@ void ensure(Tensor& t, std::vector<int64_t> shape) {
 void BlockActs::ensure(int B, int T, int C, int NH) {
   using troupe::ensure;
   const int64_t BT = (int64_t)B * T;
-  ensure(x, {B, T, C});
   ensure(ln1, {BT, C});
   ensure(ln1_mean, {BT});
   ensure(ln1_rstd, {BT});

@@ -59,6 +59,7 @@ struct Param {
 struct BlockActs {
   Tensor x;            // (B,T,C) block input (residual stream)
   Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, x2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  // Allocates everything but x (which the caller owns) for (B, T).
   void ensure(int B, int T, int C, int NH);
 };
 

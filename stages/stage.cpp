@@ -81,13 +81,14 @@ Param* Stage::find(const std::string& name) {
   return nullptr;
 }
 
-void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool is_first, bool is_last) {
+void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool is_first, bool is_last,
+                         bool full_acts) {
   B = b;
   T = t;
   const int64_t BT = (int64_t)b * t;
   acts.resize(nblocks);
   for (int i = 0; i < nblocks; ++i) {
-    acts[i].ensure(b, t, cfg.C, cfg.NH);
+    if (full_acts) acts[i].ensure(b, t, cfg.C, cfg.NH);
     // Block 0's input on a non-first stage is the received tensor, set per microbatch.
     if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != std::vector<int64_t>{b, t, cfg.C}))
       acts[i].x = Tensor({b, t, cfg.C});
@@ -115,8 +116,25 @@ void Stage::forward_blocks(Slot& sl, int B, int T, float* out) {
   const int n = (int)blocks_.size();
   for (int i = 0; i < n; ++i) {
     float* y = (i + 1 < n) ? sl.acts[i + 1].x.data() : out;
-    blocks_[i].forward(y, sl.acts[i], B, T, cfg_);
+    if (recompute_) {
+      re_acts_.ensure(B, T, cfg_.C, cfg_.NH);
+      re_acts_.x = sl.acts[i].x;
+      blocks_[i].forward(y, re_acts_, B, T, cfg_);
+      re_acts_.x = Tensor();
+    } else {
+      blocks_[i].forward(y, sl.acts[i], B, T, cfg_);
+    }
   }
+}
+
+BlockActs& Stage::acts_for(Slot& sl, int i) {
+  if (!recompute_) return sl.acts[i];
+  // Same kernels, same input: the recomputed activations are bitwise the stashed ones.
+  re_acts_.ensure(sl.B, sl.T, cfg_.C, cfg_.NH);
+  if (!re_out_.defined() || re_out_.numel() != (int64_t)sl.B * sl.T * cfg_.C) re_out_ = Tensor({sl.B, sl.T, cfg_.C});
+  re_acts_.x = sl.acts[i].x;
+  blocks_[i].forward(re_out_.data(), re_acts_, sl.B, sl.T, cfg_);
+  return re_acts_;
 }
 
 Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor& input, const int32_t* targets,
@@ -124,7 +142,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   TROUPE_CHECK(B > 0 && T > 0 && T <= cfg_.maxT);
   TROUPE_CHECK(!keep || !stash_.count(mb)) << "microbatch " << mb << " is already stashed on stage " << s_;
   auto sl = take_slot();
-  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last());
+  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_);
   const int64_t BT = (int64_t)B * T;
   const int C = cfg_.C;
   if (first()) {
@@ -190,12 +208,14 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   scratch_.ensure(B, T, C, cfg_.NH);
   if (!weights) sl.grads.resize(blocks_.size());
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
+    BlockActs& a = acts_for(sl, i);
     if (weights) {
-      blocks_[i].backward(dres.data(), sl.acts[i], scratch_, B, T, cfg_);
+      blocks_[i].backward(dres.data(), a, scratch_, B, T, cfg_);
     } else {
       sl.grads[i].ensure(B, T, C);
-      blocks_[i].backward_input(dres.data(), sl.acts[i], sl.grads[i], scratch_, B, T, cfg_);
+      blocks_[i].backward_input(dres.data(), a, sl.grads[i], scratch_, B, T, cfg_);
     }
+    if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
     if (weights)
@@ -228,7 +248,10 @@ void Stage::backward_weights(int mb) {
     kernels::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
                                 lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   }
-  for (int i = (int)blocks_.size() - 1; i >= 0; --i) blocks_[i].backward_weight(sl.acts[i], sl.grads[i], B, T, cfg_);
+  for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
+    blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
+    if (recompute_) re_acts_.x = Tensor();
+  }
   if (first()) {
     kernels::encoder_backward(wte_->grad.data(), wpe_->grad.data(), sl.dx0.data(),
                               reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T, C);
@@ -242,7 +265,7 @@ void Stage::backward_weights(int mb) {
 
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
   auto sl = take_slot();
-  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last());
+  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_);
   const int C = cfg_.C;
   if (first())
     kernels::encoder_forward(sl->acts[0].x.data(), tokens, wte_->value.data(), wpe_->value.data(), 1, T, C, cfg_.V);
@@ -309,6 +332,10 @@ size_t Stage::activation_bytes() const {
     for (const Tensor* t : {&s.tokens, &s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
       if (t->defined()) b += t->nbytes();
   };
+  for (const Tensor* t : {&re_acts_.ln1, &re_acts_.ln1_mean, &re_acts_.ln1_rstd, &re_acts_.qkv, &re_acts_.att,
+                          &re_acts_.atty, &re_acts_.x2, &re_acts_.ln2, &re_acts_.ln2_mean, &re_acts_.ln2_rstd,
+                          &re_acts_.fch, &re_acts_.fch_gelu, &re_out_})
+    if (t->defined()) b += t->nbytes();
   for (auto& [k, s] : stash_) add_slot(*s);
   for (auto& s : free_) add_slot(*s);
   return b;

@@ -34,6 +34,10 @@ class Stage {
   // `seed` (so every layout starts from the same weights).
   Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed);
 
+  // Activation recomputation (Chen et al. 2016; Megatron's full recompute): F keeps only
+  // each block's input; B (and W) recompute the block's forward first. Bitwise the same
+  // results, less memory, one more forward of compute.
+  void set_recompute(bool on) { recompute_ = on; }
   bool first() const { return s_ == 0; }
   bool last() const { return s_ == P_ - 1; }
   int index() const { return s_; }
@@ -84,10 +88,16 @@ class Stage {
     std::vector<BlockGrads> grads;  // zero-bubble: output gradients kept from B for W
     Tensor dlnf, dx0;               // ... and the head's dL/d ln_f out, the first stage's dL/d embedding
     bool input_done = false;        // B ran without the weights (W pending)
-    void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last);
+    void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last, bool full_acts);
   };
+  // The activations of block i for slot sl: the stashed ones, or (recompute) the shared
+  // scratch refilled by running the block's forward again from its stashed input.
+  BlockActs& acts_for(Slot& sl, int i);
   std::unique_ptr<Slot> take_slot();
   void forward_blocks(Slot& sl, int B, int T, float* out);
+  bool recompute_ = false;
+  BlockActs re_acts_;   // recompute: the one set of block activations
+  Tensor re_out_;       // recompute: where the recomputed block output goes
 
   GPTConfig cfg_;
   int s_, P_, l0_, l1_;
