@@ -175,6 +175,13 @@ class Coordinator {
         ++reports;
       });
       const double norm = global_grad_norm(sumsq);
+      if (!std::isfinite(norm)) {
+        emit({{"step", k}, {"loss", nullptr}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", nullptr},
+              {"ms_per_step", nullptr}, {"skipped", true}, {"loss_scale", 1.0}});
+        throw Error("step " + std::to_string(k) + ": the gradient norm is " + (std::isnan(norm) ? "NaN" : "infinite") +
+                    " in fp32 training, so the run diverged and was stopped before the update; lower optim.lr or "
+                    "raise optim.warmup_steps");
+      }
       const float scale = clip_scale(norm, cfg_.optim.grad_clip);
       for (auto& w : workers_) (*self_)->send(w, clip_atom::value, (int64_t)k, scale, lr);
       auto done = collect_done(k, "step " + std::to_string(k));

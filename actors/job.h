@@ -22,6 +22,7 @@ struct JobContext {
   std::string run_dir;             // metrics.jsonl goes here; empty = no files
   bool collect_params = false;     // return the final parameters (tests)
   bool quiet = false;              // no per-step log lines
+  std::string trace_path;          // Chrome trace of measured spans (empty = no tracing)
   int fault_drop_grads_stage = -1; // fault injection (tests): this stage never sends gradients
 };
 

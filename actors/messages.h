@@ -62,6 +62,15 @@ struct NormReport {
   std::vector<std::pair<int, double>> sumsq;
 };
 
+// One measured span of a worker's step (tracing): kind 'F', 'B', 'W' (compute), 'R' (wait
+// for a message), 'S' (send), 'O' (optimizer: norm + AdamW); times in seconds since the
+// job's start.
+struct Span {
+  char kind;
+  int mb, chunk;
+  double t0, t1;
+};
+
 // What a worker reports at the end of a step.
 struct StepReport {
   int stage = 0;
@@ -70,6 +79,7 @@ struct StepReport {
   double compute_s = 0;     // seconds spent in F/B/optimizer
   double wait_s = 0;        // seconds spent waiting for messages
   size_t activation_bytes = 0;
+  std::vector<Span> spans;  // when tracing
 };
 
 // What a worker is waiting for, for hang diagnosis: (status_atom) asks, (status_atom,

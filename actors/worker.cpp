@@ -59,6 +59,10 @@ class Worker {
 
  private:
   Stage& chunk(int c) { return *a_.chunks[c]; }
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - a_.origin).count(); }
+  void span(char kind, int mb, int c, double t0) {
+    if (a_.trace) spans_.push_back({kind, mb, c, t0, now_s()});
+  }
   int virt(int c) const { return c * a_.P + s_; }
   // Worker and chunk of virtual stage v.
   caf::actor& worker_of(int v) { return peers_[v % a_.P]; }
@@ -144,7 +148,10 @@ class Worker {
       const int vs = virt(c), src = kind == kAct ? vs - 1 : vs + 1;
       pending_msg_ = {kind == kAct ? 'F' : 'B', mb, src / a_.P};
     }
+    const double t0 = now_s();
+    const bool waited = !box.count(key);
     T v = take(box, kind, k, mb, c);
+    if (waited) span('R', mb, c, t0);
     pending_msg_ = {0, -1, -1};
     return v;
   }
@@ -160,8 +167,10 @@ class Worker {
       tensors_[{forward ? kAct : kGrad, k, mb, c}] = std::move(t);
       return;
     }
+    const double t0 = now_s();
     if (forward) self_->send(worker_of(to), act_atom::value, k, mb, c, std::move(t));
     else self_->send(worker_of(to), grad_atom::value, k, mb, c, std::move(t));
+    span('S', mb, c, t0);
   }
 
   void run_step(int64_t k, int kind) {
@@ -182,32 +191,41 @@ class Worker {
         else in = take_msg(tensors_, kAct, k, act.mb, c);
         if (v == PV - 1) tgt = take(blocks_, kTargets, k, act.mb, c);
         auto t0 = Clock::now();
+        const double s0 = now_s();
         Tensor out = st.forward(act.mb, a_.B, a_.T, tok.ids ? tok.ids->data() : nullptr, in,
                                 tgt.ids ? tgt.ids->data() : nullptr, a_.dloss, &loss_sum, train);
         compute_s += seconds_since(t0);
+        if (train) span('F', act.mb, c, s0);
         if (v == PV - 1) tokens += (int64_t)a_.B * a_.T;
         else route(true, k, act.mb, v + 1, std::move(out));
       } else if (act.kind == Action::B) {
         Tensor g;
         if (v != PV - 1) g = take_msg(tensors_, kGrad, k, act.mb, c);
         auto t0 = Clock::now();
+        const double s0 = now_s();
         Tensor d = st.backward(act.mb, std::move(g), !split);
         compute_s += seconds_since(t0);
+        span('B', act.mb, c, s0);
         if (v != 0 && !a_.fault_drop_grads) route(false, k, act.mb, v - 1, std::move(d));
       } else {
         auto t0 = Clock::now();
+        const double s0 = now_s();
         st.backward_weights(act.mb);
         compute_s += seconds_since(t0);
+        span('W', act.mb, c, s0);
       }
       ++pos_;
     }
     if (train) {
+      const double s0 = now_s();
       compute_s += finish_train_step(k);
+      span('O', -1, 0, s0);
     }
     pos_ = -1;
     size_t act_bytes = 0;
     for (auto& ch : a_.chunks) act_bytes += ch->activation_bytes();
-    StepReport rep{s_, loss_sum, tokens, compute_s, wait_s_, act_bytes};
+    StepReport rep{s_, loss_sum, tokens, compute_s, wait_s_, act_bytes, std::move(spans_)};
+    spans_.clear();
     self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
   }
 
@@ -295,6 +313,7 @@ class Worker {
   bool aborted_ = false;
   WaitState wait_;
   int pos_ = -1;
+  std::vector<Span> spans_;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 // the coordinator as (fail_atom, stage, message) naming what was awaited.
 #pragma once
 #include <caf/all.hpp>
+#include <chrono>
 #include <memory>
 
 #include "actors/messages.h"
@@ -31,6 +32,8 @@ struct WorkerArgs {
   double timeout_s = 300;
   caf::actor coordinator;
   bool fault_drop_grads = false;  // fault injection (tests): never send gradients upstream
+  bool trace = false;             // record spans (StepReport::spans)
+  std::chrono::steady_clock::time_point origin;  // time 0 of the spans
 };
 
 // Actor body. Expects (wire_atom, vector<actor> workers by stage) first.

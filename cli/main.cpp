@@ -5,6 +5,8 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "actors/job.h"
 #include "core/config.h"
@@ -32,6 +35,8 @@ using namespace troupe;
 
 namespace {
 
+std::string trace_path_;
+
 Config load_config(const std::string& path, const std::vector<std::string>& sets) {
   Config c = Config::load(path);
   for (auto& s : sets) c.set(s);
@@ -46,32 +51,61 @@ std::string timestamp() {
   return buf;
 }
 
-// Creates the run directory (or uses an existing one) and proves it is writable.
-std::string make_run_dir(std::string dir) {
-  if (dir.empty()) {
-    dir = "runs/" + timestamp();
-    for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
+// Checks, without creating anything, that the run directory can be created or written.
+void check_run_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (fs::exists(p, ec)) {
+    TROUPE_USER_CHECK(fs::is_directory(p, ec)) << "run directory '" << dir
+                                               << "' exists and is not a directory; pass --run-dir with a folder";
+    TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0)
+        << "run directory '" << dir << "' is not writable; pass --run-dir with a writable folder";
+    return;
   }
+  fs::path parent = p.parent_path();
+  while (!parent.empty() && !fs::exists(parent, ec)) parent = parent.parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0)
+      << "cannot create run directory '" << dir << "': " << parent.string()
+      << (fs::is_directory(parent, ec) ? " is not writable" : " is not a directory")
+      << "; pass --run-dir with a writable folder";
+}
+
+// Creates the run directory and takes its lock: one troupe process per run directory.
+int make_run_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   TROUPE_USER_CHECK(!ec && fs::is_directory(dir))
       << "cannot create run directory '" << dir << "' (" << (ec ? ec.message() : "not a directory")
       << "); pass --run-dir with a writable folder";
-  TROUPE_USER_CHECK(::access(dir.c_str(), W_OK) == 0)
-      << "run directory '" << dir << "' is not writable; pass --run-dir with a writable folder";
-  return dir;
+  const std::string lock = dir + "/.lock";
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno)
+                             << "); pass --run-dir with a writable folder";
+  TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0)
+      << "run directory '" << dir << "' is in use by another troupe process; wait for it or pass another --run-dir";
+  return fd;  // held until the process exits
 }
 
-// Saves the resolved config as DIR/config.toml; never overwrites a different one.
-void save_config(const Config& c, const std::string& dir) {
+// Saves the resolved config as DIR/config.toml; never overwrites a different one (a new
+// one goes beside it as config-<timestamp>[-n].toml, created exclusively).
+std::string save_config(const Config& c, const std::string& dir) {
   std::string text = c.to_toml();
   std::string path = dir + "/config.toml";
   if (fs::exists(path)) {
     std::ifstream in(path);
     std::stringstream ss;
     ss << in.rdbuf();
-    if (ss.str() == text) return;
-    path = dir + "/config-" + timestamp() + ".toml";
+    if (ss.str() == text) return path;
+    for (int n = 0;; ++n) {
+      path = dir + "/config-" + timestamp() + (n ? "-" + std::to_string(n) : "") + ".toml";
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        break;
+      }
+      TROUPE_USER_CHECK(errno == EEXIST) << "cannot write " << path << " (" << std::strerror(errno)
+                                         << "); pass --run-dir with a writable folder";
+    }
   }
   std::string tmp = path + ".tmp";
   {
@@ -80,6 +114,48 @@ void save_config(const Config& c, const std::string& dir) {
     TROUPE_USER_CHECK(out.good()) << "cannot write " << tmp << "; pass --run-dir with a writable folder";
   }
   fs::rename(tmp, path);
+  return path;
+}
+
+// Bytes available for this job (MemAvailable), 0 if unknown.
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;
+}
+
+// Refuses, before anything is allocated, a job that cannot fit in memory: fp32 weights,
+// gradients and AdamW moments (16 bytes per parameter, the tied embedding twice when
+// split), stashed activations (1F1B keeps at most min(M, P - s) microbatches on stage s,
+// GPipe M) and the logits of a microbatch (twice: logits and their gradient).
+void check_memory(const Config& c) {
+  const GPTConfig g = GPTConfig::from(c.model);
+  const int P = c.parallel.pp, M = c.parallel.microbatches, V = c.parallel.chunks;
+  const int mbB = c.train.batch_size / M, T = c.train.seq_len;
+  double params = 16.0 * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
+  const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
+  const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C : full_layer;
+  // (microbatch, chunk) pairs stashed on stage s: all M*V for GPipe, else the 1F1B bound
+  double acts = 0;
+  for (int st = 0; st < P; ++st) {
+    const double pairs = c.parallel.schedule == "gpipe" ? (double)M * V : std::min<double>(M * V, (P - st) + (V - 1) * P);
+    acts += pairs * ((double)g.L / (P * V)) * per_layer;
+  }
+  acts += 2.0 * 4.0 * mbB * T * g.V;                        // logits + dlogits of one microbatch
+  if (c.train.recompute == "full") acts += full_layer * P;  // one recompute buffer per stage
+  const double need = params + acts;
+  const double have = available_memory();
+  if (have <= 0) return;
+  auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024)); };
+  TROUPE_USER_CHECK(need < 0.9 * have)
+      << "this job needs about " << gib(need) << " (parameters, gradients and AdamW state " << gib(params)
+      << ", activations " << gib(acts) << ") but " << gib(have)
+      << " are available; use a smaller model, train.batch_size, train.seq_len, more parallel.microbatches or "
+         "train.recompute = \"full\"";
 }
 
 void setup_logging(const std::string& run_dir) {
@@ -88,6 +164,7 @@ void setup_logging(const std::string& run_dir) {
   if (!run_dir.empty()) sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_dir + "/train.log"));
   auto logger = std::make_shared<spdlog::logger>("troupe", sinks.begin(), sinks.end());
   logger->set_pattern("[%H:%M:%S] %v");
+  logger->flush_on(spdlog::level::info);  // train.log is complete up to the last line, even if killed
   spdlog::set_default_logger(logger);
 }
 
@@ -103,11 +180,25 @@ int cmd_tokenize(const Config& c) {
   return 0;
 }
 
+std::string default_run_dir() {
+  std::string dir = "runs/" + timestamp();
+  for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
+  return dir;
+}
+
 int cmd_train(const Config& c, const std::string& run_dir_opt) {
-  const std::string run_dir = make_run_dir(run_dir_opt);
-  setup_logging(run_dir);
-  save_config(c, run_dir);
-  spdlog::info("run directory: {}", run_dir);
+  // Everything that can be refused is refused before anything is written.
+  const std::string run_dir = run_dir_opt.empty() ? default_run_dir() : run_dir_opt;
+  check_run_dir(run_dir);
+  {
+    Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
+    validate_schedule(s);
+  }
+  check_memory(c);
+  setup_logging("");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (c.train.threads > (int)cores)
+    spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
   auto loader = std::make_shared<BatchLoader>(d.train_path, d.val_path);
@@ -116,13 +207,25 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
     f->check_tokenizer(d.tokenizer_hash);
     f->validate(c.model.vocab_size);
   }
+  TROUPE_USER_CHECK(loader->train().size() >= (uint64_t)c.train.seq_len + 1)
+      << "the train split has " << loader->train().size() << " tokens, fewer than train.seq_len + 1 = "
+      << c.train.seq_len + 1 << "; use a bigger corpus or a smaller train.seq_len";
+  TROUPE_USER_CHECK(loader->val().size() >= (uint64_t)c.train.seq_len + 1)
+      << "the validation split has " << loader->val().size() << " tokens, fewer than train.seq_len + 1 = "
+      << c.train.seq_len + 1 << "; raise data.val_fraction or lower train.seq_len";
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
   TROUPE_USER_CHECK(tok->vocab_size() == c.model.vocab_size)
       << "the tokenizer " << d.tokenizer_path << " has " << tok->vocab_size() << " tokens but model.vocab_size = "
       << c.model.vocab_size << "; set model.vocab_size = " << tok->vocab_size() << " or use a matching data.tokenizer";
+  const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Now the run directory: created, locked, config saved, log file opened.
+  const int lock_fd = make_run_dir(run_dir);
+  (void)lock_fd;
+  setup_logging(run_dir);
+  const std::string saved = save_config(c, run_dir);
+  spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
   spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
-               d.val_tokens, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               d.unigram_entropy);
+               d.val_tokens, data_s, d.unigram_entropy);
   JobContext ctx;
   const uint64_t seed = c.train.seed;
   ctx.fill_batch = [loader, seed](int kind, int64_t index, int B, int T, int32_t* in, int32_t* tg) {
@@ -135,6 +238,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
   ctx.sample_start_token = d.eot_id;
   ctx.unigram_entropy = d.unigram_entropy;
   ctx.run_dir = run_dir;
+  ctx.trace_path = trace_path_;
   auto r = run_job(c, ctx);
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
@@ -221,11 +325,26 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
   simulate_cmd->add_option("--config", so.config, "model config for activation bytes");
   simulate_cmd->add_flag("--quiet", so.quiet, "no ASCII timeline");
+  train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate") {
+      std::cerr << "error: unknown command '" << cmd << "'; use train, tokenize or simulate (see troupe --help)" << std::endl;
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    std::string msg = e.what();
+    for (auto& ch : msg)
+      if (ch == '\n') ch = ' ';
+    std::cerr << "error: " << msg << "; see troupe --help" << std::endl;
+    return 2;
   }
   try {
     if (simulate_cmd->parsed()) return cmd_simulate(so);

@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -50,13 +51,25 @@ const Key* find_key(const std::string& name) {
   throw UserError("unknown config key '" + name + "'" + where + "; remove it or use one of: " + known);
 }
 
+std::string example(const Ref& r) {
+  if (std::holds_alternative<std::string*>(r)) return "\"" + *std::get<std::string*>(r) + "\"";
+  if (auto* p = std::get_if<double*>(&r)) {
+    std::ostringstream os;
+    os << **p;
+    return os.str();
+  }
+  if (auto* p = std::get_if<int*>(&r)) return std::to_string(**p);
+  return std::to_string(*std::get<uint64_t*>(r));
+}
+
 // Assigns a TOML value to a key, checking its type.
 void assign(Config& c, const Key& k, const toml::node& v, const std::string& where) {
   Ref r = k.ref(c);
   auto bad = [&](const char* want) {
     std::ostringstream os;
     v.visit([&](auto&& n) { os << n; });
-    throw UserError("config key '" + k.name + "'" + where + " must be " + want + ", got " + os.str());
+    throw UserError("config key '" + k.name + "'" + where + " must be " + want + ", got " + os.str() +
+                    "; e.g. " + k.name + " = " + example(k.ref(c)));
   };
   if (auto* p = std::get_if<int*>(&r)) {
     auto x = v.value<int64_t>();
@@ -85,8 +98,12 @@ std::vector<std::string> Config::keys() {
 }
 
 Config Config::load(const std::string& path) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
+      << "config file '" << path << "' " << (std::filesystem::exists(path, ec) ? "is not a regular file" : "does not exist")
+      << "; pass a TOML file to --config (e.g. configs/sotu.toml)";
   std::ifstream f(path);
-  TROUPE_USER_CHECK(f.good()) << "config file '" << path << "' cannot be read; pass an existing file to --config (e.g. configs/sotu.toml)";
+  TROUPE_USER_CHECK(f.good()) << "config file '" << path << "' cannot be read; pass a readable file to --config (e.g. configs/sotu.toml)";
   toml::table tbl;
   try {
     tbl = toml::parse(f, path);
@@ -174,8 +191,9 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
   TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "
                                                << m.block_size << "; lower train.seq_len or raise model.block_size";
-  TROUPE_USER_CHECK(t.steps >= 0) << "train.steps = " << t.steps << " must be >= 0";
-  TROUPE_USER_CHECK(t.eval_interval >= 0) << "train.eval_interval must be >= 0";
+  TROUPE_USER_CHECK(t.steps >= 0) << "train.steps = " << t.steps << " must be >= 0 (0 only evaluates)";
+  TROUPE_USER_CHECK(t.eval_interval >= 0) << "train.eval_interval = " << t.eval_interval
+                                          << " must be >= 0 (0 = evaluate only at the end)";
   TROUPE_USER_CHECK(t.eval_batches >= 1) << "train.eval_batches must be at least 1";
   TROUPE_USER_CHECK(t.threads >= 0) << "train.threads must be >= 0 (0 = all cores)";
   TROUPE_USER_CHECK(t.sample_tokens >= 0) << "train.sample_tokens must be >= 0";
@@ -190,7 +208,8 @@ void Config::validate() const {
   TROUPE_USER_CHECK(o.lr_decay_steps > o.warmup_steps)
       << "optim.lr_decay_steps = " << o.lr_decay_steps << " must exceed optim.warmup_steps = " << o.warmup_steps;
   TROUPE_USER_CHECK(o.weight_decay >= 0) << "optim.weight_decay must be >= 0";
-  TROUPE_USER_CHECK(o.grad_clip >= 0) << "optim.grad_clip must be >= 0 (0 disables clipping)";
+  TROUPE_USER_CHECK(o.grad_clip >= 0 && std::isfinite(o.grad_clip))
+      << "optim.grad_clip = " << o.grad_clip << " must be a finite number >= 0 (0 disables clipping)";
   TROUPE_USER_CHECK(o.beta1 >= 0 && o.beta1 < 1) << "optim.beta1 must be in [0, 1)";
   TROUPE_USER_CHECK(o.beta2 >= 0 && o.beta2 < 1) << "optim.beta2 must be in [0, 1)";
   TROUPE_USER_CHECK(o.eps > 0) << "optim.eps must be > 0";

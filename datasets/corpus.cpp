@@ -72,8 +72,11 @@ size_t find_invalid_utf8(std::string_view text) {
 
 std::string read_file_bytes(const std::string& path, const std::string& what) {
   std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
   TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
-      << what << " file '" << path << "' does not exist (or is not a regular file)";
+      << what << " file '" << path << "' " << (exists ? "is not a regular file" : "does not exist") << "; "
+      << (what == "corpus" ? "run `make data` for data/sotu.txt or set data.corpus to a UTF-8 text file (paths are relative to the current directory)"
+                           : "set the path to an existing " + what + " file (paths are relative to the current directory)");
   std::ifstream in(path, std::ios::binary);
   TROUPE_USER_CHECK(in.good()) << "cannot open " << what << " file '" << path
                                << "': " << std::strerror(errno);

@@ -100,12 +100,25 @@ TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") 
   s.write("syntax.toml", "[train\nsteps = 3\n");
   expect_user_error(troupe("train --config '" + s.path("syntax.toml") + "'", s), {"line 1"});
   expect_user_error(troupe(base + " --set train.steps=abc", s), {"train.steps", "integer"});
+  expect_user_error(troupe("train --config '" + s.dir.string() + "'", s), {"not a regular file"});
+  expect_user_error(troupe(base + " --set parallel.schedule=interleaved --set parallel.chunks=2 --set parallel.microbatches=3"
+                                  " --set parallel.pp=2 --set train.batch_size=12",
+                           s),
+                    {"multiple of 2"});
+  expect_user_error(troupe(base + " --set model.block_size=8192 --set train.seq_len=8192 --set model.n_embd=1024", s),
+                    {"GiB", "available"});
+  expect_user_error(troupe("frobnicate", s), {"unknown command 'frobnicate'"});
+  // nothing was created by any of the refused runs
+  CHECK_FALSE(fs::exists(s.path("run")));
 }
 
 TEST_CASE("bad corpus input exits 2 and names the file", "[cli][datasets]") {
   Scratch s("corpus");
   std::string base = "train --config '" + tiny_config(s) + "' --run-dir '" + s.path("run") + "'" + sets(s);
   expect_user_error(troupe(base + " --set data.corpus='" + s.path("nope.txt") + "'", s), {"nope.txt"});
+  s.write("short.txt", "one short document\n\nanother short document\n");
+  expect_user_error(troupe(base + " --set data.corpus='" + s.path("short.txt") + "' --set model.vocab_size=300", s),
+                    {"split has", "train.seq_len"});
   s.write("empty.txt", "");
   expect_user_error(troupe(base + " --set data.corpus='" + s.path("empty.txt") + "'", s), {"empty.txt"});
   s.write("latin1.txt", "caf\xe9 au lait\n\nsecond document\n");
@@ -158,6 +171,16 @@ TEST_CASE("an unwritable run directory exits 2 and nothing written is lost", "[c
   std::string metrics = slurp(s.path("run/metrics.jsonl"));
   CHECK(metrics.rfind("{\"step\": 1, \"loss\": 9.0}\n", 0) == 0);
   CHECK(metrics.find("\"summary\":true") != std::string::npos);
+  // a second different config goes beside the first, never over it
+  Run r2 = troupe(base + " --set train.seed=7", s);
+  REQUIRE(r2.rc == 0);
+  Run r3 = troupe(base + " --set train.seed=8", s);
+  REQUIRE(r3.rc == 0);
+  int configs = 0;
+  for (auto& e : fs::directory_iterator(s.path("run")))
+    if (e.path().filename().string().rfind("config-", 0) == 0) ++configs;
+  CHECK(configs == 3);  // seeds 0 (the tiny default), 7 and 8
+  CHECK(slurp(s.path("run/config.toml")) == "# an earlier run\n");
 }
 
 TEST_CASE("the tiny job ends more than 1 nat below the unigram entropy", "[cli][train]") {
