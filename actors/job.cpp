@@ -21,6 +21,7 @@
 #include "core/peak.h"
 #include "optimizer/optimizer.h"
 #include "stages/schedule.h"
+#include "stages/simulator.h"
 #include "stages/stage.h"
 
 namespace troupe {
@@ -78,6 +79,7 @@ class Coordinator {
   }
 
   JobResult run() {
+    origin_ = Clock::now();
     const auto& m = cfg_.model;
     const auto& p = cfg_.parallel;
     gpt_ = GPTConfig::from(m);
@@ -126,6 +128,8 @@ class Coordinator {
       wa.timeout_s = cfg_.train.timeout_s;
       wa.coordinator = caf::actor_cast<caf::actor>(*self_);
       wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s;
+      wa.trace = !ctx_.trace_path.empty();
+      wa.origin = origin_;
       auto w = sys_->spawn(stage_worker, wa);
       (*self_)->monitor(w);
       workers_.push_back(w);
@@ -220,6 +224,7 @@ class Coordinator {
     res.ms_per_step = steps > 0 ? train_s * 1e3 / steps : 0;
     emit({{"summary", true}, {"steps", steps}, {"val_loss", res.final_val_loss},
           {"unigram_entropy", ctx_.unigram_entropy}, {"tokens_per_s", res.tokens_per_s}});
+    if (!ctx_.trace_path.empty()) analyze_trace(res);
     if (cfg_.train.sample_tokens > 0 && ctx_.decode) {
       res.sample = sample(cfg_.train.sample_tokens);
       if (!ctx_.quiet) spdlog::info("sample ({} tokens):\n{}", cfg_.train.sample_tokens, res.sample);
@@ -285,6 +290,8 @@ class Coordinator {
     reported_.assign(P_, false);
     wait([&] { return n == expected; }, "the end of " + what, [&](StepReport& r) {
       reported_[r.stage] = true;
+      if (k > 0)
+        for (auto& sp : r.spans) trace_.push_back({r.stage, k, sp});
       total.loss_sum += r.loss_sum;
       total.tokens += r.tokens;
       act_bytes_[r.stage] = r.activation_bytes;
@@ -344,6 +351,90 @@ class Coordinator {
     for (auto& d : dumps)
       for (auto& p : d.params) out.push_back(std::move(p));
     return out;
+  }
+
+  // Writes the Chrome trace of measured spans and compares the measured pipeline with the
+  // simulator fed the measured average cost of every (stage, chunk, action kind).
+  void analyze_trace(JobResult& res) {
+    nlohmann::json ev = nlohmann::json::array();
+    for (int s = 0; s < P_; ++s)
+      ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", s},
+                    {"args", {{"name", "stage " + std::to_string(s)}}}});
+    auto kind_name = [](char k) -> std::string {
+      switch (k) {
+        case 'R': return "wait";
+        case 'S': return "send";
+        case 'O': return "optimizer";
+        default: return std::string(1, k);
+      }
+    };
+    for (auto& e : trace_) {
+      std::string name = kind_name(e.span.kind);
+      if (e.span.mb >= 0 && (e.span.kind == 'F' || e.span.kind == 'B' || e.span.kind == 'W'))
+        name = to_string(Action{(Action::Kind)e.span.kind, e.span.mb, e.span.chunk});
+      ev.push_back({{"name", name}, {"cat", kind_name(e.span.kind)}, {"ph", "X"}, {"pid", 0}, {"tid", e.stage},
+                    {"ts", e.span.t0 * 1e6}, {"dur", (e.span.t1 - e.span.t0) * 1e6},
+                    {"args", {{"step", e.step}, {"microbatch", e.span.mb}, {"chunk", e.span.chunk}}}});
+    }
+    {
+      std::ofstream out(ctx_.trace_path);
+      out << nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
+      TROUPE_USER_CHECK(out.good()) << "cannot write the trace " << ctx_.trace_path << "; pass a writable --trace path";
+    }
+    // per step: window of the compute spans, busy time per stage; average costs
+    const int64_t first = cfg_.train.steps > 1 ? 2 : 1;  // step 1 warms up (allocations, JIT)
+    std::map<int64_t, std::pair<double, double>> window;
+    std::map<std::pair<int64_t, int>, double> busy;
+    std::map<std::tuple<int, int, char>, std::pair<double, int>> cost;
+    for (auto& e : trace_) {
+      const char k = e.span.kind;
+      if (e.step < first || (k != 'F' && k != 'B' && k != 'W')) continue;
+      auto& w = window.try_emplace(e.step, 1e300, -1e300).first->second;
+      w.first = std::min(w.first, e.span.t0);
+      w.second = std::max(w.second, e.span.t1);
+      busy[{e.step, e.stage}] += e.span.t1 - e.span.t0;
+      auto& c = cost[{e.stage, e.span.chunk, k}];
+      c.first += e.span.t1 - e.span.t0;
+      c.second += 1;
+    }
+    if (window.empty()) return;
+    std::vector<double> measured(P_, 0.0);
+    double makespan = 0;
+    for (auto& [k, w] : window) {
+      const double span = w.second - w.first;
+      makespan += span;
+      for (int s = 0; s < P_; ++s) measured[s] += 1.0 - busy[{k, s}] / span;
+    }
+    const double nsteps = (double)window.size();
+    makespan /= nsteps;
+    for (auto& m : measured) m /= nsteps;
+    auto sim = simulate(
+        *sched_,
+        [&](int s, const Action& a) {
+          auto it = cost.find({s, a.chunk, (char)a.kind});
+          return it == cost.end() ? 0.0 : it->second.first / it->second.second;
+        },
+        0.0);
+    res.measured_bubble = measured;
+    res.simulated_bubble = sim.bubble;
+    res.measured_pipeline_ms = makespan * 1e3;
+    res.simulated_pipeline_ms = sim.makespan * 1e3;
+    if (!ctx_.quiet) {
+      spdlog::info("trace written to {} (open in chrome://tracing or ui.perfetto.dev)", ctx_.trace_path);
+      spdlog::info("pipeline over steps {}..{}: measured {:.2f} ms per step vs {:.2f} ms simulated from measured action "
+                   "costs ({:+.1f}% runtime overhead)",
+                   first, cfg_.train.steps, res.measured_pipeline_ms, res.simulated_pipeline_ms,
+                   100.0 * (res.measured_pipeline_ms / res.simulated_pipeline_ms - 1.0));
+      for (int s = 0; s < P_; ++s) {
+        std::string costs;
+        for (auto& [key, c] : cost)
+          if (std::get<0>(key) == s)
+            costs += fmt::format(" {}{}={:.2f}ms", std::get<2>(key), std::get<1>(key) ? "c" + std::to_string(std::get<1>(key)) : "",
+                                 1e3 * c.first / c.second);
+        spdlog::info("stage {}: bubble measured {:.4f}, simulated {:.4f}; mean action cost{}", s, measured[s],
+                     sim.bubble[s], costs);
+      }
+    }
   }
 
   // Hang diagnosis: asks every worker what it waits for (2 s deadline), prints the
@@ -473,6 +564,13 @@ class Coordinator {
   std::map<int, WaitState> states_;
   std::set<caf::actor_addr> down_;
   std::shared_ptr<const Schedule> sched_;
+  struct TraceEvent {
+    int stage;
+    int64_t step;
+    Span span;
+  };
+  std::vector<TraceEvent> trace_;
+  Clock::time_point origin_ = Clock::now();
   int64_t eval_counter_ = 0;
   bool stopped_ = false, failed_ = false;
 };

@@ -32,6 +32,10 @@ struct JobResult {
   std::vector<double> step_ms;     // wall time of every step
   double peak_flops = 0;           // measured peak of the cores used (MFU denominator)
   size_t activation_bytes = 0;     // activation buffers of all workers after the first step
+  // With tracing: bubble per stage measured from the spans and simulated from the measured
+  // mean action costs, and the pipeline time per step (F/B/W window) both ways.
+  std::vector<double> measured_bubble, simulated_bubble;
+  double measured_pipeline_ms = 0, simulated_pipeline_ms = 0;
   double flops_per_token = 0;      // 6 N + 12 L T C
   std::vector<std::pair<int, double>> val_losses;  // (step, loss)
   double final_val_loss = 0;

@@ -15,6 +15,8 @@ echo "== GEMM libraries, single thread, model shapes (bench/gemm_bench)"
 "$BUILD/gemm_bench" --bt 2048 | tee "$OUT/gemm.txt"
 echo "== troupe training step, PP=1, 2 threads (bench/train_bench)"
 "$BUILD/train_bench" $ARGS --threads 2 --warmup 3 --iters 10 | tee "$OUT/troupe.jsonl"
+echo "== pipeline runtime vs simulator (bench/pipeline_bench)"
+"$BUILD/pipeline_bench" 8 | tee "$OUT/pipeline.jsonl"
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
   "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
@@ -41,10 +43,16 @@ g = tr["gemm_all"]
 add("gemm_gflops_model_shapes_2_threads", g["troupe_gflops"], "GFLOP/s", True, "onednn-2.6-sgemm-2-threads", g["library_gflops"])
 best = max((v, k) for k, v in gl.items() if k != "name")
 add("gemm_library_best_single_thread", best[0], "GFLOP/s", True, "openblas-0.3.21-haswell-single-thread", gl["openblas"])
+for line in open(f"{out}/pipeline.jsonl"):
+    j = json.loads(line)
+    if j["name"] == "pipeline_overhead_default_job":
+        add("pipeline_step_ms_default_job", j["measured_ms"], "ms", False, "simulator-fed-measured-action-costs", j["simulated_ms"])
+    else:
+        add(j["name"] + "_measured", j["measured_bubble"], "bubble fraction", False, "theoretical-unit-costs", j["theoretical_bubble"])
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
-print(f"{'benchmark':38} {'value':>12} {'unit':>12}   {'reference':32} {'ref value':>12} {'ratio':>7}")
+print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")
 for r in res:
-    print(f"{r['name']:38} {r['value']:12.4g} {r['unit'][:12]:>12}   {r['reference']:32} {r['reference_value']:12.4g} {r['ratio']:7.3f}")
+    print(f"{r['name']:40} {r['value']:10.4g} {r['unit']:>16}   {r['reference']:38} {r['reference_value']:10.4g} {r['ratio']:7.3f}")
 print(f"\nbest single-thread library: {best[1]} ({best[0]:.0f} GFLOP/s); wrote {out}/results.json")
 PYEOF

@@ -41,12 +41,20 @@ Costs parse_costs(const std::string& spec) {
 }
 
 SimResult simulate(const Schedule& sc, const Costs& c) {
+  return simulate(
+      sc,
+      [&](int, const Action& a) {
+        if (a.kind == Action::F) return c.f;
+        if (a.kind == Action::W) return c.w;
+        return sc.split_backward ? c.b - c.w : c.b;
+      },
+      c.p2p);
+}
+
+SimResult simulate(const Schedule& sc, const std::function<double(int stage, const Action& a)>& cost_of, double p2p) {
   const int P = sc.P, M = sc.M, V = sc.V, PV = P * V;
-  auto cost = [&](const Action& a) {
-    if (a.kind == Action::F) return c.f;
-    if (a.kind == Action::W) return c.w;
-    return sc.split_backward ? c.b - c.w : c.b;
-  };
+  Costs c;
+  c.p2p = p2p;
   std::vector<std::vector<double>> fend(PV, std::vector<double>(M, -1)), bend(PV, std::vector<double>(M, -1));
   std::vector<size_t> pos(P, 0);
   std::vector<double> free_at(P, 0);
@@ -74,11 +82,11 @@ SimResult simulate(const Schedule& sc, const Costs& c) {
           }
           TROUPE_CHECK(fend[v][a.mb] >= 0) << "simulate: validate the schedule first";
         }
-        const double end = ready + cost(a);
+        const double end = ready + cost_of(s, a);
         if (a.kind == Action::F) fend[v][a.mb] = end, r.peak_inflight[s] = std::max(r.peak_inflight[s], ++inflight[s]);
         if (a.kind == Action::B) bend[v][a.mb] = end, --inflight[s];
         r.timeline.push_back({s, a, ready, end});
-        r.busy[s] += cost(a);
+        r.busy[s] += end - ready;
         free_at[s] = end;
         ++pos[s];
         ++done;

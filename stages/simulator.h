@@ -3,6 +3,7 @@
 // fraction) per stage, peak in-flight activations, an ASCII timeline and a Chrome trace
 // (chrome://tracing, Perfetto).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct SimResult {
 // Simulates a validated schedule (each action starts when its stage is free and its
 // inputs have arrived). Per-action costs may instead come from measurements: cost(a, s).
 SimResult simulate(const Schedule& s, const Costs& c);
+// The same with a cost per (stage, action), e.g. measured averages, and a p2p latency.
+SimResult simulate(const Schedule& s, const std::function<double(int stage, const Action& a)>& cost, double p2p);
 
 // ASCII timeline, one row per stage, `width` columns at most. F cells show the microbatch
 // digit (m mod 10), B cells a lowercase letter (a = microbatch 0), W cells uppercase; '.'

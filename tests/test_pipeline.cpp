@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 
 using namespace troupe;
 
@@ -224,4 +226,34 @@ TEST_CASE("activation recomputation leaves results bitwise unchanged and saves m
     }
     CHECK(r.activation_bytes < ref.activation_bytes);
   }
+}
+
+TEST_CASE("a traced run writes a Chrome trace and compares measured with simulated bubble", "[pipeline][trace]") {
+  auto c = tiny(2, 4);
+  c.train.steps = 4;
+  auto x = ctx();
+  x.trace_path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/troupe-trace-" +
+                 std::to_string(::getpid()) + ".json";
+  auto r = run_job(c, x);
+  std::ifstream in(x.trace_path);
+  REQUIRE(in.good());
+  auto j = nlohmann::json::parse(in);
+  std::map<std::string, int> kinds;
+  std::set<int> tids;
+  for (auto& e : j["traceEvents"])
+    if (e["ph"] == "X") ++kinds[e["cat"].get<std::string>()], tids.insert(e["tid"].get<int>());
+  CHECK(kinds["F"] == 2 * 4 * 4);  // 2 stages x 4 microbatches x 4 steps
+  CHECK(kinds["B"] == 2 * 4 * 4);
+  CHECK(kinds["optimizer"] == 2 * 4);
+  CHECK(kinds["send"] > 0);
+  CHECK(tids == std::set<int>{0, 1});
+  REQUIRE(r.measured_bubble.size() == 2);
+  REQUIRE(r.simulated_bubble.size() == 2);
+  for (int s = 0; s < 2; ++s) {
+    CHECK(r.measured_bubble[s] >= 0.0);
+    CHECK(r.measured_bubble[s] < 1.0);
+  }
+  CHECK(r.simulated_pipeline_ms > 0);
+  CHECK(r.measured_pipeline_ms >= 0.5 * r.simulated_pipeline_ms);
+  std::remove(x.trace_path.c_str());
 }
