@@ -1,0 +1,63 @@
+// collectives/communicator.h — collective and point-to-point communication within a
+// group of ranks (a TP, DP or PP group of core/topology.h).
+//
+// One canonical reduction order, which every backend implements (this in-process one,
+// later UCX and NCCL): element i of a reduction is
+//     ((x_0[i] op x_1[i]) op x_2[i]) ... op x_{n-1}[i]
+// in ascending group rank, in fp32, whatever the placement of the ranks; so a layout
+// gives the same bits in one process or many.
+//
+// Every call takes a deadline (seconds). A peer that does not arrive in time makes the
+// call throw troupe::Error naming the operation, the group and the missing ranks; a rank
+// that calls a different operation or size than its peers gets an Error naming both.
+// Buffers are fp32, `count` in elements. All calls are blocking for the caller's thread
+// only (a stage worker's own thread), never for CAF's scheduler threads.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+enum class ReduceOp { sum, max };
+
+// Handle of an asynchronous operation.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Waits for completion up to timeout_s seconds; rethrows the operation's error, or
+  // throws Error on timeout naming the operation.
+  virtual void wait(double timeout_s) = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;   // rank in the group
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;  // e.g. "tp group of (dp 0, pp 1)"
+
+  // buf (count) <- reduction of every rank's buf (in place).
+  virtual void all_reduce(float* buf, size_t count, ReduceOp op, double timeout_s) = 0;
+  // in (size * count), out (count): out = reduction over ranks of in[rank * count ...].
+  virtual void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) = 0;
+  // in (count), out (size * count): out[r * count ...] = rank r's in.
+  virtual void all_gather(const float* in, float* out, size_t count, double timeout_s) = 0;
+  // buf (count) <- root's buf.
+  virtual void broadcast(float* buf, size_t count, int root, double timeout_s) = 0;
+  virtual void barrier(double timeout_s) = 0;
+  // Point to point, matched by (source, destination, tag); send does not wait for recv.
+  virtual void send(const float* buf, size_t count, int peer, int tag, double timeout_s) = 0;
+  virtual void recv(float* buf, size_t count, int peer, int tag, double timeout_s) = 0;
+
+  // all_reduce on another thread; the buffer must stay untouched until wait() returns.
+  std::unique_ptr<Work> all_reduce_async(float* buf, size_t count, ReduceOp op, double timeout_s);
+};
+
+// The in-process backend: `size` communicators over one shared rendezvous, one per rank
+// (each used by one thread: the rank's stage worker).
+std::vector<std::shared_ptr<Communicator>> make_local_group(int size, const std::string& name);
+
+}  // namespace troupe

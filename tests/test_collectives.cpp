@@ -1,0 +1,149 @@
+// collectives/: every op against a plain reference (ascending-rank fp32 reduction, so
+// bitwise), uneven sizes including sizes smaller than the group, a peer that never
+// arrives, mismatched calls; core/topology.h group tables.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "collectives/communicator.h"
+#include "core/error.h"
+#include "core/topology.h"
+
+using namespace troupe;
+
+namespace {
+std::vector<float> data_of(int rank, size_t n) {
+  std::mt19937 g(1000 + rank);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+// Runs fn(rank, comm) on one thread per rank; rethrows the first error. (Catch2 v2's
+// assertions are not thread-safe: threads record failures in `bad`, checked afterwards.)
+void run_group(int n, const std::function<void(int, Communicator&)>& fn, const std::string& name = "test group") {
+  auto comms = make_local_group(n, name);
+  std::vector<std::thread> th;
+  std::vector<std::exception_ptr> err(n);
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        fn(r, *comms[r]);
+      } catch (...) {
+        err[r] = std::current_exception();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+}
+}  // namespace
+
+#define EXPECT(cond) \
+  if (!(cond)) ++bad
+
+TEST_CASE("all_reduce, reduce_scatter, all_gather, broadcast match the reference bitwise", "[collectives]") {
+  for (int n : {1, 2, 3, 4})
+    for (size_t count : {size_t(0), size_t(1), size_t(3), size_t(1000), size_t(4099)}) {
+      INFO("group " << n << " count " << count);
+      // reference, ascending rank in fp32
+      std::vector<float> sum(count, 0.f), mx(count);
+      for (int r = 0; r < n; ++r) {
+        auto d = data_of(r, count);
+        for (size_t i = 0; i < count; ++i) {
+          sum[i] = r == 0 ? d[i] : sum[i] + d[i];
+          mx[i] = r == 0 ? d[i] : std::max(mx[i], d[i]);
+        }
+      }
+      std::atomic<int> bad{0};
+      run_group(n, [&](int r, Communicator& c) {
+        auto buf = data_of(r, count);
+        c.all_reduce(buf.data(), count, ReduceOp::sum, 10);
+        EXPECT(std::memcmp(buf.data(), sum.data(), count * 4) == 0);
+        buf = data_of(r, count);
+        c.all_reduce(buf.data(), count, ReduceOp::max, 10);
+        EXPECT(std::memcmp(buf.data(), mx.data(), count * 4) == 0);
+        // reduce_scatter: each rank contributes n*count, gets its chunk of the sum
+        auto in = data_of(r, count * n);
+        std::vector<float> out(count);
+        c.reduce_scatter(in.data(), out.data(), count, ReduceOp::sum, 10);
+        for (size_t i = 0; i < count; ++i) {
+          float ref = 0;
+          for (int q = 0; q < n; ++q) {
+            float x = data_of(q, count * n)[(size_t)r * count + i];
+            ref = q == 0 ? x : ref + x;
+          }
+          EXPECT(out[i] == ref);
+        }
+        auto mine = data_of(r, count);
+        std::vector<float> all(count * n);
+        c.all_gather(mine.data(), all.data(), count, 10);
+        for (int q = 0; q < n; ++q) EXPECT(std::memcmp(all.data() + q * count, data_of(q, count).data(), count * 4) == 0);
+        auto b = data_of(r, count);
+        c.broadcast(b.data(), count, n - 1, 10);
+        EXPECT(std::memcmp(b.data(), data_of(n - 1, count).data(), count * 4) == 0);
+        c.barrier(10);
+      });
+      CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("send/recv and async all_reduce", "[collectives]") {
+  std::atomic<int> bad{0};
+  run_group(3, [&](int r, Communicator& c) {
+    auto d = data_of(r, 17);
+    c.send(d.data(), d.size(), (r + 1) % 3, 7, 10);
+    std::vector<float> got(17);
+    c.recv(got.data(), got.size(), (r + 2) % 3, 7, 10);
+    EXPECT(got == data_of((r + 2) % 3, 17));
+    auto buf = data_of(r, 100);
+    auto w = c.all_reduce_async(buf.data(), buf.size(), ReduceOp::sum, 10);
+    w->wait(10);
+    float ref = data_of(0, 100)[5] + data_of(1, 100)[5];
+    ref += data_of(2, 100)[5];
+    EXPECT(buf[5] == ref);
+  });
+  CHECK(bad == 0);
+}
+
+TEST_CASE("a peer that never arrives fails by the deadline, naming the op and group", "[collectives]") {
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(run_group(
+                        3,
+                        [](int r, Communicator& c) {
+                          if (r == 2) return;  // never arrives
+                          std::vector<float> b(8, 1.f);
+                          c.all_reduce(b.data(), 8, ReduceOp::sum, 0.3);
+                        },
+                        "tp group of (dp 0, pp 1)"),
+                    Catch::Contains("all_reduce on tp group of (dp 0, pp 1)") && Catch::Contains("rank(s) 2 did not arrive"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5);
+  CHECK_THROWS_WITH(run_group(2,
+                              [](int r, Communicator& c) {
+                                std::vector<float> b(8, 1.f), o(16);
+                                if (r == 0) c.all_reduce(b.data(), 8, ReduceOp::sum, 2);
+                                else c.all_gather(b.data(), o.data(), 8, 2);
+                              }),
+                    Catch::Contains("called"));
+  CHECK_THROWS_WITH(run_group(2,
+                              [](int r, Communicator& c) {
+                                std::vector<float> b(4);
+                                if (r == 0) c.recv(b.data(), 4, 1, 3, 0.2);
+                              }),
+                    Catch::Contains("recv on test group") && Catch::Contains("nothing from rank 1"));
+}
+
+TEST_CASE("topology: Megatron's rank ordering and group tables", "[collectives][topology]") {
+  Topology t(2, 4, 2);  // dp 2, pp 4, tp 2: the 16-GPU example of Megatron's parallel_state.py
+  REQUIRE(t.world() == 16);
+  CHECK(t.tp_groups() == std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}});
+  CHECK(t.pp_groups() == std::vector<std::vector<int>>{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}});
+  CHECK(t.dp_groups() == std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}});
+  for (int r = 0; r < 16; ++r) CHECK(t.rank(t.coord(r)) == r);
+  CHECK(t.coord(7) == Coord{1, 1, 1});
+  CHECK(t.tp_group_name(6) == "tp group of (dp 1, pp 1)");
+  CHECK_THROWS_AS(Topology(0, 1, 1), UserError);
+}
