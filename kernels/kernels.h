@@ -72,6 +72,21 @@ void accumulate(float* acc, const float* x, int64_t N);
 double crossentropy_forward_backward(float* logits, float* losses, const int32_t* targets, int64_t BT, int V,
                                      float dloss);
 
+// ---- vocab-parallel pieces (kernels/cpu/vocab_parallel.cpp); see that file's header ---
+// Rank r of a TP group owns vocabulary rows [lo, lo+Vl); Vvalid <= Vl of them are real
+// (the rest is padding to a multiple of TP x 64, masked out of the loss).
+void embedding_vp_forward(float* out, const int32_t* tokens, const float* wte_l, int lo, int Vl, int B, int T, int C);
+void embedding_vp_backward(float* dwte_l, const float* dout, const int32_t* tokens, int lo, int Vl, int B, int T, int C);
+void add_positional(float* out, const float* wpe, int B, int T, int C);
+void positional_backward(float* dwpe, const float* dout, int B, int T, int C);
+// out (BT,OC) += bias (OC).
+void add_bias(float* out, const float* bias, int64_t BT, int OC);
+void ce_vp_max(float* rowmax, const float* logits, int64_t BT, int Vl, int Vvalid);
+void ce_vp_exp_sum(float* logits, float* rowsum, float* tlogit, const float* gmax, const int32_t* targets, int lo,
+                   int64_t BT, int Vl, int Vvalid, bool keep_exp);
+double ce_vp_finish(float* logits, float* losses, const float* gmax, const float* gsum, const float* gtlogit,
+                    const int32_t* targets, int lo, int64_t BT, int Vl, int Vvalid, float dloss);
+
 // ---- reductions (kernels/cpu/reduce.cpp) --------------------------------------------
 // Sum of squares of x (N) in double, in fixed 4096-element chunks summed in order.
 double sum_squares(const float* x, int64_t N);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/kernels.h"
 
 namespace troupe {
@@ -16,21 +17,21 @@ int64_t GPTConfig::n_params_no_wpe() const {
 
 std::vector<ParamSpec> gpt_param_specs(const GPTConfig& c) {
   std::vector<ParamSpec> s;
-  s.push_back({"wte", {c.V, c.C}, true, Init::normal, -1});
+  s.push_back({"wte", {c.V, c.C}, true, Init::normal, -1, Shard::vocab_rows});
   s.push_back({"wpe", {c.maxT, c.C}, true, Init::normal, -1});
   for (int l = 0; l < c.L; ++l) {
     std::string p = "h." + std::to_string(l) + ".";
     s.push_back({p + "ln_1.weight", {c.C}, false, Init::ones, l});
     s.push_back({p + "ln_1.bias", {c.C}, false, Init::zeros, l});
-    s.push_back({p + "attn.qkv.weight", {3 * c.C, c.C}, true, Init::normal, l});
-    s.push_back({p + "attn.qkv.bias", {3 * c.C}, false, Init::zeros, l});
-    s.push_back({p + "attn.proj.weight", {c.C, c.C}, true, Init::normal_residual, l});
+    s.push_back({p + "attn.qkv.weight", {3 * c.C, c.C}, true, Init::normal, l, Shard::qkv_rows});
+    s.push_back({p + "attn.qkv.bias", {3 * c.C}, false, Init::zeros, l, Shard::qkv_rows});
+    s.push_back({p + "attn.proj.weight", {c.C, c.C}, true, Init::normal_residual, l, Shard::cols});
     s.push_back({p + "attn.proj.bias", {c.C}, false, Init::zeros, l});
     s.push_back({p + "ln_2.weight", {c.C}, false, Init::ones, l});
     s.push_back({p + "ln_2.bias", {c.C}, false, Init::zeros, l});
-    s.push_back({p + "mlp.fc.weight", {4 * c.C, c.C}, true, Init::normal, l});
-    s.push_back({p + "mlp.fc.bias", {4 * c.C}, false, Init::zeros, l});
-    s.push_back({p + "mlp.proj.weight", {c.C, 4 * c.C}, true, Init::normal_residual, l});
+    s.push_back({p + "mlp.fc.weight", {4 * c.C, c.C}, true, Init::normal, l, Shard::rows});
+    s.push_back({p + "mlp.fc.bias", {4 * c.C}, false, Init::zeros, l, Shard::rows});
+    s.push_back({p + "mlp.proj.weight", {c.C, 4 * c.C}, true, Init::normal_residual, l, Shard::cols});
     s.push_back({p + "mlp.proj.bias", {c.C}, false, Init::zeros, l});
   }
   s.push_back({"ln_f.weight", {c.C}, false, Init::ones, -1});
@@ -76,88 +77,172 @@ void init_param(Tensor& t, const ParamSpec& spec, const GPTConfig& cfg, uint64_t
   }
 }
 
+std::vector<int64_t> local_shape(const ParamSpec& sp, const GPTConfig& c) {
+  auto s = sp.shape;
+  switch (sp.shard) {
+    case Shard::replicated: break;
+    case Shard::rows:
+    case Shard::qkv_rows: s[0] /= c.TP; break;
+    case Shard::cols: s[1] /= c.TP; break;
+    case Shard::vocab_rows: s[0] = c.Vl(); break;
+  }
+  return s;
+}
+
+namespace {
+// Row r of the local part comes from row src_row(r) of the full tensor (-1: padding).
+int64_t src_row(const ParamSpec& sp, const GPTConfig& c, int64_t r, int rank) {
+  switch (sp.shard) {
+    case Shard::rows: return rank * (sp.shape[0] / c.TP) + r;
+    case Shard::qkv_rows: {
+      const int64_t part = sp.shape[0] / 3 / c.TP;  // rows of q (or k, v) per rank
+      return (r / part) * (sp.shape[0] / 3) + rank * part + r % part;
+    }
+    case Shard::vocab_rows: {
+      const int64_t g = (int64_t)rank * c.Vl() + r;
+      return g < c.V ? g : -1;
+    }
+    default: return r;
+  }
+}
+}  // namespace
+
+Tensor shard_of(const Tensor& full, const ParamSpec& sp, const GPTConfig& c) {
+  Tensor out(local_shape(sp, c));
+  if (sp.shard == Shard::replicated) return full.clone();
+  const int64_t cols = full.ndim() == 2 ? full.dim(1) : 1;
+  if (sp.shard == Shard::cols) {
+    const int64_t lc = out.dim(1);
+    for (int64_t r = 0; r < out.dim(0); ++r)
+      std::memcpy(out.data() + r * lc, full.data() + r * cols + c.tp_rank * lc, lc * sizeof(float));
+    return out;
+  }
+  for (int64_t r = 0; r < out.dim(0); ++r) {
+    int64_t s = src_row(sp, c, r, c.tp_rank);
+    if (s >= 0) std::memcpy(out.data() + r * cols, full.data() + s * cols, cols * sizeof(float));
+  }
+  return out;
+}
+
+Tensor assemble(const std::vector<Tensor>& parts, const ParamSpec& sp, const GPTConfig& c) {
+  TROUPE_CHECK((int)parts.size() == c.TP) << sp.name << ": " << parts.size() << " parts for TP = " << c.TP;
+  if (sp.shard == Shard::replicated) return parts[0].clone();
+  Tensor full(sp.shape);
+  const int64_t cols = full.ndim() == 2 ? full.dim(1) : 1;
+  for (int rank = 0; rank < c.TP; ++rank) {
+    const Tensor& p = parts[rank];
+    if (sp.shard == Shard::cols) {
+      const int64_t lc = p.dim(1);
+      for (int64_t r = 0; r < p.dim(0); ++r)
+        std::memcpy(full.data() + r * cols + rank * lc, p.data() + r * lc, lc * sizeof(float));
+      continue;
+    }
+    for (int64_t r = 0; r < p.dim(0); ++r) {
+      int64_t s = src_row(sp, c, r, rank);
+      if (s >= 0) std::memcpy(full.data() + s * cols, p.data() + r * cols, cols * sizeof(float));
+    }
+  }
+  return full;
+}
+
 namespace {
 void ensure(Tensor& t, std::vector<int64_t> shape) {
   if (!t.defined() || t.shape() != shape) t = Tensor(std::move(shape));
 }
 }  // namespace
 
-void BlockActs::ensure(int B, int T, int C, int NH) {
+void BlockActs::ensure(int B, int T, const GPTConfig& g) {
   using troupe::ensure;
   const int64_t BT = (int64_t)B * T;
+  const int C = g.C;
   ensure(ln1, {BT, C});
   ensure(ln1_mean, {BT});
   ensure(ln1_rstd, {BT});
-  ensure(qkv, {BT, 3 * C});
-  ensure(att, {B, NH, T, T});
-  ensure(atty, {BT, C});
+  ensure(qkv, {BT, 3 * g.Cl()});
+  ensure(att, {B, g.NHl(), T, T});
+  ensure(atty, {BT, g.Cl()});
   ensure(x2, {BT, C});
   ensure(ln2, {BT, C});
   ensure(ln2_mean, {BT});
   ensure(ln2_rstd, {BT});
-  ensure(fch, {BT, 4 * C});
-  ensure(fch_gelu, {BT, 4 * C});
+  ensure(fch, {BT, g.Fl()});
+  ensure(fch_gelu, {BT, g.Fl()});
 }
 
-void BlockScratch::ensure(int B, int T, int C, int NH) {
+void BlockScratch::ensure(int B, int T, const GPTConfig& g) {
   using troupe::ensure;
   const int64_t BT = (int64_t)B * T;
-  ensure(datt, {B, NH, T, T});
-  ensure(dqkv, {BT, 3 * C});
-  ensure(datty, {BT, C});
-  ensure(dln, {BT, C});
-  ensure(dfch, {BT, 4 * C});
-  ensure(dfch_gelu, {BT, 4 * C});
+  ensure(datt, {B, g.NHl(), T, T});
+  ensure(dqkv, {BT, 3 * g.Cl()});
+  ensure(datty, {BT, g.Cl()});
+  ensure(dln, {BT, g.C});
+  ensure(dfch, {BT, g.Fl()});
+  ensure(dfch_gelu, {BT, g.Fl()});
 }
 
-void BlockGrads::ensure(int B, int T, int C) {
+void BlockGrads::ensure(int B, int T, const GPTConfig& g) {
   using troupe::ensure;
   const int64_t BT = (int64_t)B * T;
-  ensure(dy, {BT, C});
-  ensure(dfch, {BT, 4 * C});
-  ensure(dln2, {BT, C});
-  ensure(dx2, {BT, C});
-  ensure(dqkv, {BT, 3 * C});
-  ensure(dln1, {BT, C});
+  ensure(dy, {BT, g.C});
+  ensure(dfch, {BT, g.Fl()});
+  ensure(dln2, {BT, g.C});
+  ensure(dx2, {BT, g.C});
+  ensure(dqkv, {BT, 3 * g.Cl()});
+  ensure(dln1, {BT, g.C});
 }
+
+namespace {
+// Megatron's g operator in forward / f operator in backward: sum the partial results of
+// the TP ranks (canonical ascending-rank order; a no-op without TP).
+void tp_sum(Communicator* tp, float* x, int64_t n, double timeout_s) {
+  if (tp && tp->size() > 1) tp->all_reduce(x, (size_t)n, ReduceOp::sum, timeout_s);
+}
+}  // namespace
 
 void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
   namespace k = kernels;
-  const int C = cfg.C;
+  const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
   k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value.data(),
                        ln1_b->value.data(), BT, C);
-  k::matmul_forward(a.qkv.data(), a.ln1.data(), qkv_w->value.data(), qkv_b->value.data(), BT, C, 3 * C);
-  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, cfg.NH);
-  // x2 = x + proj(atty): the projection goes to x2, then the residual is added.
-  k::matmul_forward(a.x2.data(), a.atty.data(), proj_w->value.data(), proj_b->value.data(), BT, C, C);
+  // column-parallel QKV (this rank's heads), attention over them, row-parallel projection
+  k::matmul_forward(a.qkv.data(), a.ln1.data(), qkv_w->value.data(), qkv_b->value.data(), BT, C, 3 * Cl);
+  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl());
+  k::matmul_forward(a.x2.data(), a.atty.data(), proj_w->value.data(), nullptr, BT, Cl, C);
+  tp_sum(tp, a.x2.data(), BT * C, timeout_s);
+  k::add_bias(a.x2.data(), proj_b->value.data(), BT, C);
   k::accumulate(a.x2.data(), a.x.data(), BT * C);
   k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value.data(),
                        ln2_b->value.data(), BT, C);
-  k::matmul_forward(a.fch.data(), a.ln2.data(), fc_w->value.data(), fc_b->value.data(), BT, C, 4 * C);
-  k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * 4 * C);
-  k::matmul_forward(y, a.fch_gelu.data(), fcproj_w->value.data(), fcproj_b->value.data(), BT, 4 * C, C);
+  // column-parallel fc, row-parallel proj
+  k::matmul_forward(a.fch.data(), a.ln2.data(), fc_w->value.data(), fc_b->value.data(), BT, C, Fl);
+  k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
+  k::matmul_forward(y, a.fch_gelu.data(), fcproj_w->value.data(), nullptr, BT, Fl, C);
+  tp_sum(tp, y, BT * C, timeout_s);
+  k::add_bias(y, fcproj_b->value.data(), BT, C);
   k::accumulate(y, a.x2.data(), BT * C);
 }
 
 void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
   namespace k = kernels;
-  const int C = cfg.C;
+  const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
   // MLP half: y = x2 + proj(gelu(fc(ln2(x2)))); dres = dL/dy = dL/dx2 (residual path)
   k::matmul_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dres, a.fch_gelu.data(),
-                     fcproj_w->value.data(), BT, 4 * C, C);
-  k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * 4 * C);
+                     fcproj_w->value.data(), BT, Fl, C);
+  k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
   k::matmul_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
-                     fc_w->value.data(), BT, C, 4 * C);
+                     fc_w->value.data(), BT, C, Fl);
+  tp_sum(tp, s.dln.data(), BT * C, timeout_s);
   k::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2.data(),
                         ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
   // attention half: x2 = x + proj(attn(qkv(ln1(x)))); dres = dL/dx2
   k::matmul_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dres, a.atty.data(),
-                     proj_w->value.data(), BT, C, C);
-  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, C, cfg.NH);
+                     proj_w->value.data(), BT, Cl, C);
+  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl());
   k::matmul_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
-                     qkv_w->value.data(), BT, C, 3 * C);
+                     qkv_w->value.data(), BT, C, 3 * Cl);
+  tp_sum(tp, s.dln.data(), BT * C, timeout_s);
   k::layernorm_backward(dres, ln1_w->grad.data(), ln1_b->grad.data(), s.dln.data(), a.x.data(),
                         ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
 }
@@ -165,37 +250,38 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
 void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
                            const GPTConfig& cfg) const {
   namespace k = kernels;
-  const int C = cfg.C;
+  const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
   std::memcpy(g.dy.data(), dres, BT * C * sizeof(float));
-  k::matmul_backward(s.dfch_gelu.data(), nullptr, nullptr, dres, a.fch_gelu.data(), fcproj_w->value.data(), BT,
-                     4 * C, C);
-  k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * 4 * C);
-  k::matmul_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), fc_w->value.data(), BT, C, 4 * C);
+  k::matmul_backward(s.dfch_gelu.data(), nullptr, nullptr, dres, a.fch_gelu.data(), fcproj_w->value.data(), BT, Fl, C);
+  k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
+  k::matmul_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), fc_w->value.data(), BT, C, Fl);
+  tp_sum(tp, g.dln2.data(), BT * C, timeout_s);
   k::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2.data(), ln2_w->value.data(), a.ln2_mean.data(),
                         a.ln2_rstd.data(), BT, C);
   std::memcpy(g.dx2.data(), dres, BT * C * sizeof(float));
-  k::matmul_backward(s.datty.data(), nullptr, nullptr, dres, a.atty.data(), proj_w->value.data(), BT, C, C);
-  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, C, cfg.NH);
-  k::matmul_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), qkv_w->value.data(), BT, C, 3 * C);
+  k::matmul_backward(s.datty.data(), nullptr, nullptr, dres, a.atty.data(), proj_w->value.data(), BT, Cl, C);
+  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl());
+  k::matmul_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), qkv_w->value.data(), BT, C, 3 * Cl);
+  tp_sum(tp, g.dln1.data(), BT * C, timeout_s);
   k::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x.data(), ln1_w->value.data(), a.ln1_mean.data(),
                         a.ln1_rstd.data(), BT, C);
 }
 
 void Block::backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const {
   namespace k = kernels;
-  const int C = cfg.C;
+  const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
   k::matmul_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu.data(),
-                     fcproj_w->value.data(), BT, 4 * C, C);
+                     fcproj_w->value.data(), BT, Fl, C);
   k::matmul_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2.data(), fc_w->value.data(),
-                     BT, C, 4 * C);
+                     BT, C, Fl);
   k::layernorm_backward(nullptr, ln2_w->grad.data(), ln2_b->grad.data(), g.dln2.data(), a.x2.data(),
                         ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
   k::matmul_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty.data(),
-                     proj_w->value.data(), BT, C, C);
+                     proj_w->value.data(), BT, Cl, C);
   k::matmul_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1.data(),
-                     qkv_w->value.data(), BT, C, 3 * C);
+                     qkv_w->value.data(), BT, C, 3 * Cl);
   k::layernorm_backward(nullptr, ln1_w->grad.data(), ln1_b->grad.data(), g.dln1.data(), a.x.data(),
                         ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
 }

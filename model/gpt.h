@@ -13,18 +13,32 @@
 // biases 0, LayerNorm weight 1 / bias 0 — each logical tensor drawn from an RNG keyed by
 // (seed, name), so every parallel layout starts from the same bits.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "collectives/communicator.h"
 #include "core/tensor.h"
 
 namespace troupe {
 
 struct GPTConfig {
   int L = 0, NH = 0, C = 0, maxT = 0, V = 0;
-  static GPTConfig from(const ModelConfig& m) { return {m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size}; }
+  // Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): TP ranks split heads, the MLP
+  // width and the vocabulary (padded to Vp, a multiple of TP x 64).
+  int TP = 1, tp_rank = 0;
+  static GPTConfig from(const ModelConfig& m, int tp = 1, int tp_rank = 0) {
+    return {m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, tp, tp_rank};
+  }
+  int Vp() const { return (V + TP * 64 - 1) / (TP * 64) * (TP * 64); }
+  int Vl() const { return Vp() / TP; }                    // vocabulary rows per TP rank
+  int vlo() const { return tp_rank * Vl(); }              // first vocabulary row of this rank
+  int Vvalid() const { return std::clamp(V - vlo(), 0, Vl()); }  // real (unpadded) rows of this rank
+  int NHl() const { return NH / TP; }                     // heads per TP rank
+  int Cl() const { return C / TP; }                       // attention channels per TP rank
+  int Fl() const { return 4 * C / TP; }                   // MLP width per TP rank
   // Parameters without the position embedding (for FLOPs: 6N + 12 L T C per token).
   int64_t n_params_no_wpe() const;
   int64_t n_params() const;
@@ -32,13 +46,30 @@ struct GPTConfig {
 
 enum class Init { normal, normal_residual, zeros, ones };
 
+// How a logical tensor is split over the TP ranks.
+enum class Shard {
+  replicated,  // every rank holds all of it (LayerNorms, wpe, biases after row-parallel layers)
+  rows,        // column-parallel weight/bias: rank r holds rows [r*n/TP, (r+1)*n/TP)
+  cols,        // row-parallel weight: rank r holds columns [r*n/TP, (r+1)*n/TP)
+  qkv_rows,    // attn.qkv: rank r holds its heads' rows of each of q, k and v
+  vocab_rows,  // wte: rows [vlo, vlo+Vl) of the vocabulary padded with zero rows to Vp
+};
+
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
   bool decay;   // AdamW weight decay applies (2-D weights and embeddings)
   Init init;
   int layer;    // block index, -1 for wte/wpe/ln_f
+  Shard shard = Shard::replicated;
 };
+
+// This TP rank's part of a logical tensor (full: spec.shape) and the inverse, which
+// assembles the logical tensor from every rank's part (in TP rank order).
+Tensor shard_of(const Tensor& full, const ParamSpec& spec, const GPTConfig& cfg);
+Tensor assemble(const std::vector<Tensor>& parts, const ParamSpec& spec, const GPTConfig& cfg);
+// Local (per TP rank) shape of a logical tensor.
+std::vector<int64_t> local_shape(const ParamSpec& spec, const GPTConfig& cfg);
 
 // Every logical parameter of the model, in canonical order.
 std::vector<ParamSpec> gpt_param_specs(const GPTConfig& cfg);
@@ -51,6 +82,7 @@ struct Param {
   std::string name;
   int index = -1;     // position in gpt_param_specs (the canonical order)
   bool decay = false;
+  Shard shard = Shard::replicated;
   Tensor value;       // fp32
   Tensor grad;        // fp32 accumulator (+= over microbatches)
 };
@@ -59,14 +91,14 @@ struct Param {
 struct BlockActs {
   Tensor x;            // (B,T,C) block input (residual stream)
   Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, x2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-  // Allocates everything but x (which the caller owns) for (B, T).
-  void ensure(int B, int T, int C, int NH);
+  // Allocates everything but x (which the caller owns) for (B, T), local TP shapes.
+  void ensure(int B, int T, const GPTConfig& g);
 };
 
 // Scratch shared by all blocks of a stage during backward.
 struct BlockScratch {
   Tensor datt, dqkv, datty, dln, dfch, dfch_gelu;
-  void ensure(int B, int T, int C, int NH);
+  void ensure(int B, int T, const GPTConfig& g);
 };
 
 // Output gradients a block's weight-gradient pass (W) needs, kept between the input-
@@ -74,12 +106,14 @@ struct BlockScratch {
 // (C), dL/d x2 (C), dL/d qkv (3C), dL/d ln_1 out (C), each (BT, .).
 struct BlockGrads {
   Tensor dy, dfch, dln2, dx2, dqkv, dln1;
-  void ensure(int B, int T, int C);
+  void ensure(int B, int T, const GPTConfig& g);
 };
 
 // One transformer block; its Param pointers point into the owning stage's parameters.
 struct Block {
   int layer = 0;
+  Communicator* tp = nullptr;  // the TP group (null or size 1: no tensor parallelism)
+  double timeout_s = 300;
   Param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
   // y (B,T,C) = block(a.x); a must hold x on entry.
   void forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;

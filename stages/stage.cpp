@@ -31,8 +31,10 @@ std::vector<int> partition_layers(const GPTConfig& cfg, int P) {
   return bounds;
 }
 
-Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed)
-    : cfg_(cfg), s_(v), P_(n_virtual), l0_(layer_begin), l1_(layer_end) {
+Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed,
+             Communicator* tp, double timeout_s)
+    : cfg_(cfg), s_(v), P_(n_virtual), l0_(layer_begin), l1_(layer_end), tp_(tp), timeout_s_(timeout_s) {
+  TROUPE_CHECK(!tp || tp->size() == cfg.TP) << "TP communicator of size " << tp->size() << " for TP = " << cfg.TP;
   TROUPE_CHECK(0 <= v && v < n_virtual && 0 <= l0_ && l0_ < l1_ && l1_ <= cfg.L);
   auto specs = gpt_param_specs(cfg);
   params_.reserve(specs.size());
@@ -45,20 +47,24 @@ Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int la
     p.name = sp.name;
     p.index = i;
     p.decay = sp.decay;
-    p.value = Tensor(sp.shape);
-    p.grad = Tensor(sp.shape);
-    init_param(p.value, sp, cfg, seed);
+    p.shard = sp.shard;
+    Tensor full(sp.shape);
+    init_param(full, sp, cfg, seed);  // the logical tensor, then this TP rank's part
+    p.value = cfg.TP > 1 || sp.shard == Shard::vocab_rows ? shard_of(full, sp, cfg) : full;
+    p.grad = Tensor(p.value.shape());
     params_.push_back(std::move(p));
   }
   wte_ = find("wte");
   wpe_ = find("wpe");
   lnf_w_ = find("ln_f.weight");
   lnf_b_ = find("ln_f.bias");
-  if (last()) head_grad_ = Tensor({cfg.V, cfg.C});
+  if (last()) head_grad_ = Tensor({cfg.Vl(), cfg.C});
   for (int l = l0_; l < l1_; ++l) {
     std::string p = "h." + std::to_string(l) + ".";
     Block b;
     b.layer = l;
+    b.tp = tp_;
+    b.timeout_s = timeout_s_;
     b.ln1_w = find(p + "ln_1.weight");
     b.ln1_b = find(p + "ln_1.bias");
     b.qkv_w = find(p + "attn.qkv.weight");
@@ -88,7 +94,7 @@ void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool i
   const int64_t BT = (int64_t)b * t;
   acts.resize(nblocks);
   for (int i = 0; i < nblocks; ++i) {
-    if (full_acts) acts[i].ensure(b, t, cfg.C, cfg.NH);
+    if (full_acts) acts[i].ensure(b, t, cfg);
     // Block 0's input on a non-first stage is the received tensor, set per microbatch.
     if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != std::vector<int64_t>{b, t, cfg.C}))
       acts[i].x = Tensor({b, t, cfg.C});
@@ -99,7 +105,7 @@ void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool i
     lnf = Tensor({BT, cfg.C});
     lnf_mean = Tensor({BT});
     lnf_rstd = Tensor({BT});
-    logits = Tensor({BT, cfg.V});
+    logits = Tensor({BT, cfg.Vl()});
   }
 }
 
@@ -117,7 +123,7 @@ void Stage::forward_blocks(Slot& sl, int B, int T, float* out) {
   for (int i = 0; i < n; ++i) {
     float* y = (i + 1 < n) ? sl.acts[i + 1].x.data() : out;
     if (recompute_) {
-      re_acts_.ensure(B, T, cfg_.C, cfg_.NH);
+      re_acts_.ensure(B, T, cfg_);
       re_acts_.x = sl.acts[i].x;
       blocks_[i].forward(y, re_acts_, B, T, cfg_);
       re_acts_.x = Tensor();
@@ -130,7 +136,7 @@ void Stage::forward_blocks(Slot& sl, int B, int T, float* out) {
 BlockActs& Stage::acts_for(Slot& sl, int i) {
   if (!recompute_) return sl.acts[i];
   // Same kernels, same input: the recomputed activations are bitwise the stashed ones.
-  re_acts_.ensure(sl.B, sl.T, cfg_.C, cfg_.NH);
+  re_acts_.ensure(sl.B, sl.T, cfg_);
   if (!re_out_.defined() || re_out_.numel() != (int64_t)sl.B * sl.T * cfg_.C) re_out_ = Tensor({sl.B, sl.T, cfg_.C});
   re_acts_.x = sl.acts[i].x;
   blocks_[i].forward(re_out_.data(), re_acts_, sl.B, sl.T, cfg_);
@@ -148,7 +154,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   if (first()) {
     TROUPE_CHECK(tokens != nullptr);
     std::memcpy(sl->tokens.data(), tokens, BT * sizeof(int32_t));
-    kernels::encoder_forward(sl->acts[0].x.data(), tokens, wte_->value.data(), wpe_->value.data(), B, T, C, cfg_.V);
+    embed(sl->acts[0].x.data(), tokens, B, T);
   } else {
     TROUPE_CHECK(input.defined() && input.numel() == BT * C)
         << "stage " << s_ << " got an activation of " << input.shape_str() << ", expected (" << B << "," << T << ","
@@ -164,10 +170,8 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
     forward_blocks(*sl, B, T, sl->xf.data());
     kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
                                lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
-    kernels::matmul_forward(sl->logits.data(), sl->lnf.data(), wte_->value.data(), nullptr, BT, C, cfg_.V);
-    std::vector<float> losses(BT);
-    double sum = kernels::crossentropy_forward_backward(sl->logits.data(), losses.data(), targets, BT, cfg_.V,
-                                                        keep ? dloss : 0.0f);
+    kernels::matmul_forward(sl->logits.data(), sl->lnf.data(), wte_->value.data(), nullptr, BT, C, cfg_.Vl());
+    double sum = cross_entropy(sl->logits.data(), targets, BT, keep ? dloss : 0.0f);
     if (loss_sum) *loss_sum += sum;
   }
   if (keep)
@@ -194,7 +198,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     if (!weights) dlnf = &sl.dlnf;
     ensure(*dlnf, {BT, C});
     kernels::matmul_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, sl.logits.data(),
-                             sl.lnf.data(), wte_->value.data(), BT, C, cfg_.V);
+                             sl.lnf.data(), wte_->value.data(), BT, C, cfg_.Vl());
+    if (tp_ && tp_->size() > 1) tp_->all_reduce(dlnf->data(), (size_t)(BT * C), ReduceOp::sum, timeout_s_);
     dres = Tensor({B, T, C});
     kernels::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
                                 weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
@@ -205,22 +210,21 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
         << ")";
     dres = std::move(dout);  // updated in place and handed back
   }
-  scratch_.ensure(B, T, C, cfg_.NH);
+  scratch_.ensure(B, T, cfg_);
   if (!weights) sl.grads.resize(blocks_.size());
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     BlockActs& a = acts_for(sl, i);
     if (weights) {
       blocks_[i].backward(dres.data(), a, scratch_, B, T, cfg_);
     } else {
-      sl.grads[i].ensure(B, T, C);
+      sl.grads[i].ensure(B, T, cfg_);
       blocks_[i].backward_input(dres.data(), a, sl.grads[i], scratch_, B, T, cfg_);
     }
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
     if (weights)
-      kernels::encoder_backward(wte_->grad.data(), wpe_->grad.data(), dres.data(),
-                                reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T, C);
+      embed_backward(dres.data(), reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T);
     else
       sl.dx0 = dres;  // the embeddings' gradient is all weight gradient: W uses it
     dres = Tensor();
@@ -244,7 +248,7 @@ void Stage::backward_weights(int mb) {
   const int64_t BT = (int64_t)B * T;
   if (last()) {
     kernels::matmul_backward(nullptr, head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(), wte_->value.data(),
-                             BT, C, cfg_.V);
+                             BT, C, cfg_.Vl());
     kernels::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
                                 lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   }
@@ -253,8 +257,7 @@ void Stage::backward_weights(int mb) {
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
-    kernels::encoder_backward(wte_->grad.data(), wpe_->grad.data(), sl.dx0.data(),
-                              reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T, C);
+    embed_backward(sl.dx0.data(), reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T);
     sl.dx0 = Tensor();
   }
   if (!first()) sl.acts[0].x = Tensor();
@@ -268,7 +271,7 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_);
   const int C = cfg_.C;
   if (first())
-    kernels::encoder_forward(sl->acts[0].x.data(), tokens, wte_->value.data(), wpe_->value.data(), 1, T, C, cfg_.V);
+    embed(sl->acts[0].x.data(), tokens, 1, T);
   else
     sl->acts[0].x = input;
   Tensor out;
@@ -279,8 +282,11 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
     forward_blocks(*sl, 1, T, sl->xf.data());
     kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
                                lnf_w_->value.data(), lnf_b_->value.data(), T, C);
-    last_logits->assign(cfg_.V, 0.0f);
-    kernels::gemm_nt(last_logits->data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value.data(), 1, cfg_.V, C);
+    std::vector<float> local(cfg_.Vl()), all((size_t)cfg_.Vl() * cfg_.TP);
+    kernels::gemm_nt(local.data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value.data(), 1, cfg_.Vl(), C);
+    if (tp_ && tp_->size() > 1) tp_->all_gather(local.data(), all.data(), local.size(), timeout_s_);
+    else all = local;
+    last_logits->assign(all.begin(), all.begin() + cfg_.V);  // drop the padding
   }
   if (!first()) sl->acts[0].x = Tensor();
   free_.push_back(std::move(sl));
@@ -305,7 +311,8 @@ std::vector<std::pair<int, double>> Stage::grad_sumsq() const {
   std::vector<std::pair<int, double>> out;
   for (auto& p : params_) {
     if (p.name == "wte" && !first()) continue;  // counted once, by the first stage
-    out.emplace_back(p.index, kernels::sum_squares(p.grad.data(), p.grad.numel()));
+    if (p.shard == Shard::replicated && cfg_.tp_rank != 0) continue;  // replicated: counted once, by TP rank 0
+    out.emplace_back(p.index * kMaxTP + cfg_.tp_rank, kernels::sum_squares(p.grad.data(), p.grad.numel()));
   }
   return out;
 }
@@ -339,6 +346,37 @@ size_t Stage::activation_bytes() const {
   for (auto& [k, s] : stash_) add_slot(*s);
   for (auto& s : free_) add_slot(*s);
   return b;
+}
+
+void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
+  const int C = cfg_.C;
+  for (int64_t i = 0; i < (int64_t)B * T; ++i)
+    TROUPE_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.V) << "token id " << tokens[i] << " outside [0," << cfg_.V << ")";
+  // vocab-parallel: each TP rank looks up the tokens of its rows, the partial sums are added
+  kernels::embedding_vp_forward(out, tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
+  if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)B * T * C, ReduceOp::sum, timeout_s_);
+  kernels::add_positional(out, wpe_->value.data(), B, T, C);
+}
+
+void Stage::embed_backward(const float* dout, const int32_t* tokens, int B, int T) {
+  kernels::embedding_vp_backward(wte_->grad.data(), dout, tokens, cfg_.vlo(), cfg_.Vl(), B, T, cfg_.C);
+  kernels::positional_backward(wpe_->grad.data(), dout, B, T, cfg_.C);
+}
+
+double Stage::cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss) {
+  // vocab-parallel cross-entropy: the full logits are never gathered (max, sum-exp and the
+  // target logit are reduced over the TP ranks); padded columns are masked out
+  for (int64_t i = 0; i < BT; ++i)
+    TROUPE_CHECK(targets[i] >= 0 && targets[i] < cfg_.V) << "target id " << targets[i] << " outside [0," << cfg_.V << ")";
+  const bool tp = tp_ && tp_->size() > 1;
+  std::vector<float> gmax(BT), red(2 * BT), losses(BT);
+  kernels::ce_vp_max(gmax.data(), logits, BT, cfg_.Vl(), cfg_.Vvalid());
+  if (tp) tp_->all_reduce(gmax.data(), (size_t)BT, ReduceOp::max, timeout_s_);
+  kernels::ce_vp_exp_sum(logits, red.data(), red.data() + BT, gmax.data(), targets, cfg_.vlo(), BT, cfg_.Vl(),
+                         cfg_.Vvalid(), dloss != 0.0f);
+  if (tp) tp_->all_reduce(red.data(), (size_t)(2 * BT), ReduceOp::sum, timeout_s_);
+  return kernels::ce_vp_finish(logits, losses.data(), gmax.data(), red.data(), red.data() + BT, targets, cfg_.vlo(), BT,
+                               cfg_.Vl(), cfg_.Vvalid(), dloss);
 }
 
 }  // namespace troupe

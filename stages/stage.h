@@ -32,7 +32,12 @@ class Stage {
   // Builds virtual stage v of n_virtual (= P * V; v = chunk * P + pipeline rank) owning
   // layers [layer_begin, layer_end); parameters initialised per logical tensor from
   // `seed` (so every layout starts from the same weights).
-  Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed);
+  // With tensor parallelism, cfg.TP / cfg.tp_rank select this TP rank's shard of every
+  // tensor and `tp` is the TP group (collectives/communicator.h; its deadline timeout_s).
+  Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed,
+        Communicator* tp = nullptr, double timeout_s = 300);
+  // Gradient-norm keys are canonical index * kMaxTP + TP rank.
+  static constexpr int kMaxTP = 1024;
 
   // Activation recomputation (Chen et al. 2016; Megatron's full recompute): F keeps only
   // each block's input; B (and W) recompute the block's forward first. Bitwise the same
@@ -70,8 +75,9 @@ class Stage {
   // Sums the two tied-embedding accumulators into the wte gradient: `other` is the other
   // side's accumulator (from the peer stage, or this stage's own when P = 1).
   void tie_grads(const Tensor& other);
-  // (canonical index, sum of squares) of every gradient this stage counts in the global
-  // norm: each logical tensor exactly once (wte by the first stage).
+  // (canonical index * kMaxTP + TP rank, sum of squares) of every gradient this stage
+  // counts in the global norm: each element exactly once (wte by the first stage,
+  // replicated tensors by TP rank 0).
   std::vector<std::pair<int, double>> grad_sumsq() const;
   void zero_grads();
   size_t stash_size() const { return stash_.size(); }
@@ -94,6 +100,11 @@ class Stage {
   // scratch refilled by running the block's forward again from its stashed input.
   BlockActs& acts_for(Slot& sl, int i);
   std::unique_ptr<Slot> take_slot();
+  void embed(float* out, const int32_t* tokens, int B, int T);
+  void embed_backward(const float* dout, const int32_t* tokens, int B, int T);
+  double cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss);
+  Communicator* tp_ = nullptr;
+  double timeout_s_ = 300;
   void forward_blocks(Slot& sl, int B, int T, float* out);
   bool recompute_ = false;
   BlockActs re_acts_;   // recompute: the one set of block activations
