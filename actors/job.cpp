@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,8 @@
 #include "actors/worker.h"
 #include "core/error.h"
 #include "core/peak.h"
+#include "core/topology.h"
+#include "collectives/communicator.h"
 #include "optimizer/optimizer.h"
 #include "stages/schedule.h"
 #include "stages/simulator.h"
@@ -31,8 +34,8 @@ using Clock = std::chrono::steady_clock;
 
 // The data actor: turns (batch_atom, step, kind, index) into microbatch token blocks for
 // the first stage and target blocks for the last stage.
-caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, caf::actor first, caf::actor last, int M,
-                         int B, int T, caf::actor coordinator) {
+caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, std::vector<caf::actor> firsts,
+                         std::vector<caf::actor> lasts, int M, int B, int T, caf::actor coordinator) {
   return {
       [=](batch_atom, int64_t k, int kind, int64_t index) {
         const int Bm = B / M;
@@ -43,8 +46,9 @@ caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, caf::acto
             const size_t off = (size_t)m * Bm * T, n = (size_t)Bm * T;
             auto ib = std::make_shared<std::vector<int32_t>>(in.begin() + off, in.begin() + off + n);
             auto tb = std::make_shared<std::vector<int32_t>>(tg.begin() + off, tg.begin() + off + n);
-            self->send(first, tokens_atom::value, k, m, TokenBlock{ib, Bm, T});
-            self->send(last, targets_atom::value, k, m, TokenBlock{tb, Bm, T});
+            // every TP rank of the first stage gets the tokens, of the last the targets
+            for (auto& f : firsts) self->send(f, tokens_atom::value, k, m, TokenBlock{ib, Bm, T});
+            for (auto& l : lasts) self->send(l, targets_atom::value, k, m, TokenBlock{tb, Bm, T});
           }
         } catch (const std::exception& e) {
           self->send(coordinator, fail_atom::value, -1, std::string("data actor: ") + e.what());
@@ -84,10 +88,11 @@ class Coordinator {
     const auto& p = cfg_.parallel;
     gpt_ = GPTConfig::from(m);
     P_ = p.pp;
+    TP_ = p.tp;
     M_ = p.microbatches;
     const int B = cfg_.train.batch_size, T = cfg_.train.seq_len;
     const int cores = cfg_.train.threads > 0 ? cfg_.train.threads : std::max(1u, std::thread::hardware_concurrency());
-    const int per_worker = std::max(1, cores / P_);
+    const int per_worker = std::max(1, cores / (P_ * TP_));
     const int V = p.chunks;
     auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, P_, M_, V));
     validate_schedule(*sched);
@@ -96,43 +101,55 @@ class Coordinator {
     if (!ctx_.quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
                    m.n_head, m.n_embd, m.block_size, m.vocab_size, gpt_.n_params(), gpt_.n_params_no_wpe());
-      spdlog::info("layout: PP={} x {} chunk(s), schedule {}, M={} microbatches of {} sequences x {} tokens, {} thread(s) per worker",
-                   P_, V, sched->name, M_, B / M_, T, per_worker);
+      spdlog::info("layout: PP={} x {} chunk(s), TP={}, schedule {}, M={} microbatches of {} sequences x {} tokens, {} thread(s) per worker",
+                   P_, V, TP_, sched->name, M_, B / M_, T, per_worker);
+      if (gpt_.Vp() != gpt_.V)
+        spdlog::info("vocabulary padded from {} to {} rows (a multiple of TP x 64); padded logits are masked out",
+                     gpt_.V, gpt_.Vp());
     }
-    // stages and workers
+    // stages and workers: one per (pp, tp), pp-major (workers_[s * TP + t])
+    const Topology topo(1, P_, TP_);
     for (int s = 0; s < P_; ++s) {
-      WorkerArgs wa;
-      wa.pp_rank = s;
-      size_t pb = 0;
-      int64_t n = 0;
-      std::string layers;
-      for (int c = 0; c < V; ++c) {
-        const int v = c * P_ + s;
-        auto st = std::make_shared<Stage>(gpt_, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed);
-        st->set_recompute(cfg_.train.recompute == "full");
-        for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
-        layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1], st->first() ? " + embeddings" : "",
-                              st->last() ? " + ln_f/LM head" : "");
-        wa.chunks.push_back(st);
+      auto group = make_local_group(TP_, topo.tp_group_name(topo.rank({0, s, 0})));
+      for (int t = 0; t < TP_; ++t) {
+        const GPTConfig g = GPTConfig::from(m, TP_, t);
+        WorkerArgs wa;
+        wa.pp_rank = s;
+        wa.tp_rank = t;
+        wa.tp = group[t];
+        size_t pb = 0;
+        int64_t n = 0;
+        std::string layers;
+        for (int c = 0; c < V; ++c) {
+          const int v = c * P_ + s;
+          auto st = std::make_shared<Stage>(g, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed, group[t].get(),
+                                            cfg_.train.timeout_s);
+          st->set_recompute(cfg_.train.recompute == "full");
+          for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
+          layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1], st->first() ? " + embeddings" : "",
+                                st->last() ? " + ln_f/LM head" : "");
+          wa.chunks.push_back(st);
+        }
+        if (!ctx_.quiet)
+          spdlog::info("stage {}{}: layers {} — {} parameters; params+grads+AdamW state {}", s,
+                       TP_ > 1 ? fmt::format(" tp {}", t) : "", layers, n, human_bytes(4.0 * pb));
+        wa.schedule = sched;
+        wa.P = P_;
+        wa.M = M_;
+        wa.B = B / M_;
+        wa.T = T;
+        wa.dloss = 1.0f / (float)((int64_t)B * T);
+        wa.optim = cfg_.optim;
+        wa.threads = per_worker;
+        wa.timeout_s = cfg_.train.timeout_s;
+        wa.coordinator = caf::actor_cast<caf::actor>(*self_);
+        wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s;
+        wa.trace = !ctx_.trace_path.empty() && t == 0;
+        wa.origin = origin_;
+        auto w = sys_->spawn(stage_worker, wa);
+        (*self_)->monitor(w);
+        workers_.push_back(w);
       }
-      if (!ctx_.quiet)
-        spdlog::info("stage {}: layers {} — {} parameters; params+grads+AdamW state {}", s, layers, n, human_bytes(4.0 * pb));
-      wa.schedule = sched;
-      wa.P = P_;
-      wa.M = M_;
-      wa.B = B / M_;
-      wa.T = T;
-      wa.dloss = 1.0f / (float)((int64_t)B * T);
-      wa.optim = cfg_.optim;
-      wa.threads = per_worker;
-      wa.timeout_s = cfg_.train.timeout_s;
-      wa.coordinator = caf::actor_cast<caf::actor>(*self_);
-      wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s;
-      wa.trace = !ctx_.trace_path.empty();
-      wa.origin = origin_;
-      auto w = sys_->spawn(stage_worker, wa);
-      (*self_)->monitor(w);
-      workers_.push_back(w);
     }
     if (!ctx_.quiet && P_ * V > 1) {
       bool even = true;
@@ -140,12 +157,16 @@ class Coordinator {
       if (!even) spdlog::info("layers split unevenly to balance FLOPs (the LM head counts as {:.1f} blocks)",
                               (double)m.vocab_size / (12.0 * m.n_embd));
     }
-    data_ = sys_->spawn(data_actor, ctx_, workers_.front(), workers_.back(), M_, B, T,
-                        caf::actor_cast<caf::actor>(*self_));
-    for (auto& w : workers_) (*self_)->send(w, wire_atom::value, workers_);
+    std::vector<caf::actor> firsts(workers_.begin(), workers_.begin() + TP_), lasts(workers_.end() - TP_, workers_.end());
+    data_ = sys_->spawn(data_actor, ctx_, firsts, lasts, M_, B, T, caf::actor_cast<caf::actor>(*self_));
+    for (int t = 0; t < TP_; ++t) {  // each worker's peers: the workers of its TP rank, by stage
+      std::vector<caf::actor> peers;
+      for (int s = 0; s < P_; ++s) peers.push_back(workers_[s * TP_ + t]);
+      for (int s = 0; s < P_; ++s) (*self_)->send(workers_[s * TP_ + t], wire_atom::value, peers);
+    }
 
     const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
-    const double peak = measure_peak_flops(std::min(cores, per_worker * P_));
+    const double peak = measure_peak_flops(std::min(cores, per_worker * P_ * TP_));
     std::ofstream metrics;
     if (!ctx_.run_dir.empty()) {
       metrics.open(ctx_.run_dir + "/metrics.jsonl", std::ios::app);
@@ -173,7 +194,7 @@ class Coordinator {
       std::vector<std::pair<int, double>> sumsq;
       int reports = 0;
       reported_.assign(P_, false);
-      wait([&] { return reports == P_; }, "the gradient norms of step " + std::to_string(k), [&](NormReport& r) {
+      wait([&] { return reports == P_ * TP_; }, "the gradient norms of step " + std::to_string(k), [&](NormReport& r) {
         sumsq.insert(sumsq.end(), r.sumsq.begin(), r.sumsq.end());
         reported_[r.stage] = true;
         ++reports;
@@ -258,7 +279,9 @@ class Coordinator {
             [&](dump_atom, ParamDump& d) {
               if constexpr (std::is_invocable_v<Handler, ParamDump&>) on(d);
             },
-            [&](status_atom, WaitState& ws) { states_[ws.stage] = ws; },
+            [&](status_atom, WaitState& ws) {
+              if (ws.tp == 0) states_[ws.stage] = ws;
+            },
             [&](fail_atom, int stage, std::string& msg) {
               failed_ = true;
               std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;
@@ -283,7 +306,7 @@ class Coordinator {
   }
 
   StepReport collect_done(int64_t k, const std::string& what, int expected = -1) {
-    if (expected < 0) expected = P_;
+    if (expected < 0) expected = P_ * TP_;
     StepReport total;
     int n = 0;
     act_bytes_.assign(P_, 0);
@@ -294,7 +317,7 @@ class Coordinator {
         for (auto& sp : r.spans) trace_.push_back({r.stage, k, sp});
       total.loss_sum += r.loss_sum;
       total.tokens += r.tokens;
-      act_bytes_[r.stage] = r.activation_bytes;
+      if (r.tp == 0) act_bytes_[r.stage] = r.activation_bytes;
       ++n;
     });
     return total;
@@ -308,7 +331,7 @@ class Coordinator {
       (*self_)->send(data_, batch_atom::value, k, 1, (int64_t)j);
       for (auto& w : workers_) (*self_)->send(w, step_atom::value, k, 1);
     }
-    auto total = collect_done(0, "validation", nb * P_);
+    auto total = collect_done(0, "validation", nb * P_ * TP_);
     return total.loss_sum / (double)total.tokens;
   }
 
@@ -319,7 +342,7 @@ class Coordinator {
     for (int i = 0; i < n; ++i) {
       const int T = std::min<int>((int)toks.size(), gpt_.maxT);
       auto ids = std::make_shared<std::vector<int32_t>>(toks.end() - T, toks.end());
-      (*self_)->send(workers_.front(), infer_atom::value, (int64_t)i, TokenBlock{ids, 1, T});
+      for (int t = 0; t < TP_; ++t) (*self_)->send(workers_[t], infer_atom::value, (int64_t)i, TokenBlock{ids, 1, T});
       std::vector<float> logits;
       bool got = false;
       wait([&] { return got; }, "the logits of sample token " + std::to_string(i), [&](std::vector<float>& l) {
@@ -342,14 +365,32 @@ class Coordinator {
     return ctx_.decode(out);
   }
 
+  // Every worker's parameters; TP shards assembled into logical tensors (wte without its
+  // padding). With PP > 1 the tied embedding appears twice (first and last stage copies).
   std::vector<std::pair<std::string, Tensor>> dump_params() {
     std::vector<ParamDump> dumps;
     for (auto& w : workers_) (*self_)->send(w, dump_atom::value);
-    wait([&] { return (int)dumps.size() == P_; }, "the parameter dump", [&](ParamDump& d) { dumps.push_back(std::move(d)); });
-    std::sort(dumps.begin(), dumps.end(), [](auto& a, auto& b) { return a.stage < b.stage; });
+    wait([&] { return (int)dumps.size() == P_ * TP_; }, "the parameter dump",
+         [&](ParamDump& d) { dumps.push_back(std::move(d)); });
+    std::sort(dumps.begin(), dumps.end(), [](auto& a, auto& b) { return std::tie(a.stage, a.tp) < std::tie(b.stage, b.tp); });
+    std::map<std::string, ParamSpec> specs;
+    for (auto& sp : gpt_param_specs(gpt_)) specs[sp.name] = sp;
     std::vector<std::pair<std::string, Tensor>> out;
-    for (auto& d : dumps)
-      for (auto& p : d.params) out.push_back(std::move(p));
+    for (int s = 0; s < P_; ++s) {
+      const auto& d0 = dumps[s * TP_];
+      for (size_t i = 0; i < d0.params.size(); ++i) {
+        const std::string& name = d0.params[i].first;
+        std::vector<Tensor> parts;
+        for (int t = 0; t < TP_; ++t) parts.push_back(dumps[s * TP_ + t].params[i].second);
+        if (specs.at(name).shard == Shard::replicated)  // kept identical on every TP rank
+          for (int t = 1; t < TP_; ++t)
+            TROUPE_CHECK(std::memcmp(parts[t].data(), parts[0].data(), parts[0].nbytes()) == 0)
+                << "replicated parameter " << name << " of stage " << s << " differs between TP ranks 0 and " << t;
+        GPTConfig g = gpt_;
+        g.TP = TP_;
+        out.emplace_back(name, assemble(parts, specs.at(name), g));
+      }
+    }
     return out;
   }
 
@@ -440,8 +481,8 @@ class Coordinator {
   // Hang diagnosis: asks every worker what it waits for (2 s deadline), prints the
   // wait-for graph, and names the cycle or the missing sender.
   std::string diagnose(const std::string& coordinator_waits_for) {
-    for (int s = 0; s < P_; ++s)
-      if (!states_.count(s) || !states_[s].timed_out) (*self_)->send(workers_[s], status_atom::value);
+    for (int s = 0; s < P_; ++s)  // TP rank 0 of every stage speaks for its stage
+      if (!states_.count(s) || !states_[s].timed_out) (*self_)->send(workers_[s * TP_], status_atom::value);
     const auto deadline = Clock::now() + std::chrono::seconds(2);
     std::set<int> answered;
     for (auto& [s, st] : states_)
@@ -451,6 +492,7 @@ class Coordinator {
       if (left.count() <= 0) break;
       bool timed_out = false;
       (*self_)->receive([&](status_atom, WaitState& ws) {
+                          if (ws.tp != 0) return;
                           if (!(states_.count(ws.stage) && states_[ws.stage].timed_out)) states_[ws.stage] = ws;
                           answered.insert(ws.stage);
                         },
@@ -553,7 +595,7 @@ class Coordinator {
   Config cfg_;
   JobContext ctx_;
   GPTConfig gpt_;
-  int P_ = 1, M_ = 1;
+  int P_ = 1, M_ = 1, TP_ = 1;
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::unique_ptr<caf::scoped_actor> self_;

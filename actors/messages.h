@@ -74,6 +74,7 @@ struct Span {
 // What a worker reports at the end of a step.
 struct StepReport {
   int stage = 0;
+  int tp = 0;
   double loss_sum = 0;      // summed token losses (last stage only)
   int64_t tokens = 0;       // tokens whose loss is in loss_sum
   double compute_s = 0;     // seconds spent in F/B/optimizer
@@ -87,6 +88,7 @@ struct StepReport {
 struct WaitState {
   static constexpr int kCoordinator = -1, kDataActor = -2, kNothing = -3;
   int stage = 0;
+  int tp = 0;
   bool waiting = false;     // false: computing or idle between steps
   bool timed_out = false;
   int64_t step = 0;
@@ -100,6 +102,7 @@ struct WaitState {
 // Named parameter tensors of one worker (for tests and export): (name, copy of value).
 struct ParamDump {
   int stage = 0;
+  int tp = 0;
   std::vector<std::pair<std::string, Tensor>> params;
 };
 

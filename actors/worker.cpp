@@ -72,7 +72,8 @@ class Worker {
   template <class Pred>
   void wait_until(Pred pred, const std::string& what, int from = WaitState::kCoordinator, int64_t step = 0) {
     if (pred()) return;
-    wait_ = WaitState{s_, true, false, step, from, what, pos_, pending_msg_.msg, pending_msg_.mb, pending_msg_.chunk};
+    wait_ = WaitState{s_, a_.tp_rank, true, false, step, from, what, pos_, pending_msg_.msg, pending_msg_.mb,
+                      pending_msg_.chunk};
     auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
     while (!pred()) {
@@ -224,7 +225,9 @@ class Worker {
     pos_ = -1;
     size_t act_bytes = 0;
     for (auto& ch : a_.chunks) act_bytes += ch->activation_bytes();
-    StepReport rep{s_, loss_sum, tokens, compute_s, wait_s_, act_bytes, std::move(spans_)};
+    // every TP rank of the last stage computed the same loss: TP rank 0 reports it
+    if (a_.tp_rank != 0) loss_sum = 0, tokens = 0;
+    StepReport rep{s_, a_.tp_rank, loss_sum, tokens, compute_s, wait_s_, act_bytes, std::move(spans_)};
     spans_.clear();
     self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
   }
@@ -280,7 +283,7 @@ class Worker {
       std::vector<float> logits;
       Tensor out = chunk(c).infer(T, v == 0 ? tokens : nullptr, x, &logits);
       if (v == PV - 1) {
-        self_->send(a_.coordinator, logits_atom::value, id, std::move(logits));
+        if (a_.tp_rank == 0) self_->send(a_.coordinator, logits_atom::value, id, std::move(logits));
         return;
       }
       if ((v + 1) % a_.P != s_) {
@@ -293,7 +296,7 @@ class Worker {
   }
 
   void dump() {
-    ParamDump d{s_, {}};
+    ParamDump d{s_, a_.tp_rank, {}};
     for (auto& ch : a_.chunks)
       for (auto& p : ch->params()) d.params.emplace_back(p.name, p.value.clone());
     self_->send(a_.coordinator, dump_atom::value, std::move(d));

@@ -36,6 +36,7 @@ using namespace troupe;
 namespace {
 
 std::string trace_path_;
+std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: the console gets them from main)
 
 Config load_config(const std::string& path, const std::vector<std::string>& sets) {
   Config c = Config::load(path);
@@ -139,12 +140,12 @@ void check_memory(const Config& c) {
   double params = 16.0 * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
   const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C : full_layer;
-  // (microbatch, chunk) pairs stashed on stage s: all M*V for GPipe, else the 1F1B bound
+  // (microbatch, chunk) pairs stashed on each stage: the schedule's simulated peak
+  Schedule sched = make_schedule(c.parallel.schedule, P, M, V);
+  validate_schedule(sched);
+  const SimResult sim = simulate(sched, Costs{});
   double acts = 0;
-  for (int st = 0; st < P; ++st) {
-    const double pairs = c.parallel.schedule == "gpipe" ? (double)M * V : std::min<double>(M * V, (P - st) + (V - 1) * P);
-    acts += pairs * ((double)g.L / (P * V)) * per_layer;
-  }
+  for (int st = 0; st < P; ++st) acts += sim.peak_inflight[st] * ((double)g.L / (P * V)) * per_layer;
   acts += 2.0 * 4.0 * mbB * T * g.V;                        // logits + dlogits of one microbatch
   if (c.train.recompute == "full") acts += full_layer * P;  // one recompute buffer per stage
   const double need = params + acts;
@@ -161,7 +162,13 @@ void check_memory(const Config& c) {
 void setup_logging(const std::string& run_dir) {
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   std::vector<spdlog::sink_ptr> sinks{console};
-  if (!run_dir.empty()) sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_dir + "/train.log"));
+  if (!run_dir.empty()) {
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_dir + "/train.log");
+    sinks.push_back(file);
+    file_log_ = std::make_shared<spdlog::logger>("troupe-file", file);
+    file_log_->set_pattern("[%H:%M:%S] %v");
+    file_log_->flush_on(spdlog::level::info);
+  }
   auto logger = std::make_shared<spdlog::logger>("troupe", sinks.begin(), sinks.end());
   logger->set_pattern("[%H:%M:%S] %v");
   logger->flush_on(spdlog::level::info);  // train.log is complete up to the last line, even if killed
@@ -195,6 +202,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
     validate_schedule(s);
   }
   check_memory(c);
+  if (!trace_path_.empty()) {  // refuse an unwritable trace path now, not after training
+    std::ofstream probe(trace_path_, std::ios::app);
+    TROUPE_USER_CHECK(probe.good()) << "cannot write the trace file '" << trace_path_ << "'; pass a writable --trace path";
+  }
   setup_logging("");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (c.train.threads > (int)cores)
@@ -239,7 +250,13 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
   ctx.unigram_entropy = d.unigram_entropy;
   ctx.run_dir = run_dir;
   ctx.trace_path = trace_path_;
-  auto r = run_job(c, ctx);
+  JobResult r;
+  try {
+    r = run_job(c, ctx);
+  } catch (const std::exception& e) {
+    if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
+    throw;
+  }
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
   return 0;
@@ -251,7 +268,14 @@ struct SimulateOptions {
   bool quiet = false;
 };
 
-int cmd_simulate(const SimulateOptions& o) {
+int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
+  const bool builtin = o.schedule == "gpipe" || o.schedule == "1f1b" || o.schedule == "interleaved" || o.schedule == "zb-h1";
+  if (!builtin) {  // a schedule file: P, M and V come from it unless given
+    Schedule f = read_schedule(o.schedule);
+    if (!p_set) o.P = f.P;
+    if (!m_set) o.M = f.M;
+    if (!v_set) o.V = f.V;
+  }
   Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
   validate_schedule(s);
   if (!o.dump.empty()) {
@@ -347,7 +371,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (simulate_cmd->parsed()) return cmd_simulate(so);
+    if (simulate_cmd->parsed())
+      return cmd_simulate(so, simulate_cmd->get_option("--stages")->count() > 0,
+                          simulate_cmd->get_option("--microbatches")->count() > 0,
+                          simulate_cmd->get_option("--chunks")->count() > 0);
     Config c = load_config(config_path, sets);
     if (train->parsed()) return cmd_train(c, run_dir);
     if (tokenize->parsed()) return cmd_tokenize(c);

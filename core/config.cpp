@@ -172,8 +172,15 @@ void Config::validate() const {
   TROUPE_USER_CHECK(p.pp * p.chunks <= m.n_layer)
       << "parallel.pp x parallel.chunks = " << p.pp * p.chunks << " virtual stages exceed model.n_layer = " << m.n_layer
       << ": every chunk needs at least one layer; use chunks <= " << std::max(1, m.n_layer / p.pp);
-  TROUPE_USER_CHECK(p.tp == 1) << "parallel.tp = " << p.tp
-                               << ": tensor parallelism is not available in this version; use parallel.tp = 1";
+  TROUPE_USER_CHECK(p.tp >= 1) << "parallel.tp = " << p.tp << " must be at least 1";
+  if (m.n_head % p.tp != 0) {
+    std::string ok;
+    for (int t = 1; t <= m.n_head; ++t)
+      if (m.n_head % t == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(t);
+    TROUPE_USER_FAIL() << "parallel.tp = " << p.tp << " does not divide model.n_head = " << m.n_head
+                       << ": tensor parallelism splits the attention heads (and the MLP width 4*n_embd) over the TP "
+                          "ranks; use parallel.tp in {" << ok << "}";
+  }
   TROUPE_USER_CHECK(p.dp == 1) << "parallel.dp = " << p.dp
                                << ": data parallelism is not available in this version; use parallel.dp = 1";
   TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";

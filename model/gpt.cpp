@@ -286,4 +286,19 @@ void Block::backward_weight(const BlockActs& a, const BlockGrads& g, int B, int 
                         ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
 }
 
+double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
+                                    Communicator* tp, float dloss, double timeout_s) {
+  for (int64_t i = 0; i < BT; ++i)
+    TROUPE_CHECK(targets[i] >= 0 && targets[i] < cfg.V) << "target id " << targets[i] << " outside [0," << cfg.V << ")";
+  const bool multi = tp && tp->size() > 1;
+  std::vector<float> gmax(BT), red(2 * BT), losses(BT);
+  kernels::ce_vp_max(gmax.data(), logits, BT, cfg.Vl(), cfg.Vvalid());
+  if (multi) tp->all_reduce(gmax.data(), (size_t)BT, ReduceOp::max, timeout_s);
+  kernels::ce_vp_exp_sum(logits, red.data(), red.data() + BT, gmax.data(), targets, cfg.vlo(), BT, cfg.Vl(),
+                         cfg.Vvalid(), dloss != 0.0f);
+  if (multi) tp->all_reduce(red.data(), (size_t)(2 * BT), ReduceOp::sum, timeout_s);
+  return kernels::ce_vp_finish(logits, losses.data(), gmax.data(), red.data(), red.data() + BT, targets, cfg.vlo(), BT,
+                               cfg.Vl(), cfg.Vvalid(), dloss);
+}
+
 }  // namespace troupe

@@ -127,4 +127,13 @@ struct Block {
   void backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const;
 };
 
+// Vocab-parallel softmax cross-entropy (Megatron-LM): logits (BT, Vl) are this TP rank's
+// columns [vlo, vlo+Vl) of the padded vocabulary; the row max, the sum of exponentials and
+// the target logit are reduced over `tp` (null: one rank), so the full logits are never
+// gathered; padded columns are masked. Returns the summed token losses (the same on every
+// rank); with dloss != 0 the logits become dlogits = (softmax - onehot) * dloss, 0 in
+// padded columns. Errors: a target outside [0, V); collective errors (deadline timeout_s).
+double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
+                                    Communicator* tp, float dloss, double timeout_s);
+
 }  // namespace troupe

@@ -97,9 +97,12 @@ Schedule schedule_zb_h1(int P, int M) {
   // priority order: the B whose gradient has arrived (B is on the critical path), else
   // the next F if its activation has arrived and the limit allows, else a pending W
   // (which fills what would be bubble). The resulting per-stage order is the schedule.
-  // As in the paper, the limit counts microbatches between F and B: what a pending W
-  // still holds (the inputs of the linear layers and their output gradients) comes on
-  // top. Limiting F - W instead was measured: the bubble is then 2/3 of 1F1B's, not 1/3.
+  // As in the paper, the limit counts microbatches between F and B. In troupe a stage keeps
+  // a microbatch's activations until its W, so the memory is that of the microbatches
+  // between F and W — up to M on the last stage, which defers all its W's to the end (the
+  // simulator reports it, and the memory check uses it). Limiting F - W to P - s instead
+  // was measured: the bubble is then 2/3 of 1F1B's, not 1/3. `train.recompute = "full"`
+  // bounds the cost of the deferred microbatches to their block inputs.
   const int INF = 1 << 30;
   std::vector<std::vector<int>> f_end(P, std::vector<int>(M, INF)), b_end(P, std::vector<int>(M, INF));
   std::vector<int> nf(P, 0), nb(P, 0);
@@ -290,12 +293,12 @@ Schedule parse_schedule(const std::string& text, const std::string& name) {
       size_t i = 1, n = 0;
       if (ok) {
         ok = false;
-        while (i < cell.size() && isdigit((unsigned char)cell[i])) a.mb = a.mb * 10 + (cell[i++] - '0'), ++n;
-        ok = n > 0;
+        while (i < cell.size() && isdigit((unsigned char)cell[i]) && n < 7) a.mb = a.mb * 10 + (cell[i++] - '0'), ++n;
+        ok = n > 0 && (i == cell.size() || !isdigit((unsigned char)cell[i]));
         if (ok && i < cell.size()) {
           ok = cell[i++] == 'c';
           size_t nc = 0;
-          while (ok && i < cell.size() && isdigit((unsigned char)cell[i])) a.chunk = a.chunk * 10 + (cell[i++] - '0'), ++nc;
+          while (ok && i < cell.size() && isdigit((unsigned char)cell[i]) && nc < 4) a.chunk = a.chunk * 10 + (cell[i++] - '0'), ++nc;
           ok = ok && nc > 0 && i == cell.size();
         }
       }

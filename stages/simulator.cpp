@@ -84,7 +84,9 @@ SimResult simulate(const Schedule& sc, const std::function<double(int stage, con
         }
         const double end = ready + cost_of(s, a);
         if (a.kind == Action::F) fend[v][a.mb] = end, r.peak_inflight[s] = std::max(r.peak_inflight[s], ++inflight[s]);
-        if (a.kind == Action::B) bend[v][a.mb] = end, --inflight[s];
+        if (a.kind == Action::B) bend[v][a.mb] = end;
+        // the stash is held until the last action that reads it: B, or W in a split schedule
+        if (a.kind == (sc.split_backward ? Action::W : Action::B)) --inflight[s];
         r.timeline.push_back({s, a, ready, end});
         r.busy[s] += end - ready;
         free_at[s] = end;

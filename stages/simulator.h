@@ -33,7 +33,7 @@ struct SimResult {
   std::vector<double> busy;          // per stage, time spent in actions
   std::vector<double> bubble;        // per stage, idle fraction of the makespan
   double bubble_overall = 0;         // total idle / (P * makespan)
-  std::vector<int> peak_inflight;    // per stage, max microbatch-chunks between F and B
+  std::vector<int> peak_inflight;    // per stage, max microbatch-chunks stashed (from F to B, or to W when split)
   std::vector<SimAction> timeline;   // in execution order per stage
 };
 

@@ -364,19 +364,7 @@ void Stage::embed_backward(const float* dout, const int32_t* tokens, int B, int 
 }
 
 double Stage::cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss) {
-  // vocab-parallel cross-entropy: the full logits are never gathered (max, sum-exp and the
-  // target logit are reduced over the TP ranks); padded columns are masked out
-  for (int64_t i = 0; i < BT; ++i)
-    TROUPE_CHECK(targets[i] >= 0 && targets[i] < cfg_.V) << "target id " << targets[i] << " outside [0," << cfg_.V << ")";
-  const bool tp = tp_ && tp_->size() > 1;
-  std::vector<float> gmax(BT), red(2 * BT), losses(BT);
-  kernels::ce_vp_max(gmax.data(), logits, BT, cfg_.Vl(), cfg_.Vvalid());
-  if (tp) tp_->all_reduce(gmax.data(), (size_t)BT, ReduceOp::max, timeout_s_);
-  kernels::ce_vp_exp_sum(logits, red.data(), red.data() + BT, gmax.data(), targets, cfg_.vlo(), BT, cfg_.Vl(),
-                         cfg_.Vvalid(), dloss != 0.0f);
-  if (tp) tp_->all_reduce(red.data(), (size_t)(2 * BT), ReduceOp::sum, timeout_s_);
-  return kernels::ce_vp_finish(logits, losses.data(), gmax.data(), red.data(), red.data() + BT, targets, cfg_.vlo(), BT,
-                               cfg_.Vl(), cfg_.Vvalid(), dloss);
+  return vocab_parallel_cross_entropy(logits, targets, BT, cfg_, tp_, dloss, timeout_s_);
 }
 
 }  // namespace troupe
