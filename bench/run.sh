@@ -17,6 +17,8 @@ echo "== troupe training step, PP=1, 2 threads (bench/train_bench)"
 "$BUILD/train_bench" $ARGS --threads 2 --warmup 3 --iters 10 | tee "$OUT/troupe.jsonl"
 echo "== pipeline runtime vs simulator (bench/pipeline_bench)"
 "$BUILD/pipeline_bench" 8 | tee "$OUT/pipeline.jsonl"
+echo "== tensor parallelism: in-process all-reduce bus bandwidth, TP=2 vs TP=1 (bench/tp_bench)"
+"$BUILD/tp_bench" | tee "$OUT/tp.jsonl"
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
   "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
@@ -49,6 +51,17 @@ for line in open(f"{out}/pipeline.jsonl"):
         add("pipeline_step_ms_default_job", j["measured_ms"], "ms", False, "simulator-fed-measured-action-costs", j["simulated_ms"])
     else:
         add(j["name"] + "_measured", j["measured_bubble"], "bubble fraction", False, "theoretical-unit-costs", j["theoretical_bubble"])
+tp = {}
+for line in open(f"{out}/tp.jsonl"):
+    j = json.loads(line)
+    if j["name"] == "allreduce_busbw":
+        kib = j["bytes"] // 1024
+        label = f"{kib // 1024}MiB" if kib >= 1024 else f"{kib}KiB"
+        add(f"allreduce_busbw_{label}_2ranks", j["busbw_gbs"], "GB/s", True, "memcpy-1-thread", j["memcpy_gbs"])
+    else:
+        tp[j["name"]] = j
+add("default_model_tp2_tokens_per_s", tp["default_model_tp2"]["tokens_per_s"], "tokens/s", True, "troupe-tp1",
+    tp["default_model_tp1"]["tokens_per_s"])
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")

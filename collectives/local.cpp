@@ -42,6 +42,8 @@ struct Shared {
   bool broken = false;      // a rank gave up: the others fail fast
   // point to point: (src, dst, tag) -> queue of payloads
   std::map<std::tuple<int, int, int>, std::vector<std::vector<float>>> mail;
+  std::vector<float> result;  // all_reduce's shared output
+  uint64_t result_gen = 0;
 };
 
 std::string ranks_missing(const std::vector<bool>& here) {
@@ -59,11 +61,17 @@ class LocalComm : public Communicator {
   const std::string& name() const override { return sh_->name; }
 
   void all_reduce(float* buf, size_t count, ReduceOp op, double timeout_s) override {
-    tmp_.resize(count);
+    // Each rank reduces its 1/n slice (every element still in ascending rank order) into
+    // the group's shared result; after the second rendezvous everyone copies it out. The
+    // next collective's first rendezvous guarantees the copies are done before reuse.
+    float* result = nullptr;
     collective("all_reduce", buf, nullptr, count, -1, (int)op, timeout_s, [&](const std::vector<Slot>& s) {
-      reduce_into(tmp_.data(), s, 0, count, op);
-    });
-    std::memcpy(buf, tmp_.data(), count * sizeof(float));  // after every peer has read buf
+      result = sh_->result.data();
+      const size_t per = (count + sh_->size - 1) / sh_->size;
+      const size_t lo = std::min(count, per * rank_), hi = std::min(count, lo + per);
+      if (hi > lo) reduce_into(result + lo, s, lo, hi - lo, op);
+    }, count);
+    if (count) std::memcpy(buf, result, count * sizeof(float));
   }
 
   void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) override {
@@ -134,7 +142,7 @@ class LocalComm : public Communicator {
 
   template <class Compute>
   void collective(const char* op, const float* in, float* out, size_t count, int root, int reduce, double timeout_s,
-                  Compute compute) {
+                  Compute compute, size_t result_size = 0) {
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
     std::unique_lock<std::mutex> lk(sh_->mu);
     if (sh_->broken) throw Error(std::string(op) + " on " + sh_->name + ": the group is broken by an earlier failure");
@@ -168,6 +176,11 @@ class LocalComm : public Communicator {
       }
     }
     std::vector<Slot> slots = sh_->slots;
+    if (sh_->result.size() < result_size) {
+      // resized under the lock by whichever rank gets here first; nobody reads it yet
+      if (sh_->result_gen != gen + 1) sh_->result.resize(result_size);
+    }
+    sh_->result_gen = gen + 1;
     lk.unlock();
     compute(slots);
     lk.lock();
