@@ -22,6 +22,7 @@
 #include "actors/job.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "datasets/corpus.h"
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
 #include "datasets/tokenizer.h"
@@ -210,6 +211,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (c.train.threads > (int)cores)
     spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
+  const int workers = c.parallel.pp * c.parallel.tp;
+  if (c.train.threads > 0 && c.train.threads < workers)
+    spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
+                 c.train.threads, workers, workers);
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
   auto loader = std::make_shared<BatchLoader>(d.train_path, d.val_path);
@@ -245,7 +250,18 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
     else
       loader->get_val_batch(index, B, T, in, tg);
   };
-  ctx.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  ctx.decode = [tok](const std::vector<int32_t>& ids) {
+    // a sample can stop inside a multi-byte character (byte-fallback pieces): show U+FFFD
+    std::string text = tok->decode(ids), out;
+    std::string_view rest(text);
+    for (size_t bad; (bad = find_invalid_utf8(rest)) != std::string_view::npos;) {
+      out.append(rest.substr(0, bad));
+      out += "\xEF\xBF\xBD";
+      rest.remove_prefix(bad + 1);
+    }
+    out.append(rest);
+    return out;
+  };
   ctx.sample_start_token = d.eot_id;
   ctx.unigram_entropy = d.unigram_entropy;
   ctx.run_dir = run_dir;
