@@ -125,6 +125,7 @@ class Coordinator {
           auto st = std::make_shared<Stage>(g, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed, group[t].get(),
                                             cfg_.train.timeout_s);
           st->set_recompute(cfg_.train.recompute == "full");
+          st->set_dropout((float)m.dropout, cfg_.train.seed);
           for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
           layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1], st->first() ? " + embeddings" : "",
                                 st->last() ? " + ln_f/LM head" : "");

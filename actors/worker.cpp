@@ -182,6 +182,7 @@ class Worker {
     const int PV = a_.P * V_;
     const bool split = a_.schedule->split_backward;
     pos_ = 0;
+    for (auto& ch : a_.chunks) ch->set_step(k);
     for (const Action& act : (train ? a_.schedule->stages[s_] : forward_only_)) {
       const int c = act.chunk, v = virt(c);
       Stage& st = chunk(c);

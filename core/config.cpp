@@ -23,7 +23,7 @@ struct Key {
 const std::vector<Key>& key_table() {
   static const std::vector<Key> t = {
       K(model, n_layer),        K(model, n_head),          K(model, n_embd),        K(model, block_size),
-      K(model, vocab_size),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
+      K(model, vocab_size),     K(model, dropout),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
       K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
       K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(optim, lr),
@@ -163,6 +163,8 @@ void Config::validate() const {
                        << ", or an n_head that divides " << m.n_embd;
   }
   TROUPE_USER_CHECK(m.block_size >= 1) << "model.block_size = " << m.block_size << " must be at least 1";
+  TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << m.dropout
+                                                    << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";
   TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size << " must be at least 2";
   TROUPE_USER_CHECK(p.pp >= 1) << "parallel.pp = " << p.pp << " must be at least 1";
   TROUPE_USER_CHECK(p.pp <= m.n_layer) << "parallel.pp = " << p.pp << " exceeds model.n_layer = " << m.n_layer

@@ -17,6 +17,7 @@ struct ModelConfig {
   int n_embd = 256;        // channels (C); head size HS = C / NH
   int block_size = 128;    // maximum sequence length (learned position embedding rows)
   int vocab_size = 8192;   // tokenizer vocabulary (V)
+  double dropout = 0.0;    // GPT-2 dropout probability (embedding, attention, residual branches)
 };
 
 struct ParallelConfig {

@@ -16,6 +16,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/dropout.h"
+
 namespace troupe::kernels {
 
 // ---- encoder (kernels/cpu/encoder.cpp) -------------------------------------------
@@ -49,10 +51,17 @@ void gemm_nt(float* out, const float* A, const float* Bm, int64_t M, int64_t N, 
 // ---- attention (kernels/cpu/attention.cpp): causal multi-head self-attention ---------
 // inp (B,T,3C) = [q | k | v]; head h uses channels h*HS.. of each. out (B,T,C);
 // att (B,NH,T,T) saves the softmax probabilities (row t valid for t2 <= t; rest 0).
-void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH);
+// drop (optional): attention-probability dropout keyed by (sample, global head, t, t2);
+// att keeps the undropped probabilities.
+void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH,
+                       const DropoutKey* drop = nullptr);
 // dinp (B,T,3C) = (assigned); datt scratch (B,NH,T,T).
 void attention_backward(float* dinp, float* datt, const float* dout, const float* inp, const float* att, int B,
-                        int T, int C, int NH);
+                        int T, int C, int NH, const DropoutKey* drop = nullptr);
+// ---- dropout (kernels/cpu/dropout.h keys) -------------------------------------------
+// x (BT, C) *= mask (rows are (sample0 + bt / T, t = bt % T), index t*C + c). Its own
+// backward (the mask is the same).
+void dropout_apply(float* x, int64_t BT, int C, const DropoutKey& k);
 
 // ---- gelu (kernels/cpu/gelu.cpp): tanh approximation (Hendrycks & Gimpel 2016) -------
 void gelu_forward(float* out, const float* inp, int64_t N);

@@ -178,6 +178,7 @@ void BlockScratch::ensure(int B, int T, const GPTConfig& g) {
   ensure(dln, {BT, g.C});
   ensure(dfch, {BT, g.Fl()});
   ensure(dfch_gelu, {BT, g.Fl()});
+  ensure(dbranch, {BT, g.C});
 }
 
 void BlockGrads::ensure(int B, int T, const GPTConfig& g) {
@@ -207,10 +208,13 @@ void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) 
                        ln1_b->value.data(), BT, C);
   // column-parallel QKV (this rank's heads), attention over them, row-parallel projection
   k::matmul_forward(a.qkv.data(), a.ln1.data(), qkv_w->value.data(), qkv_b->value.data(), BT, C, 3 * Cl);
-  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl());
+  const bool dr = drop && drop->active;
+  const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
+  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
   k::matmul_forward(a.x2.data(), a.atty.data(), proj_w->value.data(), nullptr, BT, Cl, C);
   tp_sum(tp, a.x2.data(), BT * C, timeout_s);
   k::add_bias(a.x2.data(), proj_b->value.data(), BT, C);
+  if (dr) k::dropout_apply(a.x2.data(), BT, C, drop->key(layer, 2));  // residual dropout (replicated mask)
   k::accumulate(a.x2.data(), a.x.data(), BT * C);
   k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value.data(),
                        ln2_b->value.data(), BT, C);
@@ -220,6 +224,7 @@ void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) 
   k::matmul_forward(y, a.fch_gelu.data(), fcproj_w->value.data(), nullptr, BT, Fl, C);
   tp_sum(tp, y, BT * C, timeout_s);
   k::add_bias(y, fcproj_b->value.data(), BT, C);
+  if (dr) k::dropout_apply(y, BT, C, drop->key(layer, 3));
   k::accumulate(y, a.x2.data(), BT * C);
 }
 
@@ -227,8 +232,15 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
-  // MLP half: y = x2 + proj(gelu(fc(ln2(x2)))); dres = dL/dy = dL/dx2 (residual path)
-  k::matmul_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dres, a.fch_gelu.data(),
+  // MLP half: y = x2 + drop(proj(gelu(fc(ln2(x2))))); dres = dL/dy = dL/dx2 (residual path)
+  const bool dr = drop && drop->active;
+  const float* dbr = dres;  // dL/d(branch): dres through the residual dropout mask
+  if (dr) {
+    std::memcpy(s.dbranch.data(), dres, BT * C * sizeof(float));
+    k::dropout_apply(s.dbranch.data(), BT, C, drop->key(layer, 3));
+    dbr = s.dbranch.data();
+  }
+  k::matmul_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu.data(),
                      fcproj_w->value.data(), BT, Fl, C);
   k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
   k::matmul_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
@@ -236,10 +248,18 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
   k::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2.data(),
                         ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
-  // attention half: x2 = x + proj(attn(qkv(ln1(x)))); dres = dL/dx2
-  k::matmul_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dres, a.atty.data(),
+  // attention half: x2 = x + drop(proj(attn(qkv(ln1(x))))); dres = dL/dx2
+  dbr = dres;
+  if (dr) {
+    std::memcpy(s.dbranch.data(), dres, BT * C * sizeof(float));
+    k::dropout_apply(s.dbranch.data(), BT, C, drop->key(layer, 2));
+    dbr = s.dbranch.data();
+  }
+  k::matmul_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty.data(),
                      proj_w->value.data(), BT, Cl, C);
-  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl());
+  const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
+  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
+                        dr ? &ka : nullptr);
   k::matmul_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
                      qkv_w->value.data(), BT, C, 3 * Cl);
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
@@ -252,16 +272,22 @@ void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratc
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
-  std::memcpy(g.dy.data(), dres, BT * C * sizeof(float));
-  k::matmul_backward(s.dfch_gelu.data(), nullptr, nullptr, dres, a.fch_gelu.data(), fcproj_w->value.data(), BT, Fl, C);
+  const bool dr = drop && drop->active;
+  std::memcpy(g.dy.data(), dres, BT * C * sizeof(float));  // dL/d(branch), kept for W
+  if (dr) k::dropout_apply(g.dy.data(), BT, C, drop->key(layer, 3));
+  k::matmul_backward(s.dfch_gelu.data(), nullptr, nullptr, g.dy.data(), a.fch_gelu.data(), fcproj_w->value.data(), BT,
+                     Fl, C);
   k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
   k::matmul_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), fc_w->value.data(), BT, C, Fl);
   tp_sum(tp, g.dln2.data(), BT * C, timeout_s);
   k::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2.data(), ln2_w->value.data(), a.ln2_mean.data(),
                         a.ln2_rstd.data(), BT, C);
   std::memcpy(g.dx2.data(), dres, BT * C * sizeof(float));
-  k::matmul_backward(s.datty.data(), nullptr, nullptr, dres, a.atty.data(), proj_w->value.data(), BT, Cl, C);
-  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl());
+  if (dr) k::dropout_apply(g.dx2.data(), BT, C, drop->key(layer, 2));
+  k::matmul_backward(s.datty.data(), nullptr, nullptr, g.dx2.data(), a.atty.data(), proj_w->value.data(), BT, Cl, C);
+  const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
+  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
+                        dr ? &ka : nullptr);
   k::matmul_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), qkv_w->value.data(), BT, C, 3 * Cl);
   tp_sum(tp, g.dln1.data(), BT * C, timeout_s);
   k::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x.data(), ln1_w->value.data(), a.ln1_mean.data(),

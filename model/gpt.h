@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "collectives/communicator.h"
 #include "core/tensor.h"
+#include "kernels/cpu/dropout.h"
 
 namespace troupe {
 
@@ -97,7 +98,7 @@ struct BlockActs {
 
 // Scratch shared by all blocks of a stage during backward.
 struct BlockScratch {
-  Tensor datt, dqkv, datty, dln, dfch, dfch_gelu;
+  Tensor datt, dqkv, datty, dln, dfch, dfch_gelu, dbranch;
   void ensure(int B, int T, const GPTConfig& g);
 };
 
@@ -110,8 +111,24 @@ struct BlockGrads {
 };
 
 // One transformer block; its Param pointers point into the owning stage's parameters.
+// Dropout of one stage (GPT-2's sites: embedding output, attention probabilities, the two
+// residual branches), keyed so masks are reproducible and layout-independent
+// (kernels/cpu/dropout.h). Set by the stage before each forward/backward.
+struct DropoutState {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int64_t sample0 = 0;  // global index of the microbatch's first sequence
+  int T = 1;
+  bool active = false;  // training forward/backward with p > 0
+  kernels::DropoutKey key(int layer, int site, int head0 = 0, int maxT = 1) const {
+    return {active ? p : 0.0f, kernels::dropout_base(seed, step, layer, site), sample0, T, head0, maxT};
+  }
+};
+
 struct Block {
   int layer = 0;
+  const DropoutState* drop = nullptr;
   Communicator* tp = nullptr;  // the TP group (null or size 1: no tensor parallelism)
   double timeout_s = 300;
   Param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;

@@ -65,6 +65,7 @@ Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int la
     b.layer = l;
     b.tp = tp_;
     b.timeout_s = timeout_s_;
+    b.drop = &drop_;
     b.ln1_w = find(p + "ln_1.weight");
     b.ln1_b = find(p + "ln_1.bias");
     b.qkv_w = find(p + "attn.qkv.weight");
@@ -149,6 +150,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   TROUPE_CHECK(!keep || !stash_.count(mb)) << "microbatch " << mb << " is already stashed on stage " << s_;
   auto sl = take_slot();
   sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_);
+  set_drop(mb, B, T, keep);
   const int64_t BT = (int64_t)B * T;
   const int C = cfg_.C;
   if (first()) {
@@ -188,6 +190,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   Slot& sl = *it->second;
   const int B = sl.B, T = sl.T, C = cfg_.C;
   const int64_t BT = (int64_t)B * T;
+  set_drop(mb, B, T, true);
   auto ensure = [](Tensor& t, std::vector<int64_t> shape) {
     if (!t.defined() || t.shape() != shape) t = Tensor(std::move(shape));
   };
@@ -246,6 +249,7 @@ void Stage::backward_weights(int mb) {
   Slot& sl = *it->second;
   const int B = sl.B, T = sl.T, C = cfg_.C;
   const int64_t BT = (int64_t)B * T;
+  set_drop(mb, B, T, true);
   if (last()) {
     kernels::matmul_backward(nullptr, head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(), wte_->value.data(),
                              BT, C, cfg_.Vl());
@@ -269,6 +273,7 @@ void Stage::backward_weights(int mb) {
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
   auto sl = take_slot();
   sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_);
+  set_drop(0, 1, T, false);
   const int C = cfg_.C;
   if (first())
     embed(sl->acts[0].x.data(), tokens, 1, T);
@@ -356,9 +361,11 @@ void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
   kernels::embedding_vp_forward(out, tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
   if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)B * T * C, ReduceOp::sum, timeout_s_);
   kernels::add_positional(out, wpe_->value.data(), B, T, C);
+  if (drop_.active) kernels::dropout_apply(out, (int64_t)B * T, C, drop_.key(-1, 0));  // embedding dropout
 }
 
-void Stage::embed_backward(const float* dout, const int32_t* tokens, int B, int T) {
+void Stage::embed_backward(float* dout, const int32_t* tokens, int B, int T) {
+  if (drop_.active) kernels::dropout_apply(dout, (int64_t)B * T, cfg_.C, drop_.key(-1, 0));
   kernels::embedding_vp_backward(wte_->grad.data(), dout, tokens, cfg_.vlo(), cfg_.Vl(), B, T, cfg_.C);
   kernels::positional_backward(wpe_->grad.data(), dout, B, T, cfg_.C);
 }

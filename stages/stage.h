@@ -43,6 +43,14 @@ class Stage {
   // each block's input; B (and W) recompute the block's forward first. Bitwise the same
   // results, less memory, one more forward of compute.
   void set_recompute(bool on) { recompute_ = on; }
+  // Dropout with probability p (model.dropout) at GPT-2's sites; masks are keyed by
+  // (seed, step, layer, site, global sample, position) — see model/gpt.h DropoutState.
+  void set_dropout(float p, uint64_t seed) {
+    drop_.p = p;
+    drop_.seed = seed;
+  }
+  // The training step the next actions belong to (dropout keys).
+  void set_step(int64_t step) { drop_.step = step; }
   bool first() const { return s_ == 0; }
   bool last() const { return s_ == P_ - 1; }
   int index() const { return s_; }
@@ -101,12 +109,18 @@ class Stage {
   BlockActs& acts_for(Slot& sl, int i);
   std::unique_ptr<Slot> take_slot();
   void embed(float* out, const int32_t* tokens, int B, int T);
-  void embed_backward(const float* dout, const int32_t* tokens, int B, int T);
+  void embed_backward(float* dout, const int32_t* tokens, int B, int T);
   double cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss);
   Communicator* tp_ = nullptr;
   double timeout_s_ = 300;
   void forward_blocks(Slot& sl, int B, int T, float* out);
   bool recompute_ = false;
+  DropoutState drop_;
+  void set_drop(int mb, int B, int T, bool active) {
+    drop_.sample0 = (int64_t)mb * B;
+    drop_.T = T;
+    drop_.active = active && drop_.p > 0.0f;
+  }
   BlockActs re_acts_;   // recompute: the one set of block activations
   Tensor re_out_;       // recompute: where the recomputed block output goes
 

@@ -227,3 +227,39 @@ TEST_CASE("every kernel gives the same bits with 1 and 2 threads", "[kernels][de
     CHECK(std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) == 0);
   }
 }
+
+TEST_CASE("attention with dropout: backward matches finite differences; masks are keyed, not drawn", "[kernels][dropout]") {
+  const int B = 2, T = 5, C = 8, NH = 2;
+  auto x = randn(B * T * 3 * C, 1), r = randn(B * T * C, 2);
+  std::vector<float> out(B * T * C), att(B * NH * T * T), datt(att.size()), dx(x.size());
+  k::DropoutKey key{0.3f, k::dropout_base(7, 3, 1, 1), 4, T, 2, 16};
+  auto f = [&] {
+    k::attention_forward(out.data(), att.data(), x.data(), B, T, C, NH, &key);
+    return dot(out, r);
+  };
+  f();
+  k::attention_backward(dx.data(), datt.data(), r.data(), x.data(), att.data(), B, T, C, NH, &key);
+  check_fd(x, dx, f, "dinp with dropout");
+  // another head offset (another TP rank's heads) draws another mask
+  std::vector<float> out2(out.size());
+  k::DropoutKey other = key;
+  other.head0 = 0;
+  k::attention_forward(out2.data(), att.data(), x.data(), B, T, C, NH, &other);
+  CHECK(out2 != out);
+}
+
+TEST_CASE("dropout_apply drops about p and scales by 1/(1-p), the same mask every call", "[kernels][dropout]") {
+  const int64_t BT = 64;
+  const int C = 256;
+  std::vector<float> a(BT * C, 1.0f), b(BT * C, 1.0f);
+  k::DropoutKey key{0.25f, k::dropout_base(1, 2, 3, 2), 10, 16};
+  k::dropout_apply(a.data(), BT, C, key);
+  k::dropout_apply(b.data(), BT, C, key);
+  CHECK(a == b);
+  int zeros = 0;
+  for (float v : a) {
+    CHECK((v == 0.0f || v == Approx(1.0f / 0.75f)));
+    zeros += v == 0.0f;
+  }
+  CHECK(zeros == Approx(0.25 * BT * C).margin(0.02 * BT * C));
+}

@@ -16,7 +16,8 @@
 
 namespace troupe::kernels {
 
-void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH,
+                       const DropoutKey* drop) {
   TROUPE_CHECK(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0);
   const int HS = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -47,9 +48,11 @@ void attention_forward(float* out, float* att, const float* inp, int B, int T, i
     for (int t2 = t + 1; t2 < T; ++t2) a[t2] = 0.f;
     float* o = out + ((int64_t)b * T + t) * C + h * HS;
     for (int i = 0; i < HS; ++i) o[i] = 0.f;
+    const bool dr = drop && drop->p > 0.0f;
+    const uint64_t row = ((uint64_t)(dr ? drop->head0 + h : 0) * (dr ? drop->maxT : 1) + t) * (dr ? drop->maxT : 1);
     for (int t2 = 0; t2 <= t; ++t2) {
       const float* v = inp + ((int64_t)b * T + t2) * C3 + 2 * C + h * HS;
-      const float w = a[t2];
+      const float w = dr ? a[t2] * dropout_scale(*drop, drop->sample0 + b, row + t2) : a[t2];
 #pragma omp simd
       for (int i = 0; i < HS; ++i) o[i] += w * v[i];
     }
@@ -57,7 +60,7 @@ void attention_forward(float* out, float* att, const float* inp, int B, int T, i
 }
 
 void attention_backward(float* dinp, float* datt, const float* dout, const float* inp, const float* att, int B,
-                        int T, int C, int NH) {
+                        int T, int C, int NH, const DropoutKey* drop) {
   TROUPE_CHECK(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0);
   const int HS = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -75,18 +78,21 @@ void attention_backward(float* dinp, float* datt, const float* dout, const float
       const float* d = dout + ((int64_t)b * T + t) * C + h * HS;
       const float* q = inp + ((int64_t)b * T + t) * C3 + h * HS;
       float* dq = dinp + ((int64_t)b * T + t) * C3 + h * HS;
-      // out = att · v  ->  datt = dout · v^T, dv += att^T · dout
+      // out = drop(att) · v  ->  datt = mask * (dout · v^T), dv += drop(att)^T · dout
+      const bool dr = drop && drop->p > 0.0f;
+      const uint64_t row = ((uint64_t)(dr ? drop->head0 + h : 0) * (dr ? drop->maxT : 1) + t) * (dr ? drop->maxT : 1);
       for (int t2 = 0; t2 <= t; ++t2) {
         const float* v = inp + ((int64_t)b * T + t2) * C3 + 2 * C + h * HS;
         float* dv = dinp + ((int64_t)b * T + t2) * C3 + 2 * C + h * HS;
         float s = 0.f;
-        const float w = a[t2];
+        const float m = dr ? dropout_scale(*drop, drop->sample0 + b, row + t2) : 1.0f;
+        const float w = dr ? a[t2] * m : a[t2];
 #pragma omp simd reduction(+ : s)
         for (int i = 0; i < HS; ++i) {
           s += d[i] * v[i];
           dv[i] += w * d[i];
         }
-        da[t2] = s;
+        da[t2] = dr ? s * m : s;
       }
       // softmax backward: dpre = att * (datt - sum(att * datt))
       float dot = 0.f;
@@ -106,4 +112,16 @@ void attention_backward(float* dinp, float* datt, const float* dout, const float
   });
 }
 
+}  // namespace troupe::kernels
+
+namespace troupe::kernels {
+void dropout_apply(float* x, int64_t BT, int C, const DropoutKey& k) {
+  if (k.p <= 0.0f) return;
+  parallel_for(BT, [&](int64_t bt) {
+    const int64_t sample = k.sample0 + bt / k.T;
+    const uint64_t t = (uint64_t)(bt % k.T);
+    float* r = x + bt * C;
+    for (int c = 0; c < C; ++c) r[c] *= dropout_scale(k, sample, t * (uint64_t)C + c);
+  });
+}
 }  // namespace troupe::kernels
