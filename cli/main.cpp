@@ -319,14 +319,14 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   if (s.P * s.V <= g.L) bounds = partition_layers(g, s.P * s.V);
   std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs f=%g b=%g w=%g p2p=%g%s\n",
               s.name.c_str(), s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, s.split_backward ? " (B = b-w, W = w)" : "");
-  std::printf("makespan %.6g time units; bubble overall %.6f\n", r.makespan, r.bubble_overall);
+  std::printf("makespan %.6g time units; bubble overall %.6g\n", r.makespan, r.bubble_overall);
   std::printf("%-6s %10s %10s %14s %16s\n", "stage", "busy", "bubble", "peak in-flight", "peak act. bytes");
   for (int st = 0; st < s.P; ++st) {
     double layers = 0;
     if (!bounds.empty())
       for (int ch = 0; ch < s.V; ++ch) layers += bounds[ch * s.P + st + 1] - bounds[ch * s.P + st];
     const double bytes = r.peak_inflight[st] * (layers / s.V) * per_layer;
-    std::printf("%-6d %10.6g %10.6f %14d %16.0f\n", st, r.busy[st], r.bubble[st], r.peak_inflight[st], bytes);
+    std::printf("%-6d %10.6g %10.6g %14d %16.0f\n", st, r.busy[st], r.bubble[st], r.peak_inflight[st], bytes);
   }
   std::printf("(activation bytes for %d layers, n_embd %d, %d heads, %d sequences x %d tokens per microbatch%s)\n", g.L,
               g.C, g.NH, mbB, cfg.train.seq_len, o.config.empty() ? ", the default model; --config to change" : "");

@@ -108,21 +108,31 @@ SimResult simulate(const Schedule& sc, const std::function<double(int stage, con
 }
 
 std::string ascii_timeline(const Schedule& sc, const SimResult& r, int width) {
-  const double scale = r.makespan > width ? width / r.makespan : 1.0;
+  // Scale so the shortest action gets at least one column (capped by `width`); a cell
+  // shows the action that covers most of it.
+  double shortest = r.makespan;
+  for (auto& e : r.timeline)
+    if (e.end > e.start) shortest = std::min(shortest, e.end - e.start);
+  double scale = shortest > 0 ? 1.0 / shortest : 1.0;
+  if (r.makespan * scale > width) scale = width / r.makespan;
   const int cols = std::max(1, (int)std::ceil(r.makespan * scale - 1e-9));
   std::vector<std::string> rows(sc.P, std::string(cols, '.'));
+  std::vector<std::vector<double>> cover(sc.P, std::vector<double>(cols, 0.0));
   for (auto& e : r.timeline) {
-    int a = (int)std::floor(e.start * scale + 1e-9), b = std::max(a + 1, (int)std::ceil(e.end * scale - 1e-9));
+    const double a = e.start * scale, b = e.end * scale;
     char ch = e.action.kind == Action::F ? char('0' + e.action.mb % 10)
               : e.action.kind == Action::B ? char('a' + e.action.mb % 26)
                                            : char('A' + e.action.mb % 26);
-    for (int i = a; i < b && i < cols; ++i) rows[e.stage][i] = ch;
+    for (int i = std::max(0, (int)std::floor(a)); i < cols && i < b; ++i) {
+      const double part = std::min<double>(b, i + 1) - std::max<double>(a, i);
+      if (part > cover[e.stage][i]) cover[e.stage][i] = part, rows[e.stage][i] = ch;
+    }
   }
   std::ostringstream os;
   for (int s = 0; s < sc.P; ++s) os << "stage " << s << " |" << rows[s] << "|\n";
-  os << "legend: digit = F(m mod 10), a-z = B(m), A-Z = W(m), . = idle";
-  if (scale < 1) os << "; 1 column = " << 1 / scale << " time units";
-  os << "\n";
+  os << "legend: digit = F(m mod 10), a-z = B(m mod 26), A-Z = W(m mod 26), . = idle";
+  if (sc.V > 1) os << "; chunks are not told apart";
+  os << "; 1 column = " << 1 / scale << " time units\n";
   return os.str();
 }
 
