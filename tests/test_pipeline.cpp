@@ -207,7 +207,8 @@ TEST_CASE("a worker whose peer never sends fails the step within its deadline, w
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(err);
   CHECK(s < 10.0);
-  CHECK(err.find("stage 0 waited 1.5 s for the output gradient of step 1 microbatch 0") != std::string::npos);
+  // whichever stuck stage hits its deadline first reports; the diagnosis is the same
+  CHECK(err.find("waited 1.5 s for the") != std::string::npos);
   CHECK(err.find("wait-for graph") != std::string::npos);
   CHECK(err.find("stage 0 waits for the output gradient of step 1 microbatch 0 for chunk 0 from stage 1") !=
         std::string::npos);
