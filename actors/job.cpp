@@ -126,6 +126,7 @@ class Coordinator {
                                             cfg_.train.timeout_s);
           st->set_recompute(cfg_.train.recompute == "full");
           st->set_dropout((float)m.dropout, cfg_.train.seed);
+          st->set_sequence_parallel(p.sequence_parallel);
           for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
           layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1], st->first() ? " + embeddings" : "",
                                 st->last() ? " + ln_f/LM head" : "");

@@ -13,7 +13,7 @@
 namespace troupe {
 namespace {
 
-using Ref = std::variant<int*, uint64_t*, double*, std::string*>;
+using Ref = std::variant<int*, uint64_t*, double*, std::string*, bool*>;
 struct Key {
   std::string name;  // "section.key"
   std::function<Ref(Config&)> ref;
@@ -24,7 +24,7 @@ const std::vector<Key>& key_table() {
   static const std::vector<Key> t = {
       K(model, n_layer),        K(model, n_head),          K(model, n_embd),        K(model, block_size),
       K(model, vocab_size),     K(model, dropout),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
-      K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),    K(train, steps),         K(train, batch_size),
+      K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
       K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(optim, lr),
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
@@ -59,6 +59,7 @@ std::string example(const Ref& r) {
     return os.str();
   }
   if (auto* p = std::get_if<int*>(&r)) return std::to_string(**p);
+  if (auto* p = std::get_if<bool*>(&r)) return **p ? "true" : "false";
   return std::to_string(*std::get<uint64_t*>(r));
 }
 
@@ -86,6 +87,9 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
   } else if (auto* p = std::get_if<std::string*>(&r)) {
     if (!v.is_string()) bad("a string");
     **p = *v.value<std::string>();
+  } else if (auto* p = std::get_if<bool*>(&r)) {
+    if (!v.is_boolean()) bad("true or false");
+    **p = *v.value<bool>();
   }
 }
 
@@ -170,6 +174,14 @@ void Config::validate() const {
   TROUPE_USER_CHECK(p.pp <= m.n_layer) << "parallel.pp = " << p.pp << " exceeds model.n_layer = " << m.n_layer
                                        << ": every pipeline stage needs at least one layer; use parallel.pp <= "
                                        << m.n_layer;
+  if (p.sequence_parallel) {
+    TROUPE_USER_CHECK(p.schedule != "zb-h1")
+        << "parallel.sequence_parallel does not combine with schedule zb-h1 yet; use another schedule or turn it off";
+    const int rows = (p.microbatches > 0 ? train.batch_size / std::max(1, p.microbatches) : 0) * train.seq_len;
+    TROUPE_USER_CHECK(p.tp >= 1 && rows % p.tp == 0)
+        << "parallel.sequence_parallel shards the " << rows << " token rows of a microbatch over parallel.tp = " << p.tp
+        << " ranks, which needs (train.batch_size / parallel.microbatches) * train.seq_len to divide by parallel.tp";
+  }
   TROUPE_USER_CHECK(p.chunks >= 1) << "parallel.chunks = " << p.chunks << " must be at least 1";
   TROUPE_USER_CHECK(p.pp * p.chunks <= m.n_layer)
       << "parallel.pp x parallel.chunks = " << p.pp * p.chunks << " virtual stages exceed model.n_layer = " << m.n_layer

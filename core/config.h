@@ -27,6 +27,7 @@ struct ParallelConfig {
   int microbatches = 4;        // M: microbatches per step per DP rank
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | path to a schedule file
   int chunks = 1;              // V: virtual chunks (model slices) per stage, for interleaved
+  bool sequence_parallel = false;  // shard LayerNorm/residual/dropout regions over TP ranks (Korthikanti et al. 2022)
 };
 
 struct TrainConfig {

@@ -86,8 +86,13 @@ double crossentropy_forward_backward(float* logits, float* losses, const int32_t
 // (the rest is padding to a multiple of TP x 64, masked out of the loss).
 void embedding_vp_forward(float* out, const int32_t* tokens, const float* wte_l, int lo, int Vl, int B, int T, int C);
 void embedding_vp_backward(float* dwte_l, const float* dout, const int32_t* tokens, int lo, int Vl, int B, int T, int C);
-void add_positional(float* out, const float* wpe, int B, int T, int C);
-void positional_backward(float* dwpe, const float* dout, int B, int T, int C);
+// (rows are B*T rows starting at global row row0: position t = (row0 + i) mod T; with
+// sequence parallelism B*T is a rank's share of the rows, not a multiple of T.)
+void add_positional(float* out, const float* wpe, int B, int T, int C, int64_t row0 = 0);
+void positional_backward(float* dwpe, const float* dout, int B, int T, int C, int64_t row0 = 0);
+// The same over `rows` rows (sequence parallelism: a rank's share of B*T).
+void add_positional_rows(float* out, const float* wpe, int64_t rows, int T, int C, int64_t row0);
+void positional_backward_rows(float* dwpe, const float* dout, int64_t rows, int T, int C, int64_t row0);
 // out (BT,OC) += bias (OC).
 void add_bias(float* out, const float* bias, int64_t BT, int OC);
 void ce_vp_max(float* rowmax, const float* logits, int64_t BT, int Vl, int Vvalid);

@@ -151,20 +151,21 @@ void ensure(Tensor& t, std::vector<int64_t> shape) {
 }
 }  // namespace
 
-void BlockActs::ensure(int B, int T, const GPTConfig& g) {
+void BlockActs::ensure(int B, int T, const GPTConfig& g, int64_t rows) {
   using troupe::ensure;
   const int64_t BT = (int64_t)B * T;
+  const int64_t R = rows < 0 ? BT : rows;
   const int C = g.C;
   ensure(ln1, {BT, C});
-  ensure(ln1_mean, {BT});
-  ensure(ln1_rstd, {BT});
+  ensure(ln1_mean, {R});
+  ensure(ln1_rstd, {R});
   ensure(qkv, {BT, 3 * g.Cl()});
   ensure(att, {B, g.NHl(), T, T});
   ensure(atty, {BT, g.Cl()});
-  ensure(x2, {BT, C});
+  ensure(x2, {R, C});
   ensure(ln2, {BT, C});
-  ensure(ln2_mean, {BT});
-  ensure(ln2_rstd, {BT});
+  ensure(ln2_mean, {R});
+  ensure(ln2_rstd, {R});
   ensure(fch, {BT, g.Fl()});
   ensure(fch_gelu, {BT, g.Fl()});
 }
@@ -201,6 +202,7 @@ void tp_sum(Communicator* tp, float* x, int64_t n, double timeout_s) {
 }  // namespace
 
 void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
+  if (sp_on()) return forward_sp(y, a, B, T, cfg);
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
@@ -229,6 +231,7 @@ void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) 
 }
 
 void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
+  if (sp_on()) return backward_sp(dres, a, s, B, T, cfg);
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
@@ -269,6 +272,7 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
 
 void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
                            const GPTConfig& cfg) const {
+  TROUPE_CHECK(!sp_on()) << "sequence parallelism with a split backward (zero-bubble) is not supported";
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
@@ -325,6 +329,101 @@ double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64
   if (multi) tp->all_reduce(red.data(), (size_t)(2 * BT), ReduceOp::sum, timeout_s);
   return kernels::ce_vp_finish(logits, losses.data(), gmax.data(), red.data(), red.data() + BT, targets, cfg.vlo(), BT,
                                cfg.Vl(), cfg.Vvalid(), dloss);
+}
+
+namespace {
+// Per-thread scratch of the sequence-parallel paths (each stage worker has its own thread).
+thread_local std::vector<float> sp_rows, sp_full, sp_lnw;
+float* scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+}  // namespace
+
+void Block::forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
+  namespace k = kernels;
+  const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl(), TP = tp->size();
+  const int64_t BT = (int64_t)B * T, R = BT / TP, row0 = (int64_t)cfg.tp_rank * R;
+  float* rows = scratch(sp_rows, R * C);
+  float* full = scratch(sp_full, BT * C);
+  const bool dr = drop && drop->active;
+  // LN1 on this rank's rows, all-gather the rows for the column-parallel QKV
+  k::layernorm_forward(rows, a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value.data(),
+                       ln1_b->value.data(), R, C);
+  tp->all_gather(rows, a.ln1.data(), R * C, timeout_s);
+  k::matmul_forward(a.qkv.data(), a.ln1.data(), qkv_w->value.data(), qkv_b->value.data(), BT, C, 3 * Cl);
+  const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
+  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
+  // row-parallel projection: reduce-scatter the partial sums to this rank's rows
+  k::matmul_forward(full, a.atty.data(), proj_w->value.data(), nullptr, BT, Cl, C);
+  tp->reduce_scatter(full, a.x2.data(), R * C, ReduceOp::sum, timeout_s);
+  k::add_bias(a.x2.data(), proj_b->value.data(), R, C);
+  if (dr) {
+    k::DropoutKey kd = drop->key(layer, 2);
+    kd.row0 = row0;
+    k::dropout_apply(a.x2.data(), R, C, kd);
+  }
+  k::accumulate(a.x2.data(), a.x.data(), R * C);
+  k::layernorm_forward(rows, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value.data(),
+                       ln2_b->value.data(), R, C);
+  tp->all_gather(rows, a.ln2.data(), R * C, timeout_s);
+  k::matmul_forward(a.fch.data(), a.ln2.data(), fc_w->value.data(), fc_b->value.data(), BT, C, Fl);
+  k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
+  k::matmul_forward(full, a.fch_gelu.data(), fcproj_w->value.data(), nullptr, BT, Fl, C);
+  tp->reduce_scatter(full, y, R * C, ReduceOp::sum, timeout_s);
+  k::add_bias(y, fcproj_b->value.data(), R, C);
+  if (dr) {
+    k::DropoutKey kd = drop->key(layer, 3);
+    kd.row0 = row0;
+    k::dropout_apply(y, R, C, kd);
+  }
+  k::accumulate(y, a.x2.data(), R * C);
+}
+
+void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
+  namespace k = kernels;
+  const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl(), TP = tp->size();
+  const int64_t BT = (int64_t)B * T, R = BT / TP, row0 = (int64_t)cfg.tp_rank * R;
+  float* rows = scratch(sp_rows, R * C);
+  float* lnw = scratch(sp_lnw, 2 * (size_t)C);
+  const bool dr = drop && drop->active;
+  // dres: this rank's rows of dL/dy. The branch gradient (through the dropout mask) is
+  // all-gathered for the row-parallel projection's backward.
+  auto branch = [&](int site) {
+    std::memcpy(rows, dres, R * C * sizeof(float));
+    if (dr) {
+      k::DropoutKey kd = drop->key(layer, site);
+      kd.row0 = row0;
+      k::dropout_apply(rows, R, C, kd);
+    }
+    tp->all_gather(rows, s.dbranch.data(), R * C, timeout_s);
+  };
+  // LayerNorm backward on this rank's rows; its weight gradients are partial sums over the
+  // rows, all-reduced so every TP rank adds the same (replicated) gradient.
+  auto ln_back = [&](const Param* w, Param* gw, Param* gb, const float* xin, const float* mean, const float* rstd) {
+    tp->reduce_scatter(s.dln.data(), rows, R * C, ReduceOp::sum, timeout_s);
+    std::fill(lnw, lnw + 2 * C, 0.0f);
+    k::layernorm_backward(dres, lnw, lnw + C, rows, xin, w->value.data(), mean, rstd, R, C);
+    tp->all_reduce(lnw, 2 * (size_t)C, ReduceOp::sum, timeout_s);
+    k::accumulate(gw->grad.data(), lnw, C);
+    k::accumulate(gb->grad.data(), lnw + C, C);
+  };
+  branch(3);
+  k::matmul_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), s.dbranch.data(),
+                     a.fch_gelu.data(), fcproj_w->value.data(), BT, Fl, C);
+  k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
+  k::matmul_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
+                     fc_w->value.data(), BT, C, Fl);
+  ln_back(ln2_w, ln2_w, ln2_b, a.x2.data(), a.ln2_mean.data(), a.ln2_rstd.data());
+  branch(2);
+  k::matmul_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), s.dbranch.data(), a.atty.data(),
+                     proj_w->value.data(), BT, Cl, C);
+  const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
+  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
+                        dr ? &ka : nullptr);
+  k::matmul_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
+                     qkv_w->value.data(), BT, C, 3 * Cl);
+  ln_back(ln1_w, ln1_w, ln1_b, a.x.data(), a.ln1_mean.data(), a.ln1_rstd.data());
 }
 
 }  // namespace troupe

@@ -92,8 +92,10 @@ struct Param {
 struct BlockActs {
   Tensor x;            // (B,T,C) block input (residual stream)
   Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, x2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-  // Allocates everything but x (which the caller owns) for (B, T), local TP shapes.
-  void ensure(int B, int T, const GPTConfig& g);
+  // Allocates everything but x (which the caller owns) for (B, T), local TP shapes. With
+  // sequence parallelism (`rows` = this rank's share of B*T) x2 and the LayerNorm
+  // statistics hold only those rows; ln1/ln2 (the gathered LayerNorm outputs) hold all.
+  void ensure(int B, int T, const GPTConfig& g, int64_t rows = -1);
 };
 
 // Scratch shared by all blocks of a stage during backward.
@@ -129,6 +131,7 @@ struct DropoutState {
 struct Block {
   int layer = 0;
   const DropoutState* drop = nullptr;
+  const bool* sp = nullptr;  // sequence parallelism on (the stage's switch; off for inference)
   Communicator* tp = nullptr;  // the TP group (null or size 1: no tensor parallelism)
   double timeout_s = 300;
   Param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
@@ -142,6 +145,14 @@ struct Block {
   void backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
                       const GPTConfig& cfg) const;
   void backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const;
+
+ private:
+  // Sequence parallelism (Korthikanti et al. 2022): x, x2 and the output are this rank's
+  // rows (B*T/TP, C); all-gather before the column-parallel layers, reduce-scatter after
+  // the row-parallel ones; LayerNorm weight gradients are all-reduced over the TP group.
+  bool sp_on() const { return sp && *sp && tp && tp->size() > 1; }
+  void forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
+  void backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;
 };
 
 // Vocab-parallel softmax cross-entropy (Megatron-LM): logits (BT, Vl) are this TP rank's

@@ -66,6 +66,7 @@ Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int la
     b.tp = tp_;
     b.timeout_s = timeout_s_;
     b.drop = &drop_;
+    b.sp = &sp_now_;
     b.ln1_w = find(p + "ln_1.weight");
     b.ln1_b = find(p + "ln_1.bias");
     b.qkv_w = find(p + "attn.qkv.weight");
@@ -89,23 +90,24 @@ Param* Stage::find(const std::string& name) {
 }
 
 void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool is_first, bool is_last,
-                         bool full_acts) {
+                         bool full_acts, int64_t rows) {
   B = b;
   T = t;
   const int64_t BT = (int64_t)b * t;
+  const bool sp = rows != BT;  // sequence parallelism: x, x2, xf hold this rank's rows
+  const std::vector<int64_t> xshape = sp ? std::vector<int64_t>{rows, cfg.C} : std::vector<int64_t>{b, t, cfg.C};
   acts.resize(nblocks);
   for (int i = 0; i < nblocks; ++i) {
-    if (full_acts) acts[i].ensure(b, t, cfg);
+    if (full_acts) acts[i].ensure(b, t, cfg, rows);
     // Block 0's input on a non-first stage is the received tensor, set per microbatch.
-    if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != std::vector<int64_t>{b, t, cfg.C}))
-      acts[i].x = Tensor({b, t, cfg.C});
+    if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != xshape)) acts[i].x = Tensor(xshape);
   }
   if (is_first && (!tokens.defined() || tokens.numel() != BT)) tokens = Tensor({BT});
-  if (is_last && (!xf.defined() || xf.shape() != std::vector<int64_t>{BT, cfg.C})) {
-    xf = Tensor({BT, cfg.C});
+  if (is_last && (!xf.defined() || xf.shape() != std::vector<int64_t>{rows, cfg.C} || lnf.dim(0) != BT)) {
+    xf = Tensor({rows, cfg.C});
     lnf = Tensor({BT, cfg.C});
-    lnf_mean = Tensor({BT});
-    lnf_rstd = Tensor({BT});
+    lnf_mean = Tensor({rows});
+    lnf_rstd = Tensor({rows});
     logits = Tensor({BT, cfg.Vl()});
   }
 }
@@ -149,29 +151,36 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   TROUPE_CHECK(B > 0 && T > 0 && T <= cfg_.maxT);
   TROUPE_CHECK(!keep || !stash_.count(mb)) << "microbatch " << mb << " is already stashed on stage " << s_;
   auto sl = take_slot();
-  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_);
+  sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
+  const int64_t BT = (int64_t)B * T, R = rows(BT);
+  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, R);
   set_drop(mb, B, T, keep);
-  const int64_t BT = (int64_t)B * T;
   const int C = cfg_.C;
   if (first()) {
     TROUPE_CHECK(tokens != nullptr);
     std::memcpy(sl->tokens.data(), tokens, BT * sizeof(int32_t));
     embed(sl->acts[0].x.data(), tokens, B, T);
   } else {
-    TROUPE_CHECK(input.defined() && input.numel() == BT * C)
-        << "stage " << s_ << " got an activation of " << input.shape_str() << ", expected (" << B << "," << T << ","
-        << C << ")";
+    TROUPE_CHECK(input.defined() && input.numel() == R * C)
+        << "stage " << s_ << " got an activation of " << input.shape_str() << ", expected " << R << " rows of " << C;
     sl->acts[0].x = input;  // by reference: the sender handed it over
   }
   Tensor out;
   if (!last()) {
-    out = Tensor({B, T, C});
+    out = sp_now_ ? Tensor({R, C}) : Tensor({B, T, C});
     forward_blocks(*sl, B, T, out.data());
   } else {
     TROUPE_CHECK(targets != nullptr);
     forward_blocks(*sl, B, T, sl->xf.data());
-    kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                               lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
+    if (sp_now_) {  // ln_f on this rank's rows, then gather all rows for the vocab-parallel head
+      Tensor part({R, C});
+      kernels::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                                 lnf_w_->value.data(), lnf_b_->value.data(), R, C);
+      tp_->all_gather(part.data(), sl->lnf.data(), (size_t)(R * C), timeout_s_);
+    } else {
+      kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                                 lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
+    }
     kernels::matmul_forward(sl->logits.data(), sl->lnf.data(), wte_->value.data(), nullptr, BT, C, cfg_.Vl());
     double sum = cross_entropy(sl->logits.data(), targets, BT, keep ? dloss : 0.0f);
     if (loss_sum) *loss_sum += sum;
@@ -190,6 +199,9 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   Slot& sl = *it->second;
   const int B = sl.B, T = sl.T, C = cfg_.C;
   const int64_t BT = (int64_t)B * T;
+  sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
+  const int64_t R = rows(BT);
+  TROUPE_CHECK(weights || !sp_now_) << "sequence parallelism with a split backward is not supported";
   set_drop(mb, B, T, true);
   auto ensure = [](Tensor& t, std::vector<int64_t> shape) {
     if (!t.defined() || t.shape() != shape) t = Tensor(std::move(shape));
@@ -202,13 +214,26 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     ensure(*dlnf, {BT, C});
     kernels::matmul_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, sl.logits.data(),
                              sl.lnf.data(), wte_->value.data(), BT, C, cfg_.Vl());
-    if (tp_ && tp_->size() > 1) tp_->all_reduce(dlnf->data(), (size_t)(BT * C), ReduceOp::sum, timeout_s_);
-    dres = Tensor({B, T, C});
-    kernels::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
-                                weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
-                                lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+    if (sp_now_) {
+      // reduce-scatter dL/d ln_f out to this rank's rows; ln_f's weight gradients over the
+      // rows are partial: all-reduced so every TP rank adds the same gradient
+      Tensor part({R, C}), lnw({2, C});
+      tp_->reduce_scatter(dlnf->data(), part.data(), (size_t)(R * C), ReduceOp::sum, timeout_s_);
+      dres = Tensor({R, C});
+      kernels::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf.data(),
+                                  lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
+      tp_->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, timeout_s_);
+      kernels::accumulate(lnf_w_->grad.data(), lnw.data(), C);
+      kernels::accumulate(lnf_b_->grad.data(), lnw.data() + C, C);
+    } else {
+      if (tp_ && tp_->size() > 1) tp_->all_reduce(dlnf->data(), (size_t)(BT * C), ReduceOp::sum, timeout_s_);
+      dres = Tensor({B, T, C});
+      kernels::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
+                                  weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
+                                  lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+    }
   } else {
-    TROUPE_CHECK(dout.defined() && dout.numel() == BT * C)
+    TROUPE_CHECK(dout.defined() && dout.numel() == R * C)
         << "stage " << s_ << " got a gradient of " << dout.shape_str() << ", expected (" << B << "," << T << "," << C
         << ")";
     dres = std::move(dout);  // updated in place and handed back
@@ -246,6 +271,7 @@ void Stage::backward_weights(int mb) {
   auto it = stash_.find(mb);
   TROUPE_CHECK(it != stash_.end() && it->second->input_done)
       << "stage " << s_ << ": weight gradients of microbatch " << mb << " before its input gradients";
+  sp_now_ = false;
   Slot& sl = *it->second;
   const int B = sl.B, T = sl.T, C = cfg_.C;
   const int64_t BT = (int64_t)B * T;
@@ -272,7 +298,8 @@ void Stage::backward_weights(int mb) {
 
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
   auto sl = take_slot();
-  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_);
+  sp_now_ = false;  // inference runs the plain TP path (any length)
+  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, T);
   set_drop(0, 1, T, false);
   const int C = cfg_.C;
   if (first())
@@ -358,13 +385,43 @@ void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
   for (int64_t i = 0; i < (int64_t)B * T; ++i)
     TROUPE_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.V) << "token id " << tokens[i] << " outside [0," << cfg_.V << ")";
   // vocab-parallel: each TP rank looks up the tokens of its rows, the partial sums are added
+  const int64_t BT = (int64_t)B * T;
+  if (sp_now_) {  // ... reduce-scattered to this rank's rows
+    const int64_t R = rows(BT), row0 = (int64_t)cfg_.tp_rank * R;
+    Tensor full({BT, C});
+    kernels::embedding_vp_forward(full.data(), tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
+    tp_->reduce_scatter(full.data(), out, (size_t)(R * C), ReduceOp::sum, timeout_s_);
+    kernels::add_positional_rows(out, wpe_->value.data(), R, T, C, row0);
+    if (drop_.active) {
+      auto k = drop_.key(-1, 0);
+      k.row0 = row0;
+      kernels::dropout_apply(out, R, C, k);
+    }
+    return;
+  }
   kernels::embedding_vp_forward(out, tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
-  if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)B * T * C, ReduceOp::sum, timeout_s_);
+  if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)BT * C, ReduceOp::sum, timeout_s_);
   kernels::add_positional(out, wpe_->value.data(), B, T, C);
-  if (drop_.active) kernels::dropout_apply(out, (int64_t)B * T, C, drop_.key(-1, 0));  // embedding dropout
+  if (drop_.active) kernels::dropout_apply(out, BT, C, drop_.key(-1, 0));  // embedding dropout
 }
 
 void Stage::embed_backward(float* dout, const int32_t* tokens, int B, int T) {
+  if (sp_now_) {
+    const int C = cfg_.C;
+    const int64_t BT = (int64_t)B * T, R = rows(BT), row0 = (int64_t)cfg_.tp_rank * R;
+    if (drop_.active) {
+      auto k = drop_.key(-1, 0);
+      k.row0 = row0;
+      kernels::dropout_apply(dout, R, C, k);
+    }
+    Tensor dwpe(wpe_->grad.shape()), full({BT, C});  // wpe: partial over rows, all-reduced
+    kernels::positional_backward_rows(dwpe.data(), dout, R, T, C, row0);
+    tp_->all_reduce(dwpe.data(), (size_t)dwpe.numel(), ReduceOp::sum, timeout_s_);
+    kernels::accumulate(wpe_->grad.data(), dwpe.data(), dwpe.numel());
+    tp_->all_gather(dout, full.data(), (size_t)(R * C), timeout_s_);  // wte rows need every token
+    kernels::embedding_vp_backward(wte_->grad.data(), full.data(), tokens, cfg_.vlo(), cfg_.Vl(), B, T, C);
+    return;
+  }
   if (drop_.active) kernels::dropout_apply(dout, (int64_t)B * T, cfg_.C, drop_.key(-1, 0));
   kernels::embedding_vp_backward(wte_->grad.data(), dout, tokens, cfg_.vlo(), cfg_.Vl(), B, T, cfg_.C);
   kernels::positional_backward(wpe_->grad.data(), dout, B, T, cfg_.C);

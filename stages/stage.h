@@ -51,6 +51,9 @@ class Stage {
   }
   // The training step the next actions belong to (dropout keys).
   void set_step(int64_t step) { drop_.step = step; }
+  // Sequence parallelism (parallel.sequence_parallel; Korthikanti et al. 2022): with a TP
+  // group, activations between blocks and stages are this rank's B*T/TP rows.
+  void set_sequence_parallel(bool on) { sp_cfg_ = on; }
   bool first() const { return s_ == 0; }
   bool last() const { return s_ == P_ - 1; }
   int index() const { return s_; }
@@ -102,7 +105,7 @@ class Stage {
     std::vector<BlockGrads> grads;  // zero-bubble: output gradients kept from B for W
     Tensor dlnf, dx0;               // ... and the head's dL/d ln_f out, the first stage's dL/d embedding
     bool input_done = false;        // B ran without the weights (W pending)
-    void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last, bool full_acts);
+    void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last, bool full_acts, int64_t rows);
   };
   // The activations of block i for slot sl: the stashed ones, or (recompute) the shared
   // scratch refilled by running the block's forward again from its stashed input.
@@ -115,6 +118,8 @@ class Stage {
   double timeout_s_ = 300;
   void forward_blocks(Slot& sl, int B, int T, float* out);
   bool recompute_ = false;
+  bool sp_cfg_ = false, sp_now_ = false;
+  int64_t rows(int64_t BT) const { return sp_now_ ? BT / tp_->size() : BT; }
   DropoutState drop_;
   void set_drop(int mb, int B, int T, bool active) {
     drop_.sample0 = (int64_t)mb * B;

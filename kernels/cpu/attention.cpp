@@ -117,10 +117,11 @@ void attention_backward(float* dinp, float* datt, const float* dout, const float
 namespace troupe::kernels {
 void dropout_apply(float* x, int64_t BT, int C, const DropoutKey& k) {
   if (k.p <= 0.0f) return;
-  parallel_for(BT, [&](int64_t bt) {
+  parallel_for(BT, [&](int64_t i) {
+    const int64_t bt = k.row0 + i;
     const int64_t sample = k.sample0 + bt / k.T;
     const uint64_t t = (uint64_t)(bt % k.T);
-    float* r = x + bt * C;
+    float* r = x + i * C;
     for (int c = 0; c < C; ++c) r[c] *= dropout_scale(k, sample, t * (uint64_t)C + c);
   });
 }

@@ -16,6 +16,7 @@ struct DropoutKey {
   int T = 1;               // sequence length of the rows
   int head0 = 0;           // attention: global index of this rank's first head
   int maxT = 1;            // attention: index stride
+  int64_t row0 = 0;        // global index of the first row (sequence parallelism: a rank's rows)
 };
 
 inline uint64_t mix64(uint64_t a, uint64_t b) {

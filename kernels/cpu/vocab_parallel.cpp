@@ -47,21 +47,29 @@ void embedding_vp_backward(float* dwte_l, const float* dout, const int32_t* toke
   });
 }
 
-void add_positional(float* out, const float* wpe, int B, int T, int C) {
-  parallel_for((int64_t)B * T, [&](int64_t bt) {
+void add_positional(float* out, const float* wpe, int B, int T, int C, int64_t row0) {
+  add_positional_rows(out, wpe, (int64_t)B * T, T, C, row0);
+}
+
+void add_positional_rows(float* out, const float* wpe, int64_t rows, int T, int C, int64_t row0) {
+  parallel_for(rows, [&](int64_t bt) {
     float* o = out + bt * C;
-    const float* p = wpe + (bt % T) * C;
+    const float* p = wpe + ((row0 + bt) % T) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] += p[c];
   });
 }
 
-void positional_backward(float* dwpe, const float* dout, int B, int T, int C) {
+void positional_backward(float* dwpe, const float* dout, int B, int T, int C, int64_t row0) {
+  positional_backward_rows(dwpe, dout, (int64_t)B * T, T, C, row0);
+}
+
+void positional_backward_rows(float* dwpe, const float* dout, int64_t rows, int T, int C, int64_t row0) {
   constexpr int CB = 64;
   parallel_for((C + CB - 1) / CB, [&](int64_t blk) {
     const int c0 = blk * CB, c1 = std::min(C, c0 + CB);
-    for (int64_t bt = 0; bt < (int64_t)B * T; ++bt) {
-      float* g = dwpe + (bt % T) * C;
+    for (int64_t bt = 0; bt < rows; ++bt) {
+      float* g = dwpe + ((row0 + bt) % T) * C;
       const float* d = dout + bt * C;
 #pragma omp simd
       for (int c = c0; c < c1; ++c) g[c] += d[c];
