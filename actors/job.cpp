@@ -34,22 +34,27 @@ using Clock = std::chrono::steady_clock;
 
 // The data actor: turns (batch_atom, step, kind, index) into microbatch token blocks for
 // the first stage and target blocks for the last stage.
-caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, std::vector<caf::actor> firsts,
-                         std::vector<caf::actor> lasts, int M, int B, int T, caf::actor coordinator) {
+// The data actor: turns (batch_atom, step, kind, index) into microbatch token blocks.
+// DP rank d gets sequences [d*B/DP, (d+1)*B/DP) of the global batch, split into M
+// microbatches in order; tokens go to every TP rank of its first stage, targets to every
+// TP rank of its last stage.
+caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, std::vector<std::vector<caf::actor>> firsts,
+                         std::vector<std::vector<caf::actor>> lasts, int M, int B, int T, caf::actor coordinator) {
   return {
       [=](batch_atom, int64_t k, int kind, int64_t index) {
-        const int Bm = B / M;
+        const int DP = (int)firsts.size();
+        const int Bm = B / DP / M;
         try {
           std::vector<int32_t> in((size_t)B * T), tg((size_t)B * T);
           ctx.fill_batch(kind, index, B, T, in.data(), tg.data());
-          for (int m = 0; m < M; ++m) {
-            const size_t off = (size_t)m * Bm * T, n = (size_t)Bm * T;
-            auto ib = std::make_shared<std::vector<int32_t>>(in.begin() + off, in.begin() + off + n);
-            auto tb = std::make_shared<std::vector<int32_t>>(tg.begin() + off, tg.begin() + off + n);
-            // every TP rank of the first stage gets the tokens, of the last the targets
-            for (auto& f : firsts) self->send(f, tokens_atom::value, k, m, TokenBlock{ib, Bm, T});
-            for (auto& l : lasts) self->send(l, targets_atom::value, k, m, TokenBlock{tb, Bm, T});
-          }
+          for (int d = 0; d < DP; ++d)
+            for (int m = 0; m < M; ++m) {
+              const size_t off = ((size_t)d * M + m) * Bm * T, n = (size_t)Bm * T;
+              auto ib = std::make_shared<std::vector<int32_t>>(in.begin() + off, in.begin() + off + n);
+              auto tb = std::make_shared<std::vector<int32_t>>(tg.begin() + off, tg.begin() + off + n);
+              for (auto& f : firsts[d]) self->send(f, tokens_atom::value, k, m, TokenBlock{ib, Bm, T});
+              for (auto& l : lasts[d]) self->send(l, targets_atom::value, k, m, TokenBlock{tb, Bm, T});
+            }
         } catch (const std::exception& e) {
           self->send(coordinator, fail_atom::value, -1, std::string("data actor: ") + e.what());
         }
@@ -89,10 +94,11 @@ class Coordinator {
     gpt_ = GPTConfig::from(m);
     P_ = p.pp;
     TP_ = p.tp;
+    DP_ = p.dp;
     M_ = p.microbatches;
     const int B = cfg_.train.batch_size, T = cfg_.train.seq_len;
     const int cores = cfg_.train.threads > 0 ? cfg_.train.threads : std::max(1u, std::thread::hardware_concurrency());
-    const int per_worker = std::max(1, cores / (P_ * TP_));
+    const int per_worker = std::max(1, cores / (P_ * TP_ * DP_));
     const int V = p.chunks;
     auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, P_, M_, V));
     validate_schedule(*sched);
@@ -101,74 +107,89 @@ class Coordinator {
     if (!ctx_.quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
                    m.n_head, m.n_embd, m.block_size, m.vocab_size, gpt_.n_params(), gpt_.n_params_no_wpe());
-      spdlog::info("layout: PP={} x {} chunk(s), TP={}, schedule {}, M={} microbatches of {} sequences x {} tokens, {} thread(s) per worker",
-                   P_, V, TP_, sched->name, M_, B / M_, T, per_worker);
+      spdlog::info("layout: DP={} x PP={} x {} chunk(s) x TP={}, schedule {}, M={} microbatches of {} sequences x {} tokens per DP rank, {} thread(s) per worker",
+                   DP_, P_, V, TP_, sched->name, M_, B / DP_ / M_, T, per_worker);
       if (gpt_.Vp() != gpt_.V)
         spdlog::info("vocabulary padded from {} to {} rows (a multiple of TP x 64); padded logits are masked out",
                      gpt_.V, gpt_.Vp());
     }
-    // stages and workers: one per (pp, tp), pp-major (workers_[s * TP + t])
-    const Topology topo(1, P_, TP_);
-    for (int s = 0; s < P_; ++s) {
-      auto group = make_local_group(TP_, topo.tp_group_name(topo.rank({0, s, 0})));
-      for (int t = 0; t < TP_; ++t) {
-        const GPTConfig g = GPTConfig::from(m, TP_, t);
-        WorkerArgs wa;
-        wa.pp_rank = s;
-        wa.tp_rank = t;
-        wa.tp = group[t];
-        size_t pb = 0;
-        int64_t n = 0;
-        std::string layers;
-        for (int c = 0; c < V; ++c) {
-          const int v = c * P_ + s;
-          auto st = std::make_shared<Stage>(g, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed, group[t].get(),
-                                            cfg_.train.timeout_s);
-          st->set_recompute(cfg_.train.recompute == "full");
-          st->set_dropout((float)m.dropout, cfg_.train.seed);
-          st->set_sequence_parallel(p.sequence_parallel);
-          for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
-          layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1], st->first() ? " + embeddings" : "",
-                                st->last() ? " + ln_f/LM head" : "");
-          wa.chunks.push_back(st);
+    // stages and workers: one per (dp, pp, tp); workers_[(d * P + s) * TP + t]
+    const Topology topo(DP_, P_, TP_);
+    std::vector<std::vector<std::shared_ptr<Communicator>>> dp_groups;  // [s * TP + t][d]
+    for (int s = 0; s < P_; ++s)
+      for (int t = 0; t < TP_; ++t) dp_groups.push_back(make_local_group(DP_, topo.dp_group_name(topo.rank({0, s, t}))));
+    for (int d = 0; d < DP_; ++d)
+      for (int s = 0; s < P_; ++s) {
+        auto group = make_local_group(TP_, topo.tp_group_name(topo.rank({d, s, 0})));
+        for (int t = 0; t < TP_; ++t) {
+          const GPTConfig g = GPTConfig::from(m, TP_, t);
+          WorkerArgs wa;
+          wa.pp_rank = s;
+          wa.tp_rank = t;
+          wa.dp_rank = d;
+          wa.tp = group[t];
+          wa.dp = dp_groups[s * TP_ + t][d];
+          size_t pb = 0;
+          int64_t n = 0;
+          std::string layers;
+          for (int c = 0; c < V; ++c) {
+            const int v = c * P_ + s;
+            auto st = std::make_shared<Stage>(g, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed, group[t].get(),
+                                              cfg_.train.timeout_s);
+            st->set_recompute(cfg_.train.recompute == "full");
+            st->set_dropout((float)m.dropout, cfg_.train.seed);
+            st->set_sequence_parallel(p.sequence_parallel);
+            st->set_sample_base((int64_t)d * (B / DP_));
+            for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
+            layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1],
+                                  st->first() ? " + embeddings" : "", st->last() ? " + ln_f/LM head" : "");
+            wa.chunks.push_back(st);
+          }
+          if (!ctx_.quiet && d == 0) {
+            // ZeRO-1: fp32 master weights + AdamW moments are sharded over the DP group
+            const double opt = 3.0 * pb / DP_;
+            spdlog::info("stage {}{}: layers {} — {} parameters; params + grads {}, master + AdamW moments {}{}", s,
+                         TP_ > 1 ? fmt::format(" tp {}", t) : "", layers, n, human_bytes(2.0 * pb), human_bytes(opt),
+                         DP_ > 1 ? fmt::format(" (1/{} per DP rank, ZeRO-1)", DP_) : "");
+          }
+          wa.schedule = sched;
+          wa.P = P_;
+          wa.M = M_;
+          wa.B = B / DP_ / M_;
+          wa.T = T;
+          wa.dloss = 1.0f / (float)((int64_t)B * T);
+          wa.optim = cfg_.optim;
+          wa.threads = per_worker;
+          wa.timeout_s = cfg_.train.timeout_s;
+          wa.coordinator = caf::actor_cast<caf::actor>(*self_);
+          wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s && d == 0;
+          wa.trace = !ctx_.trace_path.empty() && t == 0 && d == 0;
+          wa.origin = origin_;
+          auto w = sys_->spawn(stage_worker, wa);
+          (*self_)->monitor(w);
+          workers_.push_back(w);
         }
-        if (!ctx_.quiet)
-          spdlog::info("stage {}{}: layers {} — {} parameters; params+grads+AdamW state {}", s,
-                       TP_ > 1 ? fmt::format(" tp {}", t) : "", layers, n, human_bytes(4.0 * pb));
-        wa.schedule = sched;
-        wa.P = P_;
-        wa.M = M_;
-        wa.B = B / M_;
-        wa.T = T;
-        wa.dloss = 1.0f / (float)((int64_t)B * T);
-        wa.optim = cfg_.optim;
-        wa.threads = per_worker;
-        wa.timeout_s = cfg_.train.timeout_s;
-        wa.coordinator = caf::actor_cast<caf::actor>(*self_);
-        wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s;
-        wa.trace = !ctx_.trace_path.empty() && t == 0;
-        wa.origin = origin_;
-        auto w = sys_->spawn(stage_worker, wa);
-        (*self_)->monitor(w);
-        workers_.push_back(w);
       }
-    }
     if (!ctx_.quiet && P_ * V > 1) {
       bool even = true;
       for (int v = 0; v < P_ * V; ++v) even = even && bounds[v + 1] - bounds[v] == bounds[1] - bounds[0];
       if (!even) spdlog::info("layers split unevenly to balance FLOPs (the LM head counts as {:.1f} blocks)",
                               (double)m.vocab_size / (12.0 * m.n_embd));
     }
-    std::vector<caf::actor> firsts(workers_.begin(), workers_.begin() + TP_), lasts(workers_.end() - TP_, workers_.end());
+    auto wk = [&](int d, int s, int t) -> caf::actor& { return workers_[((size_t)d * P_ + s) * TP_ + t]; };
+    std::vector<std::vector<caf::actor>> firsts(DP_), lasts(DP_);
+    for (int d = 0; d < DP_; ++d)
+      for (int t = 0; t < TP_; ++t) firsts[d].push_back(wk(d, 0, t)), lasts[d].push_back(wk(d, P_ - 1, t));
     data_ = sys_->spawn(data_actor, ctx_, firsts, lasts, M_, B, T, caf::actor_cast<caf::actor>(*self_));
-    for (int t = 0; t < TP_; ++t) {  // each worker's peers: the workers of its TP rank, by stage
-      std::vector<caf::actor> peers;
-      for (int s = 0; s < P_; ++s) peers.push_back(workers_[s * TP_ + t]);
-      for (int s = 0; s < P_; ++s) (*self_)->send(workers_[s * TP_ + t], wire_atom::value, peers);
-    }
+    for (int d = 0; d < DP_; ++d)
+      for (int t = 0; t < TP_; ++t) {  // each worker's peers: the workers of its (dp, tp), by stage
+        std::vector<caf::actor> peers;
+        for (int s = 0; s < P_; ++s) peers.push_back(wk(d, s, t));
+        for (int s = 0; s < P_; ++s) (*self_)->send(wk(d, s, t), wire_atom::value, peers);
+      }
 
     const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
-    const double peak = measure_peak_flops(std::min(cores, per_worker * P_ * TP_));
+    const double peak = measure_peak_flops(std::min(cores, per_worker * P_ * TP_ * DP_));
     std::ofstream metrics;
     if (!ctx_.run_dir.empty()) {
       metrics.open(ctx_.run_dir + "/metrics.jsonl", std::ios::app);
@@ -196,7 +217,7 @@ class Coordinator {
       std::vector<std::pair<int, double>> sumsq;
       int reports = 0;
       reported_.assign(P_, false);
-      wait([&] { return reports == P_ * TP_; }, "the gradient norms of step " + std::to_string(k), [&](NormReport& r) {
+      wait([&] { return reports == P_ * TP_ * DP_; }, "the gradient norms of step " + std::to_string(k), [&](NormReport& r) {
         sumsq.insert(sumsq.end(), r.sumsq.begin(), r.sumsq.end());
         reported_[r.stage] = true;
         ++reports;
@@ -308,7 +329,7 @@ class Coordinator {
   }
 
   StepReport collect_done(int64_t k, const std::string& what, int expected = -1) {
-    if (expected < 0) expected = P_ * TP_;
+    if (expected < 0) expected = P_ * TP_ * DP_;
     StepReport total;
     int n = 0;
     act_bytes_.assign(P_, 0);
@@ -319,7 +340,7 @@ class Coordinator {
         for (auto& sp : r.spans) trace_.push_back({r.stage, k, sp});
       total.loss_sum += r.loss_sum;
       total.tokens += r.tokens;
-      if (r.tp == 0) act_bytes_[r.stage] = r.activation_bytes;
+      if (r.tp == 0 && r.dp == 0) act_bytes_[r.stage] = r.activation_bytes;
       ++n;
     });
     return total;
@@ -333,7 +354,7 @@ class Coordinator {
       (*self_)->send(data_, batch_atom::value, k, 1, (int64_t)j);
       for (auto& w : workers_) (*self_)->send(w, step_atom::value, k, 1);
     }
-    auto total = collect_done(0, "validation", nb * P_ * TP_);
+    auto total = collect_done(0, "validation", nb * P_ * TP_ * DP_);
     return total.loss_sum / (double)total.tokens;
   }
 
@@ -372,9 +393,18 @@ class Coordinator {
   std::vector<std::pair<std::string, Tensor>> dump_params() {
     std::vector<ParamDump> dumps;
     for (auto& w : workers_) (*self_)->send(w, dump_atom::value);
-    wait([&] { return (int)dumps.size() == P_ * TP_; }, "the parameter dump",
+    wait([&] { return (int)dumps.size() == P_ * TP_ * DP_; }, "the parameter dump",
          [&](ParamDump& d) { dumps.push_back(std::move(d)); });
-    std::sort(dumps.begin(), dumps.end(), [](auto& a, auto& b) { return std::tie(a.stage, a.tp) < std::tie(b.stage, b.tp); });
+    std::sort(dumps.begin(), dumps.end(),
+              [](auto& a, auto& b) { return std::tie(a.dp, a.stage, a.tp) < std::tie(b.dp, b.stage, b.tp); });
+    // DP replicas hold bitwise the same parameters after every step
+    for (size_t w = (size_t)P_ * TP_; w < dumps.size(); ++w) {
+      const auto& a = dumps[w % ((size_t)P_ * TP_)];
+      const auto& b = dumps[w];
+      for (size_t i = 0; i < a.params.size(); ++i)
+        TROUPE_CHECK(std::memcmp(a.params[i].second.data(), b.params[i].second.data(), a.params[i].second.nbytes()) == 0)
+            << "parameter " << a.params[i].first << " of stage " << b.stage << " differs between DP ranks 0 and " << b.dp;
+    }
     std::map<std::string, ParamSpec> specs;
     for (auto& sp : gpt_param_specs(gpt_)) specs[sp.name] = sp;
     std::vector<std::pair<std::string, Tensor>> out;
@@ -597,7 +627,7 @@ class Coordinator {
   Config cfg_;
   JobContext ctx_;
   GPTConfig gpt_;
-  int P_ = 1, M_ = 1, TP_ = 1;
+  int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::unique_ptr<caf::scoped_actor> self_;

@@ -75,6 +75,7 @@ struct Span {
 struct StepReport {
   int stage = 0;
   int tp = 0;
+  int dp = 0;
   double loss_sum = 0;      // summed token losses (last stage only)
   int64_t tokens = 0;       // tokens whose loss is in loss_sum
   double compute_s = 0;     // seconds spent in F/B/optimizer
@@ -103,6 +104,7 @@ struct WaitState {
 struct ParamDump {
   int stage = 0;
   int tp = 0;
+  int dp = 0;
   std::vector<std::pair<std::string, Tensor>> params;
 };
 

@@ -1,12 +1,15 @@
 #include "actors/worker.h"
 
 #include <chrono>
+#include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <sstream>
 #include <tuple>
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "optimizer/optimizer.h"
 #include "stages/schedule.h"
@@ -228,7 +231,7 @@ class Worker {
     for (auto& ch : a_.chunks) act_bytes += ch->activation_bytes();
     // every TP rank of the last stage computed the same loss: TP rank 0 reports it
     if (a_.tp_rank != 0) loss_sum = 0, tokens = 0;
-    StepReport rep{s_, a_.tp_rank, loss_sum, tokens, compute_s, wait_s_, act_bytes, std::move(spans_)};
+    StepReport rep{s_, a_.tp_rank, a_.dp_rank, loss_sum, tokens, compute_s, wait_s_, act_bytes, std::move(spans_)};
     spans_.clear();
     self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
   }
@@ -254,6 +257,7 @@ class Worker {
       Tensor other = take(tensors_, kTied, k, 0, 0);
       (first ? first : last)->tie_grads(other);
     }
+    if (a_.dp && a_.dp->size() > 1) return zero1_step(k);
     auto t0 = Clock::now();
     NormReport nr{s_, {}};
     for (auto& ch : a_.chunks) {
@@ -276,6 +280,92 @@ class Worker {
     return compute_s + seconds_since(t0);
   }
 
+  // ZeRO stage 1 (Rajbhandari et al. 2020) over the DP group: this worker's parameters are
+  // one flat buffer (padded to a multiple of DP with zeros); gradients are reduce-scattered
+  // so DP rank d owns elements [d*S, (d+1)*S) of the sum; it keeps the fp32 master weights
+  // and AdamW moments of that shard only, updates them, and the parameters are
+  // all-gathered back. Padding never reaches a real value.
+  double zero1_step(int64_t k) {
+    auto t0 = Clock::now();
+    Communicator& dp = *a_.dp;
+    const int DP = dp.size(), d = a_.dp_rank;
+    if (!z_.ready) {
+      for (int c = 0; c < V_; ++c)
+        for (auto& p : chunk(c).params()) {
+          z_.params.push_back(&p);
+          z_.offset.push_back(z_.N);
+          // counted once in the global norm: TP-replicated tensors by TP rank 0, the tied
+          // embedding by the first stage
+          z_.counted.push_back(!(p.shard == Shard::replicated && a_.tp_rank != 0) && !(p.name == "wte" && !chunk(c).first()));
+          z_.N += p.value.numel();
+        }
+      z_.S = (z_.N + DP - 1) / DP;
+      z_.lo = (int64_t)d * z_.S;
+      z_.flat.assign(z_.S * DP, 0.0f);
+      z_.grad.assign(z_.S, 0.0f);
+      z_.master.assign(z_.S, 0.0f);
+      z_.m.assign(z_.S, 0.0f);
+      z_.v.assign(z_.S, 0.0f);
+      for (size_t i = 0; i < z_.params.size(); ++i) {  // master shard = this rank's part of the initial weights
+        const Param& p = *z_.params[i];
+        overlap(i, [&](int64_t a, int64_t b) {
+          std::memcpy(&z_.master[a - z_.lo], p.value.data() + (a - z_.offset[i]), (b - a) * sizeof(float));
+        });
+      }
+      z_.ready = true;
+    }
+    for (size_t i = 0; i < z_.params.size(); ++i)
+      std::memcpy(&z_.flat[z_.offset[i]], z_.params[i]->grad.data(), z_.params[i]->grad.nbytes());
+    dp.reduce_scatter(z_.flat.data(), z_.grad.data(), (size_t)z_.S, ReduceOp::sum, a_.timeout_s);
+    NormReport nr{s_, {}};
+    for (size_t i = 0; i < z_.params.size(); ++i) {
+      if (!z_.counted[i]) continue;
+      double ss = 0;
+      bool any = false;
+      overlap(i, [&](int64_t a, int64_t b) {
+        ss = kernels::sum_squares(&z_.grad[a - z_.lo], b - a);
+        any = true;
+      });
+      if (any) nr.sumsq.emplace_back((z_.params[i]->index * Stage::kMaxTP + a_.tp_rank) * kMaxDP + d, ss);
+    }
+    double compute_s = seconds_since(t0);
+    self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
+    wait_until([&] { return clip_.count(k) > 0; },
+               "the clipping factor of step " + std::to_string(k) + " from the coordinator", WaitState::kCoordinator, k);
+    auto [scale, lr] = clip_[k];
+    clip_.erase(k);
+    t0 = Clock::now();
+    const auto& o = a_.optim;
+    for (size_t i = 0; i < z_.params.size(); ++i)
+      overlap(i, [&](int64_t a, int64_t b) {
+        const int64_t j = a - z_.lo;
+        kernels::adamw_update(&z_.master[j], &z_.grad[j], &z_.m[j], &z_.v[j], b - a, (float)lr, (float)o.beta1,
+                              (float)o.beta2, (float)o.eps, z_.params[i]->decay ? (float)o.weight_decay : 0.0f, scale,
+                              (int)k);
+      });
+    dp.all_gather(z_.master.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
+    for (size_t i = 0; i < z_.params.size(); ++i)
+      std::memcpy(z_.params[i]->value.data(), &z_.flat[z_.offset[i]], z_.params[i]->value.nbytes());
+    for (int c = 0; c < V_; ++c) chunk(c).zero_grads();
+    return compute_s + seconds_since(t0);
+  }
+  // Calls fn(a, b) with the flat range of parameter i inside this rank's shard, if any.
+  template <class F>
+  void overlap(size_t i, F fn) const {
+    const int64_t a = std::max(z_.offset[i], z_.lo);
+    const int64_t b = std::min(z_.offset[i] + z_.params[i]->value.numel(), std::min(z_.lo + z_.S, z_.N));
+    if (a < b) fn(a, b);
+  }
+  static constexpr int kMaxDP = 256;
+  struct Zero1 {
+    bool ready = false;
+    std::vector<Param*> params;
+    std::vector<int64_t> offset;
+    std::vector<bool> counted;
+    int64_t N = 0, S = 0, lo = 0;
+    std::vector<float> flat, grad, master, m, v;
+  } z_;
+
   void infer(int64_t id, int c, int T, const int32_t* tokens, const Tensor& in) {
     const int PV = a_.P * V_;
     Tensor x = in;
@@ -297,7 +387,7 @@ class Worker {
   }
 
   void dump() {
-    ParamDump d{s_, a_.tp_rank, {}};
+    ParamDump d{s_, a_.tp_rank, a_.dp_rank, {}};
     for (auto& ch : a_.chunks)
       for (auto& p : ch->params()) d.params.emplace_back(p.name, p.value.clone());
     self_->send(a_.coordinator, dump_atom::value, std::move(d));

@@ -22,6 +22,8 @@ struct WorkerArgs {
   int pp_rank = 0;                              // s
   int tp_rank = 0;                              // this worker's rank in its stage's TP group
   std::shared_ptr<Communicator> tp;             // the TP group (size 1 without TP)
+  int dp_rank = 0;
+  std::shared_ptr<Communicator> dp;             // the DP group: ZeRO-1 reduce-scatter / all-gather
   std::vector<std::shared_ptr<Stage>> chunks;   // chunks[c] = virtual stage c*P + s
   std::shared_ptr<const Schedule> schedule;     // validated; this worker runs stages[s]
   int P = 1;            // pipeline stages

@@ -177,7 +177,7 @@ void Config::validate() const {
   if (p.sequence_parallel) {
     TROUPE_USER_CHECK(p.schedule != "zb-h1")
         << "parallel.sequence_parallel does not combine with schedule zb-h1 yet; use another schedule or turn it off";
-    const int rows = (p.microbatches > 0 ? train.batch_size / std::max(1, p.microbatches) : 0) * train.seq_len;
+    const int rows = (train.batch_size / std::max(1, p.dp * p.microbatches)) * train.seq_len;
     TROUPE_USER_CHECK(p.tp >= 1 && rows % p.tp == 0)
         << "parallel.sequence_parallel shards the " << rows << " token rows of a microbatch over parallel.tp = " << p.tp
         << " ranks, which needs (train.batch_size / parallel.microbatches) * train.seq_len to divide by parallel.tp";
@@ -195,19 +195,20 @@ void Config::validate() const {
                        << ": tensor parallelism splits the attention heads (and the MLP width 4*n_embd) over the TP "
                           "ranks; use parallel.tp in {" << ok << "}";
   }
-  TROUPE_USER_CHECK(p.dp == 1) << "parallel.dp = " << p.dp
-                               << ": data parallelism is not available in this version; use parallel.dp = 1";
+  TROUPE_USER_CHECK(p.dp >= 1) << "parallel.dp = " << p.dp << " must be at least 1";
   TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";
   TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
   auto& t = train;
   TROUPE_USER_CHECK(t.batch_size >= 1) << "train.batch_size = " << t.batch_size << " must be at least 1";
-  if (t.batch_size % p.microbatches != 0) {
+  if (t.batch_size % (p.dp * p.microbatches) != 0) {
+    const int per = t.batch_size / std::max(1, p.dp);
     std::string divs;
-    for (int d = 1; d <= t.batch_size; ++d)
-      if (t.batch_size % d == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d);
-    TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.microbatches = "
-                       << p.microbatches << " equal microbatches; use microbatches in {" << divs
-                       << "} or a batch_size that is a multiple of " << p.microbatches;
+    for (int d = 1; d <= std::max(1, per); ++d)
+      if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d);
+    TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.dp = " << p.dp
+                       << " replicas x parallel.microbatches = " << p.microbatches << " equal microbatches; "
+                       << (divs.empty() ? "" : "use microbatches in {" + divs + "} or ")
+                       << "a batch_size that is a multiple of " << p.dp * p.microbatches;
   }
   TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
   TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "

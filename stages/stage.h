@@ -54,6 +54,8 @@ class Stage {
   // Sequence parallelism (parallel.sequence_parallel; Korthikanti et al. 2022): with a TP
   // group, activations between blocks and stages are this rank's B*T/TP rows.
   void set_sequence_parallel(bool on) { sp_cfg_ = on; }
+  // Global index of this DP rank's first sequence of a step (dropout keys).
+  void set_sample_base(int64_t base) { sample_base_ = base; }
   bool first() const { return s_ == 0; }
   bool last() const { return s_ == P_ - 1; }
   int index() const { return s_; }
@@ -121,8 +123,9 @@ class Stage {
   bool sp_cfg_ = false, sp_now_ = false;
   int64_t rows(int64_t BT) const { return sp_now_ ? BT / tp_->size() : BT; }
   DropoutState drop_;
+  int64_t sample_base_ = 0;
   void set_drop(int mb, int B, int T, bool active) {
-    drop_.sample0 = (int64_t)mb * B;
+    drop_.sample0 = sample_base_ + (int64_t)mb * B;
     drop_.T = T;
     drop_.active = active && drop_.p > 0.0f;
   }
