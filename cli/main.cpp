@@ -137,8 +137,10 @@ double available_memory() {
 void check_memory(const Config& c) {
   const GPTConfig g = GPTConfig::from(c.model);
   const int P = c.parallel.pp, M = c.parallel.microbatches, V = c.parallel.chunks;
-  const int mbB = c.train.batch_size / M, T = c.train.seq_len;
-  double params = 16.0 * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
+  const int mbB = c.train.batch_size / (c.parallel.dp * M), T = c.train.seq_len;
+  const int DP = c.parallel.dp;
+  // value + gradient on every replica, fp32 master + 2 moments sharded over DP (ZeRO-1)
+  double params = (8.0 * DP + 12.0) * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
   const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C : full_layer;
   // (microbatch, chunk) pairs stashed on each stage: the schedule's simulated peak
@@ -149,6 +151,7 @@ void check_memory(const Config& c) {
   for (int st = 0; st < P; ++st) acts += sim.peak_inflight[st] * ((double)g.L / (P * V)) * per_layer;
   acts += 2.0 * 4.0 * mbB * T * g.V;                        // logits + dlogits of one microbatch
   if (c.train.recompute == "full") acts += full_layer * P;  // one recompute buffer per stage
+  acts *= DP;                                               // every replica
   const double need = params + acts;
   const double have = available_memory();
   if (have <= 0) return;
