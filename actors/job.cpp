@@ -303,7 +303,7 @@ class Coordinator {
               if constexpr (std::is_invocable_v<Handler, ParamDump&>) on(d);
             },
             [&](status_atom, WaitState& ws) {
-              if (ws.tp == 0) states_[ws.stage] = ws;
+              if (ws.tp == 0 && ws.dp == 0) states_[ws.stage] = ws;  // (tp 0, dp 0) speaks for its stage
             },
             [&](fail_atom, int stage, std::string& msg) {
               failed_ = true;
@@ -524,7 +524,7 @@ class Coordinator {
       if (left.count() <= 0) break;
       bool timed_out = false;
       (*self_)->receive([&](status_atom, WaitState& ws) {
-                          if (ws.tp != 0) return;
+                          if (ws.tp != 0 || ws.dp != 0) return;
                           if (!(states_.count(ws.stage) && states_[ws.stage].timed_out)) states_[ws.stage] = ws;
                           answered.insert(ws.stage);
                         },

@@ -90,6 +90,7 @@ struct WaitState {
   static constexpr int kCoordinator = -1, kDataActor = -2, kNothing = -3;
   int stage = 0;
   int tp = 0;
+  int dp = 0;
   bool waiting = false;     // false: computing or idle between steps
   bool timed_out = false;
   int64_t step = 0;

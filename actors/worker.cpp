@@ -75,8 +75,8 @@ class Worker {
   template <class Pred>
   void wait_until(Pred pred, const std::string& what, int from = WaitState::kCoordinator, int64_t step = 0) {
     if (pred()) return;
-    wait_ = WaitState{s_, a_.tp_rank, true, false, step, from, what, pos_, pending_msg_.msg, pending_msg_.mb,
-                      pending_msg_.chunk};
+    wait_ = WaitState{s_, a_.tp_rank, a_.dp_rank, true, false, step, from, what, pos_, pending_msg_.msg,
+                      pending_msg_.mb, pending_msg_.chunk};
     auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
     while (!pred()) {
