@@ -102,7 +102,12 @@ class Coordinator {
     const int V = p.chunks;
     auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, P_, M_, V));
     validate_schedule(*sched);
+    TROUPE_USER_CHECK(!(p.sequence_parallel && TP_ > 1 && sched->split_backward))
+        << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as " << p.schedule
+        << " yet; use a schedule without W actions or turn sequence parallelism off";
     sched_ = sched;
+    // the MFU denominator, measured before any worker thread exists
+    const double peak = measure_peak_flops(std::min(cores, std::max(1, cores / (P_ * TP_ * DP_)) * P_ * TP_ * DP_));
     auto bounds = partition_layers(gpt_, P_ * V);
     if (!ctx_.quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
@@ -189,7 +194,7 @@ class Coordinator {
       }
 
     const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
-    const double peak = measure_peak_flops(std::min(cores, per_worker * P_ * TP_ * DP_));
+
     std::ofstream metrics;
     if (!ctx_.run_dir.empty()) {
       metrics.open(ctx_.run_dir + "/metrics.jsonl", std::ios::app);

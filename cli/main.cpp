@@ -204,6 +204,9 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
   {
     Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
     validate_schedule(s);
+    TROUPE_USER_CHECK(!(c.parallel.sequence_parallel && c.parallel.tp > 1 && s.split_backward))
+        << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as "
+        << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
   }
   check_memory(c);
   if (!trace_path_.empty()) {  // refuse an unwritable trace path now, not after training
@@ -214,7 +217,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (c.train.threads > (int)cores)
     spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
-  const int workers = c.parallel.pp * c.parallel.tp;
+  const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
   if (c.train.threads > 0 && c.train.threads < workers)
     spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
                  c.train.threads, workers, workers);
