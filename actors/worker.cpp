@@ -265,11 +265,7 @@ class Worker {
       nr.sumsq.insert(nr.sumsq.end(), part.begin(), part.end());
     }
     double compute_s = seconds_since(t0);
-    self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
-    wait_until([&] { return clip_.count(k) > 0; },
-               "the clipping factor of step " + std::to_string(k) + " from the coordinator", WaitState::kCoordinator, k);
-    auto [scale, lr] = clip_[k];
-    clip_.erase(k);
+    auto [scale, lr] = exchange_norm(k, std::move(nr));
     t0 = Clock::now();
     for (int c = 0; c < V_; ++c) {
       auto& ps = chunk(c).params();
@@ -278,6 +274,17 @@ class Worker {
       chunk(c).zero_grads();
     }
     return compute_s + seconds_since(t0);
+  }
+
+  // Sends this worker's per-tensor sums of squares; returns the coordinator's
+  // (clipping factor, learning rate) for step k.
+  std::pair<float, double> exchange_norm(int64_t k, NormReport nr) {
+    self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
+    wait_until([&] { return clip_.count(k) > 0; },
+               "the clipping factor of step " + std::to_string(k) + " from the coordinator", WaitState::kCoordinator, k);
+    auto r = clip_[k];
+    clip_.erase(k);
+    return r;
   }
 
   // ZeRO stage 1 (Rajbhandari et al. 2020) over the DP group: this worker's parameters are
@@ -329,11 +336,7 @@ class Worker {
       if (any) nr.sumsq.emplace_back((z_.params[i]->index * Stage::kMaxTP + a_.tp_rank) * kMaxDP + d, ss);
     }
     double compute_s = seconds_since(t0);
-    self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
-    wait_until([&] { return clip_.count(k) > 0; },
-               "the clipping factor of step " + std::to_string(k) + " from the coordinator", WaitState::kCoordinator, k);
-    auto [scale, lr] = clip_[k];
-    clip_.erase(k);
+    auto [scale, lr] = exchange_norm(k, std::move(nr));
     t0 = Clock::now();
     const auto& o = a_.optim;
     for (size_t i = 0; i < z_.params.size(); ++i)
