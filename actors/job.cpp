@@ -150,6 +150,7 @@ class Coordinator {
                                   st->first() ? " + embeddings" : "", st->last() ? " + ln_f/LM head" : "");
             wa.chunks.push_back(st);
           }
+          optimizer_bytes_ = std::max<size_t>(optimizer_bytes_, 3 * sizeof(float) * (size_t)((n + DP_ - 1) / DP_));
           if (!ctx_.quiet && d == 0) {
             // ZeRO-1: fp32 master weights + AdamW moments are sharded over the DP group
             const double opt = 3.0 * pb / DP_;
@@ -210,6 +211,7 @@ class Coordinator {
 
     JobResult res;
     res.peak_flops = peak;
+    res.optimizer_bytes_per_rank = optimizer_bytes_;
     res.flops_per_token = flops_per_token;
     double train_s = 0;
     int64_t train_tokens = 0;
@@ -633,6 +635,7 @@ class Coordinator {
   JobContext ctx_;
   GPTConfig gpt_;
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;
+  size_t optimizer_bytes_ = 0;
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::unique_ptr<caf::scoped_actor> self_;

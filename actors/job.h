@@ -32,6 +32,9 @@ struct JobResult {
   std::vector<double> step_ms;     // wall time of every step
   double peak_flops = 0;           // measured peak of the cores used (MFU denominator)
   size_t activation_bytes = 0;     // activation buffers of all workers after the first step
+  // fp32 master weights + AdamW moments held by the largest DP rank's worker (ZeRO-1
+  // shards them: ~1/DP of the unsharded figure, plus padding), bytes.
+  size_t optimizer_bytes_per_rank = 0;
   // With tracing: bubble per stage measured from the spans and simulated from the measured
   // mean action costs, and the pipeline time per step (F/B/W window) both ways.
   std::vector<double> measured_bubble, simulated_bubble;

@@ -60,6 +60,9 @@ for line in open(f"{out}/tp.jsonl"):
         add(f"allreduce_busbw_{label}_2ranks", j["busbw_gbs"], "GB/s", True, "memcpy-1-thread", j["memcpy_gbs"])
     else:
         tp[j["name"]] = j
+for dp in (2, 4):
+    add(f"zero1_optimizer_bytes_per_rank_dp{dp}", tp[f"zero1_optimizer_bytes_dp{dp}"]["bytes_per_rank"], "bytes", False,
+        "troupe-dp1", tp["zero1_optimizer_bytes_dp1"]["bytes_per_rank"])
 add("default_model_tp2_tokens_per_s", tp["default_model_tp2"]["tokens_per_s"], "tokens/s", True, "troupe-tp1",
     tp["default_model_tp1"]["tokens_per_s"])
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)

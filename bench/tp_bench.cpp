@@ -4,6 +4,7 @@
 //      of the same size on one thread;
 //   2. tokens/s of the default model (L=8, C=256, NH=4, T=128, V=8192, B=16, M=4, PP=1)
 //      at TP=2 vs TP=1, 2 threads in all (median of 6 steps after 2 warm-up steps).
+//   3. ZeRO-1 optimizer bytes per rank (fp32 master + 2 moments) for DP in {1, 2, 4}.
 // Prints one JSON object per line.
 #include <algorithm>
 #include <chrono>
@@ -79,6 +80,27 @@ int main() {
     std::sort(ms.begin(), ms.end());
     printf("{\"name\": \"default_model_tp%d\", \"tokens_per_s\": %.1f, \"ms_per_step\": %.2f}\n", tp,
            16 * 128 / (ms[ms.size() / 2] / 1e3), ms[ms.size() / 2]);
+  }
+  // ZeRO-1: per-rank fp32 master + AdamW moment bytes of the default model for DP in {1, 2, 4}
+  for (int dp : {1, 2, 4}) {
+    Config c;
+    c.model = {8, 4, 256, 128, 8192};
+    c.parallel.pp = 1;
+    c.parallel.dp = dp;
+    c.parallel.microbatches = 1;
+    c.train.batch_size = 4;
+    c.train.seq_len = 32;
+    c.train.steps = 1;
+    c.train.eval_interval = 0;
+    c.train.eval_batches = 1;
+    c.train.sample_tokens = 0;
+    JobContext ctx;
+    ctx.quiet = true;
+    ctx.fill_batch = [](int kind, int64_t index, int B, int T, int32_t* in, int32_t* tg) {
+      for (int i = 0; i < B * T; ++i) in[i] = (i * 7 + kind) % 8192, tg[i] = (i * 13 + 1) % 8192;
+    };
+    auto r = run_job(c, ctx);
+    printf("{\"name\": \"zero1_optimizer_bytes_dp%d\", \"bytes_per_rank\": %zu}\n", dp, r.optimizer_bytes_per_rank);
   }
   return 0;
 }

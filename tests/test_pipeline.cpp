@@ -423,6 +423,13 @@ TEST_CASE("data parallelism with ZeRO-1: DP=2 with M microbatches equals DP=1 wi
     CHECK(std::sqrt(num) <= 1e-5 * std::sqrt(den));
   };
   auto ref4 = run_job(tiny(1, 4), ctx());
+  {  // ZeRO-1: optimizer state per rank is 1/DP of the whole, plus at most DP-1 padding elements
+    auto c2 = tiny(1, 2);
+    c2.parallel.dp = 2;
+    const size_t one = ref4.optimizer_bytes_per_rank, two = run_job(c2, ctx()).optimizer_bytes_per_rank;
+    CHECK(two >= one / 2);
+    CHECK(two <= one / 2 + 12 * 2);
+  }
   for (Case cs : {Case{2, 1, 1, 2}, Case{2, 2, 1, 2}, Case{2, 2, 2, 2}, Case{4, 1, 1, 1}}) {
     auto c = tiny(cs.pp, cs.M);
     c.parallel.dp = cs.dp;
