@@ -12,7 +12,8 @@
 namespace troupe {
 
 struct JobContext {
-  // Fills one global batch: B sequences of T tokens (inputs) and next tokens (targets),
+  // Fills one global batch: B sequences of T tokens (inputs) and next tokens (targets; -1
+  // marks a position to ignore, e.g. padding: the loss is the mean over real targets),
   // for `index` of split `kind` (0 = train: index = step; 1 = validation: index = batch).
   std::function<void(int kind, int64_t index, int B, int T, int32_t* inputs, int32_t* targets)> fill_batch;
   // Token ids -> text, for the sample printed at the end (optional).

@@ -54,6 +54,7 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 struct TokenBlock {
   std::shared_ptr<const std::vector<int32_t>> ids;
   int B = 0, T = 0;
+  float dloss = 0;  // targets: 1 / (real target tokens in the global batch), for the token-mean loss
 };
 
 // Per-tensor sums of squares of one worker's gradients (canonical index, value).

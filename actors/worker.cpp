@@ -197,11 +197,13 @@ class Worker {
         if (v == PV - 1) tgt = take(blocks_, kTargets, k, act.mb, c);
         auto t0 = Clock::now();
         const double s0 = now_s();
+        const float dloss = tgt.ids && tgt.dloss > 0 ? tgt.dloss : a_.dloss;
         Tensor out = st.forward(act.mb, a_.B, a_.T, tok.ids ? tok.ids->data() : nullptr, in,
-                                tgt.ids ? tgt.ids->data() : nullptr, a_.dloss, &loss_sum, train);
+                                tgt.ids ? tgt.ids->data() : nullptr, dloss, &loss_sum, train);
         compute_s += seconds_since(t0);
         if (train) span('F', act.mb, c, s0);
-        if (v == PV - 1) tokens += (int64_t)a_.B * a_.T;
+        if (v == PV - 1)
+          tokens += std::count_if(tgt.ids->begin(), tgt.ids->end(), [](int32_t t) { return t >= 0; });
         else route(true, k, act.mb, v + 1, std::move(out));
       } else if (act.kind == Action::B) {
         Tensor g;

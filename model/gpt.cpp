@@ -319,7 +319,8 @@ void Block::backward_weight(const BlockActs& a, const BlockGrads& g, int B, int 
 double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
                                     Communicator* tp, float dloss, double timeout_s) {
   for (int64_t i = 0; i < BT; ++i)
-    TROUPE_CHECK(targets[i] >= 0 && targets[i] < cfg.V) << "target id " << targets[i] << " outside [0," << cfg.V << ")";
+    TROUPE_CHECK(targets[i] >= -1 && targets[i] < cfg.V)
+        << "target id " << targets[i] << " outside [0," << cfg.V << ") (or -1 for an ignored position)";
   const bool multi = tp && tp->size() > 1;
   std::vector<float> gmax(BT), red(2 * BT), losses(BT);
   kernels::ce_vp_max(gmax.data(), logits, BT, cfg.Vl(), cfg.Vvalid());

@@ -160,7 +160,8 @@ struct Block {
 // the target logit are reduced over `tp` (null: one rank), so the full logits are never
 // gathered; padded columns are masked. Returns the summed token losses (the same on every
 // rank); with dloss != 0 the logits become dlogits = (softmax - onehot) * dloss, 0 in
-// padded columns. Errors: a target outside [0, V); collective errors (deadline timeout_s).
+// padded columns. A target of -1 marks an ignored position (padding): loss 0, no gradient.
+// Errors: a target outside [0, V) other than -1; collective errors (deadline timeout_s).
 double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
                                     Communicator* tp, float dloss, double timeout_s);
 

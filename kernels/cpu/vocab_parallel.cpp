@@ -11,7 +11,8 @@
 //   ce_vp_exp_sum        : e = exp(l - gmax) (in place when dloss != 0), rowsum (BT), and
 //                          tlogit (BT) = l[target - lo] if the target is local, else 0
 //   ce_vp_finish         : losses = log(sum) + gmax - tlogit; dlogits = e * dloss/sum,
-//                          -dloss at a local target, 0 in padded columns
+//                          -dloss at a local target, 0 in padded columns; a target of -1
+//                          (kIgnoreTarget) gives loss 0 and a zero gradient row
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -124,9 +125,14 @@ void ce_vp_exp_sum(float* logits, float* rowsum, float* tlogit, const float* gma
 double ce_vp_finish(float* logits, float* losses, const float* gmax, const float* gsum, const float* gtlogit,
                     const int32_t* targets, int lo, int64_t BT, int Vl, int Vvalid, float dloss) {
   parallel_for(BT, [&](int64_t i) {
+    float* l = logits + i * Vl;
+    if (targets[i] < 0) {  // ignored (padding) position: no loss, no gradient
+      losses[i] = 0.0f;
+      if (dloss != 0.0f) std::memset(l, 0, Vl * sizeof(float));
+      return;
+    }
     losses[i] = std::log(gsum[i]) + gmax[i] - gtlogit[i];
     if (dloss == 0.0f) return;
-    float* l = logits + i * Vl;
     const float scale = dloss / gsum[i];
 #pragma omp simd
     for (int j = 0; j < Vvalid; ++j) l[j] *= scale;
