@@ -158,9 +158,9 @@ class Coordinator {
           if (!ctx_.quiet && d == 0) {
             // ZeRO-1: fp32 master weights + AdamW moments are sharded over the DP group
             const double opt = 3.0 * pb / DP_;
-            spdlog::info("stage {}{}: layers {} — {} parameters; params + grads {}, master + AdamW moments {}{}", s,
-                         TP_ > 1 ? fmt::format(" tp {}", t) : "", layers, n, human_bytes(2.0 * pb), human_bytes(opt),
-                         DP_ > 1 ? fmt::format(" (1/{} per DP rank, ZeRO-1)", DP_) : "");
+            spdlog::info("stage {}{}: layers {} — {} parameters; params + grads {}, master + AdamW moments {} per DP rank{}",
+                         s, TP_ > 1 ? fmt::format(" tp {}", t) : "", layers, n, human_bytes(2.0 * pb), human_bytes(opt),
+                         DP_ > 1 ? fmt::format(" (ZeRO-1: 1/{} of the whole)", DP_) : "");
           }
           wa.schedule = sched;
           wa.P = P_;
@@ -412,9 +412,10 @@ class Coordinator {
     for (size_t w = (size_t)P_ * TP_; w < dumps.size(); ++w) {
       const auto& a = dumps[w % ((size_t)P_ * TP_)];
       const auto& b = dumps[w];
-      for (size_t i = 0; i < a.params.size(); ++i)
+      for (size_t i = 0; i < a.params.size(); ++i) {
         TROUPE_CHECK(std::memcmp(a.params[i].second.data(), b.params[i].second.data(), a.params[i].second.nbytes()) == 0)
             << "parameter " << a.params[i].first << " of stage " << b.stage << " differs between DP ranks 0 and " << b.dp;
+      }
     }
     std::map<std::string, ParamSpec> specs;
     for (auto& sp : gpt_param_specs(gpt_)) specs[sp.name] = sp;
@@ -425,10 +426,12 @@ class Coordinator {
         const std::string& name = d0.params[i].first;
         std::vector<Tensor> parts;
         for (int t = 0; t < TP_; ++t) parts.push_back(dumps[s * TP_ + t].params[i].second);
-        if (specs.at(name).shard == Shard::replicated)  // kept identical on every TP rank
-          for (int t = 1; t < TP_; ++t)
+        if (specs.at(name).shard == Shard::replicated) {  // kept identical on every TP rank
+          for (int t = 1; t < TP_; ++t) {
             TROUPE_CHECK(std::memcmp(parts[t].data(), parts[0].data(), parts[0].nbytes()) == 0)
                 << "replicated parameter " << name << " of stage " << s << " differs between TP ranks 0 and " << t;
+          }
+        }
         GPTConfig g = gpt_;
         g.TP = TP_;
         out.emplace_back(name, assemble(parts, specs.at(name), g));

@@ -159,8 +159,9 @@ void check_memory(const Config& c) {
   TROUPE_USER_CHECK(need < 0.9 * have)
       << "this job needs about " << gib(need) << " (parameters, gradients and AdamW state " << gib(params)
       << ", activations " << gib(acts) << ") but " << gib(have)
-      << " are available; use a smaller model, train.batch_size, train.seq_len, more parallel.microbatches or "
-         "train.recompute = \"full\"";
+      << " are available; use a smaller model, train.batch_size, train.seq_len, more parallel.microbatches, "
+      << (DP > 1 ? "fewer parallel.dp replicas (each holds the weights and gradients), " : "")
+      << "or train.recompute = \"full\"";
 }
 
 void setup_logging(const std::string& run_dir) {

@@ -207,8 +207,8 @@ void Config::validate() const {
       if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d);
     TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.dp = " << p.dp
                        << " replicas x parallel.microbatches = " << p.microbatches << " equal microbatches; "
-                       << (divs.empty() ? "" : "use microbatches in {" + divs + "} or ")
-                       << "a batch_size that is a multiple of " << p.dp * p.microbatches;
+                       << "use " << (divs.empty() ? "" : "microbatches in {" + divs + "}, ")
+                       << "another parallel.dp, or a batch_size that is a multiple of " << p.dp * p.microbatches;
   }
   TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
   TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "

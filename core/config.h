@@ -22,8 +22,8 @@ struct ModelConfig {
 
 struct ParallelConfig {
   int pp = 2;                  // pipeline stages
-  int tp = 1;                  // tensor-parallel ranks (only 1 in this version)
-  int dp = 1;                  // data-parallel replicas (only 1 in this version)
+  int tp = 1;                  // tensor-parallel ranks per stage (must divide model.n_head)
+  int dp = 1;                  // data-parallel replicas (ZeRO-1 optimizer)
   int microbatches = 4;        // M: microbatches per step per DP rank
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | path to a schedule file
   int chunks = 1;              // V: virtual chunks (model slices) per stage, for interleaved

@@ -195,14 +195,16 @@ void validate_schedule(const Schedule& sc) {
           << "schedule " << sc.name << ": stage " << s << " has " << to_string(a) << " but the schedule has no split backward";
       TROUPE_USER_CHECK((seen[{(char)a.kind, a.mb, a.chunk}]++ == 0))
           << "schedule " << sc.name << ": stage " << s << " repeats " << to_string(a) << " (position " << i << ")";
-      if (a.kind == Action::B)
+      if (a.kind == Action::B) {
         TROUPE_USER_CHECK((seen.count({'F', a.mb, a.chunk}) > 0))
             << "schedule " << sc.name << ": stage " << s << " runs " << to_string(a) << " before its forward "
             << to_string(Action{Action::F, a.mb, a.chunk});
-      if (a.kind == Action::W)
+      }
+      if (a.kind == Action::W) {
         TROUPE_USER_CHECK((seen.count({'B', a.mb, a.chunk}) > 0))
             << "schedule " << sc.name << ": stage " << s << " runs " << to_string(a) << " before its backward "
             << to_string(Action{Action::B, a.mb, a.chunk});
+      }
     }
     for (int c = 0; c < V; ++c)
       for (int m = 0; m < M; ++m)

@@ -33,7 +33,7 @@ std::vector<int> partition_layers(const GPTConfig& cfg, int P) {
 
 Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed,
              Communicator* tp, double timeout_s)
-    : cfg_(cfg), s_(v), P_(n_virtual), l0_(layer_begin), l1_(layer_end), tp_(tp), timeout_s_(timeout_s) {
+    : tp_(tp), timeout_s_(timeout_s), cfg_(cfg), s_(v), P_(n_virtual), l0_(layer_begin), l1_(layer_end) {
   TROUPE_CHECK(!tp || tp->size() == cfg.TP) << "TP communicator of size " << tp->size() << " for TP = " << cfg.TP;
   TROUPE_CHECK(0 <= v && v < n_virtual && 0 <= l0_ && l0_ < l1_ && l1_ <= cfg.L);
   auto specs = gpt_param_specs(cfg);
