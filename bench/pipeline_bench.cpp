@@ -12,6 +12,7 @@
 #include <string>
 
 #include "actors/job.h"
+#include "bench/bench_common.h"
 #include "stages/schedule.h"
 #include "stages/simulator.h"
 
@@ -20,19 +21,8 @@ using namespace troupe;
 namespace {
 JobResult traced(Config c, int steps) {
   c.train.steps = steps;
-  c.train.eval_interval = 0;
-  c.train.eval_batches = 1;
-  c.train.sample_tokens = 0;
-  c.optim.warmup_steps = 1;
-  c.optim.lr_decay_steps = 1000;
-  JobContext ctx;
-  ctx.quiet = true;
+  JobContext ctx = bench::random_tokens(c.model.vocab_size);
   ctx.trace_path = "/tmp/troupe-pipeline-bench-" + std::to_string(::getpid()) + ".json";
-  const int V = c.model.vocab_size;
-  ctx.fill_batch = [V](int kind, int64_t index, int B, int T, int32_t* in, int32_t* tg) {
-    std::mt19937 g((uint32_t)(index * 2 + kind));
-    for (int i = 0; i < B * T; ++i) in[i] = g() % V, tg[i] = g() % V;
-  };
   auto r = run_job(c, ctx);
   std::remove(ctx.trace_path.c_str());
   return r;
@@ -46,12 +36,9 @@ double mean(const std::vector<double>& v) {
 
 int main(int argc, char** argv) {
   int steps = argc > 1 ? std::atoi(argv[1]) : 8;
-  Config d;  // the default job's model and layout
-  d.model = {8, 4, 256, 128, 8192};
+  Config d = bench::job_config(8, 4, 256, 128, 8192, 16, steps);  // the default job's model and layout
   d.parallel.pp = 2;
   d.parallel.microbatches = 4;
-  d.train.batch_size = 16;
-  d.train.seq_len = 128;
   auto r = traced(d, steps);
   printf("{\"name\": \"pipeline_overhead_default_job\", \"measured_ms\": %.3f, \"simulated_ms\": %.3f, "
          "\"measured_bubble\": %.4f, \"simulated_bubble\": %.4f}\n",
@@ -61,14 +48,11 @@ int main(int argc, char** argv) {
     int V;
   };
   for (Case cs : {Case{"1f1b", 1}, Case{"interleaved", 2}, Case{"zb-h1", 1}}) {
-    Config c;
-    c.model = {8, 4, 128, 64, 2048};
+    Config c = bench::job_config(8, 4, 128, 64, 2048, 16, steps);
     c.parallel.pp = 4;
     c.parallel.microbatches = 8;
     c.parallel.schedule = cs.schedule;
     c.parallel.chunks = cs.V;
-    c.train.batch_size = 16;
-    c.train.seq_len = 64;
     auto m = traced(c, steps);
     Schedule s = make_schedule(cs.schedule, 4, 8, cs.V);
     auto th = simulate(s, Costs{1.0 / cs.V, 2.0 / cs.V, 1.0 / cs.V, 0});

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/job.h"
+#include "bench/bench_common.h"
 #include "collectives/communicator.h"
 
 using namespace troupe;
@@ -55,26 +56,12 @@ int main() {
            bytes, n, busbw, bytes / mt / 1e9);
   }
   for (int tp : {1, 2}) {
-    Config c;
-    c.model = {8, 4, 256, 128, 8192};
+    Config c = bench::job_config(8, 4, 256, 128, 8192, 16, 8);
     c.parallel.pp = 1;
     c.parallel.tp = tp;
     c.parallel.microbatches = 4;
-    c.train.batch_size = 16;
-    c.train.seq_len = 128;
-    c.train.steps = 8;
-    c.train.eval_interval = 0;
-    c.train.eval_batches = 1;
     c.train.threads = 2;
-    c.train.sample_tokens = 0;
-    c.optim.warmup_steps = 1;
-    c.optim.lr_decay_steps = 1000;
-    JobContext ctx;
-    ctx.quiet = true;
-    ctx.fill_batch = [](int kind, int64_t index, int B, int T, int32_t* in, int32_t* tg) {
-      std::mt19937 g((uint32_t)(index * 2 + kind));
-      for (int i = 0; i < B * T; ++i) in[i] = g() % 8192, tg[i] = g() % 8192;
-    };
+    JobContext ctx = bench::random_tokens(8192);
     auto r = run_job(c, ctx);
     std::vector<double> ms(r.step_ms.begin() + 2, r.step_ms.end());
     std::sort(ms.begin(), ms.end());
@@ -83,22 +70,12 @@ int main() {
   }
   // ZeRO-1: per-rank fp32 master + AdamW moment bytes of the default model for DP in {1, 2, 4}
   for (int dp : {1, 2, 4}) {
-    Config c;
-    c.model = {8, 4, 256, 128, 8192};
+    Config c = bench::job_config(8, 4, 256, 128, 8192, 4, 1);  // the default model (block 128)
+    c.train.seq_len = 32;
     c.parallel.pp = 1;
     c.parallel.dp = dp;
     c.parallel.microbatches = 1;
-    c.train.batch_size = 4;
-    c.train.seq_len = 32;
-    c.train.steps = 1;
-    c.train.eval_interval = 0;
-    c.train.eval_batches = 1;
-    c.train.sample_tokens = 0;
-    JobContext ctx;
-    ctx.quiet = true;
-    ctx.fill_batch = [](int kind, int64_t index, int B, int T, int32_t* in, int32_t* tg) {
-      for (int i = 0; i < B * T; ++i) in[i] = (i * 7 + kind) % 8192, tg[i] = (i * 13 + 1) % 8192;
-    };
+    JobContext ctx = bench::random_tokens(8192);
     auto r = run_job(c, ctx);
     printf("{\"name\": \"zero1_optimizer_bytes_dp%d\", \"bytes_per_rank\": %zu}\n", dp, r.optimizer_bytes_per_rank);
   }

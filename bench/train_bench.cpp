@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "actors/job.h"
+#include "bench/bench_common.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 
@@ -43,25 +44,11 @@ int main(int argc, char** argv) {
     else if (a == "--pp") pp = v;
     else if (a == "--microbatches") M = v;
   }
-  Config c;
-  c.model = {L, NH, C, T, V};
+  Config c = bench::job_config(L, NH, C, T, V, B, warmup + iters);
   c.parallel.pp = pp;
   c.parallel.microbatches = M;
-  c.train.steps = warmup + iters;
-  c.train.batch_size = B;
-  c.train.seq_len = T;
-  c.train.eval_interval = 0;
-  c.train.eval_batches = 1;
   c.train.threads = threads;
-  c.train.sample_tokens = 0;
-  c.optim.warmup_steps = 1;
-  c.optim.lr_decay_steps = 1000;
-  JobContext ctx;
-  ctx.quiet = true;
-  ctx.fill_batch = [V](int kind, int64_t index, int Bn, int Tn, int32_t* in, int32_t* tg) {
-    std::mt19937 g((uint32_t)(index * 2 + kind));
-    for (int i = 0; i < Bn * Tn; ++i) in[i] = g() % V, tg[i] = g() % V;
-  };
+  JobContext ctx = bench::random_tokens(V);
   auto r = run_job(c, ctx);
   std::vector<double> ms(r.step_ms.begin() + warmup, r.step_ms.end());
   std::sort(ms.begin(), ms.end());

@@ -237,12 +237,14 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
   const int64_t BT = (int64_t)B * T;
   // MLP half: y = x2 + drop(proj(gelu(fc(ln2(x2))))); dres = dL/dy = dL/dx2 (residual path)
   const bool dr = drop && drop->active;
-  const float* dbr = dres;  // dL/d(branch): dres through the residual dropout mask
-  if (dr) {
+  // dL/d(branch) of a residual branch: dres through that site's dropout mask
+  auto branch_grad = [&](int site) -> const float* {
+    if (!dr) return dres;
     std::memcpy(s.dbranch.data(), dres, BT * C * sizeof(float));
-    k::dropout_apply(s.dbranch.data(), BT, C, drop->key(layer, 3));
-    dbr = s.dbranch.data();
-  }
+    k::dropout_apply(s.dbranch.data(), BT, C, drop->key(layer, site));
+    return s.dbranch.data();
+  };
+  const float* dbr = branch_grad(3);
   k::matmul_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu.data(),
                      fcproj_w->value.data(), BT, Fl, C);
   k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
@@ -252,12 +254,7 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
   k::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2.data(),
                         ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
   // attention half: x2 = x + drop(proj(attn(qkv(ln1(x))))); dres = dL/dx2
-  dbr = dres;
-  if (dr) {
-    std::memcpy(s.dbranch.data(), dres, BT * C * sizeof(float));
-    k::dropout_apply(s.dbranch.data(), BT, C, drop->key(layer, 2));
-    dbr = s.dbranch.data();
-  }
+  dbr = branch_grad(2);
   k::matmul_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty.data(),
                      proj_w->value.data(), BT, Cl, C);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
