@@ -45,9 +45,13 @@ class Worker {
 
   void run() {
     set_thread_budget(a_.threads);
-    wait_until([&] { return !peers_.empty(); }, "the list of peer workers");
+    // Idle waits (start-up, between steps) get a longer deadline than the waits inside a
+    // step: the coordinator legitimately works between steps (evaluation, sampling).
+    const double idle_s = std::max(60.0, 10.0 * a_.timeout_s);
+    wait_until([&] { return !peers_.empty(); }, "the list of peer workers", WaitState::kCoordinator, 0, idle_s);
     for (;;) {
-      wait_until([&] { return !control_.empty(); }, "an instruction from the coordinator");
+      wait_until([&] { return !control_.empty(); }, "an instruction from the coordinator", WaitState::kCoordinator, 0,
+                 idle_s);
       Control c = std::move(control_.front());
       control_.pop_front();
       switch (c.what) {
@@ -73,12 +77,14 @@ class Worker {
 
   // Receives messages into the inbox until pred() holds; throws past the deadline.
   template <class Pred>
-  void wait_until(Pred pred, const std::string& what, int from = WaitState::kCoordinator, int64_t step = 0) {
+  void wait_until(Pred pred, const std::string& what, int from = WaitState::kCoordinator, int64_t step = 0,
+                  double limit_s = 0) {
+    if (limit_s <= 0) limit_s = a_.timeout_s;
     if (pred()) return;
     wait_ = WaitState{s_, a_.tp_rank, a_.dp_rank, true, false, step, from, what, pos_, pending_msg_.msg,
                       pending_msg_.mb, pending_msg_.chunk};
     auto t0 = Clock::now();
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
+    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
     while (!pred()) {
       if (aborted_) throw Error("stage " + std::to_string(s_) + " stopped by the coordinator while waiting for " + what);
       auto left = deadline - Clock::now();
@@ -89,7 +95,7 @@ class Worker {
         wait_.timed_out = true;
         self_->send(a_.coordinator, status_atom::value, wait_);
         std::ostringstream os;
-        os << "stage " << s_ << " waited " << a_.timeout_s << " s for " << what
+        os << "stage " << s_ << " waited " << limit_s << " s for " << what
            << " and none came (raise train.timeout_s if the steps are legitimately this slow)";
         throw Error(os.str());
       }
