@@ -19,6 +19,8 @@ echo "== pipeline runtime vs simulator (bench/pipeline_bench)"
 "$BUILD/pipeline_bench" 8 | tee "$OUT/pipeline.jsonl"
 echo "== tensor parallelism: in-process all-reduce bus bandwidth, TP=2 vs TP=1 (bench/tp_bench)"
 "$BUILD/tp_bench" | tee "$OUT/tp.jsonl"
+echo "== bf16 matmul vs fp32, single thread (bench/bf16_bench; groundwork for mixed precision)"
+"$BUILD/bf16_bench" | tee "$OUT/bf16.txt"
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
   "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
@@ -65,6 +67,8 @@ for dp in (2, 4):
         "troupe-dp1", tp["zero1_optimizer_bytes_dp1"]["bytes_per_rank"])
 add("default_model_tp2_tokens_per_s", tp["default_model_tp2"]["tokens_per_s"], "tokens/s", True, "troupe-tp1",
     tp["default_model_tp1"]["tokens_per_s"])
+bf = [json.loads(l) for l in open(f"{out}/bf16.txt") if l.startswith("{")][0]
+add("bf16_matmul_gflops_single_thread", bf["bf16_gflops"], "GFLOP/s", True, "onednn-2.6-fp32-matmul-single-thread", bf["fp32_gflops"])
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")
