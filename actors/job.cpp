@@ -317,19 +317,16 @@ class Coordinator {
               if (ws.tp == 0 && ws.dp == 0) states_[ws.stage] = ws;  // (tp 0, dp 0) speaks for its stage
             },
             [&](fail_atom, int stage, std::string& msg) {
-              failed_ = true;
               std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;
               throw Error(head + "\n" + diagnose(what));
             },
             [&](caf::down_msg& dm) {
-              failed_ = true;
               down_.insert(dm.source);
               throw Error("a worker actor stopped unexpectedly: " + caf::to_string(dm.reason));
             },
             caf::after(left) >> [&] { timed_out = true; });
       }
       if (timed_out && !done()) {
-        failed_ = true;
         std::ostringstream os;
         os << "the coordinator waited " << limit << " s for " << what
            << " and it did not come; raise train.timeout_s if steps are legitimately this slow\n"
@@ -661,7 +658,7 @@ class Coordinator {
   std::vector<TraceEvent> trace_;
   Clock::time_point origin_ = Clock::now();
   int64_t eval_counter_ = 0;
-  bool stopped_ = false, failed_ = false;
+  bool stopped_ = false;
 };
 
 }  // namespace

@@ -20,13 +20,6 @@
 
 namespace troupe::kernels {
 
-// ---- encoder (kernels/cpu/encoder.cpp) -------------------------------------------
-// out (B,T,C) = wte[tokens] (V,C) + wpe[0:T] (maxT,C).  tokens (B,T) int32 in [0,V).
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
-                     int V);
-// dwte (V,C) += scatter of dout; dwpe (maxT,C) += sum over b. Either grad may be null.
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
-
 // ---- layernorm (kernels/cpu/layernorm.cpp) ----------------------------------------
 // out (BT,C) = (inp - mean) * rstd * weight + bias; saves mean (BT), rstd (BT). eps 1e-5.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -102,7 +102,7 @@ void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool i
     // Block 0's input on a non-first stage is the received tensor, set per microbatch.
     if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != xshape)) acts[i].x = Tensor(xshape);
   }
-  if (is_first && (!tokens.defined() || tokens.numel() != BT)) tokens = Tensor({BT});
+  if (is_first) tokens.resize(BT);
   if (is_last && (!xf.defined() || xf.shape() != std::vector<int64_t>{rows, cfg.C} || lnf.dim(0) != BT)) {
     xf = Tensor({rows, cfg.C});
     lnf = Tensor({BT, cfg.C});
@@ -252,7 +252,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   }
   if (first()) {
     if (weights)
-      embed_backward(dres.data(), reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T);
+      embed_backward(dres.data(), sl.tokens.data(), B, T);
     else
       sl.dx0 = dres;  // the embeddings' gradient is all weight gradient: W uses it
     dres = Tensor();
@@ -287,7 +287,7 @@ void Stage::backward_weights(int mb) {
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
-    embed_backward(sl.dx0.data(), reinterpret_cast<const int32_t*>(sl.tokens.data()), B, T);
+    embed_backward(sl.dx0.data(), sl.tokens.data(), B, T);
     sl.dx0 = Tensor();
   }
   if (!first()) sl.acts[0].x = Tensor();
@@ -368,8 +368,9 @@ size_t Stage::activation_bytes() const {
       for (const Tensor* t : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.x2, &a.ln2, &a.ln2_mean,
                               &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.x})
         if (t->defined()) b += t->nbytes();
-    for (const Tensor* t : {&s.tokens, &s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
+    for (const Tensor* t : {&s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
       if (t->defined()) b += t->nbytes();
+    b += s.tokens.size() * sizeof(int32_t);
   };
   for (const Tensor* t : {&re_acts_.ln1, &re_acts_.ln1_mean, &re_acts_.ln1_rstd, &re_acts_.qkv, &re_acts_.att,
                           &re_acts_.atty, &re_acts_.x2, &re_acts_.ln2, &re_acts_.ln2_mean, &re_acts_.ln2_rstd,

@@ -93,7 +93,6 @@ class Stage {
   // replicated tensors by TP rank 0).
   std::vector<std::pair<int, double>> grad_sumsq() const;
   void zero_grads();
-  size_t stash_size() const { return stash_.size(); }
   // Bytes held in parameters + gradients, and in activation buffers now allocated.
   size_t param_bytes() const;
   size_t activation_bytes() const;
@@ -101,7 +100,7 @@ class Stage {
  private:
   struct Slot {
     int B = 0, T = 0;
-    Tensor tokens;                 // first stage: the microbatch tokens (for encoder backward)
+    std::vector<int32_t> tokens;   // first stage: the microbatch tokens (for the embedding backward)
     std::vector<BlockActs> acts;   // one per block
     Tensor xf, lnf, lnf_mean, lnf_rstd, logits;  // last stage: ln_f input/output, dlogits
     std::vector<BlockGrads> grads;  // zero-bubble: output gradients kept from B for W

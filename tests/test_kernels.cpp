@@ -142,19 +142,22 @@ TEST_CASE("crossentropy backward matches finite differences", "[kernels]") {
   CHECK(std::fabs(f() - ref) < 1e-5 * std::fabs(ref));
 }
 
-TEST_CASE("encoder backward matches finite differences", "[kernels]") {
-  const int B = 2, T = 3, C = 4, V = 5;
-  std::vector<int32_t> tok = {1, 4, 1, 0, 1, 3};  // repeated ids exercise the scatter
-  auto wte = randn(V * C, 1), wpe = randn(T * C, 2), r = randn(B * T * C, 3);
+TEST_CASE("embedding (vocab-parallel rows + positions) backward matches finite differences", "[kernels]") {
+  const int B = 2, T = 3, C = 4, lo = 1, Vl = 3;  // this rank holds rows 1..3 of a vocabulary of 5
+  std::vector<int32_t> tok = {1, 4, 1, 0, 1, 3};        // repeated ids exercise the scatter; 0 and 4 are not ours
+  auto wte = randn(Vl * C, 1), wpe = randn(T * C, 2), r = randn(B * T * C, 3);
   std::vector<float> out(B * T * C);
   auto f = [&] {
-    k::encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, V);
+    k::embedding_vp_forward(out.data(), tok.data(), wte.data(), lo, Vl, B, T, C);
+    k::add_positional(out.data(), wpe.data(), B, T, C);
     return dot(out, r);
   };
-  std::vector<float> dwte(V * C, 0.f), dwpe(T * C, 0.f);
-  k::encoder_backward(dwte.data(), dwpe.data(), r.data(), tok.data(), B, T, C);
+  std::vector<float> dwte(Vl * C, 0.f), dwpe(T * C, 0.f);
+  k::embedding_vp_backward(dwte.data(), r.data(), tok.data(), lo, Vl, B, T, C);
+  k::positional_backward(dwpe.data(), r.data(), B, T, C);
   check_fd(wte, dwte, f, "dwte", 1e-3);
   check_fd(wpe, dwpe, f, "dwpe", 1e-3);
+  CHECK(dwte[2 * C] == Approx(r[5 * C]));  // row 3 (local 2) gets exactly the one token 3
 }
 
 TEST_CASE("adamw matches a double-precision transcription of torch.optim.AdamW", "[kernels]") {
@@ -207,8 +210,10 @@ TEST_CASE("every kernel gives the same bits with 1 and 2 threads", "[kernels][de
     double sum = k::crossentropy_forward_backward(lg.data(), losses.data(), tok.data(), BT, V, 1.0f / BT);
     outs.insert(outs.end(), {lg, losses, {(float)sum}});
     std::vector<float> emb(BT * C), dwte(V * C, 0.f), dwpe(T * C, 0.f);
-    k::encoder_forward(emb.data(), tok.data(), wte.data(), wpe.data(), B, T, C, V);
-    k::encoder_backward(dwte.data(), dwpe.data(), datty.data(), tok.data(), B, T, C);
+    k::embedding_vp_forward(emb.data(), tok.data(), wte.data(), 0, V, B, T, C);
+    k::add_positional(emb.data(), wpe.data(), B, T, C);
+    k::embedding_vp_backward(dwte.data(), datty.data(), tok.data(), 0, V, B, T, C);
+    k::positional_backward(dwpe.data(), datty.data(), B, T, C);
     outs.insert(outs.end(), {emb, dwte, dwpe});
     double ss = k::sum_squares(dy.data(), dy.size());
     std::vector<float> p = w, m(w.size(), 0.f), v(w.size(), 0.f);

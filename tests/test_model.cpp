@@ -41,6 +41,17 @@ double rel_err(const float* a, const std::vector<float>& ref) {
   }
   return std::sqrt(num) / std::max(1e-30, std::sqrt(den));
 }
+// Forward + backward of the fixture batch on a one-stage model; returns the mean loss.
+double forward_backward(Stage& st) {
+  const int B = fixture().header["B"], T = fixture().header["T"];
+  auto& tok = fixture().at("input/tokens").i;
+  auto& tgt = fixture().at("input/targets").i;
+  double loss = 0;
+  st.forward(0, B, T, tok.data(), Tensor(), tgt.data(), 1.0f / (B * T), &loss, true);
+  st.backward(0, Tensor());
+  st.tie_grads(st.head_grad());
+  return loss / (B * T);
+}
 }  // namespace
 
 TEST_CASE("logits and loss match PyTorch", "[model][reference]") {
@@ -49,11 +60,7 @@ TEST_CASE("logits and loss match PyTorch", "[model][reference]") {
   Stage st(cfg, 0, 1, 0, cfg.L, 1);
   load_params(st);
   auto& tok = fixture().at("input/tokens").i;
-  auto& tgt = fixture().at("input/targets").i;
-  // logits: run the pieces the stage runs, keeping the logits
-  Tensor x({B, T, cfg.C});
-  kernels::encoder_forward(x.data(), tok.data(), st.find("wte")->value.data(), st.find("wpe")->value.data(), B, T,
-                           cfg.C, cfg.V);
+  // logits: the last position's logits of every prefix (Stage::infer)
   std::vector<float> logits((size_t)B * T * cfg.V);
   {
     Stage probe(cfg, 0, 1, 0, cfg.L, 1);
@@ -71,23 +78,15 @@ TEST_CASE("logits and loss match PyTorch", "[model][reference]") {
   for (size_t i = 0; i < ref.size(); ++i) max_abs = std::max(max_abs, std::fabs((double)logits[i] - ref[i]));
   INFO("first logits: " << logits[0] << " " << logits[1] << " vs " << ref[0] << " " << ref[1]);
   CHECK(max_abs < 1e-5);
-  double loss = 0;
-  st.forward(0, B, T, tok.data(), Tensor(), tgt.data(), 1.0f / (B * T), &loss, true);
-  loss /= (B * T);
+  const double loss = forward_backward(st);
   CHECK(std::fabs(loss - fixture().at("out/loss").f[0]) < 1e-5);
 }
 
 TEST_CASE("every parameter gradient matches PyTorch", "[model][reference]") {
   GPTConfig cfg = fixture_cfg();
-  const int B = fixture().header["B"], T = fixture().header["T"];
   Stage st(cfg, 0, 1, 0, cfg.L, 1);
   load_params(st);
-  auto& tok = fixture().at("input/tokens").i;
-  auto& tgt = fixture().at("input/targets").i;
-  double loss = 0;
-  st.forward(0, B, T, tok.data(), Tensor(), tgt.data(), 1.0f / (B * T), &loss, true);
-  st.backward(0, Tensor());
-  st.tie_grads(st.head_grad());
+  forward_backward(st);
   for (auto& p : st.params()) {
     const auto& ref = fixture().at("grad/" + p.name).f;
     for (int64_t i = (int64_t)ref.size(); i < p.grad.numel(); ++i) REQUIRE(p.grad.data()[i] == 0.0f);
@@ -101,7 +100,6 @@ TEST_CASE("every parameter gradient matches PyTorch", "[model][reference]") {
 TEST_CASE("10 AdamW steps match PyTorch", "[model][reference][optimizer]") {
   GPTConfig cfg = fixture_cfg();
   auto& h = fixture().header;
-  const int B = h["B"], T = h["T"];
   OptimConfig o;
   o.lr = h["lr"];
   o.min_lr = h["min_lr"];
@@ -114,19 +112,13 @@ TEST_CASE("10 AdamW steps match PyTorch", "[model][reference][optimizer]") {
   o.grad_clip = h["grad_clip"];
   Stage st(cfg, 0, 1, 0, cfg.L, 1);
   load_params(st);
-  auto& tok = fixture().at("input/tokens").i;
-  auto& tgt = fixture().at("input/targets").i;
   auto& ref_losses = fixture().at("train/losses").f;
   auto& ref_lrs = fixture().at("train/lrs").f;
   auto& ref_norms = fixture().at("train/grad_norms").f;
   std::vector<AdamWState> state(st.params().size());
   for (int s = 1; s <= (int)ref_losses.size(); ++s) {
     st.zero_grads();
-    double loss = 0;
-    st.forward(0, B, T, tok.data(), Tensor(), tgt.data(), 1.0f / (B * T), &loss, true);
-    st.backward(0, Tensor());
-    st.tie_grads(st.head_grad());
-    loss /= (B * T);
+    const double loss = forward_backward(st);
     double norm = global_grad_norm(st.grad_sumsq());
     double lr = lr_at(o, s);
     INFO("step " << s << ": loss " << loss << " vs " << ref_losses[s - 1] << ", norm " << norm << " vs "
