@@ -2,7 +2,7 @@
 // of a TP group owns rows [lo, lo + Vl) of the (padded) vocabulary. The collectives in
 // between (all-reduce of the partial embedding, of the row max, of the sum-exp and
 // target logit) are the caller's; these kernels are the local parts. With one rank
-// (lo = 0, Vl = V) they do the same arithmetic as encoder.cpp / crossentropy.cpp.
+// (lo = 0, Vl = V) the cross-entropy pieces do the arithmetic of crossentropy.cpp.
 //   embedding_vp_forward : out (B,T,C) = wte_l[tok - lo] if lo <= tok < lo + Vl, else 0
 //   embedding_vp_backward: dwte_l (Vl,C) += dout rows of the tokens in range
 //   add_positional       : out (B,T,C) += wpe[t];  positional_backward: dwpe += sum over b
