@@ -80,6 +80,7 @@ std::string human_bytes(double b) {
 class Coordinator {
  public:
   Coordinator(const Config& cfg, const JobContext& ctx) : cfg_(cfg), ctx_(ctx) {
+    dtype_ = cfg.train.precision == "bf16" ? DType::bf16 : cfg.train.precision == "fp16" ? DType::f16 : DType::f32;
     sys_cfg_.set("scheduler.policy", caf::atom("sharing"));
     sys_cfg_.set("scheduler.max-threads", 2);
     sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
@@ -149,6 +150,7 @@ class Coordinator {
             st->set_dropout((float)m.dropout, cfg_.train.seed);
             st->set_sequence_parallel(p.sequence_parallel);
             st->set_sample_base((int64_t)d * (B / DP_));
+            st->set_precision(dtype_);
             for (auto& q : st->params()) pb += q.value.nbytes(), n += q.value.numel();
             layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", bounds[v], bounds[v + 1],
                                   st->first() ? " + embeddings" : "", st->last() ? " + ln_f/LM head" : "");
@@ -173,6 +175,10 @@ class Coordinator {
           wa.timeout_s = cfg_.train.timeout_s;
           wa.coordinator = caf::actor_cast<caf::actor>(*self_);
           wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s && d == 0;
+          wa.fault_inf_step = topo.rank({d, s, t}) == ctx_.fault_inf_rank ? ctx_.fault_inf_step : -1;
+          wa.precision = dtype_;
+          wa.scaler = LossScalerConfig{cfg_.train.initial_loss_scale, cfg_.train.min_loss_scale, 2.0, 0.5,
+                                       cfg_.train.loss_scale_window, cfg_.train.hysteresis};
           wa.trace = !ctx_.trace_path.empty() && t == 0 && d == 0;
           wa.origin = origin_;
           auto w = sys_->spawn(stage_worker, wa);
@@ -227,22 +233,26 @@ class Coordinator {
       for (auto& w : workers_) (*self_)->send(w, step_atom::value, (int64_t)k, 0);
       std::vector<std::pair<int, double>> sumsq;
       int reports = 0;
+      bool found_inf = false;  // max-reduced over every TP, PP and DP rank
       reported_.assign(P_, false);
       wait([&] { return reports == P_ * TP_ * DP_; }, "the gradient norms of step " + std::to_string(k), [&](NormReport& r) {
         sumsq.insert(sumsq.end(), r.sumsq.begin(), r.sumsq.end());
+        found_inf = found_inf || r.found_inf;
         reported_[r.stage] = true;
         ++reports;
       });
       const double norm = global_grad_norm(sumsq);
-      if (!std::isfinite(norm)) {
+      const bool skip = found_inf || !std::isfinite(norm);
+      if (skip && dtype_ != DType::f16) {
         emit({{"step", k}, {"loss", nullptr}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", nullptr},
               {"ms_per_step", nullptr}, {"skipped", true}, {"loss_scale", 1.0}});
-        throw Error("step " + std::to_string(k) + ": the gradient norm is " + (std::isnan(norm) ? "NaN" : "infinite") +
-                    " in fp32 training, so the run diverged and was stopped before the update; lower optim.lr or "
-                    "raise optim.warmup_steps");
+        throw Error("step " + std::to_string(k) + ": the gradients hold an inf/NaN (gradient norm " +
+                    fmt::format("{}", norm) + ") in " + cfg_.train.precision +
+                    " training, so the run diverged and was stopped before the update; lower optim.lr or raise "
+                    "optim.warmup_steps");
       }
-      const float scale = clip_scale(norm, cfg_.optim.grad_clip);
-      for (auto& w : workers_) (*self_)->send(w, clip_atom::value, (int64_t)k, scale, lr);
+      const float scale = skip ? 1.0f : clip_scale(norm, cfg_.optim.grad_clip);
+      for (auto& w : workers_) (*self_)->send(w, clip_atom::value, (int64_t)k, scale, lr, skip);
       auto done = collect_done(k, "step " + std::to_string(k));
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       const double loss = done.loss_sum / (double)done.tokens;
@@ -252,6 +262,8 @@ class Coordinator {
       train_tokens += (int64_t)B * T;
       res.losses.push_back(loss);
       res.grad_norms.push_back(norm);
+      res.skipped.push_back(skip);
+      res.loss_scales.push_back(done.loss_scale);
       res.step_ms.push_back(dt * 1e3);
       if (k == 1)
         for (size_t b : act_bytes_) res.activation_bytes += b;
@@ -259,10 +271,13 @@ class Coordinator {
         for (int s = 0; s < P_; ++s)
           spdlog::info("stage {}: activation buffers {}", s, human_bytes((double)act_bytes_[s]));
       if (!ctx_.quiet)
-        spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms | MFU {:.1f}%",
-                     k, steps, loss, lr, norm, tps, dt * 1e3, 100 * mfu);
-      emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps},
-            {"ms_per_step", dt * 1e3}, {"skipped", false}, {"loss_scale", 1.0}});
+        spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms | MFU {:.1f}%{}",
+                     k, steps, loss, lr, norm, tps, dt * 1e3, 100 * mfu,
+                     dtype_ != DType::f16 ? std::string()
+                                          : fmt::format(" | loss scale {:g}{}", done.loss_scale,
+                                                        skip ? " | skipped (inf/NaN gradients)" : ""));
+      emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},
+            {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale}});
       const int ev = cfg_.train.eval_interval;
       if ((ev > 0 && k % ev == 0) || k == steps) {
         double vl = evaluate();
@@ -346,6 +361,11 @@ class Coordinator {
       reported_[r.stage] = true;
       if (k > 0)
         for (auto& sp : r.spans) trace_.push_back({r.stage, k, sp});
+      // every worker runs the same scaler from the same decisions: their scales must agree
+      if (n > 0 && r.loss_scale != total.loss_scale)
+        throw Error(fmt::format("stage {} tp {} dp {} used loss scale {} where others used {} in {}", r.stage, r.tp,
+                                r.dp, r.loss_scale, total.loss_scale, what));
+      total.loss_scale = r.loss_scale;
       total.loss_sum += r.loss_sum;
       total.tokens += r.tokens;
       if (r.tp == 0 && r.dp == 0) act_bytes_[r.stage] = r.activation_bytes;
@@ -640,6 +660,7 @@ class Coordinator {
   GPTConfig gpt_;
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;
   size_t optimizer_bytes_ = 0;
+  DType dtype_ = DType::f32;  // train.precision
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::unique_ptr<caf::scoped_actor> self_;

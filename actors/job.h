@@ -25,11 +25,17 @@ struct JobContext {
   bool quiet = false;              // no per-step log lines
   std::string trace_path;          // Chrome trace of measured spans (empty = no tracing)
   int fault_drop_grads_stage = -1; // fault injection (tests): this stage never sends gradients
+  // fault injection (tests): at step fault_inf_step, the worker of global rank
+  // fault_inf_rank (core/topology.h order) finds +inf in one of its gradient elements
+  int64_t fault_inf_step = -1;
+  int fault_inf_rank = 0;
 };
 
 struct JobResult {
   std::vector<double> losses;      // training loss of every step
   std::vector<double> grad_norms;
+  std::vector<bool> skipped;       // fp16: the step found an inf/NaN and every rank skipped it
+  std::vector<double> loss_scales; // the loss scale each step used (1 unless fp16)
   std::vector<double> step_ms;     // wall time of every step
   double peak_flops = 0;           // measured peak of the cores used (MFU denominator)
   size_t activation_bytes = 0;     // activation buffers of all workers after the first step

@@ -16,7 +16,8 @@
 //               activations to v+1 and gradients to v-1 (stages/schedule.h).
 //   train only: stage 0 <-> stage P-1 (tied_atom, k, Tensor (V,C)): the other side's
 //               tied-embedding gradient; worker -> coordinator (norm_atom, k, NormReport);
-//               coordinator -> workers (clip_atom, k, grad_scale, lr); AdamW.
+//               coordinator -> workers (clip_atom, k, grad_scale, lr, skip); AdamW unless
+//               skip (found-inf anywhere: every rank skips the update together).
 //   worker      -> coordinator  (done_atom, k, StepReport)
 // Inference: coordinator -> stage 0 (infer_atom, id, TokenBlock); virtual stages pass
 // (infer_atom, id, chunk, Tensor) on; the last -> coordinator (logits_atom, id, vector<float>).
@@ -61,6 +62,7 @@ struct TokenBlock {
 struct NormReport {
   int stage = 0;
   std::vector<std::pair<int, double>> sumsq;
+  bool found_inf = false;  // an inf/NaN in this worker's (unscaled) gradients
 };
 
 // One measured span of a worker's step (tracing): kind 'F', 'B', 'W' (compute), 'R' (wait
@@ -82,6 +84,7 @@ struct StepReport {
   double compute_s = 0;     // seconds spent in F/B/optimizer
   double wait_s = 0;        // seconds spent waiting for messages
   size_t activation_bytes = 0;
+  double loss_scale = 1.0;  // the loss scale this step's backward used (fp16; else 1)
   std::vector<Span> spans;  // when tracing
 };
 

@@ -3,12 +3,15 @@
 #include <chrono>
 #include <algorithm>
 #include <cstring>
+#include <cmath>
 #include <deque>
+#include <optional>
 #include <map>
 #include <sstream>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/dtype.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "optimizer/optimizer.h"
@@ -40,6 +43,7 @@ class Worker {
  public:
   Worker(caf::blocking_actor* self, WorkerArgs a) : self_(self), a_(std::move(a)), s_(a_.pp_rank), V_((int)a_.chunks.size()) {
     for (auto& c : a_.chunks) opt_.emplace_back(c->params().size());
+    if (a_.precision == DType::f16) scaler_.emplace(a_.scaler);
     forward_only_ = schedule_forward_only(a_.M, V_);
   }
 
@@ -112,7 +116,7 @@ class Worker {
         [&](act_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kAct, k, mb, c}] = t; },
         [&](grad_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kGrad, k, mb, c}] = t; },
         [&](tied_atom, int64_t k, const Tensor& t) { tensors_[{kTied, k, 0, 0}] = t; },
-        [&](clip_atom, int64_t k, float scale, double lr) { clip_[k] = {scale, lr}; },
+        [&](clip_atom, int64_t k, float scale, double lr, bool skip) { clip_[k] = {scale, lr, skip}; },
         [&](step_atom, int64_t k, int kind) { control_.push_back({Control::step, k, kind, {}, {}, 0}); },
         [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}, 0}); },
         [&](infer_atom, int64_t id, int c, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t, c}); },
@@ -203,7 +207,8 @@ class Worker {
         if (v == PV - 1) tgt = take(blocks_, kTargets, k, act.mb, c);
         auto t0 = Clock::now();
         const double s0 = now_s();
-        const float dloss = tgt.ids && tgt.dloss > 0 ? tgt.dloss : a_.dloss;
+        // fp16: the loss is scaled (DynamicLossScaler) so small gradients survive fp16 storage
+        const float dloss = (tgt.ids && tgt.dloss > 0 ? tgt.dloss : a_.dloss) * (float)loss_scale();
         Tensor out = st.forward(act.mb, a_.B, a_.T, tok.ids ? tok.ids->data() : nullptr, in,
                                 tgt.ids ? tgt.ids->data() : nullptr, dloss, &loss_sum, train);
         compute_s += seconds_since(t0);
@@ -239,7 +244,8 @@ class Worker {
     for (auto& ch : a_.chunks) act_bytes += ch->activation_bytes();
     // every TP rank of the last stage computed the same loss: TP rank 0 reports it
     if (a_.tp_rank != 0) loss_sum = 0, tokens = 0;
-    StepReport rep{s_, a_.tp_rank, a_.dp_rank, loss_sum, tokens, compute_s, wait_s_, act_bytes, std::move(spans_)};
+    StepReport rep{s_, a_.tp_rank, a_.dp_rank, loss_sum, tokens, compute_s, wait_s_, act_bytes, step_scale_,
+                   std::move(spans_)};
     spans_.clear();
     self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
   }
@@ -265,28 +271,60 @@ class Worker {
       Tensor other = take(tensors_, kTied, k, 0, 0);
       (first ? first : last)->tie_grads(other);
     }
-    if (a_.dp && a_.dp->size() > 1) return zero1_step(k);
     auto t0 = Clock::now();
-    NormReport nr{s_, {}};
+    const bool found_inf = unscale_and_check(k);
+    if (a_.dp && a_.dp->size() > 1) return seconds_since(t0) + zero1_step(k, found_inf);
+    NormReport nr{s_, {}, found_inf};
     for (auto& ch : a_.chunks) {
       auto part = ch->grad_sumsq();
       nr.sumsq.insert(nr.sumsq.end(), part.begin(), part.end());
     }
     double compute_s = seconds_since(t0);
-    auto [scale, lr] = exchange_norm(k, std::move(nr));
+    auto [scale, lr, skip] = exchange_norm(k, std::move(nr));
     t0 = Clock::now();
+    if (!skip) ++updates_;
     for (int c = 0; c < V_; ++c) {
       auto& ps = chunk(c).params();
-      for (size_t i = 0; i < ps.size(); ++i)
-        adamw_step(ps[i].value, ps[i].grad, opt_[c][i], a_.optim, ps[i].decay, lr, scale, k);
+      for (size_t i = 0; i < ps.size(); ++i) {
+        if (skip) break;
+        Param& p = ps[i];
+        if (a_.precision == DType::f32) {
+          adamw_step(p.value, p.grad, opt_[c][i], a_.optim, p.decay, lr, scale, updates_);
+        } else {  // update the fp32 master weights, then the model's compute-dtype copy
+          adamw_step(p.master, p.grad, opt_[c][i], a_.optim, p.decay, lr, scale, updates_);
+          set_compute_copy(p, p.master.data(), a_.precision);
+        }
+      }
       chunk(c).zero_grads();
     }
+    end_scaler_step(skip);
     return compute_s + seconds_since(t0);
+  }
+
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  // fp16: gradients are unscaled (x 1/scale, a power of two: exact) before anything reads
+  // them. Returns whether this worker's gradients hold an inf/NaN (its found-inf, which the
+  // coordinator max-reduces over every TP, PP and DP rank before anyone acts).
+  bool unscale_and_check(int64_t k) {
+    step_scale_ = loss_scale();
+    bool found = false;
+    for (int c = 0; c < V_; ++c)
+      for (auto& p : chunk(c).params()) {
+        if (scaler_) kernels::scale(p.grad.data(), (float)scaler_->inv_scale(), p.grad.numel());
+        if (k == a_.fault_inf_step && c == 0 && &p == &chunk(0).params().front())
+          p.grad.data()[p.grad.numel() / 2] = INFINITY;  // fault injection (tests)
+        found = found || has_inf_or_nan(p.grad.data(), (size_t)p.grad.numel());
+      }
+    return found;
+  }
+  // Every worker updates its scaler from the same global decision: identical scales.
+  void end_scaler_step(bool skip) {
+    if (scaler_) scaler_->update(skip);
   }
 
   // Sends this worker's per-tensor sums of squares; returns the coordinator's
   // (clipping factor, learning rate) for step k.
-  std::pair<float, double> exchange_norm(int64_t k, NormReport nr) {
+  std::tuple<float, double, bool> exchange_norm(int64_t k, NormReport nr) {
     self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
     wait_until([&] { return clip_.count(k) > 0; },
                "the clipping factor of step " + std::to_string(k) + " from the coordinator", WaitState::kCoordinator, k);
@@ -300,7 +338,7 @@ class Worker {
   // so DP rank d owns elements [d*S, (d+1)*S) of the sum; it keeps the fp32 master weights
   // and AdamW moments of that shard only, updates them, and the parameters are
   // all-gathered back. Padding never reaches a real value.
-  double zero1_step(int64_t k) {
+  double zero1_step(int64_t k, bool found_inf) {
     auto t0 = Clock::now();
     Communicator& dp = *a_.dp;
     const int DP = dp.size(), d = a_.dp_rank;
@@ -322,17 +360,20 @@ class Worker {
       z_.m.assign(z_.S, 0.0f);
       z_.v.assign(z_.S, 0.0f);
       for (size_t i = 0; i < z_.params.size(); ++i) {  // master shard = this rank's part of the initial weights
-        const Param& p = *z_.params[i];
+        Param& p = *z_.params[i];
+        const Tensor& from = p.master.defined() ? p.master : p.value;  // fp32 master (mixed precision)
         overlap(i, [&](int64_t a, int64_t b) {
-          std::memcpy(&z_.master[a - z_.lo], p.value.data() + (a - z_.offset[i]), (b - a) * sizeof(float));
+          std::memcpy(&z_.master[a - z_.lo], from.data() + (a - z_.offset[i]), (b - a) * sizeof(float));
         });
+        p.master = Tensor();  // the optimizer keeps only its shard
       }
+      if (a_.precision != DType::f32) z_.shard.assign(z_.S, 0.0f);
       z_.ready = true;
     }
     for (size_t i = 0; i < z_.params.size(); ++i)
       std::memcpy(&z_.flat[z_.offset[i]], z_.params[i]->grad.data(), z_.params[i]->grad.nbytes());
     dp.reduce_scatter(z_.flat.data(), z_.grad.data(), (size_t)z_.S, ReduceOp::sum, a_.timeout_s);
-    NormReport nr{s_, {}};
+    NormReport nr{s_, {}, found_inf};
     for (size_t i = 0; i < z_.params.size(); ++i) {
       if (!z_.counted[i]) continue;
       double ss = 0;
@@ -344,20 +385,32 @@ class Worker {
       if (any) nr.sumsq.emplace_back((z_.params[i]->index * Stage::kMaxTP + a_.tp_rank) * kMaxDP + d, ss);
     }
     double compute_s = seconds_since(t0);
-    auto [scale, lr] = exchange_norm(k, std::move(nr));
+    auto [scale, lr, skip] = exchange_norm(k, std::move(nr));
     t0 = Clock::now();
+    if (skip) {  // every rank skips together: parameters, master weights and moments unchanged
+      for (int c = 0; c < V_; ++c) chunk(c).zero_grads();
+      end_scaler_step(true);
+      return compute_s + seconds_since(t0);
+    }
+    ++updates_;
     const auto& o = a_.optim;
     for (size_t i = 0; i < z_.params.size(); ++i)
       overlap(i, [&](int64_t a, int64_t b) {
         const int64_t j = a - z_.lo;
         kernels::adamw_update(&z_.master[j], &z_.grad[j], &z_.m[j], &z_.v[j], b - a, (float)lr, (float)o.beta1,
                               (float)o.beta2, (float)o.eps, z_.params[i]->decay ? (float)o.weight_decay : 0.0f, scale,
-                              (int)k);
+                              (int)updates_);
       });
-    dp.all_gather(z_.master.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
-    for (size_t i = 0; i < z_.params.size(); ++i)
-      std::memcpy(z_.params[i]->value.data(), &z_.flat[z_.offset[i]], z_.params[i]->value.nbytes());
+    if (a_.precision == DType::f32) {
+      dp.all_gather(z_.master.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
+    } else {  // the parameters travel in the compute dtype: round the master shard first
+      std::memcpy(z_.shard.data(), z_.master.data(), z_.S * sizeof(float));
+      kernels::round_to(z_.shard.data(), z_.S, a_.precision);
+      dp.all_gather(z_.shard.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
+    }
+    for (size_t i = 0; i < z_.params.size(); ++i) set_compute_copy(*z_.params[i], &z_.flat[z_.offset[i]], a_.precision);
     for (int c = 0; c < V_; ++c) chunk(c).zero_grads();
+    end_scaler_step(false);
     return compute_s + seconds_since(t0);
   }
   // Calls fn(a, b) with the flat range of parameter i inside this rank's shard, if any.
@@ -374,7 +427,7 @@ class Worker {
     std::vector<int64_t> offset;
     std::vector<bool> counted;
     int64_t N = 0, S = 0, lo = 0;
-    std::vector<float> flat, grad, master, m, v;
+    std::vector<float> flat, grad, master, m, v, shard;
   } z_;
 
   void infer(int64_t id, int c, int T, const int32_t* tokens, const Tensor& in) {
@@ -412,7 +465,10 @@ class Worker {
   std::vector<caf::actor> peers_;
   std::map<Key, Tensor> tensors_;
   std::map<Key, TokenBlock> blocks_;
-  std::map<int64_t, std::pair<float, double>> clip_;
+  std::map<int64_t, std::tuple<float, double, bool>> clip_;
+  std::optional<DynamicLossScaler> scaler_;
+  double step_scale_ = 1.0;  // the loss scale of the step in progress
+  int64_t updates_ = 0;      // optimizer updates applied (AdamW's t; skipped steps do not count)
   std::deque<Control> control_;
   double wait_s_ = 0;
   bool aborted_ = false;

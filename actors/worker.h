@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "actors/messages.h"
+#include "optimizer/loss_scaler.h"
 #include "core/config.h"
 #include "stages/schedule.h"
 #include "stages/stage.h"
@@ -36,6 +37,11 @@ struct WorkerArgs {
   double timeout_s = 300;
   caf::actor coordinator;
   bool fault_drop_grads = false;  // fault injection (tests): never send gradients upstream
+  int64_t fault_inf_step = -1;    // fault injection (tests): +inf in one gradient element at this step
+  // Mixed precision: the stages' storage dtype (Stage::set_precision) and, for fp16, the
+  // dynamic loss scaler every worker runs identically from the global found-inf decision.
+  DType precision = DType::f32;
+  LossScalerConfig scaler;
   bool trace = false;             // record spans (StepReport::spans)
   std::chrono::steady_clock::time_point origin;  // time 0 of the spans
 };

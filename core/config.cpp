@@ -26,7 +26,8 @@ const std::vector<Key>& key_table() {
       K(model, vocab_size),     K(model, dropout),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
       K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
-      K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(optim, lr),
+      K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(train, precision),
+      K(train, initial_loss_scale), K(train, min_loss_scale), K(train, loss_scale_window), K(train, hysteresis), K(optim, lr),
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
@@ -222,6 +223,13 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.timeout_s > 0) << "train.timeout_s must be > 0 seconds";
   TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "full")
       << "train.recompute = '" << t.recompute << "'; use \"none\" or \"full\" (recompute each layer's activations in backward)";
+  TROUPE_USER_CHECK(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16")
+      << "train.precision = '" << t.precision << "'; use \"fp32\", \"bf16\" or \"fp16\"";
+  TROUPE_USER_CHECK(t.min_loss_scale > 0 && t.initial_loss_scale >= t.min_loss_scale && std::isfinite(t.initial_loss_scale))
+      << "train.initial_loss_scale = " << t.initial_loss_scale << " and train.min_loss_scale = " << t.min_loss_scale
+      << "; need 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
+  TROUPE_USER_CHECK(t.loss_scale_window >= 1) << "train.loss_scale_window = " << t.loss_scale_window << "; use >= 1 (default 1000)";
+  TROUPE_USER_CHECK(t.hysteresis >= 1) << "train.hysteresis = " << t.hysteresis << "; use >= 1 (default 2)";
   auto& o = optim;
   TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << o.lr << " must be a positive number";
   TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << o.min_lr

@@ -41,6 +41,14 @@ struct TrainConfig {
   int sample_tokens = 64;      // tokens generated at the end (0 = no sample)
   double timeout_s = 300;      // deadline for any single wait for a message
   std::string recompute = "none";  // none | full: activation recomputation per layer
+  // Mixed precision (Micikevicius et al. 2018; Megatron-LM): fp32 | bf16 | fp16 storage of
+  // parameters and activations, fp32 accumulation, fp32 gradients and master weights.
+  std::string precision = "fp32";
+  // fp16 dynamic loss scaler (Megatron-LM's defaults and flag names).
+  double initial_loss_scale = 4294967296.0;  // 2^32
+  double min_loss_scale = 1.0;
+  int loss_scale_window = 1000;  // clean steps before the scale grows by 2
+  int hysteresis = 2;            // overflowing steps tolerated before the scale halves
 };
 
 struct OptimConfig {

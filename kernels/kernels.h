@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/tensor.h"
 #include "kernels/cpu/dropout.h"
 
 namespace troupe::kernels {
@@ -38,6 +39,15 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // same bits as computing all three.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t BT, int C, int OC);
+// The same two with bf16 GEMMs (train.precision = bf16): inp/dout are fp32 buffers read as
+// bf16 (rounded to nearest even), weight16 is the weight (OC,C) as bf16 bits; products are
+// accumulated in fp32 and out/dinp/dweight/dbias are fp32 (dweight accumulates into the
+// fp32 main gradient, as Megatron's gradient-accumulation fusion). oneDNN matmul primitive
+// (bf16 -> fp32) on the same fixed blocks: thread-count independent.
+void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16, const float* bias, int64_t BT, int C,
+                         int OC);
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const uint16_t* weight16, int64_t BT, int C, int OC);
 // out (M,N) = A (M,K) · B(N,K)^T, plain GEMM on fixed blocks (used by tests/bench).
 void gemm_nt(float* out, const float* A, const float* Bm, int64_t M, int64_t N, int64_t K);
 
@@ -93,6 +103,13 @@ void ce_vp_exp_sum(float* logits, float* rowsum, float* tlogit, const float* gma
                    int64_t BT, int Vl, int Vvalid, bool keep_exp);
 double ce_vp_finish(float* logits, float* losses, const float* gmax, const float* gsum, const float* gtlogit,
                     const int32_t* targets, int lo, int64_t BT, int Vl, int Vvalid, float dloss);
+
+// ---- storage precision (kernels/cpu/precision.cpp) ---------------------------------
+// x (N) rounded in place to the nearest value of dtype dt, as if stored in it: bf16 round
+// to nearest even; fp16 IEEE binary16 (overflow -> +-inf, subnormals kept); f32: no-op.
+void round_to(float* x, int64_t N, DType dt);
+// out (N) = x as bf16 bits (round to nearest even).
+void to_bf16(uint16_t* out, const float* x, int64_t N);
 
 // ---- reductions (kernels/cpu/reduce.cpp) --------------------------------------------
 // Sum of squares of x (N) in double, in fixed 4096-element chunks summed in order.

@@ -201,6 +201,41 @@ void tp_sum(Communicator* tp, float* x, int64_t n, double timeout_s) {
 }
 }  // namespace
 
+void set_compute_copy(Param& p, const float* from, DType dt) {
+  if (p.value.data() != from) std::memcpy(p.value.data(), from, p.value.nbytes());
+  kernels::round_to(p.value.data(), p.value.numel(), dt);
+  if (dt == DType::bf16 && p.value.ndim() == 2) {
+    p.value16.resize((size_t)p.value.numel());
+    kernels::to_bf16(p.value16.data(), p.value.data(), p.value.numel());
+  } else {
+    p.value16.clear();
+  }
+}
+
+void linear_forward(float* out, const float* inp, const Param& w, const float* bias, int64_t BT, int C, int OC,
+                    DType dt) {
+  if (dt == DType::bf16) {
+    TROUPE_CHECK((int64_t)w.value16.size() == (int64_t)OC * C) << w.name << ": no bf16 copy of the weight";
+    kernels::matmul_forward_bf16(out, inp, w.value16.data(), bias, BT, C, OC);
+  } else {
+    kernels::matmul_forward(out, inp, w.value.data(), bias, BT, C, OC);
+  }
+  kernels::round_to(out, BT * OC, dt);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const Param& w,
+                     int64_t BT, int C, int OC, DType dt) {
+  if (dt == DType::bf16) {
+    TROUPE_CHECK((int64_t)w.value16.size() == (int64_t)OC * C) << w.name << ": no bf16 copy of the weight";
+    kernels::matmul_backward_bf16(dinp, dweight, dbias, dout, inp, w.value16.data(), BT, C, OC);
+  } else {
+    kernels::matmul_backward(dinp, dweight, dbias, dout, inp, w.value.data(), BT, C, OC);
+  }
+  if (dinp) kernels::round_to(dinp, BT * C, dt);
+}
+
+void Block::rnd(float* x, int64_t n) const { kernels::round_to(x, n, dt); }
+
 void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
   if (sp_on()) return forward_sp(y, a, B, T, cfg);
   namespace k = kernels;
@@ -208,26 +243,36 @@ void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) 
   const int64_t BT = (int64_t)B * T;
   k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value.data(),
                        ln1_b->value.data(), BT, C);
+  rnd(a.ln1.data(), BT * C);
   // column-parallel QKV (this rank's heads), attention over them, row-parallel projection
-  k::matmul_forward(a.qkv.data(), a.ln1.data(), qkv_w->value.data(), qkv_b->value.data(), BT, C, 3 * Cl);
+  linear_forward(a.qkv.data(), a.ln1.data(), *qkv_w, qkv_b->value.data(), BT, C, 3 * Cl, dt);
   const bool dr = drop && drop->active;
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
-  k::matmul_forward(a.x2.data(), a.atty.data(), proj_w->value.data(), nullptr, BT, Cl, C);
+  rnd(a.att.data(), a.att.numel());
+  rnd(a.atty.data(), BT * Cl);
+  linear_forward(a.x2.data(), a.atty.data(), *proj_w, nullptr, BT, Cl, C, dt);
   tp_sum(tp, a.x2.data(), BT * C, timeout_s);
+  rnd(a.x2.data(), BT * C);
+  // bias + dropout + residual add: one fused step, rounded once (Megatron's bias_dropout_add)
   k::add_bias(a.x2.data(), proj_b->value.data(), BT, C);
   if (dr) k::dropout_apply(a.x2.data(), BT, C, drop->key(layer, 2));  // residual dropout (replicated mask)
   k::accumulate(a.x2.data(), a.x.data(), BT * C);
+  rnd(a.x2.data(), BT * C);
   k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value.data(),
                        ln2_b->value.data(), BT, C);
+  rnd(a.ln2.data(), BT * C);
   // column-parallel fc, row-parallel proj
-  k::matmul_forward(a.fch.data(), a.ln2.data(), fc_w->value.data(), fc_b->value.data(), BT, C, Fl);
+  linear_forward(a.fch.data(), a.ln2.data(), *fc_w, fc_b->value.data(), BT, C, Fl, dt);
   k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
-  k::matmul_forward(y, a.fch_gelu.data(), fcproj_w->value.data(), nullptr, BT, Fl, C);
+  rnd(a.fch_gelu.data(), BT * Fl);
+  linear_forward(y, a.fch_gelu.data(), *fcproj_w, nullptr, BT, Fl, C, dt);
   tp_sum(tp, y, BT * C, timeout_s);
+  rnd(y, BT * C);
   k::add_bias(y, fcproj_b->value.data(), BT, C);
   if (dr) k::dropout_apply(y, BT, C, drop->key(layer, 3));
   k::accumulate(y, a.x2.data(), BT * C);
+  rnd(y, BT * C);
 }
 
 void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
@@ -242,29 +287,36 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
     if (!dr) return dres;
     std::memcpy(s.dbranch.data(), dres, BT * C * sizeof(float));
     k::dropout_apply(s.dbranch.data(), BT, C, drop->key(layer, site));
+    rnd(s.dbranch.data(), BT * C);
     return s.dbranch.data();
   };
   const float* dbr = branch_grad(3);
-  k::matmul_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu.data(),
-                     fcproj_w->value.data(), BT, Fl, C);
+  linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu.data(),
+                     *fcproj_w, BT, Fl, C, dt);
   k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
-  k::matmul_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
-                     fc_w->value.data(), BT, C, Fl);
+  rnd(s.dfch.data(), BT * Fl);
+  linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
+                     *fc_w, BT, C, Fl, dt);
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
+  rnd(s.dln.data(), BT * C);
   k::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2.data(),
                         ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
+  rnd(dres, BT * C);
   // attention half: x2 = x + drop(proj(attn(qkv(ln1(x))))); dres = dL/dx2
   dbr = branch_grad(2);
-  k::matmul_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty.data(),
-                     proj_w->value.data(), BT, Cl, C);
+  linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty.data(),
+                     *proj_w, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
                         dr ? &ka : nullptr);
-  k::matmul_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
-                     qkv_w->value.data(), BT, C, 3 * Cl);
+  rnd(s.dqkv.data(), BT * 3 * Cl);
+  linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
+                     *qkv_w, BT, C, 3 * Cl, dt);
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
+  rnd(s.dln.data(), BT * C);
   k::layernorm_backward(dres, ln1_w->grad.data(), ln1_b->grad.data(), s.dln.data(), a.x.data(),
                         ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
+  rnd(dres, BT * C);
 }
 
 void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
@@ -275,40 +327,46 @@ void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratc
   const int64_t BT = (int64_t)B * T;
   const bool dr = drop && drop->active;
   std::memcpy(g.dy.data(), dres, BT * C * sizeof(float));  // dL/d(branch), kept for W
-  if (dr) k::dropout_apply(g.dy.data(), BT, C, drop->key(layer, 3));
-  k::matmul_backward(s.dfch_gelu.data(), nullptr, nullptr, g.dy.data(), a.fch_gelu.data(), fcproj_w->value.data(), BT,
-                     Fl, C);
+  if (dr) k::dropout_apply(g.dy.data(), BT, C, drop->key(layer, 3)), rnd(g.dy.data(), BT * C);
+  linear_backward(s.dfch_gelu.data(), nullptr, nullptr, g.dy.data(), a.fch_gelu.data(), *fcproj_w, BT,
+                     Fl, C, dt);
   k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
-  k::matmul_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), fc_w->value.data(), BT, C, Fl);
+  rnd(g.dfch.data(), BT * Fl);
+  linear_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), *fc_w, BT, C, Fl, dt);
   tp_sum(tp, g.dln2.data(), BT * C, timeout_s);
+  rnd(g.dln2.data(), BT * C);
   k::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2.data(), ln2_w->value.data(), a.ln2_mean.data(),
                         a.ln2_rstd.data(), BT, C);
+  rnd(dres, BT * C);
   std::memcpy(g.dx2.data(), dres, BT * C * sizeof(float));
-  if (dr) k::dropout_apply(g.dx2.data(), BT, C, drop->key(layer, 2));
-  k::matmul_backward(s.datty.data(), nullptr, nullptr, g.dx2.data(), a.atty.data(), proj_w->value.data(), BT, Cl, C);
+  if (dr) k::dropout_apply(g.dx2.data(), BT, C, drop->key(layer, 2)), rnd(g.dx2.data(), BT * C);
+  linear_backward(s.datty.data(), nullptr, nullptr, g.dx2.data(), a.atty.data(), *proj_w, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
                         dr ? &ka : nullptr);
-  k::matmul_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), qkv_w->value.data(), BT, C, 3 * Cl);
+  rnd(g.dqkv.data(), BT * 3 * Cl);
+  linear_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), *qkv_w, BT, C, 3 * Cl, dt);
   tp_sum(tp, g.dln1.data(), BT * C, timeout_s);
+  rnd(g.dln1.data(), BT * C);
   k::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x.data(), ln1_w->value.data(), a.ln1_mean.data(),
                         a.ln1_rstd.data(), BT, C);
+  rnd(dres, BT * C);
 }
 
 void Block::backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const {
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
-  k::matmul_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu.data(),
-                     fcproj_w->value.data(), BT, Fl, C);
-  k::matmul_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2.data(), fc_w->value.data(),
-                     BT, C, Fl);
+  linear_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu.data(),
+                     *fcproj_w, BT, Fl, C, dt);
+  linear_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2.data(), *fc_w,
+                     BT, C, Fl, dt);
   k::layernorm_backward(nullptr, ln2_w->grad.data(), ln2_b->grad.data(), g.dln2.data(), a.x2.data(),
                         ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
-  k::matmul_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty.data(),
-                     proj_w->value.data(), BT, Cl, C);
-  k::matmul_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1.data(),
-                     qkv_w->value.data(), BT, C, 3 * Cl);
+  linear_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty.data(),
+                     *proj_w, BT, Cl, C, dt);
+  linear_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1.data(),
+                     *qkv_w, BT, C, 3 * Cl, dt);
   k::layernorm_backward(nullptr, ln1_w->grad.data(), ln1_b->grad.data(), g.dln1.data(), a.x.data(),
                         ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
 }
@@ -348,13 +406,17 @@ void Block::forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cf
   // LN1 on this rank's rows, all-gather the rows for the column-parallel QKV
   k::layernorm_forward(rows, a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value.data(),
                        ln1_b->value.data(), R, C);
+  rnd(rows, R * C);
   tp->all_gather(rows, a.ln1.data(), R * C, timeout_s);
-  k::matmul_forward(a.qkv.data(), a.ln1.data(), qkv_w->value.data(), qkv_b->value.data(), BT, C, 3 * Cl);
+  linear_forward(a.qkv.data(), a.ln1.data(), *qkv_w, qkv_b->value.data(), BT, C, 3 * Cl, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
+  rnd(a.att.data(), a.att.numel());
+  rnd(a.atty.data(), BT * Cl);
   // row-parallel projection: reduce-scatter the partial sums to this rank's rows
-  k::matmul_forward(full, a.atty.data(), proj_w->value.data(), nullptr, BT, Cl, C);
+  linear_forward(full, a.atty.data(), *proj_w, nullptr, BT, Cl, C, dt);
   tp->reduce_scatter(full, a.x2.data(), R * C, ReduceOp::sum, timeout_s);
+  rnd(a.x2.data(), R * C);
   k::add_bias(a.x2.data(), proj_b->value.data(), R, C);
   if (dr) {
     k::DropoutKey kd = drop->key(layer, 2);
@@ -362,13 +424,17 @@ void Block::forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cf
     k::dropout_apply(a.x2.data(), R, C, kd);
   }
   k::accumulate(a.x2.data(), a.x.data(), R * C);
+  rnd(a.x2.data(), R * C);
   k::layernorm_forward(rows, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value.data(),
                        ln2_b->value.data(), R, C);
+  rnd(rows, R * C);
   tp->all_gather(rows, a.ln2.data(), R * C, timeout_s);
-  k::matmul_forward(a.fch.data(), a.ln2.data(), fc_w->value.data(), fc_b->value.data(), BT, C, Fl);
+  linear_forward(a.fch.data(), a.ln2.data(), *fc_w, fc_b->value.data(), BT, C, Fl, dt);
   k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
-  k::matmul_forward(full, a.fch_gelu.data(), fcproj_w->value.data(), nullptr, BT, Fl, C);
+  rnd(a.fch_gelu.data(), BT * Fl);
+  linear_forward(full, a.fch_gelu.data(), *fcproj_w, nullptr, BT, Fl, C, dt);
   tp->reduce_scatter(full, y, R * C, ReduceOp::sum, timeout_s);
+  rnd(y, R * C);
   k::add_bias(y, fcproj_b->value.data(), R, C);
   if (dr) {
     k::DropoutKey kd = drop->key(layer, 3);
@@ -376,6 +442,7 @@ void Block::forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cf
     k::dropout_apply(y, R, C, kd);
   }
   k::accumulate(y, a.x2.data(), R * C);
+  rnd(y, R * C);
 }
 
 void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
@@ -393,6 +460,7 @@ void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T
       k::DropoutKey kd = drop->key(layer, site);
       kd.row0 = row0;
       k::dropout_apply(rows, R, C, kd);
+      rnd(rows, R * C);
     }
     tp->all_gather(rows, s.dbranch.data(), R * C, timeout_s);
   };
@@ -400,27 +468,31 @@ void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T
   // rows, all-reduced so every TP rank adds the same (replicated) gradient.
   auto ln_back = [&](const Param* w, Param* gw, Param* gb, const float* xin, const float* mean, const float* rstd) {
     tp->reduce_scatter(s.dln.data(), rows, R * C, ReduceOp::sum, timeout_s);
+    rnd(rows, R * C);
     std::fill(lnw, lnw + 2 * C, 0.0f);
     k::layernorm_backward(dres, lnw, lnw + C, rows, xin, w->value.data(), mean, rstd, R, C);
+    rnd(dres, R * C);
     tp->all_reduce(lnw, 2 * (size_t)C, ReduceOp::sum, timeout_s);
     k::accumulate(gw->grad.data(), lnw, C);
     k::accumulate(gb->grad.data(), lnw + C, C);
   };
   branch(3);
-  k::matmul_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), s.dbranch.data(),
-                     a.fch_gelu.data(), fcproj_w->value.data(), BT, Fl, C);
+  linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), s.dbranch.data(),
+                     a.fch_gelu.data(), *fcproj_w, BT, Fl, C, dt);
   k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
-  k::matmul_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
-                     fc_w->value.data(), BT, C, Fl);
+  rnd(s.dfch.data(), BT * Fl);
+  linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
+                     *fc_w, BT, C, Fl, dt);
   ln_back(ln2_w, ln2_w, ln2_b, a.x2.data(), a.ln2_mean.data(), a.ln2_rstd.data());
   branch(2);
-  k::matmul_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), s.dbranch.data(), a.atty.data(),
-                     proj_w->value.data(), BT, Cl, C);
+  linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), s.dbranch.data(), a.atty.data(),
+                     *proj_w, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
                         dr ? &ka : nullptr);
-  k::matmul_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
-                     qkv_w->value.data(), BT, C, 3 * Cl);
+  rnd(s.dqkv.data(), BT * 3 * Cl);
+  linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
+                     *qkv_w, BT, C, 3 * Cl, dt);
   ln_back(ln1_w, ln1_w, ln1_b, a.x.data(), a.ln1_mean.data(), a.ln1_rstd.data());
 }
 

@@ -84,9 +84,27 @@ struct Param {
   int index = -1;     // position in gpt_param_specs (the canonical order)
   bool decay = false;
   Shard shard = Shard::replicated;
-  Tensor value;       // fp32
-  Tensor grad;        // fp32 accumulator (+= over microbatches)
+  Tensor value;       // the model's copy: fp32 holding values of the compute dtype (train.precision)
+  Tensor grad;        // fp32 accumulator (+= over microbatches): Megatron's main_grad
+  // Mixed precision: the fp32 master weights (until a ZeRO-1 optimizer takes its shard of
+  // them; empty in fp32), and value as bf16 bits for the bf16 GEMMs (2-D weights only).
+  Tensor master;
+  std::vector<uint16_t> value16;
 };
+
+// Makes p.value the compute-dtype copy of `from` (fp32): rounded to dt (bf16/fp16 round
+// to nearest even; fp32 copies exactly) and, for bf16 2-D weights, packed into value16.
+void set_compute_copy(Param& p, const float* from, DType dt);
+
+// The linear layer (kernels::matmul_*) in storage precision dt: bf16 runs the bf16 GEMM
+// (oneDNN, fp32 accumulation) on w.value16; fp16 and fp32 run the fp32 GEMM (fp16 inputs
+// are already fp16 values: their products are exact in fp32, so this is an fp16 GEMM with
+// fp32 accumulation). Outputs that are activations (out, dinp) are rounded to dt; the
+// parameter gradients (dweight, dbias) stay fp32. Shapes as kernels::matmul_forward/backward.
+void linear_forward(float* out, const float* inp, const Param& w, const float* bias, int64_t BT, int C, int OC,
+                    DType dt);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const Param& w,
+                     int64_t BT, int C, int OC, DType dt);
 
 // Activations of one block for one microbatch, saved for backward.
 struct BlockActs {
@@ -133,6 +151,9 @@ struct Block {
   const DropoutState* drop = nullptr;
   const bool* sp = nullptr;  // sequence parallelism on (the stage's switch; off for inference)
   Communicator* tp = nullptr;  // the TP group (null or size 1: no tensor parallelism)
+  // Storage precision of activations and activation gradients (train.precision): each
+  // kernel output is rounded to it; every kernel computes in fp32.
+  DType dt = DType::f32;
   double timeout_s = 300;
   Param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
   // y (B,T,C) = block(a.x); a must hold x on entry.
@@ -150,6 +171,7 @@ struct Block {
   // Sequence parallelism (Korthikanti et al. 2022): x, x2 and the output are this rank's
   // rows (B*T/TP, C); all-gather before the column-parallel layers, reduce-scatter after
   // the row-parallel ones; LayerNorm weight gradients are all-reduced over the TP group.
+  void rnd(float* x, int64_t n) const;
   bool sp_on() const { return sp && *sp && tp && tp->size() > 1; }
   void forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
   void backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;

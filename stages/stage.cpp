@@ -176,13 +176,17 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
       Tensor part({R, C});
       kernels::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
                                  lnf_w_->value.data(), lnf_b_->value.data(), R, C);
+      kernels::round_to(part.data(), R * C, dt_);
       tp_->all_gather(part.data(), sl->lnf.data(), (size_t)(R * C), timeout_s_);
     } else {
       kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
                                  lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
+      kernels::round_to(sl->lnf.data(), BT * C, dt_);
     }
-    kernels::matmul_forward(sl->logits.data(), sl->lnf.data(), wte_->value.data(), nullptr, BT, C, cfg_.Vl());
+    linear_forward(sl->logits.data(), sl->lnf.data(), *wte_, nullptr, BT, C, cfg_.Vl(), dt_);
+    // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
     double sum = cross_entropy(sl->logits.data(), targets, BT, keep ? dloss : 0.0f);
+    if (keep && dloss != 0.0f) kernels::round_to(sl->logits.data(), sl->logits.numel(), dt_);
     if (loss_sum) *loss_sum += sum;
   }
   if (keep)
@@ -212,25 +216,31 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     Tensor* dlnf = &dlnf_;
     if (!weights) dlnf = &sl.dlnf;
     ensure(*dlnf, {BT, C});
-    kernels::matmul_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, sl.logits.data(),
-                             sl.lnf.data(), wte_->value.data(), BT, C, cfg_.Vl());
+    linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, sl.logits.data(), sl.lnf.data(),
+                    *wte_, BT, C, cfg_.Vl(), dt_);
     if (sp_now_) {
       // reduce-scatter dL/d ln_f out to this rank's rows; ln_f's weight gradients over the
       // rows are partial: all-reduced so every TP rank adds the same gradient
       Tensor part({R, C}), lnw({2, C});
       tp_->reduce_scatter(dlnf->data(), part.data(), (size_t)(R * C), ReduceOp::sum, timeout_s_);
+      kernels::round_to(part.data(), R * C, dt_);
       dres = Tensor({R, C});
       kernels::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf.data(),
                                   lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
+      kernels::round_to(dres.data(), R * C, dt_);
       tp_->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, timeout_s_);
       kernels::accumulate(lnf_w_->grad.data(), lnw.data(), C);
       kernels::accumulate(lnf_b_->grad.data(), lnw.data() + C, C);
     } else {
-      if (tp_ && tp_->size() > 1) tp_->all_reduce(dlnf->data(), (size_t)(BT * C), ReduceOp::sum, timeout_s_);
+      if (tp_ && tp_->size() > 1) {
+        tp_->all_reduce(dlnf->data(), (size_t)(BT * C), ReduceOp::sum, timeout_s_);
+        kernels::round_to(dlnf->data(), BT * C, dt_);
+      }
       dres = Tensor({B, T, C});
       kernels::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
                                   weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
                                   lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+      kernels::round_to(dres.data(), BT * C, dt_);
     }
   } else {
     TROUPE_CHECK(dout.defined() && dout.numel() == R * C)
@@ -277,8 +287,8 @@ void Stage::backward_weights(int mb) {
   const int64_t BT = (int64_t)B * T;
   set_drop(mb, B, T, true);
   if (last()) {
-    kernels::matmul_backward(nullptr, head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(), wte_->value.data(),
-                             BT, C, cfg_.Vl());
+    linear_backward(nullptr, head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(), *wte_, BT, C, cfg_.Vl(),
+                    dt_);
     kernels::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
                                 lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   }
@@ -323,6 +333,15 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   if (!first()) sl->acts[0].x = Tensor();
   free_.push_back(std::move(sl));
   return out;
+}
+
+void Stage::set_precision(DType dt) {
+  dt_ = dt;
+  for (auto& b : blocks_) b.dt = dt;
+  for (auto& p : params_) {
+    if (dt != DType::f32 && !p.master.defined()) p.master = p.value.clone();
+    set_compute_copy(p, p.value.data(), dt);
+  }
 }
 
 void Stage::tie_grads(const Tensor& other) {
@@ -398,12 +417,14 @@ void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
       k.row0 = row0;
       kernels::dropout_apply(out, R, C, k);
     }
+    kernels::round_to(out, R * C, dt_);
     return;
   }
   kernels::embedding_vp_forward(out, tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
   if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)BT * C, ReduceOp::sum, timeout_s_);
   kernels::add_positional(out, wpe_->value.data(), B, T, C);
   if (drop_.active) kernels::dropout_apply(out, BT, C, drop_.key(-1, 0));  // embedding dropout
+  kernels::round_to(out, BT * C, dt_);
 }
 
 void Stage::embed_backward(float* dout, const int32_t* tokens, int B, int T) {

@@ -54,6 +54,12 @@ class Stage {
   // Sequence parallelism (parallel.sequence_parallel; Korthikanti et al. 2022): with a TP
   // group, activations between blocks and stages are this rank's B*T/TP rows.
   void set_sequence_parallel(bool on) { sp_cfg_ = on; }
+  // Mixed precision (train.precision; Micikevicius et al. 2018): keeps each parameter's
+  // fp32 value as its master weights (Param::master), makes value the compute-dtype copy,
+  // and stores every activation and activation gradient in dt (kernels compute in fp32;
+  // parameter gradients stay fp32). Call once, before the first step.
+  void set_precision(DType dt);
+  DType precision() const { return dt_; }
   // Global index of this DP rank's first sequence of a step (dropout keys).
   void set_sample_base(int64_t base) { sample_base_ = base; }
   bool first() const { return s_ == 0; }
@@ -122,6 +128,7 @@ class Stage {
   bool sp_cfg_ = false, sp_now_ = false;
   int64_t rows(int64_t BT) const { return sp_now_ ? BT / tp_->size() : BT; }
   DropoutState drop_;
+  DType dt_ = DType::f32;
   int64_t sample_base_ = 0;
   void set_drop(int mb, int B, int T, bool active) {
     drop_.sample0 = sample_base_ + (int64_t)mb * B;
