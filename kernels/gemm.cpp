@@ -45,27 +45,38 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, in
 #endif
 }
 
+// fp32 -> bf16 bits, round to nearest even (core/dtype.h's rule, NaN kept quiet), vectorised.
+void cvt_bf16(const float* x, uint16_t* out, int64_t n) {
+  const uint32_t* u = reinterpret_cast<const uint32_t*>(x);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = u[i];
+    const bool nan = (b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu);
+    out[i] = (uint16_t)((nan ? (b | 0x00400000u) : b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+  }
+}
+
 // ---- bf16 GEMMs ------------------------------------------------------------------------
 // Row-major C (M,N) (+)= A (M,K) · B (K,N) with bf16 A and B and fp32 accumulation and
 // output, single-threaded. A is plain row-major (lda); B is row-major (K,N) (ldb) or, with
 // b_nk, stored as (N,K) (ldb) and read transposed. oneDNN's matmul primitive (2.6 has no
 // bf16 GEMM function); primitives are created once per shape and thread.
-void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
-               bool b_nk, bool accumulate, float* Cm, int64_t ldc) {
+void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool a_km, const uint16_t* B,
+               int64_t ldb, bool b_nk, bool accumulate, float* Cm, int64_t ldc) {
   if (M == 0 || N == 0) return;
 #if defined(TROUPE_GEMM_DNNL)
   using namespace dnnl;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int64_t>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t, bool, bool, int64_t>;
   struct Ctx {
     engine eng{engine::kind::cpu, 0};
     stream strm{eng};
     std::map<Key, std::tuple<matmul, memory::desc, memory::desc, memory::desc>> prims;
   };
   thread_local Ctx ctx;
-  const Key key{M, N, K, lda, ldb, b_nk, accumulate, ldc};
+  const Key key{M, N, K, lda, a_km, ldb, b_nk, accumulate, ldc};
   auto it = ctx.prims.find(key);
   if (it == ctx.prims.end()) {
-    memory::desc a_md({M, K}, memory::data_type::bf16, memory::dims{lda, 1});
+    memory::desc a_md({M, K}, memory::data_type::bf16, a_km ? memory::dims{1, lda} : memory::dims{lda, 1});
     memory::desc b_md({K, N}, memory::data_type::bf16, b_nk ? memory::dims{1, ldb} : memory::dims{ldb, 1});
     memory::desc c_md({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
     primitive_attr attr;
@@ -84,12 +95,13 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
 #else
   // Without oneDNN: widen to fp32 (exact) and use sgemm; bf16 products are exact in fp32.
   thread_local std::vector<float> a32, b32;
-  a32.resize((size_t)M * K);
+  const int64_t am = a_km ? K : M, ak = a_km ? M : K;
+  a32.resize((size_t)am * ak);
   const int64_t bk = b_nk ? N : K, bn = b_nk ? K : N;
   b32.resize((size_t)bk * bn);
-  for (int64_t i = 0; i < M; ++i) bf16_to_f32(A + i * lda, a32.data() + i * K, (size_t)K);
+  for (int64_t i = 0; i < am; ++i) bf16_to_f32(A + i * lda, a32.data() + i * ak, (size_t)ak);
   for (int64_t i = 0; i < bk; ++i) bf16_to_f32(B + i * ldb, b32.data() + i * bn, (size_t)bn);
-  sgemm(false, b_nk, M, N, K, a32.data(), K, b32.data(), bn, accumulate ? 1.0f : 0.0f, Cm, ldc);
+  sgemm(a_km, b_nk, M, N, K, a32.data(), ak, b32.data(), bn, accumulate ? 1.0f : 0.0f, Cm, ldc);
 #endif
 }
 
@@ -103,9 +115,9 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
     int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
     thread_local std::vector<uint16_t> a16;
     a16.resize((size_t)rows * C);
-    f32_to_bf16(inp + r0 * C, a16.data(), (size_t)rows * C);
+    cvt_bf16(inp + r0 * C, a16.data(), rows * C);
     float* o = out + r0 * OC;
-    gemm_bf16(rows, OC, C, a16.data(), C, weight16, C, true, false, o, OC);
+    gemm_bf16(rows, OC, C, a16.data(), C, false, weight16, C, true, false, o, OC);
     if (bias)
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + r * OC;
@@ -121,29 +133,24 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
   const int64_t nrow = (BT + kRowBlock - 1) / kRowBlock;
   const int64_t noc = (dweight || dbias) ? (OC + kOcBlock - 1) / kOcBlock : 0;
   const int64_t n_dinp = dinp ? nrow : 0;
-  // bf16 copies made once per call: dout (BT,OC), and for dweight dout^T (OC,BT) and inp (BT,C).
-  thread_local std::vector<uint16_t> d16, dT16, x16;
-  if (dinp) d16.resize((size_t)BT * OC);
-  if (dweight) dT16.resize((size_t)BT * OC), x16.resize((size_t)BT * C);
+  // bf16 copies made once per call: dout (BT,OC), and for dweight inp (BT,C); dweight
+  // reads dout transposed through the primitive's strides.
+  thread_local std::vector<uint16_t> d16, x16;
+  d16.resize((size_t)BT * OC);
+  if (dweight) x16.resize((size_t)BT * C);
   parallel_for(nrow, [&](int64_t b) {
     int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-    for (int64_t r = r0; r < r0 + rows; ++r) {
-      const float* d = dout + r * OC;
-      if (dinp) f32_to_bf16(d, d16.data() + r * OC, (size_t)OC);
-      if (dweight) {
-        for (int64_t j = 0; j < OC; ++j) dT16[(size_t)j * BT + r] = f32_to_bf16(d[j]);
-        f32_to_bf16(inp + r * C, x16.data() + r * C, (size_t)C);
-      }
-    }
+    cvt_bf16(dout + r0 * OC, d16.data() + r0 * OC, rows * OC);
+    if (dweight) cvt_bf16(inp + r0 * C, x16.data() + r0 * C, rows * C);
   });
   parallel_for(n_dinp + noc, [&](int64_t b) {
     if (b < n_dinp) {
       int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-      gemm_bf16(rows, C, OC, d16.data() + r0 * OC, OC, weight16, C, false, false, dinp + r0 * C, C);
+      gemm_bf16(rows, C, OC, d16.data() + r0 * OC, OC, false, weight16, C, false, false, dinp + r0 * C, C);
       return;
     }
     int64_t o0 = (b - n_dinp) * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
-    if (dweight) gemm_bf16(ocs, C, BT, dT16.data() + o0 * BT, BT, x16.data(), C, false, true, dweight + o0 * C, C);
+    if (dweight) gemm_bf16(ocs, C, BT, d16.data() + o0, OC, true, x16.data(), C, false, true, dweight + o0 * C, C);
     if (dbias) {
       float* db = dbias + o0;
       for (int64_t r = 0; r < BT; ++r) {

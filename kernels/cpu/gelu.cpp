@@ -18,27 +18,35 @@ inline float tanh_fast(float u) { return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.
 
 void gelu_forward(float* out, const float* inp, int64_t N) {
   parallel_for((N + kChunk - 1) / kChunk, [&](int64_t c) {
-    const int64_t i0 = c * kChunk, i1 = std::min(N, i0 + kChunk);
+    const int64_t i0 = c * kChunk;
+    const int n = (int)(std::min(N, i0 + kChunk) - i0);
+    // local restrict pointers: the loop vectorises (captured pointers may alias)
+    const float* __restrict x_ = inp + i0;
+    float* __restrict o_ = out + i0;
 #pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
+    for (int i = 0; i < n; ++i) {
+      const float x = x_[i];
       const float u = kS * (x + kA * x * x * x);
-      out[i] = 0.5f * x * (1.0f + tanh_fast(u));
+      o_[i] = 0.5f * x * (1.0f + tanh_fast(u));
     }
   });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) {
   parallel_for((N + kChunk - 1) / kChunk, [&](int64_t c) {
-    const int64_t i0 = c * kChunk, i1 = std::min(N, i0 + kChunk);
+    const int64_t i0 = c * kChunk;
+    const int n = (int)(std::min(N, i0 + kChunk) - i0);
+    const float* __restrict x_ = inp + i0;
+    const float* __restrict d_ = dout + i0;
+    float* __restrict o_ = dinp + i0;
 #pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
+    for (int i = 0; i < n; ++i) {
+      const float x = x_[i];
       const float u = kS * (x + kA * x * x * x);
       const float th = tanh_fast(u);
       const float sech2 = 1.0f - th * th;
       const float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kS * (1.0f + 3.0f * kA * x * x);
-      dinp[i] = dout[i] * g;
+      o_[i] = d_[i] * g;
     }
   });
 }
