@@ -135,22 +135,25 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
   const int64_t n_dinp = dinp ? nrow : 0;
   // bf16 copies made once per call: dout (BT,OC), and for dweight inp (BT,C); dweight
   // reads dout transposed through the primitive's strides.
-  thread_local std::vector<uint16_t> d16, x16;
-  d16.resize((size_t)BT * OC);
-  if (dweight) x16.resize((size_t)BT * C);
+  // (the calling thread's buffers: other threads see them through these pointers)
+  thread_local std::vector<uint16_t> d16v, x16v;
+  d16v.resize((size_t)BT * OC);
+  if (dweight) x16v.resize((size_t)BT * C);
+  uint16_t* d16 = d16v.data();
+  uint16_t* x16 = x16v.data();
   parallel_for(nrow, [&](int64_t b) {
     int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-    cvt_bf16(dout + r0 * OC, d16.data() + r0 * OC, rows * OC);
-    if (dweight) cvt_bf16(inp + r0 * C, x16.data() + r0 * C, rows * C);
+    cvt_bf16(dout + r0 * OC, d16 + r0 * OC, rows * OC);
+    if (dweight) cvt_bf16(inp + r0 * C, x16 + r0 * C, rows * C);
   });
   parallel_for(n_dinp + noc, [&](int64_t b) {
     if (b < n_dinp) {
       int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-      gemm_bf16(rows, C, OC, d16.data() + r0 * OC, OC, false, weight16, C, false, false, dinp + r0 * C, C);
+      gemm_bf16(rows, C, OC, d16 + r0 * OC, OC, false, weight16, C, false, false, dinp + r0 * C, C);
       return;
     }
     int64_t o0 = (b - n_dinp) * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
-    if (dweight) gemm_bf16(ocs, C, BT, d16.data() + o0, OC, true, x16.data(), C, false, true, dweight + o0 * C, C);
+    if (dweight) gemm_bf16(ocs, C, BT, d16 + o0, OC, true, x16, C, false, true, dweight + o0 * C, C);
     if (dbias) {
       float* db = dbias + o0;
       for (int64_t r = 0; r < BT; ++r) {

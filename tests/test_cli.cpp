@@ -108,6 +108,9 @@ TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") 
   expect_user_error(troupe(base + " --set model.block_size=8192 --set train.seq_len=8192 --set model.n_embd=1024", s),
                     {"GiB", "available"});
   expect_user_error(troupe("frobnicate", s), {"unknown command 'frobnicate'"});
+  expect_user_error(troupe(base + " --set train.precision=fp8", s), {"train.precision", "bf16"});
+  expect_user_error(troupe(base + " --set train.min_loss_scale=0", s), {"min_loss_scale"});
+  expect_user_error(troupe(base + " --set train.hysteresis=0", s), {"train.hysteresis"});
   // nothing was created by any of the refused runs
   CHECK_FALSE(fs::exists(s.path("run")));
 }
@@ -210,4 +213,33 @@ TEST_CASE("the tiny job ends more than 1 nat below the unigram entropy", "[cli][
   INFO("val loss " << val << ", unigram entropy " << uni);
   CHECK(val < uni - 1.0);
   CHECK(fs::exists(s.path("run/config.toml")));
+}
+
+TEST_CASE("fp16 step records carry skipped and loss_scale; bf16 runs from the command line", "[cli][precision]") {
+  Scratch s("fp16");
+  std::string cfg = tiny_config(s);
+  // Megatron's initial scale 2^32 overflows fp16 on the first steps: skipped, then backed
+  // off (hysteresis 2: every second overflow halves the scale)
+  Run r = troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s) +
+                     " --set train.steps=4 --set train.eval_batches=1 --set train.precision=fp16",
+                 s);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  std::ifstream in(s.path("run/metrics.jsonl"));
+  std::vector<nlohmann::json> steps;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss_scale")) steps.push_back(j);
+  }
+  REQUIRE(steps.size() == 4);
+  CHECK(steps[0]["skipped"] == true);
+  CHECK(steps[0]["loss_scale"] == 4294967296.0);
+  CHECK(steps[0]["grad_norm"].is_null());
+  CHECK(steps[1]["loss_scale"] == 4294967296.0);
+  CHECK(steps[2]["loss_scale"] == 2147483648.0);
+  Run b = troupe("train --config '" + cfg + "' --run-dir '" + s.path("run16") + "'" + sets(s) +
+                     " --set train.eval_batches=1 --set train.precision=bf16",
+                 s);
+  INFO(b.err);
+  CHECK(b.rc == 0);
 }

@@ -1,5 +1,6 @@
 // Building blocks of mixed precision: fp32 <-> bf16/fp16 conversions (round to nearest
-// even, special values) and Megatron's dynamic loss scaler.
+// even, special values), storage rounding, the bf16 GEMMs, fp32 master weights and
+// Megatron's dynamic loss scaler.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -11,7 +12,11 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+#include "model/gpt.h"
 #include "optimizer/loss_scaler.h"
+#include "optimizer/optimizer.h"
 
 using namespace troupe;
 
@@ -96,4 +101,128 @@ TEST_CASE("dynamic loss scaler: hysteresis, backoff, growth window, minimum", "[
   c.initial_scale = 1;
   c.min_scale = 2;
   CHECK_THROWS_AS(DynamicLossScaler(c), UserError);
+}
+
+TEST_CASE("storage rounding equals the scalar conversions bitwise, specials included", "[precision][kernels]") {
+  std::mt19937 g(11);
+  std::vector<float> x(70001);
+  std::uniform_real_distribution<float> e(-30, 30);
+  for (auto& v : x) v = std::ldexp(std::normal_distribution<float>()(g), (int)e(g));
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f, 1e-8f, -6e-8f, 3.0e38f,
+                            std::numeric_limits<float>::denorm_min()};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 37] = specials[i];
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    auto r = x;
+    set_thread_budget(2);
+    kernels::round_to(r.data(), (int64_t)r.size(), dt);
+    set_thread_budget(1);
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = dt == DType::bf16 ? bf16_to_f32(f32_to_bf16(x[i])) : f16_to_f32(f32_to_f16(x[i]));
+      if (std::isnan(want) ? !std::isnan(r[i]) : bits(want) != bits(r[i])) ++bad;
+    }
+    INFO(dtype_name(dt));
+    CHECK(bad == 0);
+  }
+  auto r = x;
+  kernels::round_to(r.data(), (int64_t)r.size(), DType::f32);  // fp32: untouched
+  CHECK(std::memcmp(r.data(), x.data(), x.size() * 4) == 0);
+}
+
+TEST_CASE("bf16 GEMMs accumulate bf16 products in fp32, the same bits for any thread count", "[precision][kernels]") {
+  // BT and OC not multiples of the fixed blocks (128 rows, 64 output channels)
+  const int64_t BT = 300;
+  const int C = 64, OC = 96;
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd;
+  auto rounded = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(g);
+    kernels::round_to(v.data(), (int64_t)n, DType::bf16);
+    return v;
+  };
+  auto inp = rounded(BT * C), dout = rounded(BT * OC);
+  Param w;
+  w.name = "w";
+  w.value = Tensor({OC, C});
+  auto wv = rounded((size_t)OC * C);
+  set_compute_copy(w, wv.data(), DType::bf16);
+  REQUIRE(w.value16.size() == (size_t)OC * C);
+  std::vector<float> bias(OC, 0.25f), dw0(OC * C, 0.5f), db0(OC, 0.125f);
+  struct Out {
+    std::vector<float> out, dinp, dw, db;
+  };
+  auto run = [&](bool bf16, int threads) {
+    set_thread_budget(threads);
+    Out o{std::vector<float>(BT * OC), std::vector<float>(BT * C), dw0, db0};
+    if (bf16) {
+      kernels::matmul_forward_bf16(o.out.data(), inp.data(), w.value16.data(), bias.data(), BT, C, OC);
+      kernels::matmul_backward_bf16(o.dinp.data(), o.dw.data(), o.db.data(), dout.data(), inp.data(), w.value16.data(),
+                                    BT, C, OC);
+    } else {
+      kernels::matmul_forward(o.out.data(), inp.data(), w.value.data(), bias.data(), BT, C, OC);
+      kernels::matmul_backward(o.dinp.data(), o.dw.data(), o.db.data(), dout.data(), inp.data(), w.value.data(), BT, C,
+                               OC);
+    }
+    set_thread_budget(1);
+    return o;
+  };
+  Out ref = run(false, 1), a = run(true, 1), b = run(true, 2);
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+  };
+  CHECK(same(a.out, b.out));
+  CHECK(same(a.dinp, b.dinp));
+  CHECK(same(a.dw, b.dw));
+  CHECK(same(a.db, b.db));
+  // products of bf16 values are exact in fp32: only the summation order differs from the
+  // fp32 GEMM on the same (rounded) values
+  auto rel = [](const std::vector<float>& x, const std::vector<float>& y) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); ++i) num += (double)(x[i] - y[i]) * (x[i] - y[i]), den += (double)y[i] * y[i];
+    return std::sqrt(num / den);
+  };
+  CHECK(rel(a.out, ref.out) < 1e-6);
+  CHECK(rel(a.dinp, ref.dinp) < 1e-6);
+  CHECK(rel(a.dw, ref.dw) < 1e-6);
+  CHECK(rel(a.db, ref.db) < 1e-6);
+}
+
+TEST_CASE("bf16 master weights: updates far below bf16 spacing still land", "[precision][optimizer]") {
+  // AdamW moves each element by ~lr per step (normalised update); lr = 1e-4 is 1/40 of
+  // bf16's spacing just below 1.0 (2^-8). Updating the bf16 weights directly loses every
+  // step; the fp32 master keeps them and the bf16 copy follows once they add up.
+  OptimConfig o;
+  o.weight_decay = 0;
+  const double lr = 1e-4;
+  Param p;
+  p.name = "w";
+  p.value = Tensor({4, 4});
+  for (int i = 0; i < 16; ++i) p.value.data()[i] = 1.0f;
+  p.grad = Tensor({4, 4});
+  for (int i = 0; i < 16; ++i) p.grad.data()[i] = 0.5f;
+  p.master = p.value.clone();
+  set_compute_copy(p, p.master.data(), DType::bf16);
+  Tensor lost = p.value.clone();  // the update applied to bf16 weights, no master
+  AdamWState st, st_lost;
+  int steps_until_moved = -1;
+  for (int t = 1; t <= 60; ++t) {
+    adamw_step(p.master, p.grad, st, o, false, lr, 1.0f, t);
+    set_compute_copy(p, p.master.data(), DType::bf16);
+    adamw_step(lost, p.grad, st_lost, o, false, lr, 1.0f, t);
+    kernels::round_to(lost.data(), lost.numel(), DType::bf16);
+    if (t == 1) {
+      CHECK(p.master.data()[0] < 1.0f);  // the master moved ...
+      CHECK(p.value.data()[0] == 1.0f);  // ... the bf16 copy not yet
+    }
+    if (steps_until_moved < 0 && p.value.data()[0] < 1.0f) steps_until_moved = t;
+  }
+  CHECK(lost.data()[0] == 1.0f);  // every update lost to rounding
+  CHECK(steps_until_moved > 1);
+  CHECK(steps_until_moved <= 25);
+  CHECK(p.value.data()[0] == bf16_to_f32(f32_to_bf16(p.master.data()[0])));
+  CHECK(p.master.data()[0] == Approx(1.0 - 60 * lr).epsilon(1e-3));
+  // the GEMM copy is the bf16 bits of the model copy
+  CHECK(bf16_to_f32(p.value16[5]) == p.value.data()[5]);
 }
