@@ -24,7 +24,7 @@ train: data
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 900
 
-bench: build
+bench: data
 	@bash scripts/setup.sh --reference
 	bash bench/run.sh
 

@@ -19,8 +19,17 @@ echo "== pipeline runtime vs simulator (bench/pipeline_bench)"
 "$BUILD/pipeline_bench" 8 | tee "$OUT/pipeline.jsonl"
 echo "== tensor parallelism: in-process all-reduce bus bandwidth, TP=2 vs TP=1 (bench/tp_bench)"
 "$BUILD/tp_bench" | tee "$OUT/tp.jsonl"
-echo "== bf16 matmul vs fp32, single thread (bench/bf16_bench; groundwork for mixed precision)"
+echo "== bf16 matmul vs fp32, single thread (bench/bf16_bench)"
 "$BUILD/bf16_bench" | tee "$OUT/bf16.txt"
+echo "== mixed precision: default job tokens/s in fp32, bf16, fp16 (bench/precision_bench)"
+"$BUILD/precision_bench" | tee "$OUT/precision.jsonl"
+echo "== mixed precision: the default job for 200 steps in fp32 and bf16 (loss curves; needs make data)"
+for p in fp32 bf16; do
+  rm -rf "$OUT/run-$p"
+  "$BUILD/troupe" train --config configs/sotu.toml --run-dir "$OUT/run-$p" --set train.steps=200 \
+    --set train.eval_interval=0 --set train.eval_batches=1 --set train.sample_tokens=0 --set train.precision=$p \
+    | grep -E "step +(1|50|100|150|200)/200" || true
+done
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
   "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
@@ -69,6 +78,16 @@ add("default_model_tp2_tokens_per_s", tp["default_model_tp2"]["tokens_per_s"], "
     tp["default_model_tp1"]["tokens_per_s"])
 bf = [json.loads(l) for l in open(f"{out}/bf16.txt") if l.startswith("{")][0]
 add("bf16_matmul_gflops_single_thread", bf["bf16_gflops"], "GFLOP/s", True, "onednn-2.6-fp32-matmul-single-thread", bf["fp32_gflops"])
+pr = {}
+for line in open(f"{out}/precision.jsonl"):
+    j = json.loads(line); pr[j["name"]] = j
+add("default_job_bf16_tokens_per_s", pr["precision_bf16"]["tokens_per_s"], "tokens/s", True, "troupe-fp32", pr["precision_fp32"]["tokens_per_s"])
+add("default_job_fp16_tokens_per_s", pr["precision_fp16"]["tokens_per_s"], "tokens/s", True, "troupe-fp32", pr["precision_fp32"]["tokens_per_s"])
+def tail_loss(p):
+    ls = [json.loads(l) for l in open(f"{out}/run-{p}/metrics.jsonl")]
+    ls = [j["loss"] for j in ls if "loss" in j and "step" in j and j["step"] > 180]
+    return sum(ls) / len(ls)
+add("default_job_bf16_loss_steps_181_200", tail_loss("bf16"), "nats", False, "troupe-fp32", tail_loss("fp32"))
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")

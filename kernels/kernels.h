@@ -110,6 +110,10 @@ double ce_vp_finish(float* logits, float* losses, const float* gmax, const float
 void round_to(float* x, int64_t N, DType dt);
 // out (N) = x as bf16 bits (round to nearest even).
 void to_bf16(uint16_t* out, const float* x, int64_t N);
+// The 16-bit storage of x (N) in dt (bf16 or fp16 bits, round to nearest even; exact for
+// values already rounded to dt), and back. Used for the activations a stage stashes.
+void pack16(uint16_t* out, const float* x, int64_t N, DType dt);
+void unpack16(float* out, const uint16_t* x, int64_t N, DType dt);
 
 // ---- reductions (kernels/cpu/reduce.cpp) --------------------------------------------
 // Sum of squares of x (N) in double, in fixed 4096-element chunks summed in order.

@@ -1,6 +1,7 @@
 #include "stages/stage.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 
@@ -90,7 +91,7 @@ Param* Stage::find(const std::string& name) {
 }
 
 void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool is_first, bool is_last,
-                         bool full_acts, int64_t rows) {
+                         bool full_acts, int64_t rows, bool fp32_logits) {
   B = b;
   T = t;
   const int64_t BT = (int64_t)b * t;
@@ -108,7 +109,7 @@ void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool i
     lnf = Tensor({BT, cfg.C});
     lnf_mean = Tensor({rows});
     lnf_rstd = Tensor({rows});
-    logits = Tensor({BT, cfg.Vl()});
+    if (fp32_logits) logits = Tensor({BT, cfg.Vl()});  // (else a shared scratch + the 16-bit stash)
   }
 }
 
@@ -121,11 +122,43 @@ std::unique_ptr<Stage::Slot> Stage::take_slot() {
   return std::make_unique<Slot>();
 }
 
-void Stage::forward_blocks(Slot& sl, int B, int T, float* out) {
+namespace {
+// The activations of a block stashed in 16 bits (mixed precision), in this order.
+std::array<Tensor*, 8> packed_fields(BlockActs& a) {
+  return {&a.ln1, &a.qkv, &a.att, &a.atty, &a.x2, &a.ln2, &a.fch, &a.fch_gelu};
+}
+std::array<Tensor*, 4> stat_fields(BlockActs& a) { return {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}; }
+}  // namespace
+
+void Stage::pack(Slot& sl, int i) {
+  int64_t n = 0;
+  for (Tensor* t : packed_fields(re_acts_)) n += t->numel();
+  auto& buf = sl.packed[i];
+  buf.resize((size_t)n);
+  int64_t off = 0;
+  for (Tensor* t : packed_fields(re_acts_)) {
+    kernels::pack16(buf.data() + off, t->data(), t->numel(), dt_);
+    off += t->numel();
+  }
+  auto src = stat_fields(re_acts_), dst = stat_fields(sl.acts[i]);  // LayerNorm statistics stay fp32
+  for (int k = 0; k < 4; ++k) {
+    if (!dst[k]->defined() || dst[k]->shape() != src[k]->shape()) *dst[k] = Tensor(src[k]->shape());
+    std::memcpy(dst[k]->data(), src[k]->data(), src[k]->nbytes());
+  }
+}
+
+void Stage::forward_blocks(Slot& sl, int B, int T, float* out, bool stash) {
   const int n = (int)blocks_.size();
+  if (packed()) sl.packed.resize(n);
   for (int i = 0; i < n; ++i) {
     float* y = (i + 1 < n) ? sl.acts[i + 1].x.data() : out;
-    if (recompute_) {
+    if (packed()) {
+      re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));
+      re_acts_.x = sl.acts[i].x;
+      blocks_[i].forward(y, re_acts_, B, T, cfg_);
+      if (stash) pack(sl, i);
+      re_acts_.x = Tensor();
+    } else if (recompute_) {
       re_acts_.ensure(B, T, cfg_);
       re_acts_.x = sl.acts[i].x;
       blocks_[i].forward(y, re_acts_, B, T, cfg_);
@@ -136,7 +169,30 @@ void Stage::forward_blocks(Slot& sl, int B, int T, float* out) {
   }
 }
 
+const float* Stage::dlogits(Slot& sl) {
+  if (!packed()) return sl.logits.data();
+  const int64_t n = (int64_t)sl.B * sl.T * cfg_.Vl();
+  TROUPE_CHECK((int64_t)sl.packed_logits.size() == n) << "stage " << s_ << ": no stashed dlogits";
+  if (!logits_scratch_.defined() || logits_scratch_.numel() != n) logits_scratch_ = Tensor({(int64_t)sl.B * sl.T, cfg_.Vl()});
+  kernels::unpack16(logits_scratch_.data(), sl.packed_logits.data(), n, dt_);
+  return logits_scratch_.data();
+}
+
 BlockActs& Stage::acts_for(Slot& sl, int i) {
+  if (packed()) {
+    re_acts_.ensure(sl.B, sl.T, cfg_, rows((int64_t)sl.B * sl.T));
+    const auto& buf = sl.packed.at(i);
+    int64_t off = 0;
+    for (Tensor* t : packed_fields(re_acts_)) {
+      TROUPE_CHECK(off + t->numel() <= (int64_t)buf.size()) << "stage " << s_ << ": block " << i << " was not stashed";
+      kernels::unpack16(t->data(), buf.data() + off, t->numel(), dt_);
+      off += t->numel();
+    }
+    auto src = stat_fields(sl.acts[i]), dst = stat_fields(re_acts_);
+    for (int k = 0; k < 4; ++k) std::memcpy(dst[k]->data(), src[k]->data(), src[k]->nbytes());
+    re_acts_.x = sl.acts[i].x;
+    return re_acts_;
+  }
   if (!recompute_) return sl.acts[i];
   // Same kernels, same input: the recomputed activations are bitwise the stashed ones.
   re_acts_.ensure(sl.B, sl.T, cfg_);
@@ -153,7 +209,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   auto sl = take_slot();
   sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
   const int64_t BT = (int64_t)B * T, R = rows(BT);
-  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, R);
+  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), R, !packed());
   set_drop(mb, B, T, keep);
   const int C = cfg_.C;
   if (first()) {
@@ -168,10 +224,10 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   Tensor out;
   if (!last()) {
     out = sp_now_ ? Tensor({R, C}) : Tensor({B, T, C});
-    forward_blocks(*sl, B, T, out.data());
+    forward_blocks(*sl, B, T, out.data(), keep);
   } else {
     TROUPE_CHECK(targets != nullptr);
-    forward_blocks(*sl, B, T, sl->xf.data());
+    forward_blocks(*sl, B, T, sl->xf.data(), keep);
     if (sp_now_) {  // ln_f on this rank's rows, then gather all rows for the vocab-parallel head
       Tensor part({R, C});
       kernels::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
@@ -183,10 +239,19 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
                                  lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
       kernels::round_to(sl->lnf.data(), BT * C, dt_);
     }
-    linear_forward(sl->logits.data(), sl->lnf.data(), *wte_, nullptr, BT, C, cfg_.Vl(), dt_);
+    Tensor* lg = &sl->logits;
+    if (packed()) {
+      lg = &logits_scratch_;
+      if (!lg->defined() || lg->shape() != std::vector<int64_t>{BT, cfg_.Vl()}) *lg = Tensor({BT, cfg_.Vl()});
+    }
+    linear_forward(lg->data(), sl->lnf.data(), *wte_, nullptr, BT, C, cfg_.Vl(), dt_);
     // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
-    double sum = cross_entropy(sl->logits.data(), targets, BT, keep ? dloss : 0.0f);
-    if (keep && dloss != 0.0f) kernels::round_to(sl->logits.data(), sl->logits.numel(), dt_);
+    double sum = cross_entropy(lg->data(), targets, BT, keep ? dloss : 0.0f);
+    if (keep && dloss != 0.0f) kernels::round_to(lg->data(), lg->numel(), dt_);
+    if (keep && packed()) {
+      sl->packed_logits.resize((size_t)lg->numel());
+      kernels::pack16(sl->packed_logits.data(), lg->data(), lg->numel(), dt_);
+    }
     if (loss_sum) *loss_sum += sum;
   }
   if (keep)
@@ -216,7 +281,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     Tensor* dlnf = &dlnf_;
     if (!weights) dlnf = &sl.dlnf;
     ensure(*dlnf, {BT, C});
-    linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, sl.logits.data(), sl.lnf.data(),
+    linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, dlogits(sl), sl.lnf.data(),
                     *wte_, BT, C, cfg_.Vl(), dt_);
     if (sp_now_) {
       // reduce-scatter dL/d ln_f out to this rank's rows; ln_f's weight gradients over the
@@ -258,7 +323,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
       sl.grads[i].ensure(B, T, cfg_);
       blocks_[i].backward_input(dres.data(), a, sl.grads[i], scratch_, B, T, cfg_);
     }
-    if (recompute_) re_acts_.x = Tensor();
+    if (recompute_ || packed()) re_acts_.x = Tensor();
   }
   if (first()) {
     if (weights)
@@ -287,14 +352,14 @@ void Stage::backward_weights(int mb) {
   const int64_t BT = (int64_t)B * T;
   set_drop(mb, B, T, true);
   if (last()) {
-    linear_backward(nullptr, head_grad_.data(), nullptr, sl.logits.data(), sl.lnf.data(), *wte_, BT, C, cfg_.Vl(),
+    linear_backward(nullptr, head_grad_.data(), nullptr, dlogits(sl), sl.lnf.data(), *wte_, BT, C, cfg_.Vl(),
                     dt_);
     kernels::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
                                 lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   }
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
-    if (recompute_) re_acts_.x = Tensor();
+    if (recompute_ || packed()) re_acts_.x = Tensor();
   }
   if (first()) {
     embed_backward(sl.dx0.data(), sl.tokens.data(), B, T);
@@ -309,7 +374,7 @@ void Stage::backward_weights(int mb) {
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
   auto sl = take_slot();
   sp_now_ = false;  // inference runs the plain TP path (any length)
-  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, T);
+  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), T, !packed());
   set_drop(0, 1, T, false);
   const int C = cfg_.C;
   if (first())
@@ -319,9 +384,9 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   Tensor out;
   if (!last()) {
     out = Tensor({1, T, C});
-    forward_blocks(*sl, 1, T, out.data());
+    forward_blocks(*sl, 1, T, out.data(), false);
   } else {
-    forward_blocks(*sl, 1, T, sl->xf.data());
+    forward_blocks(*sl, 1, T, sl->xf.data(), false);
     kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
                                lnf_w_->value.data(), lnf_b_->value.data(), T, C);
     std::vector<float> local(cfg_.Vl()), all((size_t)cfg_.Vl() * cfg_.TP);
@@ -390,10 +455,12 @@ size_t Stage::activation_bytes() const {
     for (const Tensor* t : {&s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
       if (t->defined()) b += t->nbytes();
     b += s.tokens.size() * sizeof(int32_t);
+    for (auto& p : s.packed) b += p.size() * sizeof(uint16_t);
+    b += s.packed_logits.size() * sizeof(uint16_t);
   };
   for (const Tensor* t : {&re_acts_.ln1, &re_acts_.ln1_mean, &re_acts_.ln1_rstd, &re_acts_.qkv, &re_acts_.att,
                           &re_acts_.atty, &re_acts_.x2, &re_acts_.ln2, &re_acts_.ln2_mean, &re_acts_.ln2_rstd,
-                          &re_acts_.fch, &re_acts_.fch_gelu, &re_out_})
+                          &re_acts_.fch, &re_acts_.fch_gelu, &re_out_, &logits_scratch_})
     if (t->defined()) b += t->nbytes();
   for (auto& [k, s] : stash_) add_slot(*s);
   for (auto& s : free_) add_slot(*s);

@@ -107,23 +107,35 @@ class Stage {
   struct Slot {
     int B = 0, T = 0;
     std::vector<int32_t> tokens;   // first stage: the microbatch tokens (for the embedding backward)
-    std::vector<BlockActs> acts;   // one per block
+    std::vector<BlockActs> acts;   // one per block (mixed precision: only x and the LayerNorm statistics)
+    // Mixed precision: each block's stashed activations in 16-bit storage (packed_fields order)
+    std::vector<std::vector<uint16_t>> packed;
+    std::vector<uint16_t> packed_logits;  // ... and the last stage's dlogits
     Tensor xf, lnf, lnf_mean, lnf_rstd, logits;  // last stage: ln_f input/output, dlogits
     std::vector<BlockGrads> grads;  // zero-bubble: output gradients kept from B for W
     Tensor dlnf, dx0;               // ... and the head's dL/d ln_f out, the first stage's dL/d embedding
     bool input_done = false;        // B ran without the weights (W pending)
-    void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last, bool full_acts, int64_t rows);
+    void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last, bool full_acts, int64_t rows,
+                bool fp32_logits);
   };
   // The activations of block i for slot sl: the stashed ones, or (recompute) the shared
   // scratch refilled by running the block's forward again from its stashed input.
   BlockActs& acts_for(Slot& sl, int i);
+  // Mixed precision without recompute: activations are stashed as 16-bit values (exactly
+  // what the fp32 buffers held: every stored activation is rounded to dt) and unpacked
+  // into the shared scratch for backward.
+  bool packed() const { return dt_ != DType::f32 && !recompute_; }
+  void pack(Slot& sl, int i);
+  // The dlogits of a stashed microbatch (B*T, Vl): the slot's, or unpacked into the scratch.
+  const float* dlogits(Slot& sl);
+  Tensor logits_scratch_;
   std::unique_ptr<Slot> take_slot();
   void embed(float* out, const int32_t* tokens, int B, int T);
   void embed_backward(float* dout, const int32_t* tokens, int B, int T);
   double cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss);
   Communicator* tp_ = nullptr;
   double timeout_s_ = 300;
-  void forward_blocks(Slot& sl, int B, int T, float* out);
+  void forward_blocks(Slot& sl, int B, int T, float* out, bool stash = true);
   bool recompute_ = false;
   bool sp_cfg_ = false, sp_now_ = false;
   int64_t rows(int64_t BT) const { return sp_now_ ? BT / tp_->size() : BT; }

@@ -534,6 +534,17 @@ TEST_CASE("bf16 and fp16 runs are layout-independent and track fp32", "[pipeline
     auto f = run_job(tiny(1, 2), ctx());
     for (int i = 0; i < 3; ++i) CHECK(a.losses[i] == Approx(f.losses[i]).epsilon(1e-2));
     CHECK(a.losses[0] != f.losses[0]);  // it did run in 16 bits
+    // the stash holds 16-bit activations: exactly the values recomputation reproduces,
+    // in about half the bytes of fp32's
+    auto r = c2;
+    r.train.recompute = "full";
+    auto re = run_job(r, ctx());
+    CHECK(re.losses == b.losses);
+    auto pr = by_name(re);
+    for (auto& [n, t] : pb) CHECK(std::memcmp(t.data(), pr[n].data(), t.nbytes()) == 0);
+    auto f2 = run_job(tiny(2, 2), ctx());
+    INFO("activation bytes: " << b.activation_bytes << " vs fp32 " << f2.activation_bytes);
+    CHECK(b.activation_bytes < 0.75 * f2.activation_bytes);  // (plus one block of fp32 scratch)
   }
 }
 
