@@ -28,7 +28,7 @@ for p in fp32 bf16; do
   rm -rf "$OUT/run-$p"
   "$BUILD/troupe" train --config configs/sotu.toml --run-dir "$OUT/run-$p" --set train.steps=200 \
     --set train.eval_interval=0 --set train.eval_batches=1 --set train.sample_tokens=0 --set train.precision=$p \
-    | grep -E "step +(1|50|100|150|200)/200" || true
+    2>&1 | grep -E "step +(1|50|100|150|200)/200" || true
 done
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \

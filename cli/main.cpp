@@ -132,7 +132,7 @@ double available_memory() {
 
 // Refuses, before anything is allocated, a job that cannot fit in memory: fp32 weights,
 // gradients and AdamW moments (16 bytes per parameter, the tied embedding twice when
-// split), stashed activations (1F1B keeps at most min(M, P - s) microbatches on stage s,
+// split; mixed precision adds the bf16 GEMM copy), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
 // GPipe M) and the logits of a microbatch (twice: logits and their gradient).
 void check_memory(const Config& c) {
   const GPTConfig g = GPTConfig::from(c.model);
@@ -142,7 +142,10 @@ void check_memory(const Config& c) {
   // value + gradient on every replica, fp32 master + 2 moments sharded over DP (ZeRO-1)
   double params = (8.0 * DP + 12.0) * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
-  const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C : full_layer;
+  // mixed precision: the stash holds 16-bit values (+ one fp32 block of scratch per stage)
+  const bool half = c.train.precision != "fp32" && c.train.recompute != "full";
+  if (c.train.precision != "fp32") params += 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
+  const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C : half ? full_layer / 2 : full_layer;
   // (microbatch, chunk) pairs stashed on each stage: the schedule's simulated peak
   Schedule sched = make_schedule(c.parallel.schedule, P, M, V);
   validate_schedule(sched);
@@ -150,7 +153,7 @@ void check_memory(const Config& c) {
   double acts = 0;
   for (int st = 0; st < P; ++st) acts += sim.peak_inflight[st] * ((double)g.L / (P * V)) * per_layer;
   acts += 2.0 * 4.0 * mbB * T * g.V;                        // logits + dlogits of one microbatch
-  if (c.train.recompute == "full") acts += full_layer * P;  // one recompute buffer per stage
+  if (c.train.recompute == "full" || half) acts += full_layer * P;  // one recompute/unpack buffer per stage
   acts *= DP;                                               // every replica
   const double need = params + acts;
   const double have = available_memory();
