@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 
+#include "actors/checkpointer.h"
 #include "actors/messages.h"
 #include "actors/worker.h"
 #include "core/error.h"
@@ -123,6 +124,11 @@ class Coordinator {
         spdlog::info("vocabulary padded from {} to {} rows (a multiple of TP x 64); padded logits are masked out",
                      gpt_.V, gpt_.Vp());
     }
+    if (!ctx_.checkpoint_dir.empty()) {
+      writer_ = sys_->spawn(checkpoint_writer, caf::actor_cast<caf::actor>(*self_), cfg_.checkpoint.keep_last,
+                            ctx_.fault_kill_in_snapshot);
+      (*self_)->monitor(writer_);
+    }
     // stages and workers: one per (dp, pp, tp); workers_[(d * P + s) * TP + t]
     const Topology topo(DP_, P_, TP_);
     std::vector<std::vector<std::shared_ptr<Communicator>>> dp_groups;  // [s * TP + t][d]
@@ -177,6 +183,8 @@ class Coordinator {
           wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s && d == 0;
           wa.fault_inf_step = topo.rank({d, s, t}) == ctx_.fault_inf_rank ? ctx_.fault_inf_step : -1;
           wa.precision = dtype_;
+          wa.checkpointer = writer_;
+          wa.resume = ctx_.resume;
           wa.scaler = LossScalerConfig{cfg_.train.initial_loss_scale, cfg_.train.min_loss_scale, 2.0, 0.5,
                                        cfg_.train.loss_scale_window, cfg_.train.hysteresis};
           wa.trace = !ctx_.trace_path.empty() && t == 0 && d == 0;
@@ -220,13 +228,19 @@ class Coordinator {
     };
 
     JobResult res;
+    res_ = &res;
     res.peak_flops = peak;
     res.optimizer_bytes_per_rank = optimizer_bytes_;
     res.flops_per_token = flops_per_token;
     double train_s = 0;
     int64_t train_tokens = 0;
     const int steps = cfg_.train.steps;
-    for (int k = 1; k <= steps; ++k) {
+    const int64_t k0 = ctx_.resume ? ctx_.resume->step + 1 : 1;
+    res.first_step = k0;
+    if (ctx_.resume && !ctx_.quiet)
+      spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {:g})", ctx_.resume->dir, ctx_.resume->step,
+                   ctx_.resume->updates, ctx_.resume->loss_scale);
+    for (int64_t k = k0; k <= steps; ++k) {
       auto t0 = Clock::now();
       const double lr = lr_at(cfg_.optim, k);
       (*self_)->send(data_, batch_atom::value, (int64_t)k, 0, (int64_t)k);
@@ -287,6 +301,24 @@ class Coordinator {
                        vl, ctx_.unigram_entropy, vl - ctx_.unigram_entropy);
         emit({{"step", k}, {"val_loss", vl}});
       }
+      res.last_step = k;
+      const bool sig = ctx_.stop_signal && ctx_.stop_signal->load() != 0;
+      const int iv = cfg_.checkpoint.interval;
+      if (writer_ && ((iv > 0 && k % iv == 0) || sig)) take_snapshot(k);
+      if (sig) {
+        res.stopped_by_signal = true;
+        if (!ctx_.quiet)
+          spdlog::info("signal {}: stopping after step {}{}", ctx_.stop_signal->load(), k,
+                       writer_ ? " (snapshot saved)" : " (no checkpoint directory: nothing saved)");
+        break;
+      }
+    }
+    wait_snapshots();
+    if (res.stopped_by_signal) {
+      emit({{"summary", true}, {"steps", res.last_step}, {"stopped_by_signal", true}});
+      if (ctx_.collect_params) res.params = dump_params();
+      shutdown();
+      return res;
     }
     if (steps == 0) res.val_losses.emplace_back(0, evaluate());
     res.final_val_loss = res.val_losses.empty() ? NAN : res.val_losses.back().second;
@@ -328,6 +360,10 @@ class Coordinator {
             [&](dump_atom, ParamDump& d) {
               if constexpr (std::is_invocable_v<Handler, ParamDump&>) on(d);
             },
+            [&](snapack_atom, int64_t, SnapAck& a) {
+              if constexpr (std::is_invocable_v<Handler, SnapAck&>) on(a);
+            },
+            [&](snapdone_atom, int64_t k, SnapDone& d) { on_snap_done(k, d); },
             [&](status_atom, WaitState& ws) {
               if (ws.tp == 0 && ws.dp == 0) states_[ws.stage] = ws;  // (tp 0, dp 0) speaks for its stage
             },
@@ -631,25 +667,82 @@ class Coordinator {
     return os.str();
   }
 
+  // Snapshot of step k: every worker copies its state to host memory and hands it to the
+  // writer (the only time training waits); the writer finishes in the background.
+  void take_snapshot(int64_t k) {
+    auto t0 = Clock::now();
+    for (auto& w : workers_) (*self_)->send(w, snap_atom::value, k);
+    SnapAck first;
+    int n = 0;
+    wait([&] { return n == (int)workers_.size(); }, "the snapshot copies of step " + std::to_string(k),
+         [&](SnapAck& a) {
+           if (n == 0) first = a;
+           if (a.updates != first.updates || a.loss_scale != first.loss_scale)
+             throw Error("workers disagree on the optimizer state at step " + std::to_string(k));
+           ++n;
+         });
+    ManifestInfo info;
+    info.step = k;
+    info.updates = first.updates;
+    info.loss_scale = first.loss_scale;
+    info.growth_tracker = first.growth_tracker;
+    info.hysteresis_tracker = first.hysteresis_tracker;
+    info.config_toml = cfg_.to_toml();
+    info.tp = TP_;
+    info.pp = P_;
+    info.dp = DP_;
+    info.chunks = cfg_.parallel.chunks;
+    info.precision = cfg_.train.precision;
+    info.tokenizer_hash = ctx_.tokenizer_hash;
+    (*self_)->send(writer_, snapbeg_atom::value, k, std::move(info), (int)workers_.size(), ctx_.checkpoint_dir);
+    in_flight_.insert(k);
+    JobResult::Snapshot s;
+    s.step = k;
+    s.stall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    res_->snapshots.push_back(s);
+  }
+  void on_snap_done(int64_t k, SnapDone& d) {
+    in_flight_.erase(k);
+    for (auto& s : res_->snapshots)
+      if (s.step == k) s.write_s = d.write_s, s.bytes = d.bytes, s.ok = d.ok, s.dir = d.dir, s.error = d.error;
+    if (d.ok) {
+      if (!ctx_.quiet)
+        spdlog::info("snapshot of step {} written to {} ({:.1f} MiB in {:.2f} s, in the background){}", k, d.dir,
+                     d.bytes / 1048576.0, d.write_s,
+                     d.deleted.empty() ? std::string() : fmt::format("; removed {} older", d.deleted.size()));
+    } else {
+      // training goes on; the previous snapshots stay as they were
+      spdlog::error("snapshot of step {} failed: {}; training continues, earlier snapshots are untouched", k, d.error);
+    }
+  }
+  // A run waits for its snapshots in flight before it ends.
+  void wait_snapshots() {
+    if (in_flight_.empty()) return;
+    wait([&] { return in_flight_.empty(); }, "the snapshots being written", [](SnapAck&) {});
+  }
+
   void shutdown() {
     if (stopped_ || !sys_) return;
     stopped_ = true;
+    if (writer_) (*self_)->send(writer_, stop_atom::value);
     for (auto& w : workers_) (*self_)->send(w, stop_atom::value);
     if (data_) (*self_)->send(data_, stop_atom::value);
     // Workers exit on stop; wait for their down messages (deadline) so none outlives us.
     const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (down_.size() < workers_.size()) {
+    const size_t actors = workers_.size() + (writer_ ? 1 : 0);
+    while (down_.size() < actors) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) break;
       bool timed_out = false;
       (*self_)->receive([&](caf::down_msg& dm) { down_.insert(dm.source); }, [&](fail_atom, int, std::string&) {},
                         [&](done_atom, int64_t, StepReport&) {}, [&](norm_atom, int64_t, NormReport&) {},
                         [&](logits_atom, int64_t, std::vector<float>&) {}, [&](dump_atom, ParamDump&) {},
+                        [&](snapack_atom, int64_t, SnapAck&) {}, [&](snapdone_atom, int64_t, SnapDone&) {},
                         caf::after(left) >> [&] { timed_out = true; });
       if (timed_out) break;
     }
-    if (down_.size() < workers_.size()) {
-      spdlog::error("{} worker(s) did not stop within 30 s; exiting anyway", workers_.size() - down_.size());
+    if (down_.size() < actors) {
+      spdlog::error("{} actor(s) did not stop within 30 s; exiting anyway", actors - down_.size());
       std::fflush(nullptr);
       std::_Exit(1);
     }
@@ -660,6 +753,9 @@ class Coordinator {
   GPTConfig gpt_;
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;
   size_t optimizer_bytes_ = 0;
+  caf::actor writer_;              // the checkpoint writer (none without a checkpoint directory)
+  std::set<int64_t> in_flight_;    // snapshots handed to the writer, not yet reported
+  JobResult* res_ = nullptr;
   DType dtype_ = DType::f32;  // train.precision
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;

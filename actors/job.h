@@ -1,11 +1,13 @@
 // actors/job.h — one training job in one process: the coordinator (this thread, as a
 // scoped actor), the data actor, and one stage worker actor per pipeline stage.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "checkpoint/snapshot.h"
 #include "core/config.h"
 #include "core/tensor.h"
 
@@ -29,6 +31,14 @@ struct JobContext {
   // fault_inf_rank (core/topology.h order) finds +inf in one of its gradient elements
   int64_t fault_inf_step = -1;
   int fault_inf_rank = 0;
+  // Snapshots (checkpoint/snapshot.h): where they go ("" = none; checkpoint.interval and
+  // checkpoint.keep_last from the config), the state to continue from (--resume), and a
+  // flag a signal handler sets (SIGUSR1/SIGTERM/SIGINT): snapshot the current step, stop.
+  std::string checkpoint_dir;
+  std::shared_ptr<const TrainState> resume;
+  const std::atomic<int>* stop_signal = nullptr;
+  std::string tokenizer_hash;          // recorded in the manifest
+  int64_t fault_kill_in_snapshot = -1;  // fault injection (tests): SIGKILL while writing this step's snapshot
 };
 
 struct JobResult {
@@ -53,6 +63,18 @@ struct JobResult {
   double ms_per_step = 0;
   std::string sample;
   std::vector<std::pair<std::string, Tensor>> params;  // by name; wte twice when P > 1 (both copies)
+  int64_t first_step = 1;          // 1, or the resumed snapshot's step + 1 (losses[0] is this step's)
+  int64_t last_step = 0;           // the last step trained
+  bool stopped_by_signal = false;
+  struct Snapshot {
+    int64_t step = 0;
+    double stall_s = 0;   // how long training waited (workers' copies to host memory)
+    double write_s = 0;   // the writer's time, in the background
+    uint64_t bytes = 0;
+    bool ok = false;
+    std::string dir, error;
+  };
+  std::vector<Snapshot> snapshots;
 };
 
 // Runs cfg.train.steps steps (validating cfg first). Throws UserError for bad input,

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/snapshot.h"
 #include "core/tensor.h"
 
 namespace troupe {
@@ -50,6 +51,16 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using dump_atom = caf::atom_constant<caf::atom("dump")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+// Snapshots: coordinator -> workers (snap_atom, k); each worker copies its state to host
+// memory, sends (shard_atom, k, ShardData) to the checkpoint writer and answers the
+// coordinator (snapack_atom, k, SnapAck); the coordinator then sends the writer
+// (snapbeg_atom, k, ManifestInfo, workers, directory); the writer answers
+// (snapdone_atom, k, SnapDone) once the manifest is on disk (or the save failed).
+using snap_atom = caf::atom_constant<caf::atom("snap")>;
+using snapack_atom = caf::atom_constant<caf::atom("snapack")>;
+using shard_atom = caf::atom_constant<caf::atom("shard")>;
+using snapbeg_atom = caf::atom_constant<caf::atom("snapbeg")>;
+using snapdone_atom = caf::atom_constant<caf::atom("snapdone")>;
 
 // A block of token ids (B sequences of T tokens, row-major int32), shared read-only.
 struct TokenBlock {
@@ -113,8 +124,31 @@ struct ParamDump {
   std::vector<std::pair<std::string, Tensor>> params;
 };
 
+// A worker's answer to snap_atom: its optimizer counters (the same on every worker) and
+// how long the copy to host memory blocked it.
+struct SnapAck {
+  int64_t updates = 0;
+  double loss_scale = 1.0;
+  int growth_tracker = 0, hysteresis_tracker = 0;
+  double copy_s = 0;
+};
+
+// The writer's report of one snapshot.
+struct SnapDone {
+  bool ok = false;
+  std::string dir;      // the complete snapshot (ok) or what was being written
+  std::string error;    // why it failed
+  uint64_t bytes = 0;   // shard + manifest bytes written
+  double write_s = 0;   // from the first shard to the manifest's rename
+  std::vector<std::string> deleted;  // removed by retention
+};
+
 }  // namespace troupe
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ShardData)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ManifestInfo)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SnapAck)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SnapDone)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::Tensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::TokenBlock)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::NormReport)

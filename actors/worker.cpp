@@ -31,7 +31,7 @@ const char* kind_name(int k) {
 using Key = std::tuple<int, int64_t, int, int>;  // (kind, step, microbatch, chunk)
 
 struct Control {
-  enum { step, infer_tokens, infer_act, stop, dump } what;
+  enum { step, infer_tokens, infer_act, stop, dump, snap } what;
   int64_t k = 0;
   int kind = 0;
   TokenBlock block;
@@ -44,6 +44,7 @@ class Worker {
   Worker(caf::blocking_actor* self, WorkerArgs a) : self_(self), a_(std::move(a)), s_(a_.pp_rank), V_((int)a_.chunks.size()) {
     for (auto& c : a_.chunks) opt_.emplace_back(c->params().size());
     if (a_.precision == DType::f16) scaler_.emplace(a_.scaler);
+    if (a_.resume) resume_from(*a_.resume);
     forward_only_ = schedule_forward_only(a_.M, V_);
   }
 
@@ -64,6 +65,7 @@ class Worker {
         case Control::infer_tokens: infer(c.k, 0, c.block.T, c.block.ids->data(), Tensor()); break;
         case Control::infer_act: infer(c.k, c.chunk, (int)c.act.dim(1), nullptr, c.act); break;
         case Control::dump: dump(); break;
+        case Control::snap: snapshot(c.k); break;
       }
     }
   }
@@ -121,6 +123,7 @@ class Worker {
         [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}, 0}); },
         [&](infer_atom, int64_t id, int c, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t, c}); },
         [&](dump_atom) { control_.push_back({Control::dump, 0, 0, {}, {}, 0}); },
+        [&](snap_atom, int64_t k) { control_.push_back({Control::snap, k, 0, {}, {}, 0}); },
         [&](status_atom) { self_->send(a_.coordinator, status_atom::value, wait_); },
         [&](stop_atom) {
           aborted_ = true;
@@ -344,8 +347,10 @@ class Worker {
     const int DP = dp.size(), d = a_.dp_rank;
     if (!z_.ready) {
       for (int c = 0; c < V_; ++c)
-        for (auto& p : chunk(c).params()) {
+        for (size_t pi = 0; pi < chunk(c).params().size(); ++pi) {
+          auto& p = chunk(c).params()[pi];
           z_.params.push_back(&p);
+          z_.opt.push_back(&opt_[c][pi]);
           z_.offset.push_back(z_.N);
           // counted once in the global norm: TP-replicated tensors by TP rank 0, the tied
           // embedding by the first stage
@@ -362,10 +367,17 @@ class Worker {
       for (size_t i = 0; i < z_.params.size(); ++i) {  // master shard = this rank's part of the initial weights
         Param& p = *z_.params[i];
         const Tensor& from = p.master.defined() ? p.master : p.value;  // fp32 master (mixed precision)
+        const AdamWState& st = *z_.opt[i];  // moments of a resumed run
         overlap(i, [&](int64_t a, int64_t b) {
-          std::memcpy(&z_.master[a - z_.lo], from.data() + (a - z_.offset[i]), (b - a) * sizeof(float));
+          const int64_t off = a - z_.offset[i], j = a - z_.lo;
+          std::memcpy(&z_.master[j], from.data() + off, (b - a) * sizeof(float));
+          if (st.m.defined()) {
+            std::memcpy(&z_.m[j], st.m.data() + off, (b - a) * sizeof(float));
+            std::memcpy(&z_.v[j], st.v.data() + off, (b - a) * sizeof(float));
+          }
         });
         p.master = Tensor();  // the optimizer keeps only its shard
+        *z_.opt[i] = AdamWState();
       }
       if (a_.precision != DType::f32) z_.shard.assign(z_.S, 0.0f);
       z_.ready = true;
@@ -424,6 +436,7 @@ class Worker {
   struct Zero1 {
     bool ready = false;
     std::vector<Param*> params;
+    std::vector<AdamWState*> opt;
     std::vector<int64_t> offset;
     std::vector<bool> counted;
     int64_t N = 0, S = 0, lo = 0;
@@ -448,6 +461,70 @@ class Worker {
       c = chunk_of(v + 1, a_.P);  // the next virtual stage is ours (P = 1)
       x = std::move(out);
     }
+  }
+
+  // Continues from a snapshot: this worker's shards of the logical tensors (values, fp32
+  // master weights, AdamW moments), the update count and the loss scaler.
+  void resume_from(const TrainState& st) {
+    for (int c = 0; c < V_; ++c) {
+      const GPTConfig& g = chunk(c).config();
+      const auto specs = gpt_param_specs(g);
+      auto& ps = chunk(c).params();
+      for (size_t i = 0; i < ps.size(); ++i) {
+        Param& p = ps[i];
+        const LogicalTensor& lt = st.tensors.at(p.name);
+        const ParamSpec& sp = specs[p.index];
+        Tensor v = shard_of(lt.value, sp, g);
+        std::memcpy(p.value.data(), v.data(), p.value.nbytes());
+        if (a_.precision != DType::f32) p.master = shard_of(lt.master, sp, g);
+        set_compute_copy(p, p.value.data(), a_.precision);
+        if (lt.m.defined()) opt_[c][i] = AdamWState{shard_of(lt.m, sp, g), shard_of(lt.v, sp, g)};
+      }
+    }
+    updates_ = st.updates;
+    if (scaler_) scaler_->restore(st.loss_scale, st.growth_tracker, st.hysteresis_tracker);
+  }
+
+  // Snapshot of step k (checkpoint/snapshot.h): copies this worker's state to host memory,
+  // hands it to the checkpoint writer, answers the coordinator. Values come from DP rank 0;
+  // optimizer state from its owner (ZeRO-1 shards); the tied embedding from the first stage.
+  void snapshot(int64_t k) {
+    auto t0 = Clock::now();
+    ShardData sd{a_.dp_rank, s_, a_.tp_rank, {}};
+    auto add = [&](const Param& p, StateField f, const float* data, int64_t off, int64_t n) {
+      ShardRecord r{p.name, f, a_.tp_rank, off, p.value.numel(), std::vector<float>(data, data + n)};
+      sd.records.push_back(std::move(r));
+    };
+    const bool mixed = a_.precision != DType::f32;
+    size_t zi = 0;
+    for (int c = 0; c < V_; ++c) {
+      auto& ps = chunk(c).params();
+      for (size_t i = 0; i < ps.size(); ++i, ++zi) {
+        const Param& p = ps[i];
+        if (p.name == "wte" && !chunk(c).first()) continue;  // the head's copy: bitwise the embedding's
+        const int64_t n = p.value.numel();
+        if (a_.dp_rank == 0) add(p, StateField::value, p.value.data(), 0, n);
+        if (z_.ready) {  // ZeRO-1: this rank's shard of master and moments
+          overlap(zi, [&](int64_t a, int64_t b) {
+            const int64_t off = a - z_.offset[zi], j = a - z_.lo;
+            if (mixed) add(p, StateField::master, &z_.master[j], off, b - a);
+            add(p, StateField::adam_m, &z_.m[j], off, b - a);
+            add(p, StateField::adam_v, &z_.v[j], off, b - a);
+          });
+        } else if (a_.dp_rank == 0) {
+          if (mixed) add(p, StateField::master, p.master.data(), 0, n);
+          const AdamWState& st = opt_[c][i];
+          if (st.m.defined()) {
+            add(p, StateField::adam_m, st.m.data(), 0, n);
+            add(p, StateField::adam_v, st.v.data(), 0, n);
+          }
+        }
+      }
+    }
+    SnapAck ack{updates_, loss_scale(), scaler_ ? scaler_->growth_tracker() : 0,
+                scaler_ ? scaler_->hysteresis_tracker() : 0, seconds_since(t0)};
+    self_->send(a_.checkpointer, shard_atom::value, k, std::move(sd));
+    self_->send(a_.coordinator, snapack_atom::value, k, ack);
   }
 
   void dump() {

@@ -42,6 +42,10 @@ struct WorkerArgs {
   // dynamic loss scaler every worker runs identically from the global found-inf decision.
   DType precision = DType::f32;
   LossScalerConfig scaler;
+  // Snapshots: the checkpoint writer actor (actors/checkpointer.h), and the state a resumed
+  // run starts from (logical tensors, resharded here for this worker's layout).
+  caf::actor checkpointer;
+  std::shared_ptr<const TrainState> resume;
   bool trace = false;             // record spans (StepReport::spans)
   std::chrono::steady_clock::time_point origin;  // time 0 of the spans
 };

@@ -31,6 +31,7 @@ const std::vector<Key>& key_table() {
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
+      K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last),
   };
   return t;
 }
@@ -109,9 +110,15 @@ Config Config::load(const std::string& path) {
       << "; pass a TOML file to --config (e.g. configs/sotu.toml)";
   std::ifstream f(path);
   TROUPE_USER_CHECK(f.good()) << "config file '" << path << "' cannot be read; pass a readable file to --config (e.g. configs/sotu.toml)";
+  std::stringstream text;
+  text << f.rdbuf();
+  return parse(text.str(), path);
+}
+
+Config Config::parse(const std::string& text, const std::string& path) {
   toml::table tbl;
   try {
-    tbl = toml::parse(f, path);
+    tbl = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << "config file '" << path << "' is not valid TOML at line " << e.source().begin.line << ": "
@@ -229,6 +236,10 @@ void Config::validate() const {
       << "train.initial_loss_scale = " << t.initial_loss_scale << " and train.min_loss_scale = " << t.min_loss_scale
       << "; need 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
   TROUPE_USER_CHECK(t.loss_scale_window >= 1) << "train.loss_scale_window = " << t.loss_scale_window << "; use >= 1 (default 1000)";
+  TROUPE_USER_CHECK(checkpoint.interval >= 0)
+      << "checkpoint.interval = " << checkpoint.interval << "; use a number of steps >= 1, or 0 for no periodic snapshots";
+  TROUPE_USER_CHECK(checkpoint.keep_last >= 1)
+      << "checkpoint.keep_last = " << checkpoint.keep_last << "; use >= 1 (the newest complete snapshot is always kept)";
   TROUPE_USER_CHECK(t.hysteresis >= 1) << "train.hysteresis = " << t.hysteresis << "; use >= 1 (default 2)";
   auto& o = optim;
   TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << o.lr << " must be a positive number";
@@ -246,6 +257,30 @@ void Config::validate() const {
   TROUPE_USER_CHECK(data.val_fraction > 0 && data.val_fraction < 1)
       << "data.val_fraction = " << data.val_fraction << " must be in (0, 1), e.g. 0.05";
   TROUPE_USER_CHECK(!data.corpus.empty()) << "data.corpus is empty; set it to a UTF-8 text file (make data writes data/sotu.txt)";
+}
+
+std::vector<std::pair<std::string, std::string>> Config::key_values() const {
+  Config c = *this;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& k : key_table()) {
+    std::string v = std::visit(
+        [](auto* p) -> std::string {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, std::string>)
+            return "\"" + *p + "\"";
+          else if constexpr (std::is_same_v<T, double>) {
+            char b[40];
+            std::snprintf(b, sizeof b, "%.17g", *p);
+            return b;
+          } else if constexpr (std::is_same_v<T, bool>)
+            return *p ? "true" : "false";
+          else
+            return std::to_string(*p);
+        },
+        k.ref(c));
+    out.emplace_back(k.name, v);
+  }
+  return out;
 }
 
 std::string Config::to_toml() const {

@@ -70,21 +70,33 @@ struct DataConfig {
   std::string cache_dir = "data/cache";   // tokenizer + token files, keyed by corpus hash
 };
 
+// Snapshots (checkpoint/snapshot.h): where, how often, how many are kept.
+struct CheckpointConfig {
+  std::string dir;        // "" = <run dir>/checkpoints
+  int interval = 0;       // steps between snapshots (0 = none, except on a signal)
+  int keep_last = 3;      // complete snapshots kept (the newest always stays)
+};
+
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
   TrainConfig train;
   OptimConfig optim;
   DataConfig data;
+  CheckpointConfig checkpoint;
 
   // Loads a TOML file (throws UserError: missing file, syntax error with line, unknown key).
   static Config load(const std::string& path);
+  // The same from TOML text; `name` is used in messages.
+  static Config parse(const std::string& text, const std::string& name);
   // Applies one "section.key=value" override (throws UserError naming the key).
   void set(const std::string& assignment);
   // Checks every cross-key constraint (throws UserError with the fix).
   void validate() const;
   // The resolved configuration as TOML text (every key, including defaults).
   std::string to_toml() const;
+  // Every key with its value as text (doubles exactly, %.17g), in key-table order.
+  std::vector<std::pair<std::string, std::string>> key_values() const;
   // All key names, "section.key".
   static std::vector<std::string> keys();
 };

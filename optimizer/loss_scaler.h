@@ -28,6 +28,12 @@ class DynamicLossScaler {
   // min_scale (fp16 cannot represent this run's gradients: the message names the fix).
   bool update(bool found_inf);
   int growth_tracker() const { return growth_tracker_; }
+  // Continues from saved state (a snapshot).
+  void restore(double scale, int growth_tracker, int hysteresis_tracker) {
+    scale_ = scale;
+    growth_tracker_ = growth_tracker;
+    hysteresis_tracker_ = hysteresis_tracker;
+  }
   int hysteresis_tracker() const { return hysteresis_tracker_; }
 
  private:

@@ -62,6 +62,7 @@ class Stage {
   DType precision() const { return dt_; }
   // Global index of this DP rank's first sequence of a step (dropout keys).
   void set_sample_base(int64_t base) { sample_base_ = base; }
+  const GPTConfig& config() const { return cfg_; }
   bool first() const { return s_ == 0; }
   bool last() const { return s_ == P_ - 1; }
   int index() const { return s_; }

@@ -1,0 +1,102 @@
+#include "actors/checkpointer.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+
+#include "actors/messages.h"
+#include "checkpoint/snapshot.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe {
+
+void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int keep_last, int64_t fault_kill_step) {
+  using Clock = std::chrono::steady_clock;
+  struct Pending {
+    std::vector<ShardData> queue;  // received, not yet written
+    bool begun = false;
+    ManifestInfo info;
+    int expected = 0, handled = 0;
+    std::string ckpt_dir, tmp;
+    std::vector<FileEntry> files;
+    std::string error;
+    uint64_t bytes = 0;
+    Clock::time_point t0 = Clock::now();
+  };
+  std::map<int64_t, Pending> pending;
+  // Writes what can be written for step k; commits the snapshot once every shard is in.
+  auto progress = [&](int64_t k) {
+    Pending& p = pending[k];
+    if (!p.begun) return;
+    for (auto& s : p.queue) {
+      if (p.error.empty()) {
+        try {
+          FileEntry e = write_shard_file(p.tmp, s);
+          p.bytes += e.bytes;
+          p.files.push_back(e);
+          if (k == fault_kill_step) ::kill(::getpid(), SIGKILL);  // fault injection (tests)
+        } catch (const std::exception& e) {
+          p.error = e.what();
+        }
+      }
+      ++p.handled;
+      s = ShardData();  // the host copy is freed as soon as it is on disk
+    }
+    p.queue.clear();
+    if (p.handled < p.expected) return;
+    SnapDone d;
+    d.dir = p.ckpt_dir + "/" + snapshot_name(k);
+    if (p.error.empty()) {
+      try {
+        std::sort(p.files.begin(), p.files.end(), [](auto& a, auto& b) { return a.name < b.name; });
+        write_manifest(p.tmp, p.info, p.files);
+        p.bytes += fs::file_size(p.tmp + "/manifest.capnp");
+        commit_snapshot(p.tmp, d.dir);
+        d.ok = true;
+        d.deleted = apply_retention(p.ckpt_dir, keep_last);
+      } catch (const std::exception& e) {
+        p.error = e.what();
+      }
+    }
+    if (!d.ok) {
+      std::error_code ec;
+      fs::remove_all(p.tmp, ec);  // never taken for a snapshot (no manifest), but free the space
+      d.error = p.error;
+    }
+    d.bytes = p.bytes;
+    d.write_s = std::chrono::duration<double>(Clock::now() - p.t0).count();
+    self->send(coordinator, snapdone_atom::value, k, std::move(d));
+    pending.erase(k);
+  };
+  bool running = true;
+  self->receive_while(running)(
+      [&](shard_atom, int64_t k, ShardData& s) {
+        Pending& p = pending[k];
+        if (p.handled == 0 && p.queue.empty()) p.t0 = Clock::now();
+        p.queue.push_back(std::move(s));
+        progress(k);
+      },
+      [&](snapbeg_atom, int64_t k, ManifestInfo& info, int expected, std::string& ckpt_dir) {
+        Pending& p = pending[k];
+        p.begun = true;
+        p.info = std::move(info);
+        p.expected = expected;
+        p.ckpt_dir = ckpt_dir;
+        p.tmp = ckpt_dir + "/" + snapshot_name(k) + ".tmp-" + std::to_string(::getpid());
+        std::error_code ec;
+        fs::create_directories(ckpt_dir, ec);
+        fs::remove_all(p.tmp, ec);
+        ec.clear();
+        fs::create_directories(p.tmp, ec);
+        if (ec) p.error = "cannot create " + p.tmp + ": " + ec.message();
+        progress(k);
+      },
+      [&](stop_atom) { running = false; });
+}
+
+}  // namespace troupe

@@ -1,0 +1,466 @@
+#include "checkpoint/snapshot.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <kj/exception.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "schemas/snapshot.capnp.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe {
+namespace {
+
+constexpr char kShardMagic[8] = {'T', 'R', 'P', 'S', 'H', 'R', 'D', '1'};
+constexpr uint32_t kFormat = 1;
+constexpr const char* kManifest = "manifest.capnp";
+
+uint32_t crc(uint32_t c, const void* p, size_t n) {
+  const auto* b = static_cast<const Bytef*>(p);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt k = (uInt)std::min<size_t>(n, 1u << 30);
+    c = (uint32_t)crc32(c, b, k);
+    b += k;
+    n -= k;
+  }
+  return c;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// A file written through a descriptor, with a running crc32; every failure names the path.
+class Out {
+ public:
+  explicit Out(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error("cannot create " + path + ": " + errno_text());
+  }
+  ~Out() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void put(const void* p, size_t n) {
+    crc_ = crc(crc_, p, n);
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t w = ::write(fd_, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw Error("cannot write " + path_ + ": " + errno_text());
+      c += w;
+      n -= (size_t)w;
+      bytes_ += (uint64_t)w;
+    }
+  }
+  template <class T>
+  void pod(const T& v) {
+    put(&v, sizeof v);
+  }
+  void finish() {  // fsync + close
+    if (::fsync(fd_) != 0) throw Error("cannot fsync " + path_ + ": " + errno_text());
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      throw Error("cannot close " + path_ + ": " + errno_text());
+    }
+    fd_ = -1;
+  }
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc32() const { return crc_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error("cannot open directory " + dir + ": " + errno_text());
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw Error("cannot fsync directory " + dir + ": " + errno_text());
+}
+
+std::vector<char> read_all(const std::string& path) {
+  std::vector<char> buf;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TROUPE_USER_CHECK(fd >= 0) << "cannot open " << path << ": " << errno_text();
+  struct stat st {};
+  ::fstat(fd, &st);
+  buf.resize((size_t)st.st_size);
+  size_t got = 0;
+  while (got < buf.size()) {
+    ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  ::close(fd);
+  TROUPE_USER_CHECK(got == buf.size()) << "cannot read " << path << " completely";
+  return buf;
+}
+
+// Bounds-checked reader over a shard file's bytes.
+struct In {
+  const char* p;
+  size_t n, at = 0;
+  std::string path;
+  void need(size_t k, const char* what) {
+    TROUPE_USER_CHECK(k <= n - at) << "snapshot shard " << path << " is truncated or damaged (at byte " << at
+                                   << ", reading " << what << "); use another snapshot";
+  }
+  template <class T>
+  T pod(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, p + at, sizeof v);
+    at += sizeof v;
+    return v;
+  }
+};
+
+const char* shard_kind_name(Shard s) {
+  switch (s) {
+    case Shard::replicated: return "replicated";
+    case Shard::rows: return "rows";
+    case Shard::cols: return "cols";
+    case Shard::qkv_rows: return "qkv_rows";
+    case Shard::vocab_rows: return "vocab_rows";
+  }
+  return "?";
+}
+
+const char* field_name(StateField f) {
+  switch (f) {
+    case StateField::value: return "value";
+    case StateField::master: return "master";
+    case StateField::adam_m: return "adam_m";
+    case StateField::adam_v: return "adam_v";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string snapshot_name(int64_t step) { return fmt::format("step-{:08d}", step); }
+std::string shard_file_name(int dp, int pp, int tp) { return fmt::format("shard-dp{}-pp{}-tp{}.bin", dp, pp, tp); }
+
+bool resume_may_differ(const std::string& key) {
+  static const std::set<std::string> run_options = {
+      "train.steps",        "train.eval_interval", "train.eval_batches", "train.threads",
+      "train.sample_tokens", "train.timeout_s",    "data.cache_dir",
+  };
+  return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || run_options.count(key) > 0;
+}
+
+FileEntry write_shard_file(const std::string& dir, const ShardData& s) {
+  FileEntry e;
+  e.name = shard_file_name(s.dp, s.pp, s.tp);
+  Out o(dir + "/" + e.name);
+  o.put(kShardMagic, 8);
+  o.pod(kFormat);
+  o.pod((int32_t)s.dp);
+  o.pod((int32_t)s.pp);
+  o.pod((int32_t)s.tp);
+  o.pod((uint64_t)s.records.size());
+  for (const auto& r : s.records) {
+    o.pod((uint32_t)r.name.size());
+    o.put(r.name.data(), r.name.size());
+    o.pod((uint8_t)r.field);
+    o.pod(r.tp);
+    o.pod(r.offset);
+    o.pod(r.local_numel);
+    o.pod((int64_t)r.data.size());
+    o.pod(crc(0, r.data.data(), r.data.size() * sizeof(float)));
+    o.put(r.data.data(), r.data.size() * sizeof(float));
+  }
+  o.finish();
+  e.bytes = o.bytes();
+  e.crc32 = o.crc32();
+  return e;
+}
+
+void write_manifest(const std::string& dir, const ManifestInfo& info, const std::vector<FileEntry>& files) {
+  capnp::MallocMessageBuilder msg;
+  auto m = msg.initRoot<schema::Manifest>();
+  m.setFormatVersion(kFormat);
+  m.setStep(info.step);
+  m.setUpdates(info.updates);
+  m.setConfig(info.config_toml);
+  auto l = m.initLayout();
+  l.setTp(info.tp);
+  l.setPp(info.pp);
+  l.setDp(info.dp);
+  l.setChunks(info.chunks);
+  m.setPrecision(info.precision);
+  auto ls = m.initLossScaler();
+  ls.setScale(info.loss_scale);
+  ls.setGrowthTracker(info.growth_tracker);
+  ls.setHysteresisTracker(info.hysteresis_tracker);
+  m.setTokenizerHash(info.tokenizer_hash);
+  m.setVersions(fmt::format("troupe 0.1.0; capnp {}.{}.{}; format {}", CAPNP_VERSION_MAJOR, CAPNP_VERSION_MINOR,
+                            CAPNP_VERSION_MICRO, kFormat));
+  m.setDataPosition(info.step + 1);
+  Config cfg = Config::parse(info.config_toml, "the snapshot's config");
+  m.setRngState(fmt::format("seed {} (dropout masks and batches are keyed by seed, step and position)", cfg.train.seed));
+  const GPTConfig g = GPTConfig::from(cfg.model);
+  auto specs = gpt_param_specs(g);
+  auto ts = m.initTensors((unsigned)specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ts[i].setName(specs[i].name);
+    auto sh = ts[i].initShape((unsigned)specs[i].shape.size());
+    for (size_t d = 0; d < specs[i].shape.size(); ++d) sh.set((unsigned)d, specs[i].shape[d]);
+    ts[i].setShard(shard_kind_name(specs[i].shard));
+  }
+  auto fl = m.initFiles((unsigned)files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    fl[i].setName(files[i].name);
+    fl[i].setBytes(files[i].bytes);
+    fl[i].setCrc32(files[i].crc32);
+  }
+  const std::string tmp = dir + "/" + kManifest + ".tmp", final_path = dir + "/" + kManifest;
+  {
+    Out o(tmp);
+    auto words = capnp::messageToFlatArray(msg);
+    auto bytes = words.asBytes();
+    o.put(bytes.begin(), bytes.size());
+    o.finish();
+  }
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0)
+    throw Error("cannot rename " + tmp + " to " + final_path + ": " + errno_text());
+  fsync_dir(dir);
+}
+
+void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir) {
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {
+    fs::remove(fs::path(final_dir) / kManifest, ec);
+    fs::remove_all(final_dir, ec);
+    if (ec) throw Error("cannot replace " + final_dir + ": " + ec.message());
+  }
+  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
+    throw Error("cannot rename " + tmp_dir + " to " + final_dir + ": " + errno_text());
+  fsync_dir(fs::path(final_dir).parent_path().string());
+}
+
+TrainState load_snapshot(const std::string& dir, const Config& cfg) {
+  const std::string mpath = dir + "/" + kManifest;
+  TROUPE_USER_CHECK(fs::is_directory(dir)) << "snapshot directory " << dir << " does not exist; pass a snapshot "
+                                           << "directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
+  TROUPE_USER_CHECK(fs::is_regular_file(mpath))
+      << "snapshot " << dir << " has no " << kManifest << " (it is incomplete: a save was interrupted); "
+      << "use an older snapshot or --resume latest";
+  auto mbytes = read_all(mpath);
+  TrainState st;
+  st.dir = dir;
+  std::vector<FileEntry> files;
+  int TP = 1;
+  std::string precision;
+  std::map<std::string, std::pair<std::vector<int64_t>, std::string>> tinfo;
+  try {
+    TROUPE_USER_CHECK(mbytes.size() % sizeof(capnp::word) == 0 && !mbytes.empty())
+        << "snapshot manifest " << mpath << " is damaged (size " << mbytes.size() << " bytes); use another snapshot";
+    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(mbytes.data()),
+                                          mbytes.size() / sizeof(capnp::word));
+    capnp::ReaderOptions opts;
+    opts.traversalLimitInWords = 1ull << 28;
+    capnp::FlatArrayMessageReader reader(words, opts);
+    auto m = reader.getRoot<schema::Manifest>();
+    TROUPE_USER_CHECK(m.getFormatVersion() == kFormat)
+        << "snapshot manifest " << mpath << " has format " << m.getFormatVersion() << ", this troupe reads format "
+        << kFormat;
+    st.step = m.getStep();
+    st.updates = m.getUpdates();
+    TROUPE_USER_CHECK(st.step >= 1 && st.updates >= 0 && st.updates <= st.step)
+        << "snapshot manifest " << mpath << " is damaged (step " << st.step << ", updates " << st.updates << ")";
+    st.loss_scale = m.getLossScaler().getScale();
+    st.growth_tracker = m.getLossScaler().getGrowthTracker();
+    st.hysteresis_tracker = m.getLossScaler().getHysteresisTracker();
+    TP = m.getLayout().getTp();
+    TROUPE_USER_CHECK(TP >= 1 && TP <= 1024) << "snapshot manifest " << mpath << " is damaged (TP = " << TP << ")";
+    precision = m.getPrecision();
+    // the config: every key that shapes the model, the data or the numerics must match
+    Config saved = Config::parse(m.getConfig(), mpath);
+    auto mine = cfg.key_values(), theirs = saved.key_values();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (resume_may_differ(mine[i].first) || mine[i].second == theirs[i].second) continue;
+      throw UserError(fmt::format(
+          "snapshot {} was saved with {} = {} but this run has {}; resume with the same value (only parallel.*, "
+          "train.steps, checkpoint.* and run options such as train.threads may differ)",
+          dir, mine[i].first, theirs[i].second, mine[i].second));
+    }
+    for (auto f : m.getFiles()) files.push_back({f.getName(), f.getBytes(), f.getCrc32()});
+    for (auto t : m.getTensors()) {
+      std::vector<int64_t> shape;
+      for (auto d : t.getShape()) shape.push_back(d);
+      tinfo[t.getName()] = {shape, t.getShard()};
+    }
+  } catch (const kj::Exception& e) {
+    throw UserError("snapshot manifest " + mpath + " is damaged (" + std::string(e.getDescription().cStr()) +
+                    "); use another snapshot");
+  }
+  const GPTConfig g_saved = GPTConfig::from(cfg.model, TP, 0);
+  auto specs = gpt_param_specs(g_saved);
+  for (auto& sp : specs) {
+    auto it = tinfo.find(sp.name);
+    TROUPE_USER_CHECK(it != tinfo.end() && it->second.first == sp.shape && it->second.second == shard_kind_name(sp.shard))
+        << "snapshot " << dir << " holds another model: tensor " << sp.name
+        << (it == tinfo.end() ? " is missing" : " has another shape or sharding") << " (from " << kManifest << ")";
+  }
+  TROUPE_USER_CHECK(tinfo.size() == specs.size())
+      << "snapshot " << dir << " holds another model: " << tinfo.size() << " tensors, this model has " << specs.size();
+
+  // Pieces of local tensors: (name, field, tp) -> buffer + coverage.
+  struct Local {
+    std::vector<float> data;
+    std::vector<uint8_t> covered;
+  };
+  std::map<std::tuple<std::string, int, int>, Local> locals;
+  std::map<std::string, int> spec_index;
+  for (size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = (int)i;
+  for (const auto& f : files) {
+    TROUPE_USER_CHECK(f.name.find('/') == std::string::npos && f.name.rfind("shard-", 0) == 0)
+        << "snapshot manifest " << mpath << " names an unexpected file '" << f.name << "'";
+    const std::string path = dir + "/" + f.name;
+    TROUPE_USER_CHECK(fs::is_regular_file(path)) << "snapshot " << dir << " is missing its shard file " << f.name
+                                                 << "; use another snapshot";
+    const uint64_t size = fs::file_size(path);
+    TROUPE_USER_CHECK(size == f.bytes) << "snapshot shard " << path << " has " << size << " bytes, the manifest says "
+                                       << f.bytes << " (truncated or replaced); use another snapshot";
+    auto buf = read_all(path);
+    TROUPE_USER_CHECK(crc(0, buf.data(), buf.size()) == f.crc32)
+        << "snapshot shard " << path << " fails its checksum (the data is damaged); use another snapshot";
+    In in{buf.data(), buf.size(), 0, path};
+    in.need(8, "the magic");
+    TROUPE_USER_CHECK(std::memcmp(buf.data(), kShardMagic, 8) == 0) << "snapshot shard " << path << " is not a troupe shard";
+    in.at = 8;
+    TROUPE_USER_CHECK(in.pod<uint32_t>("the format") == kFormat) << "snapshot shard " << path << " has another format";
+    in.pod<int32_t>("dp");
+    in.pod<int32_t>("pp");
+    in.pod<int32_t>("tp");
+    const uint64_t nrec = in.pod<uint64_t>("the record count");
+    for (uint64_t r = 0; r < nrec; ++r) {
+      const uint32_t nlen = in.pod<uint32_t>("a name length");
+      in.need(nlen, "a name");
+      std::string name(buf.data() + in.at, nlen);
+      in.at += nlen;
+      const uint8_t field = in.pod<uint8_t>("a field");
+      const int32_t tp = in.pod<int32_t>("a TP rank");
+      const int64_t offset = in.pod<int64_t>("an offset"), local = in.pod<int64_t>("a size"),
+                    count = in.pod<int64_t>("a count");
+      const uint32_t dcrc = in.pod<uint32_t>("a checksum");
+      auto si = spec_index.find(name);
+      TROUPE_USER_CHECK(si != spec_index.end() && field <= 3 && tp >= 0 && tp < TP)
+          << "snapshot shard " << path << " holds an unexpected record (" << name << ", field " << (int)field << ", tp "
+          << tp << ")";
+      GPTConfig gt = g_saved;
+      gt.tp_rank = tp;
+      int64_t want = 1;
+      for (auto d : local_shape(specs[si->second], gt)) want *= d;
+      TROUPE_USER_CHECK(local == want && offset >= 0 && count >= 0 && offset <= local && count <= local - offset)
+          << "snapshot shard " << path << ": record " << name << " has a bad range [" << offset << ", +" << count
+          << ") of " << local << " (expected " << want << " elements)";
+      in.need((size_t)count * sizeof(float), "tensor data");
+      TROUPE_USER_CHECK(crc(0, buf.data() + in.at, (size_t)count * sizeof(float)) == dcrc)
+          << "snapshot shard " << path << ": tensor " << name << " (" << field_name((StateField)field)
+          << ") fails its checksum; use another snapshot";
+      auto& L = locals[{name, (int)field, tp}];
+      if (L.data.empty()) L.data.assign((size_t)local, 0.0f), L.covered.assign((size_t)local, 0);
+      std::memcpy(L.data.data() + offset, buf.data() + in.at, (size_t)count * sizeof(float));
+      for (int64_t i = offset; i < offset + count; ++i) {
+        TROUPE_USER_CHECK(!L.covered[i]) << "snapshot shard " << path << ": tensor " << name << " written twice";
+        L.covered[i] = 1;
+      }
+      in.at += (size_t)count * sizeof(float);
+    }
+    TROUPE_USER_CHECK(in.at == in.n) << "snapshot shard " << path << " has trailing bytes";
+  }
+  // Reassemble every logical tensor from its TP parts (replicated ones from TP rank 0).
+  const bool mixed = precision != "fp32";
+  for (auto& sp : specs) {
+    LogicalTensor lt;
+    for (int field = 0; field < 4; ++field) {
+      if (field == 1 && !mixed) continue;
+      if (field >= 2 && st.updates == 0) continue;  // no AdamW state before the first update
+      std::vector<Tensor> parts;
+      for (int tp = 0; tp < TP; ++tp) {
+        const int src = sp.shard == Shard::replicated ? 0 : tp;
+        auto it = locals.find({sp.name, field, src});
+        TROUPE_USER_CHECK(it != locals.end())
+            << "snapshot " << dir << " lacks " << field_name((StateField)field) << " of " << sp.name << " (TP rank "
+            << src << "): a shard file is missing from the manifest";
+        auto& L = it->second;
+        TROUPE_USER_CHECK(std::all_of(L.covered.begin(), L.covered.end(), [](uint8_t c) { return c != 0; }))
+            << "snapshot " << dir << " holds only part of " << field_name((StateField)field) << " of " << sp.name
+            << " (TP rank " << src << ")";
+        GPTConfig gt = g_saved;
+        gt.tp_rank = src;
+        Tensor t(local_shape(sp, gt));
+        std::memcpy(t.data(), L.data.data(), t.nbytes());
+        parts.push_back(t);
+      }
+      Tensor full = assemble(parts, sp, g_saved);
+      (field == 0 ? lt.value : field == 1 ? lt.master : field == 2 ? lt.m : lt.v) = full;
+    }
+    st.tensors[sp.name] = lt;
+  }
+  return st;
+}
+
+std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& ckpt_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(ckpt_dir, ec)) return out;
+  for (auto& e : fs::directory_iterator(ckpt_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.size() < 6) continue;
+    if (!fs::is_regular_file(e.path() / kManifest)) continue;
+    char* end = nullptr;
+    const long long k = std::strtoll(n.c_str() + 5, &end, 10);
+    if (end && *end == '\0' && k > 0) out.emplace_back(k, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped) {
+  auto all = list_snapshots(ckpt_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      return load_snapshot(it->second, cfg);
+    } catch (const UserError& e) {
+      if (skipped) skipped->push_back(it->second + ": " + e.what());
+    }
+  }
+  throw UserError("no usable snapshot in " + ckpt_dir +
+                  (all.empty() ? std::string(" (none is complete)") : " (every one was refused, see above)") +
+                  "; start without --resume, or set checkpoint.dir to where the snapshots are");
+}
+
+std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last) {
+  std::vector<std::string> gone;
+  auto all = list_snapshots(ckpt_dir);
+  const int keep = std::max(1, keep_last);
+  for (int i = 0; i + keep < (int)all.size(); ++i) {
+    std::error_code ec;
+    // the manifest goes first: a half-deleted directory is never taken for a snapshot
+    fs::remove(fs::path(all[i].second) / kManifest, ec);
+    fs::remove_all(all[i].second, ec);
+    gone.push_back(all[i].second);
+  }
+  return gone;
+}
+
+}  // namespace troupe

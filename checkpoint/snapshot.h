@@ -1,0 +1,124 @@
+// checkpoint/snapshot.h — snapshots of a training run: what is in one, how it is written
+// and read, and how a run continues from one (exactly, or with another parallel layout).
+//
+// A snapshot is a directory `step-<k>` inside checkpoint.dir holding
+//   shard-dp<d>-pp<s>-tp<t>.bin  one per worker: the pieces of its state (below), each
+//                                with a crc32;
+//   manifest.capnp               written last and atomically (temporary file, fsync,
+//                                rename, fsync of the directory): step, config, layout,
+//                                every logical tensor's shape and TP sharding, loss-scaler
+//                                state, AdamW update count, tokenizer hash, versions, and
+//                                each shard file's size and crc32 (schemas/snapshot.capnp).
+// A directory without a valid manifest is never taken for a snapshot.
+//
+// State pieces: elements [offset, offset + n) of one field (value, fp32 master, AdamW m,
+// AdamW v) of one worker's local (TP-shard) tensor. Values come from DP rank 0 (replicas are
+// bitwise equal); the optimizer fields from whichever DP rank owns them (ZeRO-1 shards them).
+// The tied embedding is written once, by the first stage (its two copies are bitwise equal).
+// Loading reassembles every logical (unsharded) tensor, so any layout can continue from it;
+// the loader, the dropout masks and the learning rate are stateless functions of the step
+// and the seed, so nothing else is needed to continue exactly.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tensor.h"
+
+namespace troupe {
+
+enum class StateField : uint8_t { value = 0, master = 1, adam_m = 2, adam_v = 3 };
+
+struct ShardRecord {
+  std::string name;     // logical tensor name (gpt_param_specs)
+  StateField field = StateField::value;
+  int32_t tp = 0;       // TP rank whose local tensor this is a piece of
+  int64_t offset = 0;   // first element within the local tensor
+  int64_t local_numel = 0;  // elements of the whole local tensor
+  std::vector<float> data;
+};
+
+// One worker's state at a step, copied to host memory (the training step waits only for
+// this copy; the writer takes it from there).
+struct ShardData {
+  int dp = 0, pp = 0, tp = 0;
+  std::vector<ShardRecord> records;
+};
+
+struct LogicalTensor {
+  Tensor value, master, m, v;  // master: mixed precision only; m/v: absent before the first update
+};
+
+// Everything a run continues from, besides its config.
+struct TrainState {
+  int64_t step = 0;         // the last completed step
+  int64_t updates = 0;      // AdamW updates applied (its t)
+  double loss_scale = 1.0;  // fp16 dynamic loss scaler
+  int growth_tracker = 0;
+  int hysteresis_tracker = 0;
+  std::map<std::string, LogicalTensor> tensors;
+  std::string dir;          // where it was loaded from
+};
+
+// What the manifest records besides the files (filled by the coordinator).
+struct ManifestInfo {
+  int64_t step = 0, updates = 0;
+  double loss_scale = 1.0;
+  int growth_tracker = 0, hysteresis_tracker = 0;
+  std::string config_toml;
+  int tp = 1, pp = 1, dp = 1, chunks = 1;
+  std::string precision = "fp32";
+  std::string tokenizer_hash;
+};
+
+struct FileEntry {
+  std::string name;
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+// "step-00000042"
+std::string snapshot_name(int64_t step);
+// "shard-dp0-pp1-tp0.bin"
+std::string shard_file_name(int dp, int pp, int tp);
+
+// Writes one worker's shard file into dir (fsynced). Returns its name, size and crc32.
+// Errors: Error naming the path (cannot create/write: disk full, permissions).
+FileEntry write_shard_file(const std::string& dir, const ShardData& s);
+
+// Writes dir/manifest.capnp atomically (temporary file, fsync, rename, fsync of dir).
+// From then on dir is a complete snapshot. Errors: Error naming the path.
+void write_manifest(const std::string& dir, const ManifestInfo& info, const std::vector<FileEntry>& files);
+
+// Makes the snapshot written (manifest included) in tmp_dir the complete snapshot
+// final_dir: an existing one there is removed first (its manifest before anything else),
+// then tmp_dir is renamed and the parent directory fsynced. Errors: Error naming the path.
+void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir);
+
+// Reads and checks a snapshot for the run configured by cfg: the manifest parses; the
+// model, data and precision keys equal cfg's (parallel.*, train.steps, checkpoint.*,
+// logging and run options may differ); every shard file exists, has the recorded size and
+// crc32, parses, and every piece's crc32 holds; every logical tensor is complete.
+// Throws UserError naming the file or key and the fix.
+TrainState load_snapshot(const std::string& dir, const Config& cfg);
+
+// Loads the newest complete snapshot in ckpt_dir that loads for cfg (falling back past
+// damaged ones, each reported through `skipped` as "<dir>: <why>"). Throws UserError when
+// there is none.
+TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped);
+
+// Complete snapshots in ckpt_dir, oldest first (by step).
+std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& ckpt_dir);
+
+// Deletes complete snapshots older than the newest `keep_last` ones (keep_last >= 1: the
+// newest complete one always stays). Directories without a manifest (in progress or left
+// by a crash) are not touched. Returns the deleted directories.
+std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last);
+
+// Config keys allowed to differ between a snapshot and the run that resumes from it.
+bool resume_may_differ(const std::string& key);
+
+}  // namespace troupe
