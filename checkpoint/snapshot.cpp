@@ -291,6 +291,7 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
     TP = m.getLayout().getTp();
     TROUPE_USER_CHECK(TP >= 1 && TP <= 1024) << "snapshot manifest " << mpath << " is damaged (TP = " << TP << ")";
     precision = m.getPrecision();
+    st.tokenizer_hash = m.getTokenizerHash();
     // the config: every key that shapes the model, the data or the numerics must match
     Config saved = Config::parse(m.getConfig(), mpath);
     auto mine = cfg.key_values(), theirs = saved.key_values();
@@ -446,7 +447,7 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   }
   throw UserError("no usable snapshot in " + ckpt_dir +
                   (all.empty() ? std::string(" (none is complete)") : " (every one was refused, see above)") +
-                  "; start without --resume, or set checkpoint.dir to where the snapshots are");
+                  "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
 }
 
 std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last) {

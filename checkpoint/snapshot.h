@@ -61,6 +61,7 @@ struct TrainState {
   int hysteresis_tracker = 0;
   std::map<std::string, LogicalTensor> tensors;
   std::string dir;          // where it was loaded from
+  std::string tokenizer_hash;  // of the run that saved it ("" if none recorded)
 };
 
 // What the manifest records besides the files (filled by the coordinator).

@@ -10,7 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -201,10 +204,44 @@ std::string default_run_dir() {
   return dir;
 }
 
-int cmd_train(const Config& c, const std::string& run_dir_opt) {
+// SIGUSR1 / SIGTERM / SIGINT: snapshot the current step and stop (exit 0). A second
+// SIGTERM or SIGINT while that is under way ends the process at once.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1) _exit(128 + sig);
+}
+void install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
+}
+
+int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume) {
   // Everything that can be refused is refused before anything is written.
   const std::string run_dir = run_dir_opt.empty() ? default_run_dir() : run_dir_opt;
   check_run_dir(run_dir);
+  const std::string ckpt_dir = c.checkpoint.dir.empty() ? run_dir + "/checkpoints" : c.checkpoint.dir;
+  std::shared_ptr<TrainState> state;
+  if (!resume.empty()) {
+    std::vector<std::string> skipped;
+    if (resume == "latest") {
+      state = std::make_shared<TrainState>(load_latest(ckpt_dir, c, &skipped));
+    } else {
+      state = std::make_shared<TrainState>(load_snapshot(resume, c));
+    }
+    setup_logging("");
+    for (auto& s : skipped) spdlog::warn("skipped damaged snapshot {}", s);
+    if (!skipped.empty()) spdlog::warn("falling back to the newest valid snapshot: {}", state->dir);
+    TROUPE_USER_CHECK(state->step < c.train.steps)
+        << "snapshot " << state->dir << " is at step " << state->step << " and train.steps = " << c.train.steps
+        << ": nothing left to train; raise train.steps";
+  } else {
+    auto existing = list_snapshots(ckpt_dir);
+    TROUPE_USER_CHECK(existing.empty())
+        << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
+        << existing.back().first << "); continue it with --resume latest, or choose another --run-dir or checkpoint.dir";
+  }
   {
     Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
     validate_schedule(s);
@@ -240,6 +277,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
       << "the validation split has " << loader->val().size() << " tokens, fewer than train.seq_len + 1 = "
       << c.train.seq_len + 1 << "; raise data.val_fraction or lower train.seq_len";
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
+  if (state && !state->tokenizer_hash.empty())
+    TROUPE_USER_CHECK(state->tokenizer_hash == std::to_string(d.tokenizer_hash))
+        << "snapshot " << state->dir << " was trained with another tokenizer (hash " << state->tokenizer_hash
+        << ", the data now gives " << d.tokenizer_hash << "); resume with the same corpus and data.tokenizer";
   TROUPE_USER_CHECK(tok->vocab_size() == c.model.vocab_size)
       << "the tokenizer " << d.tokenizer_path << " has " << tok->vocab_size() << " tokens but model.vocab_size = "
       << c.model.vocab_size << "; set model.vocab_size = " << tok->vocab_size() << " or use a matching data.tokenizer";
@@ -276,12 +317,25 @@ int cmd_train(const Config& c, const std::string& run_dir_opt) {
   ctx.unigram_entropy = d.unigram_entropy;
   ctx.run_dir = run_dir;
   ctx.trace_path = trace_path_;
+  ctx.checkpoint_dir = ckpt_dir;
+  ctx.resume = state;
+  ctx.tokenizer_hash = std::to_string(d.tokenizer_hash);
+  ctx.stop_signal = &g_stop_signal;
+  if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT")) ctx.fault_kill_in_snapshot = std::atoll(f);
+  install_stop_signals();
   JobResult r;
   try {
     r = run_job(c, ctx);
   } catch (const std::exception& e) {
     if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
     throw;
+  }
+  if (r.stopped_by_signal) {
+    const auto& snaps = r.snapshots;
+    spdlog::info("stopped by a signal after step {}; {}", r.last_step,
+                 !snaps.empty() && snaps.back().ok ? "snapshot " + snaps.back().dir + "; continue with --resume latest"
+                                                   : std::string("no snapshot could be written"));
+    return 0;
   }
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
@@ -361,6 +415,8 @@ int main(int argc, char** argv) {
   train->add_option("--config", config_path, "TOML config file")->required();
   train->add_option("--set", sets, "override a key: section.key=value (repeatable)");
   train->add_option("--run-dir", run_dir, "run directory (default runs/<timestamp>)");
+  std::string resume;
+  train->add_option("--resume", resume, "continue from a snapshot: its directory, or 'latest' (newest valid in checkpoint.dir)");
   auto* tokenize = app.add_subcommand("tokenize", "prepare the corpus: tokenizer + token files");
   tokenize->add_option("--config", config_path, "TOML config file")->required();
   tokenize->add_option("--set", sets, "override a key: section.key=value (repeatable)");
@@ -402,7 +458,7 @@ int main(int argc, char** argv) {
                           simulate_cmd->get_option("--microbatches")->count() > 0,
                           simulate_cmd->get_option("--chunks")->count() > 0);
     Config c = load_config(config_path, sets);
-    if (train->parsed()) return cmd_train(c, run_dir);
+    if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (tokenize->parsed()) return cmd_tokenize(c);
   } catch (const UserError& e) {
     std::fflush(stdout);
