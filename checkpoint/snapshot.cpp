@@ -297,7 +297,7 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
     auto mine = cfg.key_values(), theirs = saved.key_values();
     for (size_t i = 0; i < mine.size(); ++i) {
       if (resume_may_differ(mine[i].first) || mine[i].second == theirs[i].second) continue;
-      throw UserError(fmt::format(
+      throw SnapshotMismatch(fmt::format(
           "snapshot {} was saved with {} = {} but this run has {}; resume with the same value (only parallel.*, "
           "train.steps, checkpoint.* and run options such as train.threads may differ)",
           dir, mine[i].first, theirs[i].second, mine[i].second));
@@ -441,6 +441,8 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
       return load_snapshot(it->second, cfg);
+    } catch (const SnapshotMismatch&) {
+      throw;  // intact, but another run's: the config must change, not the snapshot
     } catch (const UserError& e) {
       if (skipped) skipped->push_back(it->second + ": " + e.what());
     }

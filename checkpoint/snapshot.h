@@ -30,6 +30,12 @@
 
 namespace troupe {
 
+// A snapshot that is intact but belongs to another run (a model, data or optimizer key
+// differs): `latest` does not fall back past it, the user must fix the config.
+struct SnapshotMismatch : UserError {
+  using UserError::UserError;
+};
+
 enum class StateField : uint8_t { value = 0, master = 1, adam_m = 2, adam_v = 3 };
 
 struct ShardRecord {
