@@ -698,8 +698,9 @@ class Coordinator {
     in_flight_.insert(k);
     JobResult::Snapshot s;
     s.step = k;
-    s.stall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     res_->snapshots.push_back(s);
+    if (ctx_.synchronous_snapshots) wait_snapshots();
+    res_->snapshots.back().stall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   void on_snap_done(int64_t k, SnapDone& d) {
     in_flight_.erase(k);

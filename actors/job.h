@@ -39,6 +39,7 @@ struct JobContext {
   const std::atomic<int>* stop_signal = nullptr;
   std::string tokenizer_hash;          // recorded in the manifest
   int64_t fault_kill_in_snapshot = -1;  // fault injection (tests): SIGKILL while writing this step's snapshot
+  bool synchronous_snapshots = false;   // benchmarks: the step waits until the snapshot is on disk
 };
 
 struct JobResult {

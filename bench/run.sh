@@ -30,6 +30,10 @@ for p in fp32 bf16; do
     --set train.eval_interval=0 --set train.eval_batches=1 --set train.sample_tokens=0 --set train.precision=$p \
     2>&1 | grep -E "step +(1|50|100|150|200)/200" || true
 done
+echo "== snapshots: training stall async vs synchronous, writer throughput vs dd (bench/checkpoint_bench)"
+"$BUILD/checkpoint_bench" --dir "$OUT/ckpt" | tee "$OUT/checkpoint.jsonl"
+dd if=/dev/zero of="$OUT/dd.bin" bs=1M count=256 conv=fsync 2>&1 | tail -1 | tee "$OUT/dd.txt"
+rm -f "$OUT/dd.bin"
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
   "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
@@ -88,6 +92,15 @@ def tail_loss(p):
     ls = [j["loss"] for j in ls if "loss" in j and "step" in j and j["step"] > 180]
     return sum(ls) / len(ls)
 add("default_job_bf16_loss_steps_181_200", tail_loss("bf16"), "nats", False, "troupe-fp32", tail_loss("fp32"))
+ck = {}
+for line in open(f"{out}/checkpoint.jsonl"):
+    j = json.loads(line); ck[j["name"]] = j
+add("snapshot_training_stall_ms", ck["snapshot_async"]["stall_ms"], "ms", False, "synchronous-write-same-snapshot", ck["snapshot_sync"]["stall_ms"])
+import re
+dd = open(f"{out}/dd.txt").read()
+m = re.search(r"([\d.]+) s, ([\d.]+) ([MG])B/s", dd)
+dd_mb = float(m.group(2)) * (1000 if m.group(3) == "G" else 1)
+add("snapshot_write_mb_s", ck["snapshot_sync"]["write_mb_s"], "MB/s", True, "dd-bs1M-conv-fsync", dd_mb)
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")
