@@ -15,6 +15,7 @@
 #include <random>
 #include <set>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "actors/checkpointer.h"
@@ -24,6 +25,7 @@
 #include "core/peak.h"
 #include "core/topology.h"
 #include "collectives/communicator.h"
+#include "optimizer/loss_scaler.h"
 #include "optimizer/optimizer.h"
 #include "stages/schedule.h"
 #include "stages/simulator.h"
@@ -236,10 +238,21 @@ class Coordinator {
     int64_t train_tokens = 0;
     const int steps = cfg_.train.steps;
     const int64_t k0 = ctx_.resume ? ctx_.resume->step + 1 : 1;
+    if (dtype_ == DType::f16) {
+      scaler_.emplace(LossScalerConfig{cfg_.train.initial_loss_scale, cfg_.train.min_loss_scale, 2.0, 0.5,
+                                       cfg_.train.loss_scale_window, cfg_.train.hysteresis});
+      if (ctx_.resume)
+        scaler_->restore(ctx_.resume->loss_scale, ctx_.resume->growth_tracker, ctx_.resume->hysteresis_tracker);
+    }
     res.first_step = k0;
     if (ctx_.resume && !ctx_.quiet)
       spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {:g})", ctx_.resume->dir, ctx_.resume->step,
                    ctx_.resume->updates, ctx_.resume->loss_scale);
+    if (ctx_.generate_only) {
+      res.sample = sample(std::max(1, cfg_.train.sample_tokens), res);
+      shutdown();
+      return res;
+    }
     for (int64_t k = k0; k <= steps; ++k) {
       auto t0 = Clock::now();
       const double lr = lr_at(cfg_.optim, k);
@@ -265,6 +278,15 @@ class Coordinator {
                     " training, so the run diverged and was stopped before the update; lower optim.lr or raise "
                     "optim.warmup_steps");
       }
+      if (scaler_) {  // the workers' scalers take the same decision: stop cleanly here first
+        try {
+          scaler_->update(skip);
+        } catch (const UserError& e) {
+          emit({{"step", k}, {"loss", nullptr}, {"lr", lr}, {"grad_norm", nullptr}, {"tokens_per_s", nullptr},
+                {"ms_per_step", nullptr}, {"skipped", true}, {"loss_scale", cfg_.train.min_loss_scale}});
+          throw Error("step " + std::to_string(k) + ": " + e.what());
+        }
+      }
       const float scale = skip ? 1.0f : clip_scale(norm, cfg_.optim.grad_clip);
       for (auto& w : workers_) (*self_)->send(w, clip_atom::value, (int64_t)k, scale, lr, skip);
       auto done = collect_done(k, "step " + std::to_string(k));
@@ -285,8 +307,8 @@ class Coordinator {
         for (int s = 0; s < P_; ++s)
           spdlog::info("stage {}: activation buffers {}", s, human_bytes((double)act_bytes_[s]));
       if (!ctx_.quiet)
-        spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms | MFU {:.1f}%{}",
-                     k, steps, loss, lr, norm, tps, dt * 1e3, 100 * mfu,
+        spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {} | {:.0f} tok/s | {:.1f} ms | MFU {:.1f}%{}",
+                     k, steps, loss, lr, skip ? std::string("n/a") : fmt::format("{:.4f}", norm), tps, dt * 1e3, 100 * mfu,
                      dtype_ != DType::f16 ? std::string()
                                           : fmt::format(" | loss scale {:g}{}", done.loss_scale,
                                                         skip ? " | skipped (inf/NaN gradients)" : ""));
@@ -328,7 +350,7 @@ class Coordinator {
           {"unigram_entropy", ctx_.unigram_entropy}, {"tokens_per_s", res.tokens_per_s}});
     if (!ctx_.trace_path.empty()) analyze_trace(res);
     if (cfg_.train.sample_tokens > 0 && ctx_.decode) {
-      res.sample = sample(cfg_.train.sample_tokens);
+      res.sample = sample(cfg_.train.sample_tokens, res);
       if (!ctx_.quiet) spdlog::info("sample ({} tokens):\n{}", cfg_.train.sample_tokens, res.sample);
     }
     if (ctx_.collect_params) res.params = dump_params();
@@ -422,9 +444,10 @@ class Coordinator {
     return total.loss_sum / (double)total.tokens;
   }
 
-  std::string sample(int n) {
-    std::vector<int32_t> toks = {ctx_.sample_start_token};
-    std::mt19937_64 rng(cfg_.train.seed ^ 0x5a5a5a5aULL);
+  std::string sample(int n, JobResult& res) {
+    std::vector<int32_t> toks = ctx_.prompt;
+    if (toks.empty()) toks = {ctx_.sample_start_token};
+    std::mt19937_64 rng(ctx_.sample_seed ? ctx_.sample_seed : cfg_.train.seed ^ 0x5a5a5a5aULL);
     std::vector<int32_t> out;
     for (int i = 0; i < n; ++i) {
       const int T = std::min<int>((int)toks.size(), gpt_.maxT);
@@ -436,20 +459,25 @@ class Coordinator {
         logits = std::move(l);
         got = true;
       });
-      // softmax sampling at temperature 0.8 over the top 40 tokens
+      if (i == 0) res.prompt_logits = logits;
+      // softmax sampling at the temperature over the top-k tokens (temperature 0: greedy)
       std::vector<int32_t> idx(logits.size());
       for (size_t q = 0; q < idx.size(); ++q) idx[q] = (int32_t)q;
-      const size_t topk = std::min<size_t>(40, idx.size());
+      const size_t topk = ctx_.top_k > 0 ? std::min<size_t>(ctx_.top_k, idx.size()) : idx.size();
       std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(),
                         [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-      std::vector<double> pr(topk);
-      for (size_t q = 0; q < topk; ++q) pr[q] = std::exp((logits[idx[q]] - logits[idx[0]]) / 0.8);
-      std::discrete_distribution<size_t> dist(pr.begin(), pr.end());
-      int32_t next = idx[dist(rng)];
+      int32_t next = idx[0];
+      if (ctx_.temperature > 0) {
+        std::vector<double> pr(topk);
+        for (size_t q = 0; q < topk; ++q) pr[q] = std::exp((logits[idx[q]] - logits[idx[0]]) / ctx_.temperature);
+        std::discrete_distribution<size_t> dist(pr.begin(), pr.end());
+        next = idx[dist(rng)];
+      }
       toks.push_back(next);
       out.push_back(next);
     }
-    return ctx_.decode(out);
+    res.sample_ids = out;
+    return ctx_.decode ? ctx_.decode(out) : std::string();
   }
 
   // Every worker's parameters; TP shards assembled into logical tensors (wte without its
@@ -757,6 +785,7 @@ class Coordinator {
   caf::actor writer_;              // the checkpoint writer (none without a checkpoint directory)
   std::set<int64_t> in_flight_;    // snapshots handed to the writer, not yet reported
   JobResult* res_ = nullptr;
+  std::optional<DynamicLossScaler> scaler_;  // fp16: a mirror of every worker's scaler
   DType dtype_ = DType::f32;  // train.precision
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;

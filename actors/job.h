@@ -40,6 +40,15 @@ struct JobContext {
   std::string tokenizer_hash;          // recorded in the manifest
   int64_t fault_kill_in_snapshot = -1;  // fault injection (tests): SIGKILL while writing this step's snapshot
   bool synchronous_snapshots = false;   // benchmarks: the step waits until the snapshot is on disk
+  // Sampling (the end-of-run sample, and `troupe generate`): the prompt's token ids (empty:
+  // the end-of-text token alone), softmax temperature (0 = greedy), top-k (0 = all), seed.
+  // With generate_only no step is trained and nothing is evaluated: the model (from
+  // `resume`) continues the prompt by train.sample_tokens tokens.
+  std::vector<int32_t> prompt;
+  double temperature = 0.8;
+  int top_k = 40;
+  uint64_t sample_seed = 0;  // 0: train.seed ^ 0x5a5a5a5a
+  bool generate_only = false;
 };
 
 struct JobResult {
@@ -62,7 +71,9 @@ struct JobResult {
   double final_val_loss = 0;
   double tokens_per_s = 0;         // training tokens per second over all steps
   double ms_per_step = 0;
-  std::string sample;
+  std::string sample;               // the generated continuation (decoded)
+  std::vector<int32_t> sample_ids;
+  std::vector<float> prompt_logits; // logits (V) after the prompt, before the first sampled token
   std::vector<std::pair<std::string, Tensor>> params;  // by name; wte twice when P > 1 (both copies)
   int64_t first_step = 1;          // 1, or the resumed snapshot's step + 1 (losses[0] is this step's)
   int64_t last_step = 0;           // the last step trained

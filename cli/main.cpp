@@ -13,6 +13,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -23,6 +24,8 @@
 #include <thread>
 
 #include "actors/job.h"
+#include "checkpoint/export.h"
+#include "checkpoint/snapshot.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "datasets/corpus.h"
@@ -342,6 +345,70 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   return 0;
 }
 
+// troupe export DIR --format safetensors OUT
+int cmd_export(const std::string& dir, const std::string& format, const std::string& out) {
+  TROUPE_USER_CHECK(format == "safetensors") << "--format " << format << " is not supported; use --format safetensors";
+  Config c = snapshot_config(dir);
+  TrainState st = load_snapshot(dir, c);
+  const fs::path parent = fs::absolute(out).parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(parent)) << "cannot write " << out << ": " << parent.string()
+                                              << " is not a directory; pass a writable output path";
+  setup_logging("");
+  const uint64_t bytes = export_safetensors(st, c, out);
+  spdlog::info("exported step {} of {} ({} layers, n_embd {}, vocab {}) to {} ({:.1f} MiB, safetensors, GPT-2 names)",
+               st.step, dir, c.model.n_layer, c.model.n_embd, c.model.vocab_size, out, bytes / 1048576.0);
+  return 0;
+}
+
+struct GenerateOptions {
+  std::string dir, prompt, logits_out;
+  int tokens = 64, top_k = 40;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+};
+
+// troupe generate DIR --prompt "..." [--tokens N --temperature T --top-k K --seed S]
+int cmd_generate(const GenerateOptions& o) {
+  TROUPE_USER_CHECK(o.tokens >= 1) << "--tokens " << o.tokens << " must be at least 1";
+  TROUPE_USER_CHECK(o.temperature >= 0) << "--temperature " << o.temperature << " must be >= 0 (0 = greedy)";
+  TROUPE_USER_CHECK(o.top_k >= 0) << "--top-k " << o.top_k << " must be >= 0 (0 = all tokens)";
+  Config c = snapshot_config(o.dir);
+  auto st = std::make_shared<TrainState>(load_snapshot(o.dir, c));
+  // one worker holds the whole model
+  c.parallel.pp = c.parallel.tp = c.parallel.dp = c.parallel.microbatches = c.parallel.chunks = 1;
+  c.parallel.schedule = "1f1b";
+  c.parallel.sequence_parallel = false;
+  c.train.sample_tokens = o.tokens;
+  c.train.threads = 0;
+  setup_logging("");
+  auto d = prepare(c);
+  TROUPE_USER_CHECK(st->tokenizer_hash.empty() || st->tokenizer_hash == std::to_string(d.tokenizer_hash))
+      << "snapshot " << o.dir << " was trained with another tokenizer than " << d.tokenizer_path
+      << " (hash " << st->tokenizer_hash << " vs " << d.tokenizer_hash << "); keep the run's corpus and data.cache_dir";
+  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
+  JobContext ctx;
+  ctx.quiet = true;
+  ctx.resume = st;
+  ctx.generate_only = true;
+  ctx.prompt = {d.eot_id};
+  for (int32_t id : tok->encode(o.prompt)) ctx.prompt.push_back(id);
+  ctx.temperature = o.temperature;
+  ctx.top_k = o.top_k;
+  ctx.sample_seed = o.seed;
+  ctx.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  ctx.fill_batch = [](int, int64_t, int B, int T, int32_t* in, int32_t* tg) {
+    std::fill(in, in + (size_t)B * T, 0);
+    std::fill(tg, tg + (size_t)B * T, 0);
+  };
+  JobResult r = run_job(c, ctx);
+  if (!o.logits_out.empty()) {
+    nlohmann::json j = {{"prompt_ids", ctx.prompt}, {"logits", r.prompt_logits}};
+    std::ofstream(o.logits_out) << j.dump() << "\n";
+  }
+  std::cout << o.prompt << r.sample << std::endl;
+  return 0;
+}
+
 struct SimulateOptions {
   std::string schedule = "1f1b", cost = "", trace, dump, config;
   int P = 4, M = 8, V = 1;
@@ -431,11 +498,26 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
   simulate_cmd->add_option("--config", so.config, "model config for activation bytes");
   simulate_cmd->add_flag("--quiet", so.quiet, "no ASCII timeline");
+  std::string export_dir, export_format = "safetensors", export_out;
+  auto* export_cmd = app.add_subcommand("export", "write a snapshot's model as safetensors (GPT-2 Hugging Face names)");
+  export_cmd->add_option("snapshot", export_dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
+  export_cmd->add_option("--format", export_format, "safetensors (the only format)");
+  export_cmd->add_option("out", export_out, "output file, e.g. model.safetensors")->required();
+  GenerateOptions go;
+  auto* generate_cmd = app.add_subcommand("generate", "sample text from a snapshot");
+  generate_cmd->add_option("snapshot", go.dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
+  generate_cmd->add_option("--prompt", go.prompt, "text to continue (default: a new document)");
+  generate_cmd->add_option("--tokens", go.tokens, "tokens to generate (default 64)");
+  generate_cmd->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)");
+  generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, 0 = all (default 40)");
+  generate_cmd->add_option("--seed", go.seed, "sampling seed (default 1)");
+  generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
   train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate") {
-      std::cerr << "error: unknown command '" << cmd << "'; use train, tokenize or simulate (see troupe --help)" << std::endl;
+    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
+      std::cerr << "error: unknown command '" << cmd
+                << "'; use train, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
       return 2;
     }
   }
@@ -457,6 +539,8 @@ int main(int argc, char** argv) {
       return cmd_simulate(so, simulate_cmd->get_option("--stages")->count() > 0,
                           simulate_cmd->get_option("--microbatches")->count() > 0,
                           simulate_cmd->get_option("--chunks")->count() > 0);
+    if (export_cmd->parsed()) return cmd_export(export_dir, export_format, export_out);
+    if (generate_cmd->parsed()) return cmd_generate(go);
     Config c = load_config(config_path, sets);
     if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (tokenize->parsed()) return cmd_tokenize(c);

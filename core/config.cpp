@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -55,11 +57,7 @@ const Key* find_key(const std::string& name) {
 
 std::string example(const Ref& r) {
   if (std::holds_alternative<std::string*>(r)) return "\"" + *std::get<std::string*>(r) + "\"";
-  if (auto* p = std::get_if<double*>(&r)) {
-    std::ostringstream os;
-    os << **p;
-    return os.str();
-  }
+  if (auto* p = std::get_if<double*>(&r)) return fmt::format("{}", **p);  // shortest exact form
   if (auto* p = std::get_if<int*>(&r)) return std::to_string(**p);
   if (auto* p = std::get_if<bool*>(&r)) return **p ? "true" : "false";
   return std::to_string(*std::get<uint64_t*>(r));
@@ -233,8 +231,16 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16")
       << "train.precision = '" << t.precision << "'; use \"fp32\", \"bf16\" or \"fp16\"";
   TROUPE_USER_CHECK(t.min_loss_scale > 0 && t.initial_loss_scale >= t.min_loss_scale && std::isfinite(t.initial_loss_scale))
-      << "train.initial_loss_scale = " << t.initial_loss_scale << " and train.min_loss_scale = " << t.min_loss_scale
+      << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
+      << " and train.min_loss_scale = " << fmt::format("{}", t.min_loss_scale)
       << "; need 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
+  for (auto [name, v] : {std::pair<const char*, double>{"train.initial_loss_scale", t.initial_loss_scale},
+                         {"train.min_loss_scale", t.min_loss_scale}}) {
+    int e = 0;
+    TROUPE_USER_CHECK(std::frexp(v, &e) == 0.5) << name << " = " << fmt::format("{}", v)
+                                                << " must be a power of two (unscaling by it is then exact), e.g. "
+                                                << fmt::format("{}", std::exp2(std::round(std::log2(v))));
+  }
   TROUPE_USER_CHECK(t.loss_scale_window >= 1) << "train.loss_scale_window = " << t.loss_scale_window << "; use >= 1 (default 1000)";
   TROUPE_USER_CHECK(checkpoint.interval >= 0)
       << "checkpoint.interval = " << checkpoint.interval << "; use a number of steps >= 1, or 0 for no periodic snapshots";

@@ -1,5 +1,7 @@
 #include "optimizer/loss_scaler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
@@ -18,11 +20,16 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerConfig& c)
 
 bool DynamicLossScaler::update(bool found_inf) {
   if (found_inf) {
-    if (scale_ <= c_.min_scale)
-      throw Error("fp16 loss scale is at its minimum (" + std::to_string(c_.min_scale) +
-                  ") and the gradients still overflow: the run diverged; use train.precision = \"bf16\" or lower optim.lr");
     growth_tracker_ = 0;
-    if (--hysteresis_tracker_ <= 0) scale_ = std::max(scale_ * c_.backoff_factor, c_.min_scale);
+    if (--hysteresis_tracker_ <= 0) {  // hysteresis used up: back off, or give up at the minimum
+      if (scale_ <= c_.min_scale)
+        throw UserError(fmt::format(
+            "the fp16 gradients overflow at the minimum loss scale (train.min_loss_scale = {}) after {} overflowing "
+            "step(s) in a row: the run diverged or the minimum is too high; lower train.min_loss_scale, lower optim.lr, "
+            "or use train.precision = \"bf16\"",
+            c_.min_scale, c_.hysteresis));
+      scale_ = std::max(scale_ * c_.backoff_factor, c_.min_scale);
+    }
     return true;
   }
   if (++growth_tracker_ == c_.growth_interval) {

@@ -296,8 +296,8 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
   // (troupe is the direct child of the shell that signals it; timeout guards the whole)
   const std::string script = s.write(
       "sig.sh", "'" + troupe_bin() + "' " + common + " --run-dir '" + s.path("sig") +
-                    "' --set train.steps=100000 > /dev/null 2> '" + s.path("sig.err") + "' &\n" +
-                    "pid=$!\n"
+                    "' --set train.steps=3000 > /dev/null 2> '" + s.path("sig.err") + "' &\n" +
+                    "pid=$!\ntrap 'kill -9 $pid 2>/dev/null' EXIT\n"
                     "for i in $(seq 1 600); do n=$(grep -c '\"loss\"' '" + s.path("sig/metrics.jsonl") +
                     "' 2>/dev/null); [ \"${n:-0}\" -ge 3 ] && break; sleep 0.1; done\n"
                     "kill -USR1 $pid\nwait $pid\necho $? > '" + s.path("sig.rc") + "'\n");
@@ -306,7 +306,7 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
   INFO(slurp(s.path("sig.err")));
   CHECK(slurp(s.path("sig.rc")) == "0\n");
   CHECK(slurp(s.path("sig.err")).find("stopped by a signal") != std::string::npos);
-  Run c = troupe(common + " --run-dir '" + s.path("sig") + "' --set train.steps=100000 --set train.steps=" +
+  Run c = troupe(common + " --run-dir '" + s.path("sig") + "' --set train.steps=" +
                      std::to_string(losses("sig").rbegin()->first + 2) + " --resume latest",
                  s);
   INFO(c.err);
