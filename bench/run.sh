@@ -34,6 +34,14 @@ echo "== snapshots: training stall async vs synchronous, writer throughput vs dd
 "$BUILD/checkpoint_bench" --dir "$OUT/ckpt" | tee "$OUT/checkpoint.jsonl"
 dd if=/dev/zero of="$OUT/dd.bin" bs=1M count=256 conv=fsync 2>&1 | tail -1 | tee "$OUT/dd.txt"
 rm -f "$OUT/dd.bin"
+echo "== export: a snapshot as safetensors, its logits checked by PyTorch (bench/reference/check_export.py)"
+rm -rf "$OUT/export-run"
+"$BUILD/troupe" train --config configs/tiny.toml --run-dir "$OUT/export-run" --set train.steps=50 \
+  --set checkpoint.interval=50 --set train.sample_tokens=0 > /dev/null 2>&1
+SNAP="$OUT/export-run/checkpoints/step-00000050"
+"$BUILD/troupe" export "$SNAP" --format safetensors "$OUT/model.safetensors"
+"$BUILD/troupe" generate "$SNAP" --prompt "The Congress" --tokens 16 --logits-out "$OUT/logits.json"
+"$PY" bench/reference/check_export.py "$OUT/model.safetensors" "$OUT/logits.json" | tee "$OUT/export.json"
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
   "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
@@ -101,6 +109,9 @@ dd = open(f"{out}/dd.txt").read()
 m = re.search(r"([\d.]+) s, ([\d.]+) ([MG])B/s", dd)
 dd_mb = float(m.group(2)) * (1000 if m.group(3) == "G" else 1)
 add("snapshot_write_mb_s", ck["snapshot_sync"]["write_mb_s"], "MB/s", True, "dd-bs1M-conv-fsync", dd_mb)
+ex = json.loads(open(f"{out}/export.json").read())
+add("export_logits_max_abs_diff_vs_pytorch", ex["max_abs_diff"], "logit", False, "tolerance-1e-4*(1+max|logit|)",
+    1e-4 * (1 + ex["max_abs_logit"]))
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")

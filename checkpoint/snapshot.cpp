@@ -51,8 +51,10 @@ class Out {
   ~Out() {
     if (fd_ >= 0) ::close(fd_);
   }
-  void put(const void* p, size_t n) {
-    crc_ = crc(crc_, p, n);
+  void put(const void* p, size_t n) { put_crc(p, n, crc(0, p, n)); }
+  // The same, for bytes whose crc32 is already known (folded in with crc32_combine).
+  void put_crc(const void* p, size_t n, uint32_t c32) {
+    crc_ = (uint32_t)crc32_combine(crc_, c32, (z_off_t)n);
     const char* c = static_cast<const char*>(p);
     while (n > 0) {
       ssize_t w = ::write(fd_, c, n);
@@ -183,8 +185,9 @@ FileEntry write_shard_file(const std::string& dir, const ShardData& s) {
     o.pod(r.offset);
     o.pod(r.local_numel);
     o.pod((int64_t)r.data.size());
-    o.pod(crc(0, r.data.data(), r.data.size() * sizeof(float)));
-    o.put(r.data.data(), r.data.size() * sizeof(float));
+    const uint32_t dcrc = crc(0, r.data.data(), r.data.size() * sizeof(float));
+    o.pod(dcrc);
+    o.put_crc(r.data.data(), r.data.size() * sizeof(float), dcrc);  // one crc pass over the data
   }
   o.finish();
   e.bytes = o.bytes();
