@@ -225,6 +225,13 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const std::string run_dir = run_dir_opt.empty() ? default_run_dir() : run_dir_opt;
   check_run_dir(run_dir);
   const std::string ckpt_dir = c.checkpoint.dir.empty() ? run_dir + "/checkpoints" : c.checkpoint.dir;
+  if (!c.checkpoint.dir.empty()) {  // (the run directory itself is checked above)
+    fs::path p = fs::absolute(ckpt_dir);
+    while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+    TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
+        << "checkpoint.dir = '" << ckpt_dir << "' cannot be created (" << p.string()
+        << (fs::is_directory(p) ? " is not writable" : " is not a directory") << "); choose a writable directory";
+  }
   std::shared_ptr<TrainState> state;
   if (!resume.empty()) {
     std::vector<std::string> skipped;

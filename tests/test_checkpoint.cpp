@@ -168,6 +168,15 @@ TEST_CASE("retention keeps the newest complete snapshots and never touches unfin
   CHECK(fs::exists(t.path("ck/step-00000009.tmp-1")));
   // stall: the step waited only for the copies to host memory
   for (auto& s : r.snapshots) CHECK(s.stall_s < 5.0);
+  // a save that fails (here: the directory cannot be created) is reported; training goes on
+  std::ofstream(t.path("afile")) << "x";
+  JobContext y = ctx();
+  y.checkpoint_dir = t.path("afile/ck");
+  auto f = run_job(c, y);
+  CHECK(f.losses.size() == 5);
+  REQUIRE(f.snapshots.size() == 5);
+  CHECK_FALSE(f.snapshots[0].ok);
+  CHECK(f.snapshots[0].error.find("afile") != std::string::npos);
 }
 
 TEST_CASE("each corruption of a snapshot is detected and named", "[checkpoint][corrupt]") {

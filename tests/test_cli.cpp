@@ -112,6 +112,9 @@ TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") 
   expect_user_error(troupe(base + " --set train.precision=fp8", s), {"train.precision", "bf16"});
   expect_user_error(troupe(base + " --set train.min_loss_scale=0", s), {"min_loss_scale"});
   expect_user_error(troupe(base + " --set train.hysteresis=0", s), {"train.hysteresis"});
+  expect_user_error(troupe(base + " --set train.initial_loss_scale=1000", s), {"power of two", "1024"});
+  s.write("afile", "x");
+  expect_user_error(troupe(base + " --set checkpoint.dir='" + s.path("afile/ck") + "'", s), {"checkpoint.dir", "afile"});
   // nothing was created by any of the refused runs
   CHECK_FALSE(fs::exists(s.path("run")));
 }
