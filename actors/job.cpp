@@ -20,6 +20,7 @@
 
 #include "actors/checkpointer.h"
 #include "actors/messages.h"
+#include "actors/optimizer_actor.h"
 #include "actors/worker.h"
 #include "core/error.h"
 #include "core/peak.h"
@@ -191,6 +192,10 @@ class Coordinator {
                                        cfg_.train.loss_scale_window, cfg_.train.hysteresis};
           wa.trace = !ctx_.trace_path.empty() && t == 0 && d == 0;
           wa.origin = origin_;
+          auto o = sys_->spawn(optimizer_actor, wa);  // owns the optimizer state of this worker
+          (*self_)->monitor(o);
+          optimizers_.push_back(o);
+          wa.optimizer = o;
           auto w = sys_->spawn(stage_worker, wa);
           (*self_)->monitor(w);
           workers_.push_back(w);
@@ -288,7 +293,7 @@ class Coordinator {
         }
       }
       const float scale = skip ? 1.0f : clip_scale(norm, cfg_.optim.grad_clip);
-      for (auto& w : workers_) (*self_)->send(w, clip_atom::value, (int64_t)k, scale, lr, skip);
+      for (auto& o : optimizers_) (*self_)->send(o, clip_atom::value, (int64_t)k, scale, lr, skip);
       auto done = collect_done(k, "step " + std::to_string(k));
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       const double loss = done.loss_sum / (double)done.tokens;
@@ -755,10 +760,11 @@ class Coordinator {
     stopped_ = true;
     if (writer_) (*self_)->send(writer_, stop_atom::value);
     for (auto& w : workers_) (*self_)->send(w, stop_atom::value);
+    for (auto& o : optimizers_) (*self_)->send(o, stop_atom::value);
     if (data_) (*self_)->send(data_, stop_atom::value);
     // Workers exit on stop; wait for their down messages (deadline) so none outlives us.
     const auto deadline = Clock::now() + std::chrono::seconds(30);
-    const size_t actors = workers_.size() + (writer_ ? 1 : 0);
+    const size_t actors = workers_.size() + optimizers_.size() + (writer_ ? 1 : 0);
     while (down_.size() < actors) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) break;
@@ -783,6 +789,7 @@ class Coordinator {
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;
   size_t optimizer_bytes_ = 0;
   caf::actor writer_;              // the checkpoint writer (none without a checkpoint directory)
+  std::vector<caf::actor> optimizers_;  // one optimizer actor per worker, same order
   std::set<int64_t> in_flight_;    // snapshots handed to the writer, not yet reported
   JobResult* res_ = nullptr;
   std::optional<DynamicLossScaler> scaler_;  // fp16: a mirror of every worker's scaler

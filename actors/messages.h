@@ -57,6 +57,10 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 // (snapbeg_atom, k, ManifestInfo, workers, directory); the writer answers
 // (snapdone_atom, k, SnapDone) once the manifest is on disk (or the save failed).
 using snap_atom = caf::atom_constant<caf::atom("snap")>;
+// worker -> its optimizer actor (optimize_atom, k); back (optimized_atom, k, compute_s,
+// next loss scale). See actors/optimizer_actor.h.
+using optimize_atom = caf::atom_constant<caf::atom("optimize")>;
+using optimized_atom = caf::atom_constant<caf::atom("optimized")>;
 using snapack_atom = caf::atom_constant<caf::atom("snapack")>;
 using shard_atom = caf::atom_constant<caf::atom("shard")>;
 using snapbeg_atom = caf::atom_constant<caf::atom("snapbeg")>;

@@ -42,8 +42,7 @@ struct Control {
 class Worker {
  public:
   Worker(caf::blocking_actor* self, WorkerArgs a) : self_(self), a_(std::move(a)), s_(a_.pp_rank), V_((int)a_.chunks.size()) {
-    for (auto& c : a_.chunks) opt_.emplace_back(c->params().size());
-    if (a_.precision == DType::f16) scaler_.emplace(a_.scaler);
+    scale_ = a_.precision == DType::f16 ? a_.scaler.initial_scale : 1.0;
     if (a_.resume) resume_from(*a_.resume);
     forward_only_ = schedule_forward_only(a_.M, V_);
   }
@@ -118,7 +117,7 @@ class Worker {
         [&](act_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kAct, k, mb, c}] = t; },
         [&](grad_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kGrad, k, mb, c}] = t; },
         [&](tied_atom, int64_t k, const Tensor& t) { tensors_[{kTied, k, 0, 0}] = t; },
-        [&](clip_atom, int64_t k, float scale, double lr, bool skip) { clip_[k] = {scale, lr, skip}; },
+        [&](optimized_atom, int64_t k, double s, double next_scale) { opt_done_[k] = {s, next_scale}; },
         [&](step_atom, int64_t k, int kind) { control_.push_back({Control::step, k, kind, {}, {}, 0}); },
         [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}, 0}); },
         [&](infer_atom, int64_t id, int c, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t, c}); },
@@ -198,6 +197,7 @@ class Worker {
     const int PV = a_.P * V_;
     const bool split = a_.schedule->split_backward;
     pos_ = 0;
+    step_scale_ = scale_;
     for (auto& ch : a_.chunks) ch->set_step(k);
     for (const Action& act : (train ? a_.schedule->stages[s_] : forward_only_)) {
       const int c = act.chunk, v = virt(c);
@@ -274,174 +274,19 @@ class Worker {
       Tensor other = take(tensors_, kTied, k, 0, 0);
       (first ? first : last)->tie_grads(other);
     }
+    // the optimizer actor runs the step (it owns master weights, moments and the scaler)
     auto t0 = Clock::now();
-    const bool found_inf = unscale_and_check(k);
-    if (a_.dp && a_.dp->size() > 1) return seconds_since(t0) + zero1_step(k, found_inf);
-    NormReport nr{s_, {}, found_inf};
-    for (auto& ch : a_.chunks) {
-      auto part = ch->grad_sumsq();
-      nr.sumsq.insert(nr.sumsq.end(), part.begin(), part.end());
-    }
-    double compute_s = seconds_since(t0);
-    auto [scale, lr, skip] = exchange_norm(k, std::move(nr));
-    t0 = Clock::now();
-    if (!skip) ++updates_;
-    for (int c = 0; c < V_; ++c) {
-      auto& ps = chunk(c).params();
-      for (size_t i = 0; i < ps.size(); ++i) {
-        if (skip) break;
-        Param& p = ps[i];
-        if (a_.precision == DType::f32) {
-          adamw_step(p.value, p.grad, opt_[c][i], a_.optim, p.decay, lr, scale, updates_);
-        } else {  // update the fp32 master weights, then the model's compute-dtype copy
-          adamw_step(p.master, p.grad, opt_[c][i], a_.optim, p.decay, lr, scale, updates_);
-          set_compute_copy(p, p.master.data(), a_.precision);
-        }
-      }
-      chunk(c).zero_grads();
-    }
-    end_scaler_step(skip);
-    return compute_s + seconds_since(t0);
+    self_->send(a_.optimizer, optimize_atom::value, k);
+    wait_until([&] { return opt_done_.count(k) > 0; }, "the optimizer actor's step " + std::to_string(k),
+               WaitState::kCoordinator, k, 2.0 * a_.timeout_s + 1.0);
+    auto [s, next_scale] = opt_done_[k];
+    opt_done_.erase(k);
+    scale_ = next_scale;
+    (void)t0;
+    return s;
   }
-
-  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
-  // fp16: gradients are unscaled (x 1/scale, a power of two: exact) before anything reads
-  // them. Returns whether this worker's gradients hold an inf/NaN (its found-inf, which the
-  // coordinator max-reduces over every TP, PP and DP rank before anyone acts).
-  bool unscale_and_check(int64_t k) {
-    step_scale_ = loss_scale();
-    bool found = false;
-    for (int c = 0; c < V_; ++c)
-      for (auto& p : chunk(c).params()) {
-        if (scaler_) kernels::scale(p.grad.data(), (float)scaler_->inv_scale(), p.grad.numel());
-        if (k == a_.fault_inf_step && c == 0 && &p == &chunk(0).params().front())
-          p.grad.data()[p.grad.numel() / 2] = INFINITY;  // fault injection (tests)
-        found = found || has_inf_or_nan(p.grad.data(), (size_t)p.grad.numel());
-      }
-    return found;
-  }
-  // Every worker updates its scaler from the same global decision: identical scales.
-  void end_scaler_step(bool skip) {
-    if (scaler_) scaler_->update(skip);
-  }
-
-  // Sends this worker's per-tensor sums of squares; returns the coordinator's
-  // (clipping factor, learning rate) for step k.
-  std::tuple<float, double, bool> exchange_norm(int64_t k, NormReport nr) {
-    self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
-    wait_until([&] { return clip_.count(k) > 0; },
-               "the clipping factor of step " + std::to_string(k) + " from the coordinator", WaitState::kCoordinator, k);
-    auto r = clip_[k];
-    clip_.erase(k);
-    return r;
-  }
-
-  // ZeRO stage 1 (Rajbhandari et al. 2020) over the DP group: this worker's parameters are
-  // one flat buffer (padded to a multiple of DP with zeros); gradients are reduce-scattered
-  // so DP rank d owns elements [d*S, (d+1)*S) of the sum; it keeps the fp32 master weights
-  // and AdamW moments of that shard only, updates them, and the parameters are
-  // all-gathered back. Padding never reaches a real value.
-  double zero1_step(int64_t k, bool found_inf) {
-    auto t0 = Clock::now();
-    Communicator& dp = *a_.dp;
-    const int DP = dp.size(), d = a_.dp_rank;
-    if (!z_.ready) {
-      for (int c = 0; c < V_; ++c)
-        for (size_t pi = 0; pi < chunk(c).params().size(); ++pi) {
-          auto& p = chunk(c).params()[pi];
-          z_.params.push_back(&p);
-          z_.opt.push_back(&opt_[c][pi]);
-          z_.offset.push_back(z_.N);
-          // counted once in the global norm: TP-replicated tensors by TP rank 0, the tied
-          // embedding by the first stage
-          z_.counted.push_back(!(p.shard == Shard::replicated && a_.tp_rank != 0) && !(p.name == "wte" && !chunk(c).first()));
-          z_.N += p.value.numel();
-        }
-      z_.S = (z_.N + DP - 1) / DP;
-      z_.lo = (int64_t)d * z_.S;
-      z_.flat.assign(z_.S * DP, 0.0f);
-      z_.grad.assign(z_.S, 0.0f);
-      z_.master.assign(z_.S, 0.0f);
-      z_.m.assign(z_.S, 0.0f);
-      z_.v.assign(z_.S, 0.0f);
-      for (size_t i = 0; i < z_.params.size(); ++i) {  // master shard = this rank's part of the initial weights
-        Param& p = *z_.params[i];
-        const Tensor& from = p.master.defined() ? p.master : p.value;  // fp32 master (mixed precision)
-        const AdamWState& st = *z_.opt[i];  // moments of a resumed run
-        overlap(i, [&](int64_t a, int64_t b) {
-          const int64_t off = a - z_.offset[i], j = a - z_.lo;
-          std::memcpy(&z_.master[j], from.data() + off, (b - a) * sizeof(float));
-          if (st.m.defined()) {
-            std::memcpy(&z_.m[j], st.m.data() + off, (b - a) * sizeof(float));
-            std::memcpy(&z_.v[j], st.v.data() + off, (b - a) * sizeof(float));
-          }
-        });
-        p.master = Tensor();  // the optimizer keeps only its shard
-        *z_.opt[i] = AdamWState();
-      }
-      if (a_.precision != DType::f32) z_.shard.assign(z_.S, 0.0f);
-      z_.ready = true;
-    }
-    for (size_t i = 0; i < z_.params.size(); ++i)
-      std::memcpy(&z_.flat[z_.offset[i]], z_.params[i]->grad.data(), z_.params[i]->grad.nbytes());
-    dp.reduce_scatter(z_.flat.data(), z_.grad.data(), (size_t)z_.S, ReduceOp::sum, a_.timeout_s);
-    NormReport nr{s_, {}, found_inf};
-    for (size_t i = 0; i < z_.params.size(); ++i) {
-      if (!z_.counted[i]) continue;
-      double ss = 0;
-      bool any = false;
-      overlap(i, [&](int64_t a, int64_t b) {
-        ss = kernels::sum_squares(&z_.grad[a - z_.lo], b - a);
-        any = true;
-      });
-      if (any) nr.sumsq.emplace_back((z_.params[i]->index * Stage::kMaxTP + a_.tp_rank) * kMaxDP + d, ss);
-    }
-    double compute_s = seconds_since(t0);
-    auto [scale, lr, skip] = exchange_norm(k, std::move(nr));
-    t0 = Clock::now();
-    if (skip) {  // every rank skips together: parameters, master weights and moments unchanged
-      for (int c = 0; c < V_; ++c) chunk(c).zero_grads();
-      end_scaler_step(true);
-      return compute_s + seconds_since(t0);
-    }
-    ++updates_;
-    const auto& o = a_.optim;
-    for (size_t i = 0; i < z_.params.size(); ++i)
-      overlap(i, [&](int64_t a, int64_t b) {
-        const int64_t j = a - z_.lo;
-        kernels::adamw_update(&z_.master[j], &z_.grad[j], &z_.m[j], &z_.v[j], b - a, (float)lr, (float)o.beta1,
-                              (float)o.beta2, (float)o.eps, z_.params[i]->decay ? (float)o.weight_decay : 0.0f, scale,
-                              (int)updates_);
-      });
-    if (a_.precision == DType::f32) {
-      dp.all_gather(z_.master.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
-    } else {  // the parameters travel in the compute dtype: round the master shard first
-      std::memcpy(z_.shard.data(), z_.master.data(), z_.S * sizeof(float));
-      kernels::round_to(z_.shard.data(), z_.S, a_.precision);
-      dp.all_gather(z_.shard.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
-    }
-    for (size_t i = 0; i < z_.params.size(); ++i) set_compute_copy(*z_.params[i], &z_.flat[z_.offset[i]], a_.precision);
-    for (int c = 0; c < V_; ++c) chunk(c).zero_grads();
-    end_scaler_step(false);
-    return compute_s + seconds_since(t0);
-  }
-  // Calls fn(a, b) with the flat range of parameter i inside this rank's shard, if any.
-  template <class F>
-  void overlap(size_t i, F fn) const {
-    const int64_t a = std::max(z_.offset[i], z_.lo);
-    const int64_t b = std::min(z_.offset[i] + z_.params[i]->value.numel(), std::min(z_.lo + z_.S, z_.N));
-    if (a < b) fn(a, b);
-  }
-  static constexpr int kMaxDP = 256;
-  struct Zero1 {
-    bool ready = false;
-    std::vector<Param*> params;
-    std::vector<AdamWState*> opt;
-    std::vector<int64_t> offset;
-    std::vector<bool> counted;
-    int64_t N = 0, S = 0, lo = 0;
-    std::vector<float> flat, grad, master, m, v, shard;
-  } z_;
+  // The loss scale of the next step (fp16; 1 otherwise), as the optimizer actor reports it.
+  double loss_scale() const { return scale_; }
 
   void infer(int64_t id, int c, int T, const int32_t* tokens, const Tensor& in) {
     const int PV = a_.P * V_;
@@ -463,68 +308,37 @@ class Worker {
     }
   }
 
-  // Continues from a snapshot: this worker's shards of the logical tensors (values, fp32
-  // master weights, AdamW moments), the update count and the loss scaler.
+  // Continues from a snapshot: this worker's shards of the logical tensors' values and (mixed
+  // precision) fp32 master weights. The optimizer actor restores moments and counters.
   void resume_from(const TrainState& st) {
     for (int c = 0; c < V_; ++c) {
       const GPTConfig& g = chunk(c).config();
       const auto specs = gpt_param_specs(g);
-      auto& ps = chunk(c).params();
-      for (size_t i = 0; i < ps.size(); ++i) {
-        Param& p = ps[i];
+      for (Param& p : chunk(c).params()) {
         const LogicalTensor& lt = st.tensors.at(p.name);
         const ParamSpec& sp = specs[p.index];
         Tensor v = shard_of(lt.value, sp, g);
         std::memcpy(p.value.data(), v.data(), p.value.nbytes());
         if (a_.precision != DType::f32) p.master = shard_of(lt.master, sp, g);
         set_compute_copy(p, p.value.data(), a_.precision);
-        if (lt.m.defined()) opt_[c][i] = AdamWState{shard_of(lt.m, sp, g), shard_of(lt.v, sp, g)};
       }
     }
-    updates_ = st.updates;
-    if (scaler_) scaler_->restore(st.loss_scale, st.growth_tracker, st.hysteresis_tracker);
+    scale_ = a_.precision == DType::f16 ? st.loss_scale : 1.0;
   }
 
-  // Snapshot of step k (checkpoint/snapshot.h): copies this worker's state to host memory,
-  // hands it to the checkpoint writer, answers the coordinator. Values come from DP rank 0;
-  // optimizer state from its owner (ZeRO-1 shards); the tied embedding from the first stage.
+  // Snapshot of step k (checkpoint/snapshot.h): the values of this worker's parameters (DP
+  // rank 0 writes them; the tied embedding from the first stage), copied to host memory and
+  // handed to the optimizer actor, which adds its state and passes everything on.
   void snapshot(int64_t k) {
-    auto t0 = Clock::now();
     ShardData sd{a_.dp_rank, s_, a_.tp_rank, {}};
-    auto add = [&](const Param& p, StateField f, const float* data, int64_t off, int64_t n) {
-      ShardRecord r{p.name, f, a_.tp_rank, off, p.value.numel(), std::vector<float>(data, data + n)};
-      sd.records.push_back(std::move(r));
-    };
-    const bool mixed = a_.precision != DType::f32;
-    size_t zi = 0;
-    for (int c = 0; c < V_; ++c) {
-      auto& ps = chunk(c).params();
-      for (size_t i = 0; i < ps.size(); ++i, ++zi) {
-        const Param& p = ps[i];
-        if (p.name == "wte" && !chunk(c).first()) continue;  // the head's copy: bitwise the embedding's
-        const int64_t n = p.value.numel();
-        if (a_.dp_rank == 0) add(p, StateField::value, p.value.data(), 0, n);
-        if (z_.ready) {  // ZeRO-1: this rank's shard of master and moments
-          overlap(zi, [&](int64_t a, int64_t b) {
-            const int64_t off = a - z_.offset[zi], j = a - z_.lo;
-            if (mixed) add(p, StateField::master, &z_.master[j], off, b - a);
-            add(p, StateField::adam_m, &z_.m[j], off, b - a);
-            add(p, StateField::adam_v, &z_.v[j], off, b - a);
-          });
-        } else if (a_.dp_rank == 0) {
-          if (mixed) add(p, StateField::master, p.master.data(), 0, n);
-          const AdamWState& st = opt_[c][i];
-          if (st.m.defined()) {
-            add(p, StateField::adam_m, st.m.data(), 0, n);
-            add(p, StateField::adam_v, st.v.data(), 0, n);
-          }
+    if (a_.dp_rank == 0)
+      for (int c = 0; c < V_; ++c)
+        for (const Param& p : chunk(c).params()) {
+          if (p.name == "wte" && !chunk(c).first()) continue;  // the head's copy: bitwise the embedding's
+          sd.records.push_back(ShardRecord{p.name, StateField::value, a_.tp_rank, 0, p.value.numel(),
+                                           std::vector<float>(p.value.data(), p.value.data() + p.value.numel())});
         }
-      }
-    }
-    SnapAck ack{updates_, loss_scale(), scaler_ ? scaler_->growth_tracker() : 0,
-                scaler_ ? scaler_->hysteresis_tracker() : 0, seconds_since(t0)};
-    self_->send(a_.checkpointer, shard_atom::value, k, std::move(sd));
-    self_->send(a_.coordinator, snapack_atom::value, k, ack);
+    self_->send(a_.optimizer, snap_atom::value, k, std::move(sd));
   }
 
   void dump() {
@@ -537,15 +351,13 @@ class Worker {
   caf::blocking_actor* self_;
   WorkerArgs a_;
   int s_, V_;
-  std::vector<std::vector<AdamWState>> opt_;
   std::vector<Action> forward_only_;
   std::vector<caf::actor> peers_;
   std::map<Key, Tensor> tensors_;
   std::map<Key, TokenBlock> blocks_;
-  std::map<int64_t, std::tuple<float, double, bool>> clip_;
-  std::optional<DynamicLossScaler> scaler_;
+  std::map<int64_t, std::pair<double, double>> opt_done_;  // step -> (optimizer seconds, next loss scale)
+  double scale_ = 1.0;       // the loss scale of the next step (fp16)
   double step_scale_ = 1.0;  // the loss scale of the step in progress
-  int64_t updates_ = 0;      // optimizer updates applied (AdamW's t; skipped steps do not count)
   std::deque<Control> control_;
   double wait_s_ = 0;
   bool aborted_ = false;
