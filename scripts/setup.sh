@@ -11,7 +11,7 @@ PKGS=(
   libspdlog-dev libfmt-dev catch2
   libsentencepiece-dev sentencepiece
   libopenblas-dev libblis-dev libdnnl-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   npm
 )
 if [[ "${1:-}" == "--reference" ]]; then
