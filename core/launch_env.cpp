@@ -1,0 +1,57 @@
+#include "core/launch_env.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace troupe {
+namespace {
+int parse_int(const char* name, const char* v, int lo, int hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  TROUPE_USER_CHECK(end != v && *end == '\0' && errno == 0 && x >= lo && x <= hi)
+      << "environment variable " << name << "='" << v << "' must be an integer in [" << lo << ", " << hi
+      << "]; fix or unset it";
+  return (int)x;
+}
+}  // namespace
+
+LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in) {
+  auto get = get_in ? get_in : [](const char* n) -> const char* { return std::getenv(n); };
+  LaunchEnv e;
+  struct Src {
+    const char *name, *rank, *world, *local;
+  };
+  const Src srcs[] = {{"troupe", "TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_RANK"},
+                      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+                      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}};
+  for (const Src& s : srcs) {
+    const char* r = get(s.rank);
+    const char* w = get(s.world);
+    if (!r && !w) continue;
+    TROUPE_USER_CHECK(r && w) << "environment: " << (r ? s.world : s.rank) << " is missing while "
+                              << (r ? s.rank : s.world) << " is set; set both (or neither)";
+    e.source = s.name;
+    e.world = parse_int(s.world, w, 1, 1 << 20);
+    e.rank = parse_int(s.rank, r, 0, e.world - 1);
+    const char* l = get(s.local);
+    e.local_rank = l ? parse_int(s.local, l, 0, e.world - 1) : 0;
+    break;
+  }
+  if (const char* c = get("TROUPE_COORDINATOR")) {
+    const std::string hp = c;
+    const auto colon = hp.rfind(':');
+    TROUPE_USER_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < hp.size())
+        << "environment variable TROUPE_COORDINATOR='" << hp << "' must be host:port, e.g. 10.0.0.1:29500";
+    e.host = hp.substr(0, colon);
+    e.port = parse_int("TROUPE_COORDINATOR (port)", hp.c_str() + colon + 1, 1, 65535);
+  } else {
+    TROUPE_USER_CHECK(e.world == 1) << "environment: a world of " << e.world << " processes (from " << e.source
+                                    << ") needs TROUPE_COORDINATOR=host:port (where rank 0 listens)";
+  }
+  return e;
+}
+
+}  // namespace troupe

@@ -1,0 +1,26 @@
+// core/launch_env.h — a process's rank, world size and coordinator address, read from the
+// launcher's environment (groundwork for issue 6, like torchrun's):
+//   Slurm  (srun):   SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; coordinator host from
+//                    TROUPE_COORDINATOR (host:port) — Slurm does not name one;
+//   Open MPI (mpirun): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK;
+//   troupe's own:    TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_LOCAL_RANK, TROUPE_COORDINATOR.
+// TROUPE_* wins over Slurm, which wins over Open MPI. No variables at all: a single process
+// (rank 0 of 1). Errors: UserError naming the variable and the fix (non-numeric, out of
+// range, rank >= world, a world > 1 without TROUPE_COORDINATOR, a malformed host:port).
+#pragma once
+#include <functional>
+#include <string>
+
+namespace troupe {
+
+struct LaunchEnv {
+  int rank = 0, world = 1, local_rank = 0;
+  std::string source = "none";   // which launcher the values came from: troupe | slurm | openmpi | none
+  std::string host = "127.0.0.1"; // coordinator host (rank 0 listens there)
+  int port = 0;
+};
+
+// `get` reads a variable (nullptr when unset); std::getenv by default.
+LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get = nullptr);
+
+}  // namespace troupe
