@@ -68,4 +68,40 @@ std::string Topology::dp_group_name(int r) const {
   return "dp group of (pp " + std::to_string(c.pp) + ", tp " + std::to_string(c.tp) + ")";
 }
 
+std::vector<std::vector<int>> place(const Topology& t, int nprocs, const std::string& rule) {
+  const int W = t.world();
+  TROUPE_USER_CHECK(nprocs >= 1 && W % nprocs == 0)
+      << "cannot place " << W << " workers (DP " << t.dp() << " x PP " << t.pp() << " x TP " << t.tp() << ") on "
+      << nprocs << " processes: the process count must divide the worker count";
+  TROUPE_USER_CHECK(rule == "tp-first" || rule == "pp-first")
+      << "placement rule '" << rule << "' is unknown; use \"tp-first\" or \"pp-first\"";
+  const int per = W / nprocs;
+  std::vector<int> order;  // ranks in the order they fill processes
+  if (rule == "tp-first") {
+    for (int r = 0; r < W; ++r) order.push_back(r);
+  } else {
+    for (int d = 0; d < t.dp(); ++d)
+      for (int tp = 0; tp < t.tp(); ++tp)
+        for (int pp = 0; pp < t.pp(); ++pp) order.push_back(t.rank({d, pp, tp}));
+  }
+  std::vector<std::vector<int>> procs(nprocs);
+  for (int i = 0; i < W; ++i) procs[i / per].push_back(order[i]);
+  for (auto& p : procs) std::sort(p.begin(), p.end());
+  return procs;
+}
+
+std::string describe_placement(const Topology& t, const std::vector<std::vector<int>>& procs) {
+  std::string out;
+  for (size_t p = 0; p < procs.size(); ++p) {
+    out += "process " + std::to_string(p) + ":";
+    for (int r : procs[p]) {
+      const Coord c = t.coord(r);
+      out += " " + std::to_string(r) + "(dp" + std::to_string(c.dp) + " pp" + std::to_string(c.pp) + " tp" +
+             std::to_string(c.tp) + ")";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace troupe

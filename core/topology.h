@@ -41,4 +41,16 @@ class Topology {
   int dp_, pp_, tp_;
 };
 
+// Placement of the world's workers on `nprocs` processes (groundwork for issue 6):
+//   "tp-first": consecutive global ranks share a process, so a TP group (the chattiest:
+//   collectives inside every layer) stays inside one process whenever ranks per process is
+//   a multiple of TP — as Megatron places TP inside a node; then DP, then PP.
+//   "pp-first": each process holds whole pipeline columns (stage-major), so pipeline
+//   neighbours share memory and TP/DP collectives cross processes.
+// Returns, for each process, its global ranks in ascending order. Throws UserError when
+// nprocs < 1, does not divide the world, or the rule is unknown.
+std::vector<std::vector<int>> place(const Topology& t, int nprocs, const std::string& rule);
+// One line per process: "process 0: (dp 0, pp 0, tp 0..1)" style listing, for logs.
+std::string describe_placement(const Topology& t, const std::vector<std::vector<int>>& procs);
+
 }  // namespace troupe

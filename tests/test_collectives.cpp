@@ -1,6 +1,7 @@
 // collectives/: every op against a plain reference (ascending-rank fp32 reduction, so
 // bitwise), uneven sizes including sizes smaller than the group, a peer that never
 // arrives, mismatched calls; core/topology.h group tables.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -146,4 +147,29 @@ TEST_CASE("topology: Megatron's rank ordering and group tables", "[collectives][
   CHECK(t.coord(7) == Coord{1, 1, 1});
   CHECK(t.tp_group_name(6) == "tp group of (dp 1, pp 1)");
   CHECK_THROWS_AS(Topology(0, 1, 1), UserError);
+}
+
+TEST_CASE("placement: tp-first keeps TP groups inside a process, pp-first keeps pipeline columns", "[topology][launch]") {
+  Topology t(2, 2, 2);  // 8 workers
+  auto tp = place(t, 4, "tp-first");
+  REQUIRE(tp.size() == 4);
+  for (auto& g : t.tp_groups()) {  // every TP group lies in one process
+    int owner = -1;
+    for (size_t p = 0; p < tp.size(); ++p)
+      if (std::count(tp[p].begin(), tp[p].end(), g[0])) owner = (int)p;
+    for (int r : g) CHECK(std::count(tp[owner].begin(), tp[owner].end(), r) == 1);
+  }
+  auto pp = place(t, 4, "pp-first");
+  for (auto& g : t.pp_groups()) {  // every pipeline column lies in one process
+    int owner = -1;
+    for (size_t p = 0; p < pp.size(); ++p)
+      if (std::count(pp[p].begin(), pp[p].end(), g[0])) owner = (int)p;
+    for (int r : g) CHECK(std::count(pp[owner].begin(), pp[owner].end(), r) == 1);
+  }
+  size_t n = 0;
+  for (auto& p : tp) n += p.size();
+  CHECK(n == 8);
+  CHECK(describe_placement(t, tp).find("process 3:") != std::string::npos);
+  CHECK_THROWS_WITH(place(t, 3, "tp-first"), Catch::Contains("must divide"));
+  CHECK_THROWS_WITH(place(t, 2, "random"), Catch::Contains("tp-first"));
 }
