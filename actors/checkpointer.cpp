@@ -53,6 +53,7 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
     d.dir = p.ckpt_dir + "/" + snapshot_name(k);
     if (p.error.empty()) {
       try {
+        if (!p.info.tokenizer_path.empty()) p.files.push_back(write_tokenizer_copy(p.tmp, p.info.tokenizer_path));
         std::sort(p.files.begin(), p.files.end(), [](auto& a, auto& b) { return a.name < b.name; });
         write_manifest(p.tmp, p.info, p.files);
         p.bytes += fs::file_size(p.tmp + "/manifest.capnp");

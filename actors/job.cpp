@@ -250,9 +250,12 @@ class Coordinator {
         scaler_->restore(ctx_.resume->loss_scale, ctx_.resume->growth_tracker, ctx_.resume->hysteresis_tracker);
     }
     res.first_step = k0;
-    if (ctx_.resume && !ctx_.quiet)
-      spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {:g})", ctx_.resume->dir, ctx_.resume->step,
-                   ctx_.resume->updates, ctx_.resume->loss_scale);
+    if (ctx_.resume) {
+      emit({{"resumed_from", ctx_.resume->dir}, {"step", ctx_.resume->step}});  // later records continue from here
+      if (!ctx_.quiet)
+        spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {:g})", ctx_.resume->dir,
+                     ctx_.resume->step, ctx_.resume->updates, ctx_.resume->loss_scale);
+    }
     if (ctx_.generate_only) {
       res.sample = sample(std::max(1, cfg_.train.sample_tokens), res);
       shutdown();
@@ -336,7 +339,7 @@ class Coordinator {
         res.stopped_by_signal = true;
         if (!ctx_.quiet)
           spdlog::info("signal {}: stopping after step {}{}", ctx_.stop_signal->load(), k,
-                       writer_ ? " (snapshot saved)" : " (no checkpoint directory: nothing saved)");
+                       writer_ ? " (saving a snapshot)" : " (no checkpoint directory: nothing saved)");
         break;
       }
     }
@@ -727,6 +730,7 @@ class Coordinator {
     info.chunks = cfg_.parallel.chunks;
     info.precision = cfg_.train.precision;
     info.tokenizer_hash = ctx_.tokenizer_hash;
+    info.tokenizer_path = ctx_.tokenizer_path;
     (*self_)->send(writer_, snapbeg_atom::value, k, std::move(info), (int)workers_.size(), ctx_.checkpoint_dir);
     in_flight_.insert(k);
     JobResult::Snapshot s;
@@ -746,7 +750,7 @@ class Coordinator {
                      d.deleted.empty() ? std::string() : fmt::format("; removed {} older", d.deleted.size()));
     } else {
       // training goes on; the previous snapshots stay as they were
-      spdlog::error("snapshot of step {} failed: {}; training continues, earlier snapshots are untouched", k, d.error);
+      spdlog::error("snapshot of step {} failed: {}; earlier snapshots are untouched", k, d.error);
     }
   }
   // A run waits for its snapshots in flight before it ends.

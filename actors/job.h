@@ -38,6 +38,7 @@ struct JobContext {
   std::shared_ptr<const TrainState> resume;
   const std::atomic<int>* stop_signal = nullptr;
   std::string tokenizer_hash;          // recorded in the manifest
+  std::string tokenizer_path;          // copied into each snapshot (tokenizer.model)
   int64_t fault_kill_in_snapshot = -1;  // fault injection (tests): SIGKILL while writing this step's snapshot
   bool synchronous_snapshots = false;   // benchmarks: the step waits until the snapshot is on disk
   // Sampling (the end-of-run sample, and `troupe generate`): the prompt's token ids (empty:

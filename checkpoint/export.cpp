@@ -44,10 +44,7 @@ std::vector<std::tuple<std::string, std::string, bool>> hf_names(const ModelConf
 
 Config snapshot_config(const std::string& dir) {
   const std::string path = dir + "/manifest.capnp";
-  std::ifstream f(path, std::ios::binary);
-  TROUPE_USER_CHECK(f.good()) << "snapshot " << dir << " has no readable manifest.capnp; pass a complete snapshot "
-                              << "directory (checkpoint.dir/step-<k>)";
-  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  std::vector<char> bytes = read_manifest(dir);
   try {
     TROUPE_USER_CHECK(!bytes.empty() && bytes.size() % sizeof(capnp::word) == 0)
         << "snapshot manifest " << path << " is damaged; use another snapshot";

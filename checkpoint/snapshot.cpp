@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "core/error.h"
@@ -27,6 +28,7 @@ namespace {
 constexpr char kShardMagic[8] = {'T', 'R', 'P', 'S', 'H', 'R', 'D', '1'};
 constexpr uint32_t kFormat = 1;
 constexpr const char* kManifest = "manifest.capnp";
+constexpr char kManifestTrailer[8] = {'T', 'R', 'P', 'M', 'A', 'N', 'I', '1'};  // + u32 crc32 of the message
 
 uint32_t crc(uint32_t c, const void* p, size_t n) {
   const auto* b = static_cast<const Bytef*>(p);
@@ -167,6 +169,20 @@ bool resume_may_differ(const std::string& key) {
   return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || run_options.count(key) > 0;
 }
 
+FileEntry write_tokenizer_copy(const std::string& dir, const std::string& tokenizer_path) {
+  std::ifstream in(tokenizer_path, std::ios::binary);
+  if (!in) throw Error("cannot read the tokenizer " + tokenizer_path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  FileEntry e;
+  e.name = "tokenizer.model";
+  Out o(dir + "/" + e.name);
+  o.put(bytes.data(), bytes.size());
+  o.finish();
+  e.bytes = o.bytes();
+  e.crc32 = o.crc32();
+  return e;
+}
+
 FileEntry write_shard_file(const std::string& dir, const ShardData& s) {
   FileEntry e;
   e.name = shard_file_name(s.dp, s.pp, s.tp);
@@ -239,6 +255,9 @@ void write_manifest(const std::string& dir, const ManifestInfo& info, const std:
     auto words = capnp::messageToFlatArray(msg);
     auto bytes = words.asBytes();
     o.put(bytes.begin(), bytes.size());
+    const uint32_t mcrc = crc(0, bytes.begin(), bytes.size());
+    o.put(kManifestTrailer, 8);  // the manifest checks itself: magic + crc32 of the message
+    o.pod(mcrc);
     o.finish();
   }
   if (::rename(tmp.c_str(), final_path.c_str()) != 0)
@@ -258,14 +277,28 @@ void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir) {
   fsync_dir(fs::path(final_dir).parent_path().string());
 }
 
-TrainState load_snapshot(const std::string& dir, const Config& cfg) {
+std::vector<char> read_manifest(const std::string& dir) {
   const std::string mpath = dir + "/" + kManifest;
-  TROUPE_USER_CHECK(fs::is_directory(dir)) << "snapshot directory " << dir << " does not exist; pass a snapshot "
-                                           << "directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
+  TROUPE_USER_CHECK(fs::is_directory(dir)) << "snapshot directory " << dir
+                                           << (fs::exists(dir) ? " is not a directory" : " does not exist")
+                                           << "; pass a snapshot directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
   TROUPE_USER_CHECK(fs::is_regular_file(mpath))
       << "snapshot " << dir << " has no " << kManifest << " (it is incomplete: a save was interrupted); "
       << "use an older snapshot or --resume latest";
-  auto mbytes = read_all(mpath);
+  auto b = read_all(mpath);
+  TROUPE_USER_CHECK(b.size() >= 12 && std::memcmp(b.data() + b.size() - 12, kManifestTrailer, 8) == 0)
+      << "snapshot manifest " << mpath << " is damaged (size " << b.size() << " bytes, no trailer); use another snapshot";
+  uint32_t want = 0;
+  std::memcpy(&want, b.data() + b.size() - 4, 4);
+  b.resize(b.size() - 12);
+  TROUPE_USER_CHECK(crc(0, b.data(), b.size()) == want)
+      << "snapshot manifest " << mpath << " is damaged (it fails its checksum); use another snapshot";
+  return b;
+}
+
+TrainState load_snapshot(const std::string& dir, const Config& cfg) {
+  const std::string mpath = dir + "/" + kManifest;
+  auto mbytes = read_manifest(dir);
   TrainState st;
   st.dir = dir;
   std::vector<FileEntry> files;
@@ -286,8 +319,11 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
         << kFormat;
     st.step = m.getStep();
     st.updates = m.getUpdates();
-    TROUPE_USER_CHECK(st.step >= 1 && st.updates >= 0 && st.updates <= st.step)
+    TROUPE_USER_CHECK(st.step >= 1 && st.updates >= 0 && st.updates <= st.step && m.getDataPosition() == st.step + 1)
         << "snapshot manifest " << mpath << " is damaged (step " << st.step << ", updates " << st.updates << ")";
+    const std::string base = fs::path(dir).lexically_normal().filename().string();
+    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || base == snapshot_name(st.step))
+        << "snapshot " << dir << " holds step " << st.step << ", not the step its name says; use another snapshot";
     st.loss_scale = m.getLossScaler().getScale();
     st.growth_tracker = m.getLossScaler().getGrowthTracker();
     st.hysteresis_tracker = m.getLossScaler().getHysteresisTracker();
@@ -335,7 +371,8 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
   std::map<std::string, int> spec_index;
   for (size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = (int)i;
   for (const auto& f : files) {
-    TROUPE_USER_CHECK(f.name.find('/') == std::string::npos && f.name.rfind("shard-", 0) == 0)
+    TROUPE_USER_CHECK(f.name.find('/') == std::string::npos &&
+                      (f.name.rfind("shard-", 0) == 0 || f.name == "tokenizer.model"))
         << "snapshot manifest " << mpath << " names an unexpected file '" << f.name << "'";
     const std::string path = dir + "/" + f.name;
     TROUPE_USER_CHECK(fs::is_regular_file(path)) << "snapshot " << dir << " is missing its shard file " << f.name
@@ -346,6 +383,7 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
     auto buf = read_all(path);
     TROUPE_USER_CHECK(crc(0, buf.data(), buf.size()) == f.crc32)
         << "snapshot shard " << path << " fails its checksum (the data is damaged); use another snapshot";
+    if (f.name == "tokenizer.model") continue;  // checked (size, crc); read by troupe generate
     In in{buf.data(), buf.size(), 0, path};
     in.need(8, "the magic");
     TROUPE_USER_CHECK(std::memcmp(buf.data(), kShardMagic, 8) == 0) << "snapshot shard " << path << " is not a troupe shard";
@@ -450,8 +488,11 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
       if (skipped) skipped->push_back(it->second + ": " + e.what());
     }
   }
+  std::string why;
+  if (skipped)
+    for (size_t i = 0; i < skipped->size() && i < 3; ++i) why += (i ? "; " : ": ") + (*skipped)[i];
   throw UserError("no usable snapshot in " + ckpt_dir +
-                  (all.empty() ? std::string(" (none is complete)") : " (every one was refused, see above)") +
+                  (all.empty() ? std::string(" (none is complete)") : " (every one was refused" + why + ")") +
                   "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
 }
 

@@ -79,6 +79,7 @@ struct ManifestInfo {
   int tp = 1, pp = 1, dp = 1, chunks = 1;
   std::string precision = "fp32";
   std::string tokenizer_hash;
+  std::string tokenizer_path;  // copied into the snapshot as tokenizer.model (not in the manifest)
 };
 
 struct FileEntry {
@@ -92,6 +93,10 @@ std::string snapshot_name(int64_t step);
 // "shard-dp0-pp1-tp0.bin"
 std::string shard_file_name(int dp, int pp, int tp);
 
+// Copies the tokenizer model into dir as tokenizer.model (fsynced), so a snapshot is
+// usable without the corpus (troupe generate). Errors: Error naming the path.
+FileEntry write_tokenizer_copy(const std::string& dir, const std::string& tokenizer_path);
+
 // Writes one worker's shard file into dir (fsynced). Returns its name, size and crc32.
 // Errors: Error naming the path (cannot create/write: disk full, permissions).
 FileEntry write_shard_file(const std::string& dir, const ShardData& s);
@@ -104,6 +109,10 @@ void write_manifest(const std::string& dir, const ManifestInfo& info, const std:
 // final_dir: an existing one there is removed first (its manifest before anything else),
 // then tmp_dir is renamed and the parent directory fsynced. Errors: Error naming the path.
 void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir);
+
+// The bytes of dir/manifest.capnp's Cap'n Proto message, after checking the file's trailer
+// ("TRPMANI1" + crc32 of the message). Throws UserError naming the file (missing, damaged).
+std::vector<char> read_manifest(const std::string& dir);
 
 // Reads and checks a snapshot for the run configured by cfg: the manifest parses; the
 // model, data and precision keys equal cfg's (parallel.*, train.steps, checkpoint.*,

@@ -231,6 +231,18 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
         << "checkpoint.dir = '" << ckpt_dir << "' cannot be created (" << p.string()
         << (fs::is_directory(p) ? " is not writable" : " is not a directory") << "); choose a writable directory";
+    // really try (root passes access() on /proc): create it and a probe file, then remove the probe
+    std::error_code ec;
+    fs::create_directories(ckpt_dir, ec);
+    const std::string probe = ckpt_dir + "/.troupe-probe-" + std::to_string(::getpid());
+    bool ok = !ec && fs::is_directory(ckpt_dir);
+    if (ok) {
+      std::ofstream f(probe);
+      ok = f.good() && (f << "x").good();
+    }
+    fs::remove(probe, ec);
+    TROUPE_USER_CHECK(ok) << "checkpoint.dir = '" << ckpt_dir
+                          << "' cannot be created or written; choose a writable directory";
   }
   std::shared_ptr<TrainState> state;
   if (!resume.empty()) {
@@ -330,6 +342,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   ctx.checkpoint_dir = ckpt_dir;
   ctx.resume = state;
   ctx.tokenizer_hash = std::to_string(d.tokenizer_hash);
+  ctx.tokenizer_path = d.tokenizer_path;
   ctx.stop_signal = &g_stop_signal;
   if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT")) ctx.fault_kill_in_snapshot = std::atoll(f);
   install_stop_signals();
@@ -342,6 +355,11 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   }
   if (r.stopped_by_signal) {
     const auto& snaps = r.snapshots;
+    if (snaps.empty() || !snaps.back().ok)
+      throw Error("stopped by a signal after step " + std::to_string(r.last_step) +
+                  " but its snapshot could not be written" +
+                  (snaps.empty() ? std::string() : ": " + snaps.back().error) +
+                  "; the work since the previous snapshot is lost");
     spdlog::info("stopped by a signal after step {}; {}", r.last_step,
                  !snaps.empty() && snaps.back().ok ? "snapshot " + snaps.back().dir + "; continue with --resume latest"
                                                    : std::string("no snapshot could be written"));
@@ -388,16 +406,24 @@ int cmd_generate(const GenerateOptions& o) {
   c.train.sample_tokens = o.tokens;
   c.train.threads = 0;
   setup_logging("");
-  auto d = prepare(c);
-  TROUPE_USER_CHECK(st->tokenizer_hash.empty() || st->tokenizer_hash == std::to_string(d.tokenizer_hash))
-      << "snapshot " << o.dir << " was trained with another tokenizer than " << d.tokenizer_path
-      << " (hash " << st->tokenizer_hash << " vs " << d.tokenizer_hash << "); keep the run's corpus and data.cache_dir";
-  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
+  // the snapshot's own copy of the tokenizer; older snapshots: the run's data cache
+  std::string tok_path = o.dir + "/tokenizer.model";
+  int32_t eot = 1;
+  if (!fs::exists(tok_path)) {
+    auto d = prepare(c);
+    tok_path = d.tokenizer_path;
+    eot = d.eot_id;
+  }
+  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(tok_path));
+  TROUPE_USER_CHECK(st->tokenizer_hash.empty() || st->tokenizer_hash == std::to_string(tok->hash()))
+      << "snapshot " << o.dir << " was trained with another tokenizer than " << tok_path << " (hash "
+      << st->tokenizer_hash << " vs " << tok->hash() << "); keep the run's corpus and data.cache_dir";
   JobContext ctx;
   ctx.quiet = true;
   ctx.resume = st;
   ctx.generate_only = true;
-  ctx.prompt = {d.eot_id};
+  (void)eot;
+  ctx.prompt = {tok->eot_id()};
   for (int32_t id : tok->encode(o.prompt)) ctx.prompt.push_back(id);
   ctx.temperature = o.temperature;
   ctx.top_k = o.top_k;

@@ -275,9 +275,7 @@ std::vector<std::pair<std::string, std::string>> Config::key_values() const {
           if constexpr (std::is_same_v<T, std::string>)
             return "\"" + *p + "\"";
           else if constexpr (std::is_same_v<T, double>) {
-            char b[40];
-            std::snprintf(b, sizeof b, "%.17g", *p);
-            return b;
+            return fmt::format("{}", *p);  // shortest form that round-trips
           } else if constexpr (std::is_same_v<T, bool>)
             return *p ? "true" : "false";
           else

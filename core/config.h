@@ -95,7 +95,7 @@ struct Config {
   void validate() const;
   // The resolved configuration as TOML text (every key, including defaults).
   std::string to_toml() const;
-  // Every key with its value as text (doubles exactly, %.17g), in key-table order.
+  // Every key with its value as text (doubles in the shortest form that round-trips), in key-table order.
   std::vector<std::pair<std::string, std::string>> key_values() const;
   // All key names, "section.key".
   static std::vector<std::string> keys();

@@ -220,6 +220,8 @@ TEST_CASE("each corruption of a snapshot is detected and named", "[checkpoint][c
       {"a garbage manifest",
        [&](const std::string& d) { std::ofstream(d + "/manifest.capnp", std::ios::binary) << std::string(64, 'x'); },
        {"manifest.capnp", "damaged"}},
+      {"a flipped byte in the manifest (its step field)", [&](const std::string& d) { flip(d + "/manifest.capnp", 24); },
+       {"manifest.capnp", "checksum"}},
       {"a truncated manifest",
        [&](const std::string& d) { fs::resize_file(d + "/manifest.capnp", 24); },
        {"manifest.capnp", "damaged"}},

@@ -115,6 +115,7 @@ TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") 
   expect_user_error(troupe(base + " --set train.initial_loss_scale=1000", s), {"power of two", "1024"});
   s.write("afile", "x");
   expect_user_error(troupe(base + " --set checkpoint.dir='" + s.path("afile/ck") + "'", s), {"checkpoint.dir", "afile"});
+  expect_user_error(troupe(base + " --set checkpoint.dir=/proc/troupe-nope", s), {"checkpoint.dir", "/proc/troupe-nope"});
   // nothing was created by any of the refused runs
   CHECK_FALSE(fs::exists(s.path("run")));
 }
