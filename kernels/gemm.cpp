@@ -45,6 +45,25 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, in
 #endif
 }
 
+// out rows (rows, OC) += bias (OC).
+void add_bias_rows(float* o, const float* bias, int64_t rows, int OC) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* orow = o + r * OC;
+#pragma omp simd
+    for (int j = 0; j < OC; ++j) orow[j] += bias[j];
+  }
+}
+
+// dbias[o0, o0 + ocs) += column sums of dout (BT, OC), rows in order.
+void dbias_block(float* dbias, const float* dout, int64_t BT, int OC, int64_t o0, int64_t ocs) {
+  float* db = dbias + o0;
+  for (int64_t r = 0; r < BT; ++r) {
+    const float* d = dout + r * OC + o0;
+#pragma omp simd
+    for (int64_t j = 0; j < ocs; ++j) db[j] += d[j];
+  }
+}
+
 // fp32 -> bf16 bits, round to nearest even (core/dtype.h's rule, NaN kept quiet), vectorised.
 void cvt_bf16(const float* x, uint16_t* out, int64_t n) {
   const uint32_t* u = reinterpret_cast<const uint32_t*>(x);
@@ -118,12 +137,7 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
     cvt_bf16(inp + r0 * C, a16.data(), rows * C);
     float* o = out + r0 * OC;
     gemm_bf16(rows, OC, C, a16.data(), C, false, weight16, C, true, false, o, OC);
-    if (bias)
-      for (int64_t r = 0; r < rows; ++r) {
-        float* orow = o + r * OC;
-#pragma omp simd
-        for (int j = 0; j < OC; ++j) orow[j] += bias[j];
-      }
+    if (bias) add_bias_rows(o, bias, rows, OC);
   });
 }
 
@@ -154,14 +168,7 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
     }
     int64_t o0 = (b - n_dinp) * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
     if (dweight) gemm_bf16(ocs, C, BT, d16 + o0, OC, true, x16, C, false, true, dweight + o0 * C, C);
-    if (dbias) {
-      float* db = dbias + o0;
-      for (int64_t r = 0; r < BT; ++r) {
-        const float* d = dout + r * OC + o0;
-#pragma omp simd
-        for (int64_t j = 0; j < ocs; ++j) db[j] += d[j];
-      }
-    }
+    if (dbias) dbias_block(dbias, dout, BT, OC, o0, ocs);
   });
 }
 
@@ -182,12 +189,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
     float* o = out + r0 * OC;
     sgemm(false, true, rows, OC, C, inp + r0 * C, C, weight, C, 0.0f, o, OC);
-    if (bias)
-      for (int64_t r = 0; r < rows; ++r) {
-        float* orow = o + r * OC;
-#pragma omp simd
-        for (int j = 0; j < OC; ++j) orow[j] += bias[j];
-      }
+    if (bias) add_bias_rows(o, bias, rows, OC);
   });
 }
 
@@ -206,14 +208,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
     int64_t o0 = (b - n_dinp) * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
     if (dweight) sgemm(true, false, ocs, C, BT, dout + o0, OC, inp, C, 1.0f, dweight + o0 * C, C);
-    if (dbias) {
-      float* db = dbias + o0;
-      for (int64_t r = 0; r < BT; ++r) {
-        const float* d = dout + r * OC + o0;
-#pragma omp simd
-        for (int64_t j = 0; j < ocs; ++j) db[j] += d[j];
-      }
-    }
+    if (dbias) dbias_block(dbias, dout, BT, OC, o0, ocs);
   });
 }
 
