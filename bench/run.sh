@@ -34,10 +34,10 @@ echo "== snapshots: training stall async vs synchronous, writer throughput vs dd
 "$BUILD/checkpoint_bench" --dir "$OUT/ckpt" | tee "$OUT/checkpoint.jsonl"
 dd if=/dev/zero of="$OUT/dd.bin" bs=1M count=256 conv=fsync 2>&1 | tail -1 | tee "$OUT/dd.txt"
 rm -f "$OUT/dd.bin"
-echo "== export: a snapshot as safetensors, its logits checked by PyTorch (bench/reference/check_export.py)"
+echo "== export: a bf16-trained snapshot as safetensors, its logits checked by PyTorch (bench/reference/check_export.py)"
 rm -rf "$OUT/export-run"
 "$BUILD/troupe" train --config configs/tiny.toml --run-dir "$OUT/export-run" --set train.steps=50 \
-  --set checkpoint.interval=50 --set train.sample_tokens=0 > /dev/null 2>&1
+  --set checkpoint.interval=50 --set train.sample_tokens=0 --set train.precision=bf16 > /dev/null 2>&1
 SNAP="$OUT/export-run/checkpoints/step-00000050"
 "$BUILD/troupe" export "$SNAP" --format safetensors "$OUT/model.safetensors"
 "$BUILD/troupe" generate "$SNAP" --prompt "The Congress" --tokens 16 --logits-out "$OUT/logits.json"

@@ -405,6 +405,9 @@ int cmd_generate(const GenerateOptions& o) {
   c.parallel.sequence_parallel = false;
   c.train.sample_tokens = o.tokens;
   c.train.threads = 0;
+  // inference computes in fp32 on the model's weights (a bf16/fp16 run's weights are
+  // already values of that type): the logits match the exported model run in fp32
+  c.train.precision = "fp32";
   setup_logging("");
   // the snapshot's own copy of the tokenizer; older snapshots: the run's data cache
   std::string tok_path = o.dir + "/tokenizer.model";
