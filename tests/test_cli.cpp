@@ -296,25 +296,28 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
   CHECK_FALSE(fs::exists(s.path("fresh")));
   expect_user_error(troupe(common + " --run-dir '" + s.path("x") + "' --resume '" + s.path("nope") + "'", s),
                     {"nope", "does not exist"});
-  // SIGUSR1 mid-run: snapshot the current step, exit 0; the run continues from it
+  // SIGUSR1 (and SIGTERM) mid-run: snapshot the current step, exit 0; the run continues from it
   // (troupe is the direct child of the shell that signals it; timeout guards the whole)
-  const std::string script = s.write(
-      "sig.sh", "'" + troupe_bin() + "' " + common + " --run-dir '" + s.path("sig") +
-                    "' --set train.steps=3000 > /dev/null 2> '" + s.path("sig.err") + "' &\n" +
-                    "pid=$!\ntrap 'kill -9 $pid 2>/dev/null' EXIT\n"
-                    "for i in $(seq 1 600); do n=$(grep -c '\"loss\"' '" + s.path("sig/metrics.jsonl") +
-                    "' 2>/dev/null); [ \"${n:-0}\" -ge 3 ] && break; sleep 0.1; done\n"
-                    "kill -USR1 $pid\nwait $pid\necho $? > '" + s.path("sig.rc") + "'\n");
-  const std::string sig_cmd = "cd '" + kSrc + "' && timeout -s KILL 120 bash '" + script + "'";
-  std::system(sig_cmd.c_str());
-  INFO(slurp(s.path("sig.err")));
-  CHECK(slurp(s.path("sig.rc")) == "0\n");
-  CHECK(slurp(s.path("sig.err")).find("stopped by a signal") != std::string::npos);
-  Run c = troupe(common + " --run-dir '" + s.path("sig") + "' --set train.steps=" +
-                     std::to_string(losses("sig").rbegin()->first + 2) + " --resume latest",
-                 s);
-  INFO(c.err);
-  CHECK(c.rc == 0);
+  for (std::string sig : {"USR1", "TERM"}) {
+    INFO("SIG" << sig);
+    const std::string dir = s.path("sig-" + sig), err = s.path("sig-" + sig + ".err"), rc = s.path("sig-" + sig + ".rc");
+    const std::string script = s.write(
+        "sig.sh", "'" + troupe_bin() + "' " + common + " --run-dir '" + dir + "' --set train.steps=3000 > /dev/null 2> '" +
+                      err + "' &\n" + "pid=$!\ntrap 'kill -9 $pid 2>/dev/null' EXIT\n"
+                      "for i in $(seq 1 600); do n=$(grep -c '\"loss\"' '" + dir +
+                      "/metrics.jsonl' 2>/dev/null); [ \"${n:-0}\" -ge 3 ] && break; sleep 0.1; done\n"
+                      "kill -" + sig + " $pid\nwait $pid\necho $? > '" + rc + "'\n");
+    const std::string sig_cmd = "cd '" + kSrc + "' && timeout -s KILL 120 bash '" + script + "'";
+    std::system(sig_cmd.c_str());
+    INFO(slurp(err));
+    CHECK(slurp(rc) == "0\n");
+    CHECK(slurp(err).find("stopped by a signal") != std::string::npos);
+    Run c = troupe(common + " --run-dir '" + dir + "' --set train.steps=" +
+                       std::to_string(losses("sig-" + sig).rbegin()->first + 2) + " --resume latest",
+                   s);
+    INFO(c.err);
+    CHECK(c.rc == 0);
+  }
 }
 
 TEST_CASE("export writes GPT-2's safetensors layout; generate samples from a snapshot", "[cli][checkpoint][export]") {
