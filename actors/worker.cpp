@@ -275,14 +275,12 @@ class Worker {
       (first ? first : last)->tie_grads(other);
     }
     // the optimizer actor runs the step (it owns master weights, moments and the scaler)
-    auto t0 = Clock::now();
     self_->send(a_.optimizer, optimize_atom::value, k);
     wait_until([&] { return opt_done_.count(k) > 0; }, "the optimizer actor's step " + std::to_string(k),
                WaitState::kCoordinator, k, 2.0 * a_.timeout_s + 1.0);
     auto [s, next_scale] = opt_done_[k];
     opt_done_.erase(k);
     scale_ = next_scale;
-    (void)t0;
     return s;
   }
   // The loss scale of the next step (fp16; 1 otherwise), as the optimizer actor reports it.

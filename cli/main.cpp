@@ -411,12 +411,7 @@ int cmd_generate(const GenerateOptions& o) {
   setup_logging("");
   // the snapshot's own copy of the tokenizer; older snapshots: the run's data cache
   std::string tok_path = o.dir + "/tokenizer.model";
-  int32_t eot = 1;
-  if (!fs::exists(tok_path)) {
-    auto d = prepare(c);
-    tok_path = d.tokenizer_path;
-    eot = d.eot_id;
-  }
+  if (!fs::exists(tok_path)) tok_path = prepare(c).tokenizer_path;
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(tok_path));
   TROUPE_USER_CHECK(st->tokenizer_hash.empty() || st->tokenizer_hash == std::to_string(tok->hash()))
       << "snapshot " << o.dir << " was trained with another tokenizer than " << tok_path << " (hash "
@@ -425,7 +420,6 @@ int cmd_generate(const GenerateOptions& o) {
   ctx.quiet = true;
   ctx.resume = st;
   ctx.generate_only = true;
-  (void)eot;
   ctx.prompt = {tok->eot_id()};
   for (int32_t id : tok->encode(o.prompt)) ctx.prompt.push_back(id);
   ctx.temperature = o.temperature;

@@ -64,17 +64,6 @@ void dbias_block(float* dbias, const float* dout, int64_t BT, int OC, int64_t o0
   }
 }
 
-// fp32 -> bf16 bits, round to nearest even (core/dtype.h's rule, NaN kept quiet), vectorised.
-void cvt_bf16(const float* x, uint16_t* out, int64_t n) {
-  const uint32_t* u = reinterpret_cast<const uint32_t*>(x);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t b = u[i];
-    const bool nan = (b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu);
-    out[i] = (uint16_t)((nan ? (b | 0x00400000u) : b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-  }
-}
-
 // ---- bf16 GEMMs ------------------------------------------------------------------------
 // Row-major C (M,N) (+)= A (M,K) · B (K,N) with bf16 A and B and fp32 accumulation and
 // output, single-threaded. A is plain row-major (lda); B is row-major (K,N) (ldb) or, with
@@ -134,7 +123,7 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
     int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
     thread_local std::vector<uint16_t> a16;
     a16.resize((size_t)rows * C);
-    cvt_bf16(inp + r0 * C, a16.data(), rows * C);
+    f32_to_bf16(inp + r0 * C, a16.data(), (size_t)(rows * C));
     float* o = out + r0 * OC;
     gemm_bf16(rows, OC, C, a16.data(), C, false, weight16, C, true, false, o, OC);
     if (bias) add_bias_rows(o, bias, rows, OC);
@@ -157,8 +146,8 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
   uint16_t* x16 = x16v.data();
   parallel_for(nrow, [&](int64_t b) {
     int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-    cvt_bf16(dout + r0 * OC, d16 + r0 * OC, rows * OC);
-    if (dweight) cvt_bf16(inp + r0 * C, x16 + r0 * C, rows * C);
+    f32_to_bf16(dout + r0 * OC, d16 + r0 * OC, (size_t)(rows * OC));
+    if (dweight) f32_to_bf16(inp + r0 * C, x16 + r0 * C, (size_t)(rows * C));
   });
   parallel_for(n_dinp + noc, [&](int64_t b) {
     if (b < n_dinp) {

@@ -108,8 +108,6 @@ double ce_vp_finish(float* logits, float* losses, const float* gmax, const float
 // x (N) rounded in place to the nearest value of dtype dt, as if stored in it: bf16 round
 // to nearest even; fp16 IEEE binary16 (overflow -> +-inf, subnormals kept); f32: no-op.
 void round_to(float* x, int64_t N, DType dt);
-// out (N) = x as bf16 bits (round to nearest even).
-void to_bf16(uint16_t* out, const float* x, int64_t N);
 // The 16-bit storage of x (N) in dt (bf16 or fp16 bits, round to nearest even; exact for
 // values already rounded to dt), and back. Used for the activations a stage stashes.
 void pack16(uint16_t* out, const float* x, int64_t N, DType dt);

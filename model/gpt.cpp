@@ -206,7 +206,7 @@ void set_compute_copy(Param& p, const float* from, DType dt) {
   kernels::round_to(p.value.data(), p.value.numel(), dt);
   if (dt == DType::bf16 && p.value.ndim() == 2) {
     p.value16.resize((size_t)p.value.numel());
-    kernels::to_bf16(p.value16.data(), p.value.data(), p.value.numel());
+    kernels::pack16(p.value16.data(), p.value.data(), p.value.numel(), DType::bf16);
   } else {
     p.value16.clear();
   }

@@ -3,6 +3,7 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -59,5 +60,15 @@ inline std::map<std::string, Tensor> by_name(const JobResult& r) {
     m[n] = t;
   }
   return m;
+}
+// ||a - b|| / ||b|| over one tensor.
+inline double rel_diff(const Tensor& a, const Tensor& b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    double d = (double)a.data()[i] - b.data()[i];
+    num += d * d;
+    den += (double)b.data()[i] * b.data()[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 }  // namespace troupe::test

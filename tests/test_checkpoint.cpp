@@ -138,13 +138,8 @@ TEST_CASE("a snapshot taken at (TP, PP, DP) = (2, 2, 2) continues at (1, 4, 1) a
     // parameters after the step: the same within the rounding of another summation order
     auto a = by_name(orig), b = by_name(res);
     for (auto& [n, tt] : a) {
-      double num = 0, den = 0;
-      for (int64_t i = 0; i < tt.numel(); ++i) {
-        double d = (double)b[n].data()[i] - tt.data()[i];
-        num += d * d, den += (double)tt.data()[i] * tt.data()[i];
-      }
       INFO(n);
-      CHECK(std::sqrt(num) <= 1e-4 * std::sqrt(den) + 1e-6);
+      CHECK(rel_diff(b[n], tt) <= 1e-4);
     }
   }
 }
@@ -166,8 +161,6 @@ TEST_CASE("retention keeps the newest complete snapshots and never touches unfin
   CHECK(all[0].first == 4);
   CHECK(all[1].first == 5);
   CHECK(fs::exists(t.path("ck/step-00000009.tmp-1")));
-  // stall: the step waited only for the copies to host memory
-  for (auto& s : r.snapshots) CHECK(s.stall_s < 5.0);
   // a save that fails (here: the directory cannot be created) is reported; training goes on
   std::ofstream(t.path("afile")) << "x";
   JobContext y = ctx();

@@ -30,16 +30,7 @@ namespace {
 using test::tiny;
 using test::ctx;
 using test::by_name;
-// ||a - b|| / ||b|| over one tensor.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    double d = (double)a.data()[i] - b.data()[i];
-    num += d * d;
-    den += (double)b.data()[i] * b.data()[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+using test::rel_diff;
 // The tolerance of a parameter after 3 AdamW steps: attn.qkv.bias's key part has an
 // exactly-zero gradient in exact arithmetic (softmax is shift-invariant), so its gradient
 // is rounding noise that AdamW normalises into +-lr steps; it gets a looser bound.

@@ -58,17 +58,8 @@ void pack16(uint16_t* out, const float* x, int64_t N, DType dt) {
   TROUPE_CHECK(dt != DType::f32) << "pack16 needs a 16-bit dtype";
   parallel_for((N + kChunk - 1) / kChunk, [&](int64_t c) {
     const int64_t a = c * kChunk, n = std::min(kChunk, N - a);
-    const uint32_t* __restrict u = reinterpret_cast<const uint32_t*>(x + a);
     uint16_t* __restrict o = out + a;
-    if (dt == DType::bf16) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t b = u[i];
-        const bool nan = (b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu);
-        o[i] = (uint16_t)((nan ? (b | 0x00400000u) : b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-      }
-      return;
-    }
+    if (dt == DType::bf16) return f32_to_bf16(x + a, o, (size_t)n);
     int64_t i = 0;
 #if defined(__F16C__)
     for (; i + 8 <= n; i += 8)
@@ -96,13 +87,6 @@ void unpack16(float* out, const uint16_t* x, int64_t N, DType dt) {
       _mm256_storeu_ps(out + a + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
 #endif
     for (; i < n; ++i) out[a + i] = f16_to_f32(h[i]);
-  });
-}
-
-void to_bf16(uint16_t* out, const float* x, int64_t N) {
-  parallel_for((N + kChunk - 1) / kChunk, [&](int64_t c) {
-    const int64_t a = c * kChunk, n = std::min(kChunk, N - a);
-    f32_to_bf16(x + a, out + a, (size_t)n);
   });
 }
 
