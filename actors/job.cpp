@@ -19,6 +19,9 @@
 #include <sstream>
 
 #include "actors/checkpointer.h"
+#include "actors/cluster.h"
+#include "actors/wire_types.h"
+#include <caf/io/all.hpp>
 #include "actors/messages.h"
 #include "actors/optimizer_actor.h"
 #include "actors/worker.h"
@@ -26,6 +29,7 @@
 #include "core/peak.h"
 #include "core/topology.h"
 #include "collectives/communicator.h"
+#include "collectives/ucx.h"
 #include "optimizer/loss_scaler.h"
 #include "optimizer/optimizer.h"
 #include "stages/schedule.h"
@@ -87,11 +91,20 @@ class Coordinator {
     dtype_ = cfg.train.precision == "bf16" ? DType::bf16 : cfg.train.precision == "fp16" ? DType::f16 : DType::f32;
     sys_cfg_.set("scheduler.policy", caf::atom("sharing"));
     sys_cfg_.set("scheduler.max-threads", 2);
+    register_wire_types(sys_cfg_);
+    if (ctx.launch.world > 1) {
+      sys_cfg_.load<caf::io::middleman>();
+    }
     sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
     self_ = std::make_unique<caf::scoped_actor>(*sys_);
   }
   ~Coordinator() {
-    shutdown();
+    try {
+      shutdown();
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+    }
+    cluster_.reset();  // its proxies and agent stop before the actor system
     self_.reset();
     sys_.reset();
   }
@@ -106,8 +119,22 @@ class Coordinator {
     DP_ = p.dp;
     M_ = p.microbatches;
     const int B = cfg_.train.batch_size, T = cfg_.train.seq_len;
-    const int cores = cfg_.train.threads > 0 ? cfg_.train.threads : std::max(1u, std::thread::hardware_concurrency());
-    const int per_worker = std::max(1, cores / (P_ * TP_ * DP_));
+    const bool multi = ctx_.launch.world > 1;
+    const int me = ctx_.launch.rank;
+    const Topology topo(DP_, P_, TP_);
+    // which process holds which workers (one process: all of them)
+    std::vector<std::vector<int>> placement(1);
+    for (int r = 0; r < topo.world(); ++r) placement[0].push_back(r);
+    if (multi) placement = place(topo, ctx_.launch.world, p.placement);
+    const std::vector<int>& mine = placement[multi ? me : 0];
+    // the thread budget is per process; processes sharing a host split its cores (troupe
+    // launch sets TROUPE_LOCAL_WORLD_SIZE)
+    int cores = cfg_.train.threads > 0 ? cfg_.train.threads : std::max(1u, std::thread::hardware_concurrency());
+    if (multi && cfg_.train.threads <= 0)
+      if (const char* lw = std::getenv("TROUPE_LOCAL_WORLD_SIZE"); lw && std::atoi(lw) > 0)
+        cores = std::max(1, cores / std::atoi(lw));
+    const int here = (int)mine.size();
+    const int per_worker = std::max(1, cores / here);
     const int V = p.chunks;
     auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, P_, M_, V));
     validate_schedule(*sched);
@@ -115,10 +142,22 @@ class Coordinator {
         << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as " << p.schedule
         << " yet; use a schedule without W actions or turn sequence parallelism off";
     sched_ = sched;
-    // the MFU denominator, measured before any worker thread exists
-    const double peak = measure_peak_flops(std::min(cores, std::max(1, cores / (P_ * TP_ * DP_)) * P_ * TP_ * DP_));
+    if (multi) {
+      ClusterOptions co;
+      co.env = ctx_.launch;
+      co.secret = ctx_.job_secret;
+      co.cfg = cfg_;
+      co.placement = placement;
+      co.ranks = topo.world();
+      cluster_ = std::make_unique<Cluster>(*sys_, co);
+    }
+    auto is_local = [&](int r) { return !cluster_ || cluster_->local(r); };
+    const bool leader = !multi || me == 0;
+    const bool quiet = ctx_.quiet || !leader;
+    // the MFU denominator, measured before any worker thread exists (process 0 reports it)
+    const double peak = leader ? measure_peak_flops(std::min(cores, per_worker * here)) : 1.0;
     auto bounds = partition_layers(gpt_, P_ * V);
-    if (!ctx_.quiet) {
+    if (!quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
                    m.n_head, m.n_embd, m.block_size, m.vocab_size, gpt_.n_params(), gpt_.n_params_no_wpe());
       spdlog::info("layout: DP={} x PP={} x {} chunk(s) x TP={}, schedule {}, M={} microbatches of {} sequences x {} tokens per DP rank, {} thread(s) per worker",
@@ -126,34 +165,78 @@ class Coordinator {
       if (gpt_.Vp() != gpt_.V)
         spdlog::info("vocabulary padded from {} to {} rows (a multiple of TP x 64); padded logits are masked out",
                      gpt_.V, gpt_.Vp());
+      if (multi) {
+        std::string pl = describe_placement(topo, placement);
+        while (!pl.empty() && pl.back() == '\n') pl.pop_back();
+        spdlog::info("placement over {} processes ({}):\n{}", ctx_.launch.world, p.placement, pl);
+      }
     }
+    const caf::actor self_handle = caf::actor_cast<caf::actor>(*self_);
+    // the coordinator as the workers of this process see it
+    caf::actor coordinator = self_handle;
+    if (multi && !leader) coordinator = cluster_->control_proxy(0, {RemoteRef::coordinator, 0});
     if (!ctx_.checkpoint_dir.empty()) {
-      writer_ = sys_->spawn(checkpoint_writer, caf::actor_cast<caf::actor>(*self_), cfg_.checkpoint.keep_last,
-                            ctx_.fault_kill_in_snapshot);
-      (*self_)->monitor(writer_);
+      if (leader) {  // one writer, in process 0: the others' shards come over the control plane
+        writer_ = sys_->spawn(checkpoint_writer, self_handle, cfg_.checkpoint.keep_last, ctx_.fault_kill_in_snapshot);
+        (*self_)->monitor(writer_);
+        ++local_actors_;
+        if (cluster_) cluster_->expose({RemoteRef::writer, 0}, writer_);
+      } else {
+        writer_ = cluster_->control_proxy(0, {RemoteRef::writer, 0});
+      }
     }
-    // stages and workers: one per (dp, pp, tp); workers_[(d * P + s) * TP + t]
-    const Topology topo(DP_, P_, TP_);
-    std::vector<std::vector<std::shared_ptr<Communicator>>> dp_groups;  // [s * TP + t][d]
+    // The communicators of a group: in-process when all its ranks are here, else over UCX
+    // (the same canonical reduction order, so the same bits). Entries for local ranks only.
+    auto comms = [&](const std::vector<int>& ranks, const std::string& name, int32_t id) {
+      std::map<int, std::shared_ptr<Communicator>> out;
+      bool all_here = true;
+      for (int r : ranks) all_here = all_here && is_local(r);
+      if (all_here) {
+        auto g = make_local_group((int)ranks.size(), name);
+        for (size_t i = 0; i < ranks.size(); ++i) out[ranks[i]] = g[i];
+      } else {
+        for (size_t i = 0; i < ranks.size(); ++i)
+          if (is_local(ranks[i]))
+            out[ranks[i]] = make_ucx_communicator(cluster_->transport(), ranks, (int)i, id, name);
+      }
+      return out;
+    };
+    std::map<int, std::shared_ptr<Communicator>> tp_comm, dp_comm;
     for (int s = 0; s < P_; ++s)
-      for (int t = 0; t < TP_; ++t) dp_groups.push_back(make_local_group(DP_, topo.dp_group_name(topo.rank({0, s, t}))));
+      for (int t = 0; t < TP_; ++t) {
+        const int r0 = topo.rank({0, s, t});
+        for (auto& [r, c] : comms(topo.dp_group(r0), topo.dp_group_name(r0), topo.world() + r0)) dp_comm[r] = c;
+      }
     for (int d = 0; d < DP_; ++d)
       for (int s = 0; s < P_; ++s) {
-        auto group = make_local_group(TP_, topo.tp_group_name(topo.rank({d, s, 0})));
+        const int r0 = topo.rank({d, s, 0});
+        for (auto& [r, c] : comms(topo.tp_group(r0), topo.tp_group_name(r0), r0)) tp_comm[r] = c;
+      }
+    // stages and workers: one per (dp, pp, tp); workers_[(d * P + s) * TP + t] (a control
+    // proxy where the worker lives in another process)
+    for (int d = 0; d < DP_; ++d)
+      for (int s = 0; s < P_; ++s) {
         for (int t = 0; t < TP_; ++t) {
+          const int r = topo.rank({d, s, t});
+          if (!is_local(r)) {
+            const int proc = cluster_->process_of(r);
+            workers_.push_back(cluster_->control_proxy(proc, {RemoteRef::worker, r}));
+            optimizers_.push_back(cluster_->control_proxy(proc, {RemoteRef::optimizer, r}));
+            continue;
+          }
           const GPTConfig g = GPTConfig::from(m, TP_, t);
           WorkerArgs wa;
           wa.pp_rank = s;
           wa.tp_rank = t;
           wa.dp_rank = d;
-          wa.tp = group[t];
-          wa.dp = dp_groups[s * TP_ + t][d];
+          wa.tp = tp_comm.at(r);
+          wa.dp = dp_comm.at(r);
           size_t pb = 0;
           int64_t n = 0;
           std::string layers;
           for (int c = 0; c < V; ++c) {
             const int v = c * P_ + s;
-            auto st = std::make_shared<Stage>(g, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed, group[t].get(),
+            auto st = std::make_shared<Stage>(g, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed, wa.tp.get(),
                                               cfg_.train.timeout_s);
             st->set_recompute(cfg_.train.recompute == "full");
             st->set_dropout((float)m.dropout, cfg_.train.seed);
@@ -166,7 +249,7 @@ class Coordinator {
             wa.chunks.push_back(st);
           }
           optimizer_bytes_ = std::max<size_t>(optimizer_bytes_, 3 * sizeof(float) * (size_t)((n + DP_ - 1) / DP_));
-          if (!ctx_.quiet && d == 0) {
+          if (!quiet && d == 0) {
             // ZeRO-1: fp32 master weights + AdamW moments are sharded over the DP group
             const double opt = 3.0 * pb / DP_;
             spdlog::info("stage {}{}: layers {} — {} parameters; params + grads {}, master + AdamW moments {} per DP rank{}",
@@ -182,9 +265,12 @@ class Coordinator {
           wa.optim = cfg_.optim;
           wa.threads = per_worker;
           wa.timeout_s = cfg_.train.timeout_s;
-          wa.coordinator = caf::actor_cast<caf::actor>(*self_);
+          wa.coordinator = coordinator;
           wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s && d == 0;
-          wa.fault_inf_step = topo.rank({d, s, t}) == ctx_.fault_inf_rank ? ctx_.fault_inf_step : -1;
+          wa.fault_inf_step = r == ctx_.fault_inf_rank ? ctx_.fault_inf_step : -1;
+          // fault injection (tests): TROUPE_FAULT_KILL_RANK=p TROUPE_FAULT_KILL_STEP=k kills process p at step k
+          if (const char* kr = std::getenv("TROUPE_FAULT_KILL_RANK"); kr && std::atoi(kr) == (multi ? me : 0))
+            if (const char* ks = std::getenv("TROUPE_FAULT_KILL_STEP")) wa.fault_kill_step = std::atoll(ks);
           wa.precision = dtype_;
           wa.checkpointer = writer_;
           wa.resume = ctx_.resume;
@@ -199,26 +285,65 @@ class Coordinator {
           auto w = sys_->spawn(stage_worker, wa);
           (*self_)->monitor(w);
           workers_.push_back(w);
+          local_actors_ += 2;
+          local_workers_.push_back(w);
+          local_optimizers_.push_back(o);
+          if (cluster_) {
+            cluster_->expose({RemoteRef::worker, r}, w);
+            cluster_->expose({RemoteRef::optimizer, r}, o);
+            cluster_->deliver_tensors_to(r, w);
+          }
         }
       }
-    if (!ctx_.quiet && P_ * V > 1) {
+    if (!quiet && P_ * V > 1) {
       bool even = true;
       for (int v = 0; v < P_ * V; ++v) even = even && bounds[v + 1] - bounds[v] == bounds[1] - bounds[0];
       if (!even) spdlog::info("layers split unevenly to balance FLOPs (the LM head counts as {:.1f} blocks)",
                               (double)m.vocab_size / (12.0 * m.n_embd));
     }
     auto wk = [&](int d, int s, int t) -> caf::actor& { return workers_[((size_t)d * P_ + s) * TP_ + t]; };
+    // one data actor per process: tokens and targets for this process's first and last stages
     std::vector<std::vector<caf::actor>> firsts(DP_), lasts(DP_);
     for (int d = 0; d < DP_; ++d)
-      for (int t = 0; t < TP_; ++t) firsts[d].push_back(wk(d, 0, t)), lasts[d].push_back(wk(d, P_ - 1, t));
-    data_ = sys_->spawn(data_actor, ctx_, firsts, lasts, M_, B, T, caf::actor_cast<caf::actor>(*self_));
-    for (int d = 0; d < DP_; ++d)
-      for (int t = 0; t < TP_; ++t) {  // each worker's peers: the workers of its (dp, tp), by stage
-        std::vector<caf::actor> peers;
-        for (int s = 0; s < P_; ++s) peers.push_back(wk(d, s, t));
-        for (int s = 0; s < P_; ++s) (*self_)->send(wk(d, s, t), wire_atom::value, peers);
+      for (int t = 0; t < TP_; ++t) {
+        if (is_local(topo.rank({d, 0, t}))) firsts[d].push_back(wk(d, 0, t));
+        if (is_local(topo.rank({d, P_ - 1, t}))) lasts[d].push_back(wk(d, P_ - 1, t));
       }
-
+    data_ = sys_->spawn(data_actor, ctx_, firsts, lasts, M_, B, T, coordinator);
+    for (int q = 0; q < (multi ? ctx_.launch.world : 1); ++q)
+      datas_.push_back(q == (multi ? me : 0) ? data_ : cluster_->control_proxy(q, {RemoteRef::data, q}));
+    if (cluster_) {
+      cluster_->expose({RemoteRef::data, me}, data_);
+      if (leader) {
+        cluster_->expose({RemoteRef::coordinator, 0}, self_handle);
+        cluster_->set_coordinator(self_handle);
+      }
+    }
+    for (int d = 0; d < DP_; ++d)
+      for (int s = 0; s < P_; ++s)
+        for (int t = 0; t < TP_; ++t) {  // each local worker's peers: the workers of its (dp, tp), by stage
+          const int r = topo.rank({d, s, t});
+          if (!is_local(r)) continue;
+          std::vector<caf::actor> peers;
+          for (int q = 0; q < P_; ++q) {
+            const int rq = topo.rank({d, q, t});
+            peers.push_back(is_local(rq) ? wk(d, q, t)
+                                         : cluster_->tensor_proxy(r, rq, s, cfg_.train.timeout_s, coordinator));
+          }
+          (*self_)->send(wk(d, s, t), wire_atom::value, peers);
+        }
+    if (cluster_) {
+      cluster_->join();  // every process here, same binary and config, data plane connected
+      if (!leader) {     // a follower runs its workers until process 0 ends the job
+        JobResult res;
+        res.follower = true;
+        cluster_->wait_for_end();
+        shutdown();
+        cluster_->leave();
+        return res;
+      }
+      spdlog::info("all {} processes joined; data plane connected (UCX)", ctx_.launch.world);
+    }
     const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
 
     std::ofstream metrics;
@@ -264,7 +389,7 @@ class Coordinator {
     for (int64_t k = k0; k <= steps; ++k) {
       auto t0 = Clock::now();
       const double lr = lr_at(cfg_.optim, k);
-      (*self_)->send(data_, batch_atom::value, (int64_t)k, 0, (int64_t)k);
+      for (auto& da : datas_) (*self_)->send(da, batch_atom::value, (int64_t)k, 0, (int64_t)k);
       for (auto& w : workers_) (*self_)->send(w, step_atom::value, (int64_t)k, 0);
       std::vector<std::pair<int, double>> sumsq;
       int reports = 0;
@@ -445,7 +570,7 @@ class Coordinator {
     const int nb = cfg_.train.eval_batches;
     for (int j = 0; j < nb; ++j) {
       int64_t k = -(++eval_counter_);
-      (*self_)->send(data_, batch_atom::value, k, 1, (int64_t)j);
+      for (auto& da : datas_) (*self_)->send(da, batch_atom::value, k, 1, (int64_t)j);
       for (auto& w : workers_) (*self_)->send(w, step_atom::value, k, 1);
     }
     auto total = collect_done(0, "validation", nb * P_ * TP_ * DP_);
@@ -759,6 +884,8 @@ class Coordinator {
     wait([&] { return in_flight_.empty(); }, "the snapshots being written", [](SnapAck&) {});
   }
 
+  // Stops this process's actors and waits (30 s) for them to end. Process 0 of a
+  // multi-process job then tells the other processes the job is over (unless it failed).
   void shutdown() {
     if (stopped_ || !sys_) return;
     stopped_ = true;
@@ -768,7 +895,7 @@ class Coordinator {
     if (data_) (*self_)->send(data_, stop_atom::value);
     // Workers exit on stop; wait for their down messages (deadline) so none outlives us.
     const auto deadline = Clock::now() + std::chrono::seconds(30);
-    const size_t actors = workers_.size() + optimizers_.size() + (writer_ ? 1 : 0);
+    const size_t actors = local_actors_;
     while (down_.size() < actors) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) break;
@@ -777,6 +904,7 @@ class Coordinator {
                         [&](done_atom, int64_t, StepReport&) {}, [&](norm_atom, int64_t, NormReport&) {},
                         [&](logits_atom, int64_t, std::vector<float>&) {}, [&](dump_atom, ParamDump&) {},
                         [&](snapack_atom, int64_t, SnapAck&) {}, [&](snapdone_atom, int64_t, SnapDone&) {},
+                        [&](status_atom, WaitState&) {},
                         caf::after(left) >> [&] { timed_out = true; });
       if (timed_out) break;
     }
@@ -785,10 +913,24 @@ class Coordinator {
       std::fflush(nullptr);
       std::_Exit(1);
     }
+    if (cluster_ && ctx_.launch.rank == 0 && !failed_) cluster_->finish();
   }
 
+ public:
+  // The job failed in this process: every other process is told to stop (multi-process).
+  void abort_cluster(const std::string& why) {
+    failed_ = true;
+    if (cluster_) cluster_->abort(why);
+  }
+
+ private:
   Config cfg_;
   JobContext ctx_;
+  std::unique_ptr<Cluster> cluster_;  // several processes: the control plane (actors/cluster.h)
+  std::vector<caf::actor> datas_;     // every process's data actor (a control proxy where remote)
+  std::vector<caf::actor> local_workers_, local_optimizers_;
+  size_t local_actors_ = 0;           // actors of this process the shutdown waits for
+  bool failed_ = false;
   GPTConfig gpt_;
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;
   size_t optimizer_bytes_ = 0;
@@ -824,7 +966,12 @@ class Coordinator {
 JobResult run_job(const Config& cfg, const JobContext& ctx) {
   cfg.validate();
   Coordinator c(cfg, ctx);
-  return c.run();
+  try {
+    return c.run();
+  } catch (const std::exception& e) {
+    c.abort_cluster(e.what());
+    throw;
+  }
 }
 
 }  // namespace troupe

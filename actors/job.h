@@ -9,6 +9,7 @@
 
 #include "checkpoint/snapshot.h"
 #include "core/config.h"
+#include "core/launch_env.h"
 #include "core/tensor.h"
 
 namespace troupe {
@@ -50,6 +51,13 @@ struct JobContext {
   int top_k = 40;
   uint64_t sample_seed = 0;  // 0: train.seed ^ 0x5a5a5a5a
   bool generate_only = false;
+  // Several processes (troupe launch, Slurm, mpirun; actors/cluster.h): this process's
+  // rank, the world size and the coordinator's host:port (core/launch_env.h), and the job
+  // secret that authenticates every message between the processes. world 1: one process.
+  // Process 0 runs the coordinator and returns the results; the others run their workers
+  // and return a JobResult with `follower` set once process 0 ends the job.
+  LaunchEnv launch;
+  std::string job_secret;
 };
 
 struct JobResult {
@@ -88,6 +96,7 @@ struct JobResult {
     std::string dir, error;
   };
   std::vector<Snapshot> snapshots;
+  bool follower = false;           // a process other than 0 of a multi-process job: no results here
 };
 
 // Runs cfg.train.steps steps (validating cfg first). Throws UserError for bad input,

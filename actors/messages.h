@@ -1,9 +1,10 @@
 // actors/messages.h — every atom and message type of troupe's actors, in one place.
 //
-// One process: tensors and token blocks travel by reference (ref-counted storage; the
-// sender hands them over and does not touch them again), so these types are allowed as
-// "unsafe" (never serialized). Messages that cross processes get Cap'n Proto headers
-// (schemas/) in a later version.
+// In one process tensors and token blocks travel by reference (ref-counted storage; the
+// sender hands them over and does not touch them again). Between processes, control
+// messages are CAF-serialized (actors/wire_types.h, included at the end) inside an
+// authenticated envelope (actors/cluster.h), and pipeline tensors go over UCX with a Cap'n
+// Proto header (collectives/ucx.h). ManifestInfo and SnapDone never leave process 0.
 //
 // Protocol of one step k (kind 0 = train, 1 = eval):
 //   coordinator -> data actor   (batch_atom, k, kind, index)
@@ -149,13 +150,10 @@ struct SnapDone {
 
 }  // namespace troupe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ShardData)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ManifestInfo)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SnapAck)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SnapDone)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::Tensor)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::TokenBlock)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::NormReport)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::StepReport)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ParamDump)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::WaitState)
+
+// CAF serialization of the types above, for the control plane between processes. It must
+// be visible wherever a message holding them is built (CAF instantiates the serializer
+// there), so every includer of this header gets it.
+#include "actors/wire_types.h"

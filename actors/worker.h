@@ -38,6 +38,7 @@ struct WorkerArgs {
   caf::actor coordinator;
   bool fault_drop_grads = false;  // fault injection (tests): never send gradients upstream
   int64_t fault_inf_step = -1;    // fault injection (tests): +inf in one gradient element at this step
+  int64_t fault_kill_step = -1;   // fault injection (tests): SIGKILL this whole process when step k starts
   // Mixed precision: the stages' storage dtype (Stage::set_precision) and, for fp16, the
   // dynamic loss scaler every worker runs identically from the global found-inf decision.
   DType precision = DType::f32;

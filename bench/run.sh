@@ -45,6 +45,25 @@ SNAP="$OUT/export-run/checkpoints/step-00000050"
 echo "== PyTorch reference, 2 threads, OpenBLAS presets unset (bench/reference/torch_bench.py)"
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
   "$PY" bench/reference/torch_bench.py $ARGS --threads 2 --warmup 3 --iters 10 | tail -1 | tee "$OUT/torch.json"
+echo "== UCX data plane between 2 and 4 processes (bench/ucx_bench) vs ucx_perftest on 127.0.0.1"
+# Both inherit UCX_TLS (unset: UCX's own choice). ucx_perftest runs with -e (endpoints with
+# peer error handling, as troupe creates them; UCX 1.13's shared-memory transports lack it,
+# so both end up on the same transports: tcp, cma).
+"$BUILD/ucx_bench" | tee "$OUT/ucx.jsonl"
+perftest() {  # PORT ARGS...: one ucx_perftest server + client; prints the client's "Final:" line
+  local port=$1; shift
+  timeout 300 ucx_perftest -p "$port" -e > /dev/null 2>&1 &
+  local srv=$! line="" try
+  for try in 1 2 3 4 5 6 7 8 9 10; do  # until the server listens
+    sleep 0.5
+    line=$(timeout 300 ucx_perftest 127.0.0.1 -p "$port" -e "$@" 2>/dev/null | grep "^Final:") && break
+  done
+  wait "$srv" || true
+  [[ -n "$line" ]] || { echo "ucx_perftest $* failed" >&2; return 1; }
+  echo "$line"
+}
+perftest 13371 -t tag_bw -s 67108864 -n 32 | tee "$OUT/ucx_perftest_bw.txt"
+perftest 13372 -t tag_lat -s 8 -n 10000 | tee "$OUT/ucx_perftest_lat.txt"
 
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
@@ -112,6 +131,19 @@ add("snapshot_write_mb_s", ck["snapshot_sync"]["write_mb_s"], "MB/s", True, "dd-
 ex = json.loads(open(f"{out}/export.json").read())
 add("export_logits_max_abs_diff_vs_pytorch", ex["max_abs_diff"], "logit", False, "tolerance-1e-4*(1+max|logit|)",
     1e-4 * (1 + ex["max_abs_logit"]))
+# ucx_perftest's "Final:" columns: iterations, latency 50%ile / average / overall (usec),
+# bandwidth average / overall (MB/s = 2^20 bytes/s), message rate average / overall
+pt_bw = float(open(f"{out}/ucx_perftest_bw.txt").read().split()[6])
+pt_lat = float(open(f"{out}/ucx_perftest_lat.txt").read().split()[3])
+ux = [json.loads(l) for l in open(f"{out}/ucx.jsonl") if l.startswith("{")]
+for j in ux:
+    if j["name"] == "ucx_p2p_bw" and j["bytes"] == 64 << 20:
+        add("ucx_p2p_bw_64MiB", j["mib_s"], "MiB/s", True, "ucx_perftest-1.13-tag_bw-e", pt_bw)
+    elif j["name"] == "ucx_p2p_latency":
+        add("ucx_p2p_latency_8B", j["usec"], "us", False, "ucx_perftest-1.13-tag_lat-e-busy-poll", pt_lat)
+    elif j["name"] == "ucx_allreduce_busbw" and j["bytes"] == 64 << 20:
+        add(f"ucx_allreduce_busbw_64MiB_{j['processes']}procs", j["busbw_gbs"], "GB/s", True,
+            "ucx_perftest-1.13-tag_bw-e-64MiB", pt_bw * 2**20 / 1e9)
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")

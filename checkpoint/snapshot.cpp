@@ -166,7 +166,8 @@ bool resume_may_differ(const std::string& key) {
       "train.steps",        "train.eval_interval", "train.eval_batches", "train.threads",
       "train.sample_tokens", "train.timeout_s",    "data.cache_dir",
   };
-  return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || run_options.count(key) > 0;
+  return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("fault.", 0) == 0 ||
+         run_options.count(key) > 0;
 }
 
 FileEntry write_tokenizer_copy(const std::string& dir, const std::string& tokenizer_path) {
@@ -338,7 +339,7 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
       if (resume_may_differ(mine[i].first) || mine[i].second == theirs[i].second) continue;
       throw SnapshotMismatch(fmt::format(
           "snapshot {} was saved with {} = {} but this run has {}; resume with the same value (only parallel.*, "
-          "train.steps, checkpoint.* and run options such as train.threads may differ)",
+          "train.steps, checkpoint.*, fault.* and run options such as train.threads may differ)",
           dir, mine[i].first, theirs[i].second, mine[i].second));
     }
     for (auto f : m.getFiles()) files.push_back({f.getName(), f.getBytes(), f.getCrc32()});

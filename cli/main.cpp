@@ -26,6 +26,8 @@
 #include "actors/job.h"
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
+#include "core/launch_env.h"
+#include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "datasets/corpus.h"
@@ -220,12 +222,48 @@ void install_stop_signals() {
   for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
 }
 
+// The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
+// first line of the file TROUPE_JOB_SECRET_FILE.
+std::string job_secret() {
+  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return s;
+  if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
+    std::ifstream in(f);
+    TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
+    std::string line;
+    std::getline(in, line);
+    return line;
+  }
+  throw UserError(
+      "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
+      "secret; start it with troupe launch, or export the same TROUPE_JOB_SECRET=$(openssl rand -hex 32) to every "
+      "process");
+}
+
 int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume) {
+  // Several processes: process 0 owns the run directory, the logs and the snapshots; the
+  // others only run their workers.
+  const LaunchEnv launch = read_launch_env();
+  const bool follower = launch.world > 1 && launch.rank != 0;
+  const std::string secret = launch.world > 1 ? job_secret() : std::string();
+  if (launch.world > 1) {
+    TROUPE_USER_CHECK(secret.size() >= 16) << "the job secret has " << secret.size()
+                                           << " characters; use at least 16 (e.g. openssl rand -hex 32)";
+    const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
+    TROUPE_USER_CHECK(workers % launch.world == 0)
+        << "parallel.dp x pp x tp = " << workers << " workers cannot be spread evenly over " << launch.world
+        << " processes; use a process count that divides " << workers;
+  }
   // Everything that can be refused is refused before anything is written.
-  const std::string run_dir = run_dir_opt.empty() ? default_run_dir() : run_dir_opt;
-  check_run_dir(run_dir);
-  const std::string ckpt_dir = c.checkpoint.dir.empty() ? run_dir + "/checkpoints" : c.checkpoint.dir;
-  if (!c.checkpoint.dir.empty()) {  // (the run directory itself is checked above)
+  const std::string run_dir = follower ? std::string() : run_dir_opt.empty() ? default_run_dir() : run_dir_opt;
+  if (!follower) check_run_dir(run_dir);
+  // (a follower knows the default checkpoint directory only from an explicit --run-dir)
+  const std::string ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
+                               : follower ? (run_dir_opt.empty() ? std::string() : run_dir_opt + "/checkpoints")
+                                          : run_dir + "/checkpoints";
+  TROUPE_USER_CHECK(!(follower && resume == "latest" && ckpt_dir.empty()))
+      << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
+         "process finds the same snapshots";
+  if (!c.checkpoint.dir.empty() && !follower) {  // (the run directory itself is checked above)
     fs::path p = fs::absolute(ckpt_dir);
     while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
     TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
@@ -258,7 +296,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     TROUPE_USER_CHECK(state->step < c.train.steps)
         << "snapshot " << state->dir << " is at step " << state->step << " and train.steps = " << c.train.steps
         << ": nothing left to train; raise train.steps";
-  } else {
+  } else if (!follower) {
     auto existing = list_snapshots(ckpt_dir);
     TROUPE_USER_CHECK(existing.empty())
         << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
@@ -299,21 +337,28 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
       << "the validation split has " << loader->val().size() << " tokens, fewer than train.seq_len + 1 = "
       << c.train.seq_len + 1 << "; raise data.val_fraction or lower train.seq_len";
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
-  if (state && !state->tokenizer_hash.empty())
+  if (state && !state->tokenizer_hash.empty()) {
     TROUPE_USER_CHECK(state->tokenizer_hash == std::to_string(d.tokenizer_hash))
         << "snapshot " << state->dir << " was trained with another tokenizer (hash " << state->tokenizer_hash
         << ", the data now gives " << d.tokenizer_hash << "); resume with the same corpus and data.tokenizer";
+  }
   TROUPE_USER_CHECK(tok->vocab_size() == c.model.vocab_size)
       << "the tokenizer " << d.tokenizer_path << " has " << tok->vocab_size() << " tokens but model.vocab_size = "
       << c.model.vocab_size << "; set model.vocab_size = " << tok->vocab_size() << " or use a matching data.tokenizer";
   const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Now the run directory: created, locked, config saved, log file opened.
-  const int lock_fd = make_run_dir(run_dir);
-  (void)lock_fd;
-  setup_logging(run_dir);
-  const std::string saved = save_config(c, run_dir);
-  spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
-  spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
+  if (!follower) {
+    const int lock_fd = make_run_dir(run_dir);
+    (void)lock_fd;
+    setup_logging(run_dir);
+    const std::string saved = save_config(c, run_dir);
+    spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
+  }
+  if (launch.world > 1) {  // every line says which process wrote it
+    spdlog::default_logger()->set_pattern(fmt::format("[%H:%M:%S] [process {}] %v", launch.rank));
+    if (file_log_) file_log_->set_pattern(fmt::format("[%H:%M:%S] [process {}] %v", launch.rank));
+  }
+  if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
                d.val_tokens, data_s, d.unigram_entropy);
   JobContext ctx;
   const uint64_t seed = c.train.seed;
@@ -339,11 +384,14 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   ctx.unigram_entropy = d.unigram_entropy;
   ctx.run_dir = run_dir;
   ctx.trace_path = trace_path_;
-  ctx.checkpoint_dir = ckpt_dir;
+  ctx.checkpoint_dir = follower ? std::string("(process 0's checkpoint writer)") : ckpt_dir;
   ctx.resume = state;
   ctx.tokenizer_hash = std::to_string(d.tokenizer_hash);
   ctx.tokenizer_path = d.tokenizer_path;
   ctx.stop_signal = &g_stop_signal;
+  ctx.launch = launch;
+  ctx.job_secret = secret;
+  if (follower) ctx.run_dir.clear();
   if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT")) ctx.fault_kill_in_snapshot = std::atoll(f);
   install_stop_signals();
   JobResult r;
@@ -353,6 +401,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
     throw;
   }
+  if (r.follower) return 0;  // process 0 reports the job
   if (r.stopped_by_signal) {
     const auto& snaps = r.snapshots;
     if (snaps.empty() || !snaps.back().ok)
@@ -545,6 +594,7 @@ int main(int argc, char** argv) {
   train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
+    if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
     if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
       std::cerr << "error: unknown command '" << cmd
                 << "'; use train, tokenize, simulate, export or generate (see troupe --help)" << std::endl;

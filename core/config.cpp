@@ -26,7 +26,7 @@ const std::vector<Key>& key_table() {
   static const std::vector<Key> t = {
       K(model, n_layer),        K(model, n_head),          K(model, n_embd),        K(model, block_size),
       K(model, vocab_size),     K(model, dropout),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
-      K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel),    K(train, steps),         K(train, batch_size),
+      K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel), K(parallel, placement),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
       K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(train, precision),
       K(train, initial_loss_scale), K(train, min_loss_scale), K(train, loss_scale_window), K(train, hysteresis), K(optim, lr),
@@ -34,6 +34,7 @@ const std::vector<Key>& key_table() {
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
       K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last),
+      K(fault, policy),         K(fault, timeout_s),       K(fault, heartbeat_s),   K(fault, join_timeout_s),
   };
   return t;
 }
@@ -242,6 +243,18 @@ void Config::validate() const {
                                                 << fmt::format("{}", std::exp2(std::round(std::log2(v))));
   }
   TROUPE_USER_CHECK(t.loss_scale_window >= 1) << "train.loss_scale_window = " << t.loss_scale_window << "; use >= 1 (default 1000)";
+  TROUPE_USER_CHECK(parallel.placement == "tp-first" || parallel.placement == "pp-first")
+      << "parallel.placement = \"" << parallel.placement << "\"; use \"tp-first\" or \"pp-first\"";
+  TROUPE_USER_CHECK(fault.policy == "abort")
+      << "fault.policy = \"" << fault.policy
+      << "\"; only \"abort\" is implemented (a lost process stops the job; resume it with --resume latest)";
+  TROUPE_USER_CHECK(fault.timeout_s > 0 && std::isfinite(fault.timeout_s))
+      << "fault.timeout_s = " << fault.timeout_s << "; use a positive number of seconds (default 30)";
+  TROUPE_USER_CHECK(fault.heartbeat_s > 0 && fault.heartbeat_s < fault.timeout_s)
+      << "fault.heartbeat_s = " << fault.heartbeat_s << "; use a positive period shorter than fault.timeout_s ("
+      << fault.timeout_s << ")";
+  TROUPE_USER_CHECK(fault.join_timeout_s > 0 && std::isfinite(fault.join_timeout_s))
+      << "fault.join_timeout_s = " << fault.join_timeout_s << "; use a positive number of seconds";
   TROUPE_USER_CHECK(checkpoint.interval >= 0)
       << "checkpoint.interval = " << checkpoint.interval << "; use a number of steps >= 1, or 0 for no periodic snapshots";
   TROUPE_USER_CHECK(checkpoint.keep_last >= 1)

@@ -28,6 +28,10 @@ struct ParallelConfig {
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | path to a schedule file
   int chunks = 1;              // V: virtual chunks (model slices) per stage, for interleaved
   bool sequence_parallel = false;  // shard LayerNorm/residual/dropout regions over TP ranks (Korthikanti et al. 2022)
+  // Several processes (troupe launch): which (dp, pp, tp) workers share a process
+  // (core/topology.h place): tp-first (TP groups inside a process, as Megatron keeps TP in
+  // a node) | pp-first (whole pipeline columns per process).
+  std::string placement = "tp-first";
 };
 
 struct TrainConfig {
@@ -77,6 +81,15 @@ struct CheckpointConfig {
   int keep_last = 3;      // complete snapshots kept (the newest always stays)
 };
 
+// Failures of processes in a multi-process job (actors/cluster.h).
+struct FaultConfig {
+  // abort: a lost or hung process makes every other process exit non-zero within
+  // timeout_s, naming it (automatic restart is a later policy).
+  std::string policy = "abort";
+  double timeout_s = 30;     // a peer silent this long (no heartbeat, no connection) is lost, seconds
+  double heartbeat_s = 1;    // heartbeat period between node agents and the coordinator, seconds
+  double join_timeout_s = 300;  // how long processes wait for each other to start and join, seconds
+};
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
@@ -84,6 +97,7 @@ struct Config {
   OptimConfig optim;
   DataConfig data;
   CheckpointConfig checkpoint;
+  FaultConfig fault;
 
   // Loads a TOML file (throws UserError: missing file, syntax error with line, unknown key).
   static Config load(const std::string& path);

@@ -7,7 +7,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake ninja-build pkg-config
-  libcaf-dev libucx-dev libcapnp-dev capnproto
+  libcaf-dev libucx-dev ucx-utils libcapnp-dev capnproto
   libspdlog-dev libfmt-dev catch2
   libsentencepiece-dev sentencepiece
   libopenblas-dev libblis-dev libdnnl-dev

@@ -1,0 +1,113 @@
+// actors/cluster.h — one job over several processes (issue 6): the control plane.
+//
+// Every process runs a node agent. Process 0's agent (the hub) is published with CAF's
+// middleman on TROUPE_COORDINATOR's host:port; the others connect to it, register and
+// heartbeat. Control messages between processes (step, clip, norm and done reports,
+// snapshot shards, parameter dumps) are CAF-serialized (actors/wire_types.h) and wrapped
+// in an envelope authenticated by HMAC-SHA256 under the job secret, with a per-link
+// sequence number: CAF 0.17's wire protocol has no authentication, so a process without
+// the secret can connect but cannot register, reach an actor or inject a message — its
+// envelopes are dropped and logged. Pipeline tensors and collectives go over UCX
+// (collectives/ucx.h), whose headers carry the same kind of tag.
+//
+// Join: each process sends (rank, world, sha256 of its own executable, its resolved
+// config, its UCX address, host, pid). The hub refuses a different binary, a different
+// config (naming the first differing key), a wrong world size or a duplicate rank: the
+// refused process and the job stop with that reason. Once all have joined, the hub sends
+// everyone the table of UCX addresses; each connects its transport and says ready.
+//
+// Failures (fault.policy = abort): a peer whose connection drops or whose heartbeats stop
+// for fault.timeout_s is lost. The hub then fails the coordinator and tells every other
+// agent to abort; an agent that loses the hub aborts its process's job. Aborting makes
+// the transport's waits throw at once, so every process exits non-zero within the
+// deadline with an error naming the lost process (rank, host, pid).
+#pragma once
+#include <caf/all.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/ucx.h"
+#include "core/config.h"
+#include "core/launch_env.h"
+
+namespace troupe {
+
+// Where a control message goes in the process that receives it.
+struct RemoteRef {
+  enum Kind : int32_t { coordinator = 0, worker = 1, optimizer = 2, data = 3, writer = 4 };
+  int32_t kind = coordinator;
+  int32_t index = 0;  // worker/optimizer: global rank; data: process
+};
+
+struct ClusterOptions {
+  LaunchEnv env;           // rank (= process), world (= processes), coordinator host:port
+  std::string secret;      // the job secret (TROUPE_JOB_SECRET), >= 16 bytes
+  Config cfg;              // resolved; compared at join
+  std::vector<std::vector<int>> placement;  // process -> its global ranks (core/topology.h place)
+  int ranks = 1;           // global ranks (workers) in the job
+};
+
+class Cluster {
+ public:
+  // Starts this process's node agent in `sys` (whose config loaded caf::io::middleman and
+  // register_wire_types) and its UCX transport. Nothing is sent yet.
+  Cluster(caf::actor_system& sys, ClusterOptions o);
+  ~Cluster();
+
+  int process() const;
+  int nprocs() const;
+  bool local(int global_rank) const;
+  int process_of(int global_rank) const;
+  const std::shared_ptr<UcxTransport>& transport() const;
+
+  // Makes `a` reachable from other processes as `ref` (call before join()).
+  void expose(RemoteRef ref, caf::actor a);
+  // Local workers by global rank: pipeline tensors arriving over UCX for them are
+  // delivered as (act_atom | grad_atom | tied_atom | infer_atom, ...) messages.
+  void deliver_tensors_to(int global_rank, caf::actor worker);
+
+  // Process 0: publishes the hub and waits (fault.join_timeout_s) until every process has
+  // joined and connected its transport. Others: connect to the hub (retrying until the
+  // deadline), register, wait for the address table, connect, report ready. Throws
+  // UserError for a refused join (naming why), Error for a missed deadline.
+  void join();
+
+  // A local actor that stands for `ref` in process `proc`: every message sent to it is
+  // serialized, authenticated and delivered there (control plane, CAF).
+  caf::actor control_proxy(int proc, RemoteRef ref);
+  // A local actor that sends the pipeline tensors it is given (act/grad/tied/infer
+  // messages from the worker of global rank `src`) to the worker of global rank `dst`
+  // over UCX. Runs on its own thread: a send blocks until UCX is done with the tensor.
+  // A failed send is reported to `coordinator` as (fail_atom, stage, message).
+  caf::actor tensor_proxy(int src, int dst, int src_stage, double timeout_s, caf::actor coordinator);
+
+  // Process 0 at the end of the job: tells every agent to stop its local actors, and waits
+  // (30 s) for each to say it has. Others: waits until the hub says the job ended (then
+  // returns) or failed (throws Error with the reason). A lost peer turns either wait into
+  // an Error naming it.
+  void finish();
+  void wait_for_end();
+  // A process other than 0, after wait_for_end and stopping its actors: tells the hub it is
+  // done and waits (10 s) until process 0 closes the connection, so no process outlives
+  // the job's end unnoticed.
+  void leave();
+  // Process 0: the coordinator (a scoped actor) gets (fail_atom, -1, reason) when a peer is
+  // lost, so its waits end with that error.
+  void set_coordinator(caf::actor coordinator);
+  // Stops the job everywhere (the hub tells every agent) with `reason`; idempotent.
+  void abort(const std::string& reason);
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// sha256 (hex) of this process's executable (/proc/self/exe): processes of one job must
+// run the same binary.
+std::string executable_hash();
+
+}  // namespace troupe

@@ -1,0 +1,397 @@
+// cli/launch.cpp — `troupe launch` (see cli/launch.h, docs/launch.md).
+//
+// The launcher is one thread: it blocks SIGCHLD, SIGINT, SIGTERM and SIGUSR1, forks the N
+// children (each restores the signal mask, sets PR_SET_PDEATHSIG and execs COMMAND), then
+// waits in sigwaitinfo / sigtimedwait — no busy loop, no signal handlers: SIGCHLD wakes it
+// to reap, the other three are forwarded to the live children, and the timeout is the end
+// of the grace period after the first failure.
+#include "cli/launch.h"
+
+#include <netdb.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+extern char** environ;
+
+namespace troupe {
+namespace {
+
+constexpr int kMaxProcs = 1024;        // one host; more is a typo or a job for srun/mpirun
+constexpr double kDefaultGraceS = 35;  // fault.timeout_s (30) + 5: peers notice a lost rank first
+constexpr const char* kUsage =
+    "troupe launch --nprocs N [--coordinator HOST:PORT] [--grace SECONDS] -- COMMAND [ARGS...]";
+
+struct Options {
+  int nprocs = 0;
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: a free port on `host`, picked at start
+  double grace_s = kDefaultGraceS;
+  std::vector<std::string> command;
+  bool help = false;
+};
+
+// The whole line in one write(2), so it does not interleave with the children's output.
+void say(const std::string& line) {
+  const std::string s = line + "\n";
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += (size_t)n;
+  }
+}
+
+bool parse_int(const std::string& s, long lo, long hi, long* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0 || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  bool have_nprocs = false, have_dashdash = false;
+  int i = 0;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      have_dashdash = true;
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+      return o;
+    }
+    std::string name = a, val;
+    bool inline_val = false;
+    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {  // --opt=value
+      name = a.substr(0, a.find('='));
+      val = a.substr(a.find('=') + 1);
+      inline_val = true;
+    }
+    auto take_value = [&](const char* example) {
+      if (inline_val) return;
+      TROUPE_USER_CHECK(i + 1 < argc && std::string(argv[i + 1]) != "--")
+          << name << " needs a value, e.g. " << name << " " << example << "; usage: " << kUsage;
+      val = argv[++i];
+    };
+    if (name == "--nprocs") {
+      take_value("2");
+      long n = 0;
+      TROUPE_USER_CHECK(parse_int(val, 1, kMaxProcs, &n))
+          << "--nprocs '" << val << "' is not a number of processes from 1 to " << kMaxProcs
+          << " (troupe launch starts them on this host; use srun or mpirun across hosts); pass e.g. --nprocs 2";
+      o.nprocs = (int)n;
+      have_nprocs = true;
+    } else if (name == "--coordinator") {
+      take_value("127.0.0.1:29500");
+      const auto colon = val.rfind(':');
+      long port = 0;
+      TROUPE_USER_CHECK(colon != std::string::npos && colon > 0 &&
+                        val.find_first_of(" \t\n") == std::string::npos &&
+                        parse_int(val.substr(colon + 1), 1, 65535, &port))
+          << "--coordinator '" << val << "' is not HOST:PORT with a port from 1 to 65535; pass e.g. "
+          << "--coordinator 127.0.0.1:29500, or leave it out for 127.0.0.1 and a free port";
+      o.host = val.substr(0, colon);
+      o.port = (int)port;
+    } else if (name == "--grace") {
+      take_value("35");
+      char* end = nullptr;
+      errno = 0;
+      const double g = std::strtod(val.c_str(), &end);
+      TROUPE_USER_CHECK(!val.empty() && *end == '\0' && errno == 0 && std::isfinite(g) && g >= 0 && g <= 1e6)
+          << "--grace '" << val << "' is not a number of seconds >= 0; pass e.g. --grace 35 (the default is "
+          << kDefaultGraceS << ")";
+      o.grace_s = g;
+    } else if (a.size() > 1 && a[0] == '-') {
+      TROUPE_USER_FAIL() << "unknown option '" << a << "' for troupe launch; usage: " << kUsage;
+    } else {
+      TROUPE_USER_FAIL() << "missing '--' before the command '" << a << "'; usage: " << kUsage;
+    }
+  }
+  TROUPE_USER_CHECK(have_nprocs) << "missing --nprocs N (how many processes to start); usage: " << kUsage;
+  TROUPE_USER_CHECK(have_dashdash) << "missing '--' and the command to run; usage: " << kUsage;
+  TROUPE_USER_CHECK(i < argc && argv[i][0] != '\0') << "no command after '--'; usage: " << kUsage;
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  return o;
+}
+
+// A TCP port that was free on `host` a moment ago: bind port 0, read it back, close.
+// (Someone else may take it before rank 0 listens; then rank 0 fails and so does the job.)
+int free_port(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const int gai = ::getaddrinfo(host.c_str(), "0", &hints, &res);
+  TROUPE_CHECK(gai == 0) << "cannot resolve the coordinator host " << host << ": " << ::gai_strerror(gai);
+  int port = 0, err = 0;
+  for (addrinfo* a = res; a && port == 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(fd, (sockaddr*)&ss, &len) == 0)
+      port = ntohs(ss.ss_family == AF_INET6 ? ((sockaddr_in6*)&ss)->sin6_port : ((sockaddr_in*)&ss)->sin_port);
+    else
+      err = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  TROUPE_CHECK(port != 0) << "cannot find a free TCP port on " << host << " (" << std::strerror(err)
+                          << "); pass --coordinator HOST:PORT";
+  return port;
+}
+
+// 64 lowercase hex digits from 32 bytes of getrandom(2).
+std::string make_job_secret() {
+  unsigned char b[32];
+  size_t got = 0;
+  while (got < sizeof b) {
+    const ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    TROUPE_CHECK(n > 0) << "getrandom failed (" << std::strerror(errno) << "); set TROUPE_JOB_SECRET yourself, "
+                        << "e.g. export TROUPE_JOB_SECRET=$(openssl rand -hex 32)";
+    got += (size_t)n;
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s += hex[c >> 4];
+    s += hex[c & 15];
+  }
+  return s;
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+double now_s() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// In the child, between fork and exec: only async-signal-safe calls.
+[[noreturn]] void exec_child(pid_t launcher, const sigset_t& mask, char** argv, char** envp) {
+  // SIGKILL when the launcher dies (the forking thread: the launcher has only one). If it
+  // died before this line, we are already someone else's child: do not start.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(127);
+  ::sigprocmask(SIG_SETMASK, &mask, nullptr);  // the mask survives exec: give COMMAND the original
+  ::execvpe(argv[0], argv, envp);
+  const int e = errno;
+  char buf[1024];
+  size_t n = 0;
+  for (const char* part : {"launch: cannot run ", (const char*)argv[0], ": ", ::strerrordesc_np(e), "\n"})
+    for (const char* p = part ? part : "?"; *p && n < sizeof buf - 1; ++p) buf[n++] = *p;
+  if (n == sizeof buf - 1) buf[n - 1] = '\n';
+  [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, buf, n);
+  ::_exit(127);
+}
+
+int run(const Options& o) {
+  const int N = o.nprocs;
+  const int port = o.port ? o.port : free_port(o.host);
+  const std::string coordinator = o.host + ":" + std::to_string(port);
+  const char* preset_secret = std::getenv("TROUPE_JOB_SECRET");
+  const char* secret_file = std::getenv("TROUPE_JOB_SECRET_FILE");
+  // a secret in a file stays in the file (the children read it there): none is generated
+  const bool use_file = !preset_secret && secret_file && *secret_file;
+  const std::string secret = preset_secret ? std::string(preset_secret) : use_file ? std::string() : make_job_secret();
+
+  // Environments, built before fork (the child may not allocate): the launcher's, minus the
+  // variables we set, plus ours.
+  std::vector<std::string> base;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
+        name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE")
+      continue;
+    base.push_back(kv);
+  }
+  base.push_back("TROUPE_WORLD_SIZE=" + std::to_string(N));
+  base.push_back("TROUPE_COORDINATOR=" + coordinator);
+  base.push_back("TROUPE_LOCAL_WORLD_SIZE=" + std::to_string(N));  // processes sharing this host's cores
+  if (!use_file) base.push_back("TROUPE_JOB_SECRET=" + secret);
+  std::vector<std::vector<std::string>> env_text(N, base);
+  std::vector<std::vector<char*>> envp(N);
+  for (int r = 0; r < N; ++r) {
+    env_text[r].push_back("TROUPE_RANK=" + std::to_string(r));
+    env_text[r].push_back("TROUPE_LOCAL_RANK=" + std::to_string(r));
+    for (auto& s : env_text[r]) envp[r].push_back(s.data());
+    envp[r].push_back(nullptr);
+  }
+  std::vector<std::string> cmd_text = o.command;
+  std::vector<char*> cmd_argv;
+  for (auto& s : cmd_text) cmd_argv.push_back(s.data());
+  cmd_argv.push_back(nullptr);
+
+  // SIGCHLD must not be SIG_IGN (the kernel would reap the children for us); the four
+  // signals are taken by sigwaitinfo below, so they are blocked, not handled.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGCHLD, &dfl, nullptr);
+  sigset_t waited, old_mask;
+  sigemptyset(&waited);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGUSR1}) sigaddset(&waited, s);
+  ::sigprocmask(SIG_BLOCK, &waited, &old_mask);
+
+  say("launch: " + std::to_string(N) + " processes, coordinator " + coordinator);
+  std::fflush(stdout);
+  std::cout.flush();
+  const pid_t self = ::getpid();
+  std::vector<pid_t> pid(N, 0);  // 0: not running (reaped)
+  std::vector<bool> grace_killed(N, false);
+  int live = 0;
+  for (int r = 0; r < N; ++r) {
+    const pid_t p = ::fork();
+    if (p == 0) exec_child(self, old_mask, cmd_argv.data(), envp[r].data());
+    if (p < 0) {
+      const int e = errno;
+      for (int q = 0; q < r; ++q) {
+        ::kill(pid[q], SIGKILL);
+        int st;
+        while (::waitpid(pid[q], &st, 0) < 0 && errno == EINTR) {
+        }
+      }
+      TROUPE_CHECK(false) << "cannot start process " << r << " of " << N << ": fork failed (" << std::strerror(e)
+                          << "); the " << r << " already started were killed";
+    }
+    pid[r] = p;
+    ++live;
+  }
+
+  int first_status = -1;  // the launcher's exit status once a child failed
+  double deadline = 0;    // end of the grace period (monotonic seconds)
+  bool stragglers_killed = false;
+  auto reap = [&] {
+    for (;;) {
+      int st = 0;
+      const pid_t p = ::waitpid(-1, &st, WNOHANG);
+      if (p == 0) return;
+      if (p < 0) {
+        if (errno == EINTR) continue;
+        TROUPE_CHECK(errno == ECHILD) << "waitpid failed: " << std::strerror(errno);
+        TROUPE_CHECK(live == 0) << live << " children were lost (waitpid: no child processes)";
+        return;
+      }
+      int r = 0;
+      while (r < N && pid[r] != p) ++r;
+      if (r == N) continue;  // not ours
+      pid[r] = 0;
+      --live;
+      const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+      if (code == 0) continue;
+      const std::string who = "launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") ";
+      if (WIFEXITED(st))
+        say(who + "exited with status " + std::to_string(code));
+      else if (!(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
+        say(who + "killed by signal " + signal_name(WTERMSIG(st)));
+      if (first_status < 0) {
+        first_status = code;
+        deadline = now_s() + o.grace_s;
+      }
+    }
+  };
+
+  for (;;) {
+    reap();
+    if (live == 0) break;
+    if (first_status >= 0 && !stragglers_killed && now_s() >= deadline) {
+      for (int r = 0; r < N; ++r) {
+        if (!pid[r]) continue;
+        ::kill(pid[r], SIGKILL);
+        grace_killed[r] = true;
+        say("launch: killed process " + std::to_string(r) + " (pid " + std::to_string(pid[r]) +
+            ") after the grace period");
+      }
+      stragglers_killed = true;
+      continue;  // SIGCHLD is on its way
+    }
+    siginfo_t info{};
+    int sig;
+    if (first_status >= 0 && !stragglers_killed) {
+      const double left = std::max(0.0, deadline - now_s());
+      timespec ts{(time_t)left, (long)((left - std::floor(left)) * 1e9)};
+      sig = ::sigtimedwait(&waited, &info, &ts);
+    } else {
+      sig = ::sigwaitinfo(&waited, &info);
+    }
+    if (sig < 0 || sig == SIGCHLD) continue;  // timeout / EINTR / a child changed state
+    // SIGINT, SIGTERM, SIGUSR1. A terminal (Ctrl-C) sends to the whole foreground process
+    // group (si_code SI_KERNEL): the children, in our group, got it themselves — a second
+    // copy would make troupe train stop at once instead of snapshotting.
+    if (info.si_code == SI_KERNEL) continue;
+    for (int r = 0; r < N; ++r)
+      if (pid[r]) ::kill(pid[r], sig);
+  }
+  // The signals stay blocked: the process exits next, and a SIGTERM that comes now must not
+  // replace the children's status with 143.
+  return first_status < 0 ? 0 : first_status;
+}
+
+void print_help() {
+  std::cout << "usage: " << kUsage << "\n\n"
+            << "Starts N processes of COMMAND on this host, with TROUPE_RANK, TROUPE_WORLD_SIZE,\n"
+            << "TROUPE_LOCAL_RANK, TROUPE_COORDINATOR and TROUPE_JOB_SECRET set, and waits for them.\n\n"
+            << "  --nprocs N               processes to start (1 to " << kMaxProcs << ")\n"
+            << "  --coordinator HOST:PORT  where rank 0 listens (default 127.0.0.1 and a free port)\n"
+            << "  --grace SECONDS          after a process fails, how long the others may take to exit\n"
+            << "                           before they are killed (default " << kDefaultGraceS << ")\n\n"
+            << "Exit status: 0 when every process exits 0, else that of the first one that failed\n"
+            << "(128 + signal number when killed by a signal). See docs/launch.md.\n";
+}
+
+}  // namespace
+
+int launch_main(int argc, char** argv) {
+  try {
+    const Options o = parse_args(argc, argv);
+    if (o.help) {
+      print_help();
+      return 0;
+    }
+    return run(o);
+  } catch (const UserError& e) {
+    std::fflush(stdout);
+    std::cerr << "error: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace troupe

@@ -1,0 +1,229 @@
+// One job over several processes (issue 6), run as a user runs it: `troupe launch --nprocs
+// N -- troupe train ...`. Every layout gives bitwise the one-process losses, validation
+// loss and parameters (the step-3 snapshot's shard files, which hold values, fp32 masters
+// and AdamW moments, are byte-identical); a killed process stops the whole job within the
+// deadline naming it; mismatched configs or binaries and processes without the job secret
+// are refused at join. Every run has a deadline (timeout) and leaves no process behind.
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kSrc = TROUPE_SOURCE_DIR;
+
+std::string troupe_bin() {
+  const char* b = std::getenv("TROUPE_BIN");
+  return b ? b : kSrc + "/build/troupe";
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Scratch {
+  fs::path dir;
+  explicit Scratch(const std::string& name) {
+    dir = fs::temp_directory_path() / ("troupe-mp-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  std::string path(const std::string& f) const { return (dir / f).string(); }
+};
+
+struct Run {
+  int rc;
+  std::string err;
+  double seconds;
+};
+
+// Runs a shell command from the source dir under `timeout`, stderr to a file.
+Run sh(const std::string& cmd, const Scratch& s, const std::string& tag, int timeout_s = 240) {
+  const std::string err = s.path(tag + ".stderr");
+  const std::string full = "cd '" + kSrc + "' && timeout -k 5 " + std::to_string(timeout_s) + " " + cmd + " > '" +
+                           s.path(tag + ".stdout") + "' 2> '" + err + "'";
+  auto t0 = std::chrono::steady_clock::now();
+  int st = std::system(full.c_str());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err), secs};
+}
+
+// The tiny job for 3 steps with a snapshot at step 3, the data cache shared by the test.
+std::string train_args(const Scratch& s, const std::string& run, const std::string& layout) {
+  return "train --config configs/tiny.toml --run-dir '" + s.path(run) + "' --set data.cache_dir='" + s.path("cache") +
+         "' --set train.steps=3 --set train.eval_interval=0 --set train.eval_batches=1 --set train.sample_tokens=0"
+         " --set checkpoint.interval=3 --set fault.timeout_s=10 --set train.timeout_s=60 " +
+         layout;
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  double val = 0;
+  std::map<std::string, std::string> shards;  // file name -> bytes
+};
+
+Outcome read_run(const std::string& run) {
+  Outcome o;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && !j["loss"].is_null()) o.losses.push_back(j["loss"].get<double>());
+    if (j.contains("val_loss") && !j.contains("summary")) o.val = j["val_loss"].get<double>();
+  }
+  const std::string snap = run + "/checkpoints/step-00000003";
+  if (fs::exists(snap))
+    for (auto& e : fs::directory_iterator(snap))
+      if (e.path().filename().string().rfind("shard-", 0) == 0) o.shards[e.path().filename().string()] = slurp(e.path());
+  return o;
+}
+
+// No process of this test's runs may outlive it.
+int survivors(const Scratch& s) {
+  const std::string cmd = "pgrep -f -- '" + s.dir.string() + "' | grep -v $$ | wc -l";
+  FILE* p = popen(cmd.c_str(), "r");
+  int n = 0;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = 0;
+    pclose(p);
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("layouts over 2 and 4 processes equal the one-process run bitwise", "[multiprocess]") {
+  Scratch s("layouts");
+  struct Case {
+    std::string name, layout;
+    std::vector<int> nprocs;
+  };
+  const std::vector<Case> cases = {
+      {"pp2", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=1", {2}},
+      {"tp2", "--set parallel.pp=1 --set parallel.tp=2 --set parallel.dp=1", {2}},
+      {"dp2", "--set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=2", {2}},
+      {"tp2pp2", "--set parallel.pp=2 --set parallel.tp=2 --set parallel.dp=1", {2, 4}},
+      {"dp2pp2", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=2", {2, 4}},
+      // whole pipeline columns per process: the DP groups (ZeRO-1) cross processes instead
+      {"dp2pp2-ppfirst", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=2 --set parallel.placement=pp-first",
+       {2}},
+  };
+  for (const auto& c : cases) {
+    Run one = sh("'" + troupe_bin() + "' " + train_args(s, c.name + "-1", c.layout + " --set train.threads=2"), s,
+                 c.name + "-1");
+    INFO(c.name << " in one process: " << one.err);
+    REQUIRE(one.rc == 0);
+    const Outcome ref = read_run(s.path(c.name + "-1"));
+    REQUIRE(ref.losses.size() == 3);
+    REQUIRE(!ref.shards.empty());
+    for (int n : c.nprocs) {
+      const std::string run = c.name + "-" + std::to_string(n) + "p";
+      Run multi = sh("'" + troupe_bin() + "' launch --nprocs " + std::to_string(n) + " --grace 15 -- '" + troupe_bin() +
+                         "' " + train_args(s, run, c.layout + " --set train.threads=1"),
+                     s, run);
+      INFO(c.name << " over " << n << " processes: " << multi.err);
+      REQUIRE(multi.rc == 0);
+      CHECK(multi.err.find("all " + std::to_string(n) + " processes joined") != std::string::npos);
+      const Outcome got = read_run(s.path(run));
+      REQUIRE(got.losses.size() == 3);
+      for (int k = 0; k < 3; ++k) CHECK(got.losses[k] == ref.losses[k]);  // bitwise: same doubles
+      CHECK(got.val == ref.val);
+      REQUIRE(got.shards.size() == ref.shards.size());
+      for (auto& [name, bytes] : ref.shards) {
+        INFO("shard " << name);
+        REQUIRE(got.shards.count(name));
+        CHECK(got.shards.at(name) == bytes);
+      }
+    }
+  }
+  CHECK(survivors(s) == 0);
+}
+
+TEST_CASE("a process killed mid-step stops every other process within the deadline, naming it", "[multiprocess]") {
+  Scratch s("kill");
+  // process 1 SIGKILLs itself when its worker starts step 3 (fault injection); fault.timeout_s 10
+  const std::string cmd = "env TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=3 '" + troupe_bin() +
+                          "' launch --nprocs 2 --grace 30 -- '" + troupe_bin() + "' " +
+                          train_args(s, "run", "--set parallel.pp=2 --set train.steps=50 --set train.threads=1");
+  Run r = sh(cmd, s, "kill", 120);
+  INFO(r.err);
+  CHECK(r.rc != 0);
+  CHECK(r.rc != 124);  // not the test's own timeout
+  CHECK(r.err.find("lost process 1") != std::string::npos);
+  // the survivor noticed the loss by itself (the connection closed), well before the launcher's grace ran out
+  CHECK(r.err.find("killed process") == std::string::npos);
+  CHECK(r.seconds < 60);
+  CHECK(survivors(s) == 0);
+}
+
+TEST_CASE("processes with another config, another binary or without the job secret are refused at join",
+          "[multiprocess]") {
+  Scratch s("join");
+  const std::string port = std::to_string(20000 + (::getpid() % 20000));
+  auto env = [&](int rank, const std::string& secret) {
+    return "env TROUPE_RANK=" + std::to_string(rank) + " TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:" + port +
+           " TROUPE_JOB_SECRET=" + secret + " ";
+  };
+  const std::string good = "0123456789abcdef0123456789abcdef";
+  const std::string args = train_args(s, "run", "--set parallel.pp=2 --set train.threads=1 --set fault.join_timeout_s=8");
+  // warm the data cache first, so both processes reach the join at once
+  REQUIRE(sh("'" + troupe_bin() + "' tokenize --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") + "'",
+             s, "tokenize")
+              .rc == 0);
+  auto pair = [&](const std::string& first, const std::string& second, const std::string& tag) {
+    // both processes in the background, each under its own deadline; the rcs in files
+    const std::string script = "( " + first + " > '" + s.path(tag + "-0.out") + "' 2> '" + s.path(tag + "-0.err") +
+                               "'; echo $? > '" + s.path(tag + "-0.rc") + "' ) & ( " + second + " > '" +
+                               s.path(tag + "-1.out") + "' 2> '" + s.path(tag + "-1.err") + "'; echo $? > '" +
+                               s.path(tag + "-1.rc") + "' ) & wait";
+    std::ofstream(s.path(tag + ".sh")) << "cd '" << kSrc << "'\n" << script << "\n";
+    std::system(("timeout -k 5 90 sh '" + s.path(tag + ".sh") + "'").c_str());
+    auto rc = [&](int r) { return std::atoi(slurp(s.path(tag + "-" + std::to_string(r) + ".rc")).c_str()); };
+    return std::make_pair(rc(0), rc(1));
+  };
+  const std::string bin = "timeout -k 5 60 '" + troupe_bin() + "' ";
+  SECTION("a different config") {
+    auto [r0, r1] = pair(env(0, good) + bin + args, env(1, good) + bin + args + " --set optim.lr=0.5", "config");
+    const std::string e0 = slurp(s.path("config-0.err")), e1 = slurp(s.path("config-1.err"));
+    INFO(e0 << "\n---\n" << e1);
+    CHECK(r0 != 0);
+    CHECK(r1 != 0);
+    CHECK(e0.find("optim.lr") != std::string::npos);
+    CHECK(e1.find("optim.lr") != std::string::npos);
+  }
+  SECTION("a different binary") {
+    const std::string other = s.path("troupe-other");
+    fs::copy_file(troupe_bin(), other);
+    { std::ofstream(other, std::ios::app) << "x"; }  // the same program, another build id
+    fs::permissions(other, fs::perms::owner_all);
+    auto [r0, r1] = pair(env(0, good) + bin + args, env(1, good) + "timeout -k 5 60 '" + other + "' " + args, "binary");
+    const std::string e0 = slurp(s.path("binary-0.err")), e1 = slurp(s.path("binary-1.err"));
+    INFO(e0 << "\n---\n" << e1);
+    CHECK(r0 != 0);
+    CHECK(r1 != 0);
+    CHECK(e0.find("different troupe binary") != std::string::npos);
+  }
+  SECTION("a process without the secret cannot register") {
+    auto [r0, r1] = pair(env(0, good) + bin + args, env(1, "not-the-job-secret-at-all") + bin + args, "secret");
+    const std::string e0 = slurp(s.path("secret-0.err")), e1 = slurp(s.path("secret-1.err"));
+    INFO(e0 << "\n---\n" << e1);
+    CHECK(r0 != 0);
+    CHECK(r1 != 0);
+    CHECK(e0.find("authentication tag is wrong") != std::string::npos);
+    CHECK(e0.find("did not join") != std::string::npos);
+  }
+  CHECK(survivors(s) == 0);
+}
