@@ -230,12 +230,14 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
 
   return {
       // this process's agent learns the hub's handle (non-hub processes)
-      [=](hub_atom, caf::actor hub) {
+      // (and sends it this process's join first: nothing else may precede it)
+      [=](hub_atom, caf::actor hub, caf::message& join) {
         auto& s = self->state;
         s.peers[0] = hub;
+        self->monitor(hub);
+        post(0, kAgentKind, 0, std::move(join));
         s.live[0] = true;
         s.last_seen[0] = Clock::now();
-        self->monitor(hub);
       },
       // a control message for another process, from a local proxy or the Cluster
       [=](out_atom, int32_t p, int32_t kind, int32_t index, caf::message& inner) { post(p, kind, index, std::move(inner)); },
@@ -506,9 +508,8 @@ void Cluster::join() {
                               im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s, last_error));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  caf::anon_send(im.agent, hub_atom::value, hub);
   const int me = im.o.env.rank;
-  caf::anon_send(im.agent, none_atom::value, (int32_t)0,
+  caf::anon_send(im.agent, hub_atom::value, hub,
                  caf::make_message(join_atom::value, (int32_t)me, (int32_t)n, executable_hash(), im.o.cfg.to_toml(),
                                    im.addresses[me], hostname(), (int32_t)getpid()));
   wait([&] { return im.have_table; }, [&] { return std::string("the coordinator did not send the process table"); });

@@ -64,6 +64,14 @@ perftest() {  # PORT ARGS...: one ucx_perftest server + client; prints the clien
 }
 perftest 13371 -t tag_bw -s 67108864 -n 32 | tee "$OUT/ucx_perftest_bw.txt"
 perftest 13372 -t tag_lat -s 8 -n 10000 | tee "$OUT/ucx_perftest_lat.txt"
+echo "== the default job (PP=2) in 2 processes (troupe launch) vs the same layout in one process, 40 steps"
+for n in 1 2; do
+  rm -rf "$OUT/mp-run-$n"
+  JOB=("$BUILD/troupe" train --config configs/sotu.toml --run-dir "$OUT/mp-run-$n" --set train.steps=40
+       --set train.eval_interval=0 --set train.eval_batches=1 --set train.sample_tokens=0)
+  if [[ $n == 1 ]]; then "${JOB[@]}" > /dev/null 2>&1; else "$BUILD/troupe" launch --nprocs 2 -- "${JOB[@]}" > /dev/null 2>&1; fi
+  tail -1 "$OUT/mp-run-$n/metrics.jsonl" | tee "$OUT/mp-$n.json"
+done
 
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
@@ -144,6 +152,10 @@ for j in ux:
     elif j["name"] == "ucx_allreduce_busbw" and j["bytes"] == 64 << 20:
         add(f"ucx_allreduce_busbw_64MiB_{j['processes']}procs", j["busbw_gbs"], "GB/s", True,
             "ucx_perftest-1.13-tag_bw-e-64MiB", pt_bw * 2**20 / 1e9)
+mp1 = json.loads(open(f"{out}/mp-1.json").read())
+mp2 = json.loads(open(f"{out}/mp-2.json").read())
+add("default_job_pp2_2processes_tokens_per_s", mp2["tokens_per_s"], "tokens/s", True, "troupe-pp2-1-process",
+    mp1["tokens_per_s"])
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")
