@@ -571,6 +571,7 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
 void Cluster::finish() {
   auto& im = *impl_;
   if (!im.hub()) return;
+  im.transport->abort("the job ended");  // every worker has stopped: the data plane is done
   for (int p = 1; p < im.o.env.world; ++p)
     caf::anon_send(im.agent, none_atom::value, (int32_t)p, caf::make_message(end_atom::value));
   std::unique_lock<std::mutex> lk(im.mu);
@@ -592,6 +593,7 @@ void Cluster::wait_for_end() {
     im.cv.wait(lk, [&] { return im.ended || !im.failure.empty(); });
     if (!im.failure.empty() && !im.ended) throw Error(im.failure);
   }
+  im.transport->abort("the job ended");  // process 0 has stopped every worker
 }
 
 void Cluster::leave() {

@@ -960,7 +960,13 @@ class Engine {
         if (failed_[p].empty()) failed_[p] = why;
         cv_.notify_all();
       }
-      spdlog::warn("data plane: process {} lost process {}: {}", o_.process, p, why);
+      bool ending;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        ending = aborted_;
+      }
+      // after abort() (the job ended or failed) peers leaving is expected: no warning
+      if (!ending) spdlog::warn("data plane: process {} lost process {}: {}", o_.process, p, why);
       procs.push_back(p);
       close_ep(p, true);
     }
