@@ -13,46 +13,26 @@
 #include <sstream>
 #include <string>
 
+#include "cli_helpers.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 const std::string kSrc = TROUPE_SOURCE_DIR;
 
-std::string troupe_bin() {
-  const char* b = std::getenv("TROUPE_BIN");
-  return b ? b : kSrc + "/build/troupe";
-}
+using troupe::test::slurp;
+using troupe::test::troupe_bin;
+struct Scratch : troupe::test::Scratch {
+  explicit Scratch(const std::string& name) : troupe::test::Scratch("cli", name) {}
+};
 
 struct Run {
   int rc;
   std::string err;
 };
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A scratch folder per test, removed at the end.
-struct Scratch {
-  fs::path dir;
-  explicit Scratch(const std::string& name) {
-    dir = fs::temp_directory_path() / ("troupe-cli-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string path(const std::string& f) const { return (dir / f).string(); }
-  std::string write(const std::string& f, const std::string& text) const {
-    std::ofstream(path(f), std::ios::binary) << text;
-    return path(f);
-  }
-};
-
 // Runs troupe (from the source dir, so relative paths in configs resolve) with a deadline.
-Run troupe(const std::string& args, const Scratch& s, int timeout_s = 120) {
+Run run_troupe(const std::string& args, const Scratch& s, int timeout_s = 120) {
   std::string err = s.path("stderr.txt");
   std::string cmd = "cd '" + kSrc + "' && timeout " + std::to_string(timeout_s) + " '" + troupe_bin() + "' " + args +
                     " > '" + s.path("stdout.txt") + "' 2> '" + err + "'";
@@ -90,32 +70,32 @@ TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") 
   Scratch s("config");
   std::string cfg = tiny_config(s);
   std::string base = "train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s);
-  expect_user_error(troupe(base + " --set train.stepz=3", s), {"train.stepz", "train.steps"});
+  expect_user_error(run_troupe(base + " --set train.stepz=3", s), {"train.stepz", "train.steps"});
   s.write("bad.toml", "[train]\nstepz = 3\n");
-  expect_user_error(troupe("train --config '" + s.path("bad.toml") + "'", s), {"train.stepz"});
-  expect_user_error(troupe(base + " --set model.n_embd=130", s), {"n_embd", "n_head"});
-  expect_user_error(troupe(base + " --set parallel.pp=5", s), {"parallel.pp", "n_layer"});
-  expect_user_error(troupe(base + " --set parallel.microbatches=3", s), {"microbatches", "batch_size"});
-  expect_user_error(troupe(base + " --set train.seq_len=65", s), {"seq_len", "block_size"});
-  expect_user_error(troupe("train --config '" + s.path("missing.toml") + "'", s), {"missing.toml"});
+  expect_user_error(run_troupe("train --config '" + s.path("bad.toml") + "'", s), {"train.stepz"});
+  expect_user_error(run_troupe(base + " --set model.n_embd=130", s), {"n_embd", "n_head"});
+  expect_user_error(run_troupe(base + " --set parallel.pp=5", s), {"parallel.pp", "n_layer"});
+  expect_user_error(run_troupe(base + " --set parallel.microbatches=3", s), {"microbatches", "batch_size"});
+  expect_user_error(run_troupe(base + " --set train.seq_len=65", s), {"seq_len", "block_size"});
+  expect_user_error(run_troupe("train --config '" + s.path("missing.toml") + "'", s), {"missing.toml"});
   s.write("syntax.toml", "[train\nsteps = 3\n");
-  expect_user_error(troupe("train --config '" + s.path("syntax.toml") + "'", s), {"line 1"});
-  expect_user_error(troupe(base + " --set train.steps=abc", s), {"train.steps", "integer"});
-  expect_user_error(troupe("train --config '" + s.dir.string() + "'", s), {"not a regular file"});
-  expect_user_error(troupe(base + " --set parallel.schedule=interleaved --set parallel.chunks=2 --set parallel.microbatches=3"
+  expect_user_error(run_troupe("train --config '" + s.path("syntax.toml") + "'", s), {"line 1"});
+  expect_user_error(run_troupe(base + " --set train.steps=abc", s), {"train.steps", "integer"});
+  expect_user_error(run_troupe("train --config '" + s.dir.string() + "'", s), {"not a regular file"});
+  expect_user_error(run_troupe(base + " --set parallel.schedule=interleaved --set parallel.chunks=2 --set parallel.microbatches=3"
                                   " --set parallel.pp=2 --set train.batch_size=12",
                            s),
                     {"multiple of 2"});
-  expect_user_error(troupe(base + " --set model.block_size=8192 --set train.seq_len=8192 --set model.n_embd=1024", s),
+  expect_user_error(run_troupe(base + " --set model.block_size=8192 --set train.seq_len=8192 --set model.n_embd=1024", s),
                     {"GiB", "available"});
-  expect_user_error(troupe("frobnicate", s), {"unknown command 'frobnicate'"});
-  expect_user_error(troupe(base + " --set train.precision=fp8", s), {"train.precision", "bf16"});
-  expect_user_error(troupe(base + " --set train.min_loss_scale=0", s), {"min_loss_scale"});
-  expect_user_error(troupe(base + " --set train.hysteresis=0", s), {"train.hysteresis"});
-  expect_user_error(troupe(base + " --set train.initial_loss_scale=1000", s), {"power of two", "1024"});
+  expect_user_error(run_troupe("frobnicate", s), {"unknown command 'frobnicate'"});
+  expect_user_error(run_troupe(base + " --set train.precision=fp8", s), {"train.precision", "bf16"});
+  expect_user_error(run_troupe(base + " --set train.min_loss_scale=0", s), {"min_loss_scale"});
+  expect_user_error(run_troupe(base + " --set train.hysteresis=0", s), {"train.hysteresis"});
+  expect_user_error(run_troupe(base + " --set train.initial_loss_scale=1000", s), {"power of two", "1024"});
   s.write("afile", "x");
-  expect_user_error(troupe(base + " --set checkpoint.dir='" + s.path("afile/ck") + "'", s), {"checkpoint.dir", "afile"});
-  expect_user_error(troupe(base + " --set checkpoint.dir=/proc/troupe-nope", s), {"checkpoint.dir", "/proc/troupe-nope"});
+  expect_user_error(run_troupe(base + " --set checkpoint.dir='" + s.path("afile/ck") + "'", s), {"checkpoint.dir", "afile"});
+  expect_user_error(run_troupe(base + " --set checkpoint.dir=/proc/troupe-nope", s), {"checkpoint.dir", "/proc/troupe-nope"});
   // nothing was created by any of the refused runs
   CHECK_FALSE(fs::exists(s.path("run")));
 }
@@ -123,21 +103,21 @@ TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") 
 TEST_CASE("bad corpus input exits 2 and names the file", "[cli][datasets]") {
   Scratch s("corpus");
   std::string base = "train --config '" + tiny_config(s) + "' --run-dir '" + s.path("run") + "'" + sets(s);
-  expect_user_error(troupe(base + " --set data.corpus='" + s.path("nope.txt") + "'", s), {"nope.txt"});
+  expect_user_error(run_troupe(base + " --set data.corpus='" + s.path("nope.txt") + "'", s), {"nope.txt"});
   s.write("short.txt", "one short document\n\nanother short document\n");
-  expect_user_error(troupe(base + " --set data.corpus='" + s.path("short.txt") + "' --set model.vocab_size=300", s),
+  expect_user_error(run_troupe(base + " --set data.corpus='" + s.path("short.txt") + "' --set model.vocab_size=300", s),
                     {"split has", "train.seq_len"});
   s.write("empty.txt", "");
-  expect_user_error(troupe(base + " --set data.corpus='" + s.path("empty.txt") + "'", s), {"empty.txt"});
+  expect_user_error(run_troupe(base + " --set data.corpus='" + s.path("empty.txt") + "'", s), {"empty.txt"});
   s.write("latin1.txt", "caf\xe9 au lait\n\nsecond document\n");
-  expect_user_error(troupe(base + " --set data.corpus='" + s.path("latin1.txt") + "'", s), {"latin1.txt", "UTF-8"});
+  expect_user_error(run_troupe(base + " --set data.corpus='" + s.path("latin1.txt") + "'", s), {"latin1.txt", "UTF-8"});
 }
 
 TEST_CASE("tokenizer/model vocabulary mismatch and bad token files exit 2", "[cli][datasets]") {
   Scratch s("vocab");
   std::string cfg = tiny_config(s);
   // Make the cache (tokenizer of 512 pieces + token files).
-  Run ok = troupe("tokenize --config '" + cfg + "' --set data.cache_dir='" + s.path("cache") + "'", s);
+  Run ok = run_troupe("tokenize --config '" + cfg + "' --set data.cache_dir='" + s.path("cache") + "'", s);
   INFO(ok.err);
   REQUIRE(ok.rc == 0);
   std::string model, train_bin;
@@ -148,7 +128,7 @@ TEST_CASE("tokenizer/model vocabulary mismatch and bad token files exit 2", "[cl
   REQUIRE(!model.empty());
   REQUIRE(!train_bin.empty());
   std::string base = "train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s);
-  expect_user_error(troupe(base + " --set data.tokenizer='" + model + "' --set model.vocab_size=1024", s),
+  expect_user_error(run_troupe(base + " --set data.tokenizer='" + model + "' --set model.vocab_size=1024", s),
                     {"512", "1024"});
   // A token id past the vocabulary in a token file: refused, naming the file.
   {
@@ -157,22 +137,22 @@ TEST_CASE("tokenizer/model vocabulary mismatch and bad token files exit 2", "[cl
     uint16_t bad = 60000;
     f.write(reinterpret_cast<const char*>(&bad), 2);
   }
-  expect_user_error(troupe(base, s), {"train.bin"});
+  expect_user_error(run_troupe(base, s), {"train.bin"});
 }
 
 TEST_CASE("an unwritable run directory exits 2 and nothing written is lost", "[cli]") {
   Scratch s("rundir");
   std::string cfg = tiny_config(s);
   s.write("a_file", "x");
-  expect_user_error(troupe("train --config '" + cfg + "' --run-dir '" + s.path("a_file") + "/run'" + sets(s), s),
+  expect_user_error(run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("a_file") + "/run'" + sets(s), s),
                     {"a_file", "--run-dir"});
   // A run directory with earlier results: a failing run and a successful run keep them.
   fs::create_directories(s.path("run"));
   s.write("run/config.toml", "# an earlier run\n");
   s.write("run/metrics.jsonl", "{\"step\": 1, \"loss\": 9.0}\n");
   std::string base = "train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s);
-  expect_user_error(troupe(base + " --set data.corpus='" + s.path("nope.txt") + "'", s), {"nope.txt"});
-  Run r = troupe(base, s);
+  expect_user_error(run_troupe(base + " --set data.corpus='" + s.path("nope.txt") + "'", s), {"nope.txt"});
+  Run r = run_troupe(base, s);
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK(slurp(s.path("run/config.toml")) == "# an earlier run\n");
@@ -180,9 +160,9 @@ TEST_CASE("an unwritable run directory exits 2 and nothing written is lost", "[c
   CHECK(metrics.rfind("{\"step\": 1, \"loss\": 9.0}\n", 0) == 0);
   CHECK(metrics.find("\"summary\":true") != std::string::npos);
   // a second different config goes beside the first, never over it
-  Run r2 = troupe(base + " --set train.seed=7", s);
+  Run r2 = run_troupe(base + " --set train.seed=7", s);
   REQUIRE(r2.rc == 0);
-  Run r3 = troupe(base + " --set train.seed=8", s);
+  Run r3 = run_troupe(base + " --set train.seed=8", s);
   REQUIRE(r3.rc == 0);
   int configs = 0;
   for (auto& e : fs::directory_iterator(s.path("run")))
@@ -194,7 +174,7 @@ TEST_CASE("an unwritable run directory exits 2 and nothing written is lost", "[c
 TEST_CASE("the tiny job ends more than 1 nat below the unigram entropy", "[cli][train]") {
   Scratch s("learn");
   std::string cfg = tiny_config(s);
-  Run r = troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "' --set data.cache_dir='" +
+  Run r = run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "' --set data.cache_dir='" +
                      s.path("cache") + "'",
                  s, 600);
   INFO(r.err);
@@ -225,7 +205,7 @@ TEST_CASE("fp16 step records carry skipped and loss_scale; bf16 runs from the co
   std::string cfg = tiny_config(s);
   // Megatron's initial scale 2^32 overflows fp16 on the first steps: skipped, then backed
   // off (hysteresis 2: every second overflow halves the scale)
-  Run r = troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s) +
+  Run r = run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "'" + sets(s) +
                      " --set train.steps=4 --set train.eval_batches=1 --set train.precision=fp16",
                  s);
   INFO(r.err);
@@ -242,7 +222,7 @@ TEST_CASE("fp16 step records carry skipped and loss_scale; bf16 runs from the co
   CHECK(steps[0]["grad_norm"].is_null());
   CHECK(steps[1]["loss_scale"] == 4294967296.0);
   CHECK(steps[2]["loss_scale"] == 2147483648.0);
-  Run b = troupe("train --config '" + cfg + "' --run-dir '" + s.path("run16") + "'" + sets(s) +
+  Run b = run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("run16") + "'" + sets(s) +
                      " --set train.eval_batches=1 --set train.precision=bf16",
                  s);
   INFO(b.err);
@@ -265,7 +245,7 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
     return m;
   };
   // the run that never stops
-  Run a = troupe(common + " --run-dir '" + s.path("straight") + "' --set train.steps=6", s);
+  Run a = run_troupe(common + " --run-dir '" + s.path("straight") + "' --set train.steps=6", s);
   REQUIRE(a.rc == 0);
   // the writer is killed (SIGKILL, the whole process) while saving step 4: step 2 stays usable
   const std::string kill_cmd = "cd '" + kSrc + "' && TROUPE_FAULT_KILL_IN_SNAPSHOT=4 timeout 120 '" + troupe_bin() +
@@ -275,7 +255,7 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
   CHECK(WEXITSTATUS(st) != 0);
   CHECK(fs::exists(s.path("k2/checkpoints/step-00000002/manifest.capnp")));
   CHECK_FALSE(fs::exists(s.path("k2/checkpoints/step-00000004")));
-  Run r = troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=6 --set checkpoint.interval=2 --resume latest", s);
+  Run r = run_troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=6 --set checkpoint.interval=2 --resume latest", s);
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK(r.err.find("resumed from") != std::string::npos);
@@ -286,15 +266,15 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
     CHECK(resumed[step] == straight[step]);  // the same bits, via metrics.jsonl's round-trip floats
   }
   // resuming with a different model or optimizer key is refused, naming it; nothing written
-  expect_user_error(troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=8 --set optim.lr=0.01 --resume latest", s),
+  expect_user_error(run_troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=8 --set optim.lr=0.01 --resume latest", s),
                     {"optim.lr", "step-00000006"});
-  expect_user_error(troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=6 --resume latest", s),
+  expect_user_error(run_troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=6 --resume latest", s),
                     {"train.steps", "nothing left"});
-  expect_user_error(troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=8", s), {"--resume latest"});
-  expect_user_error(troupe(common + " --run-dir '" + s.path("fresh") + "' --set train.steps=8 --resume latest", s),
+  expect_user_error(run_troupe(common + " --run-dir '" + s.path("k2") + "' --set train.steps=8", s), {"--resume latest"});
+  expect_user_error(run_troupe(common + " --run-dir '" + s.path("fresh") + "' --set train.steps=8 --resume latest", s),
                     {"no usable snapshot"});
   CHECK_FALSE(fs::exists(s.path("fresh")));
-  expect_user_error(troupe(common + " --run-dir '" + s.path("x") + "' --resume '" + s.path("nope") + "'", s),
+  expect_user_error(run_troupe(common + " --run-dir '" + s.path("x") + "' --resume '" + s.path("nope") + "'", s),
                     {"nope", "does not exist"});
   // SIGUSR1 (and SIGTERM) mid-run: snapshot the current step, exit 0; the run continues from it
   // (troupe is the direct child of the shell that signals it; timeout guards the whole)
@@ -312,7 +292,7 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
     INFO(slurp(err));
     CHECK(slurp(rc) == "0\n");
     CHECK(slurp(err).find("stopped by a signal") != std::string::npos);
-    Run c = troupe(common + " --run-dir '" + dir + "' --set train.steps=" +
+    Run c = run_troupe(common + " --run-dir '" + dir + "' --set train.steps=" +
                        std::to_string(losses("sig-" + sig).rbegin()->first + 2) + " --resume latest",
                    s);
     INFO(c.err);
@@ -323,12 +303,12 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
 TEST_CASE("export writes GPT-2's safetensors layout; generate samples from a snapshot", "[cli][checkpoint][export]") {
   Scratch s("export");
   std::string cfg = tiny_config(s);
-  Run t = troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "' --set data.cache_dir='" +
+  Run t = run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "' --set data.cache_dir='" +
                      s.path("cache") + "' --set train.steps=4 --set checkpoint.interval=4 --set train.sample_tokens=0",
                  s);
   REQUIRE(t.rc == 0);
   const std::string snap = s.path("run/checkpoints/step-00000004");
-  Run e = troupe("export '" + snap + "' --format safetensors '" + s.path("m.safetensors") + "'", s);
+  Run e = run_troupe("export '" + snap + "' --format safetensors '" + s.path("m.safetensors") + "'", s);
   INFO(e.err);
   REQUIRE(e.rc == 0);
   std::ifstream f(s.path("m.safetensors"), std::ios::binary);
@@ -349,17 +329,17 @@ TEST_CASE("export writes GPT-2's safetensors layout; generate samples from a sna
   CHECK(fs::file_size(s.path("m.safetensors")) == 8 + n + end);
   // greedy generation is deterministic; sampling follows the seed
   const std::string gen = "generate '" + snap + "' --prompt 'The Congress' --tokens 8 --temperature 0";
-  Run g1 = troupe(gen, s);
+  Run g1 = run_troupe(gen, s);
   std::string out1 = slurp(s.path("stdout.txt"));
-  Run g2 = troupe(gen, s);
+  Run g2 = run_troupe(gen, s);
   INFO(g1.err);
   CHECK(g1.rc == 0);
   CHECK(g2.rc == 0);
   CHECK(out1.rfind("The Congress", 0) == 0);
   CHECK(slurp(s.path("stdout.txt")) == out1);
   // bad input
-  expect_user_error(troupe("export '" + snap + "' --format onnx '" + s.path("x.onnx") + "'", s), {"--format", "safetensors"});
-  expect_user_error(troupe("export '" + s.path("nope") + "' '" + s.path("x.st") + "'", s), {"nope"});
-  expect_user_error(troupe("export '" + snap + "' '" + s.path("no/such/dir/x.st") + "'", s), {"not a directory"});
-  expect_user_error(troupe("generate '" + snap + "' --tokens 0", s), {"--tokens"});
+  expect_user_error(run_troupe("export '" + snap + "' --format onnx '" + s.path("x.onnx") + "'", s), {"--format", "safetensors"});
+  expect_user_error(run_troupe("export '" + s.path("nope") + "' '" + s.path("x.st") + "'", s), {"nope"});
+  expect_user_error(run_troupe("export '" + snap + "' '" + s.path("no/such/dir/x.st") + "'", s), {"not a directory"});
+  expect_user_error(run_troupe("generate '" + snap + "' --tokens 0", s), {"--tokens"});
 }

@@ -19,23 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "cli_helpers.h"
+
 extern char** environ;
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string launch_bin() {
-  const char* b = std::getenv("TROUPE_BIN");
-  return b ? b : std::string(TROUPE_SOURCE_DIR) + "/build/troupe";
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using troupe::test::slurp;
+std::string launch_bin() { return troupe::test::troupe_bin(); }
 
 double now_s() {
   timespec t{};
@@ -45,16 +38,8 @@ double now_s() {
 
 void nap() { usleep(10 * 1000); }
 
-// A scratch folder per test, removed at the end.
-struct Scratch {
-  fs::path dir;
-  explicit Scratch(const std::string& name) {
-    dir = fs::temp_directory_path() / ("troupe-launch-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string path(const std::string& f) const { return (dir / f).string(); }
+struct Scratch : troupe::test::Scratch {
+  explicit Scratch(const std::string& name) : troupe::test::Scratch("launch", name) {}
 };
 
 // A process that is gone: no /proc entry, or a zombie (reparented to an init that may not reap).

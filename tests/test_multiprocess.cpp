@@ -18,34 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "cli_helpers.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 const std::string kSrc = TROUPE_SOURCE_DIR;
 
-std::string troupe_bin() {
-  const char* b = std::getenv("TROUPE_BIN");
-  return b ? b : kSrc + "/build/troupe";
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Scratch {
-  fs::path dir;
-  explicit Scratch(const std::string& name) {
-    dir = fs::temp_directory_path() / ("troupe-mp-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() {
-    if (!std::getenv("TROUPE_KEEP_SCRATCH")) fs::remove_all(dir);  // keep it to debug a failure
-  }
-  std::string path(const std::string& f) const { return (dir / f).string(); }
+using troupe::test::slurp;
+using troupe::test::troupe_bin;
+struct Scratch : troupe::test::Scratch {
+  explicit Scratch(const std::string& name) : troupe::test::Scratch("mp", name) {}
 };
 
 struct Run {

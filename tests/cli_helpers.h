@@ -1,0 +1,49 @@
+// tests/cli_helpers.h — what the tests that run the `troupe` binary share: where the binary
+// is, reading a file whole, and a scratch folder per test.
+#pragma once
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace troupe::test {
+
+// The troupe binary: $TROUPE_BIN (ctest sets it), else build/troupe in the source tree.
+inline std::string troupe_bin() {
+  const char* b = std::getenv("TROUPE_BIN");
+  return b ? b : std::string(TROUPE_SOURCE_DIR) + "/build/troupe";
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A scratch folder /tmp/troupe-<group>-<name>-<pid>, removed at the end (kept when
+// TROUPE_KEEP_SCRATCH is set, to look at a failure).
+struct Scratch {
+  std::filesystem::path dir;
+  Scratch(const std::string& group, const std::string& name) {
+    dir = std::filesystem::temp_directory_path() / ("troupe-" + group + "-" + name + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() {
+    if (!std::getenv("TROUPE_KEEP_SCRATCH")) std::filesystem::remove_all(dir);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::string path(const std::string& f) const { return (dir / f).string(); }
+  std::string write(const std::string& f, const std::string& text) const {
+    std::ofstream(path(f), std::ios::binary) << text;
+    return path(f);
+  }
+};
+
+}  // namespace troupe::test
