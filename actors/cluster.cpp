@@ -128,7 +128,7 @@ struct Cluster::Impl {
     }
     spdlog::error("{}", reason);
     if (transport) transport->abort(reason);
-    if (coord) caf::anon_send(coord, fail_atom::value, -1, reason);
+    if (coord) caf::anon_send(coord, fail_atom::value, -2, reason);  // -2: a lost process (no diagnosis)
   }
 };
 
@@ -175,7 +175,11 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
     auto& s = self->state;
     if (!s.live[p]) return;
     s.live[p] = false;
-    std::string reason = "lost " + s.impl->name_of(p) + ": " + why + " (fault.policy = abort: the job stops)";
+    std::string reason = "lost " + s.impl->name_of(p) + ": " + why +
+                         (s.impl->o.cfg.fault.policy == "restart"
+                              ? " (fault.policy = restart: every process stops, and troupe launch starts the job again "
+                                "from the newest complete snapshot)"
+                              : " (fault.policy = abort: the job stops)");
     if (s.impl->hub()) {
       for (int q = 1; q < (int)s.peers.size(); ++q)
         if (q != p && s.live[q]) post(q, kAgentKind, 0, caf::make_message(abort_atom::value, reason));

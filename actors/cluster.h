@@ -16,11 +16,13 @@
 // refused process and the job stop with that reason. Once all have joined, the hub sends
 // everyone the table of UCX addresses; each connects its transport and says ready.
 //
-// Failures (fault.policy = abort): a peer whose connection drops or whose heartbeats stop
-// for fault.timeout_s is lost. The hub then fails the coordinator and tells every other
+// Failures: a peer whose connection drops or whose heartbeats stop for fault.timeout_s is
+// lost. The hub then fails the coordinator and tells every other
 // agent to abort; an agent that loses the hub aborts its process's job. Aborting makes
 // the transport's waits throw at once, so every process exits non-zero within the
-// deadline with an error naming the lost process (rank, host, pid).
+// deadline with an error naming the lost process (rank, host, pid). With fault.policy =
+// restart the processes exit with status 75 and troupe launch starts the job again from
+// the newest complete snapshot (cli/main.cpp, cli/launch.cpp).
 #pragma once
 #include <caf/all.hpp>
 #include <cstdint>
@@ -94,7 +96,7 @@ class Cluster {
   // done and waits (10 s) until process 0 closes the connection, so no process outlives
   // the job's end unnoticed.
   void leave();
-  // Process 0: the coordinator (a scoped actor) gets (fail_atom, -1, reason) when a peer is
+  // Process 0: the coordinator (a scoped actor) gets (fail_atom, -2, reason) when a peer is
   // lost, so its waits end with that error.
   void set_coordinator(caf::actor coordinator);
   // Stops the job everywhere (the hub tells every agent) with `reason`; idempotent.

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <caf/all.hpp>
+#include <csignal>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -268,9 +269,17 @@ class Coordinator {
           wa.coordinator = coordinator;
           wa.fault_drop_grads = ctx_.fault_drop_grads_stage == s && d == 0;
           wa.fault_inf_step = r == ctx_.fault_inf_rank ? ctx_.fault_inf_step : -1;
-          // fault injection (tests): TROUPE_FAULT_KILL_RANK=p TROUPE_FAULT_KILL_STEP=k kills process p at step k
-          if (const char* kr = std::getenv("TROUPE_FAULT_KILL_RANK"); kr && std::atoi(kr) == (multi ? me : 0))
-            if (const char* ks = std::getenv("TROUPE_FAULT_KILL_STEP")) wa.fault_kill_step = std::atoll(ks);
+          // fault injection (tests): TROUPE_FAULT_KILL_RANK=p TROUPE_FAULT_KILL_STEP=k kills (or, with
+          // TROUPE_FAULT_SIGNAL=STOP, stops) process p when its worker starts step k
+          // (first start only: a restarted job must not meet the same fault again)
+          const char* rc = std::getenv("TROUPE_RESTART_COUNT");
+          if (const char* kr = std::getenv("TROUPE_FAULT_KILL_RANK");
+              kr && std::atoi(kr) == (multi ? me : 0) && !(rc && std::atoi(rc) > 0))
+            if (const char* ks = std::getenv("TROUPE_FAULT_KILL_STEP")) {
+              wa.fault_kill_step = std::atoll(ks);
+              const char* sig = std::getenv("TROUPE_FAULT_SIGNAL");  // KILL (default) or STOP: a hung process
+              wa.fault_kill_signal = sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
+            }
           wa.precision = dtype_;
           wa.checkpointer = writer_;
           wa.resume = ctx_.resume;
@@ -523,6 +532,7 @@ class Coordinator {
               if (ws.tp == 0 && ws.dp == 0) states_[ws.stage] = ws;  // (tp 0, dp 0) speaks for its stage
             },
             [&](fail_atom, int stage, std::string& msg) {
+              if (stage == -2) throw Error(msg);  // a lost process (actors/cluster.h): the wait-for graph says nothing more
               std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;
               throw Error(head + "\n" + diagnose(what));
             },

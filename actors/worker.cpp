@@ -193,7 +193,7 @@ class Worker {
 
   void run_step(int64_t k, int kind) {
     const bool train = kind == 0;
-    if (train && k == a_.fault_kill_step) ::raise(SIGKILL);
+    if (train && k == a_.fault_kill_step) ::raise(a_.fault_kill_signal);
     wait_s_ = 0;
     double compute_s = 0, loss_sum = 0;
     int64_t tokens = 0;

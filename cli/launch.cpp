@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -218,15 +219,24 @@ double now_s() {
   ::_exit(127);
 }
 
-int run(const Options& o) {
+// Exit status by which troupe train asks for the whole job to be started again
+// (fault.policy = restart: a process of a multi-process job was lost; sysexits' EX_TEMPFAIL).
+constexpr int kRestartStatus = 75;
+// A bound on restarts of the launcher's own; troupe train stops at fault.max_restarts.
+constexpr int kMaxRestarts = 100;
+
+struct Attempt {
+  int status = 0;            // the launcher's exit status for this attempt
+  bool restartable = false;  // some process exited with kRestartStatus
+  bool signalled = false;    // the launcher forwarded a signal (the user stopped the job)
+};
+
+// One start of all N processes, until every one has exited.
+Attempt run_attempt(const Options& o, int restart, const std::string& launch_id, const std::string& secret,
+                    bool use_file, const sigset_t& waited, const sigset_t& old_mask) {
   const int N = o.nprocs;
   const int port = o.port ? o.port : free_port(o.host);
   const std::string coordinator = o.host + ":" + std::to_string(port);
-  const char* preset_secret = std::getenv("TROUPE_JOB_SECRET");
-  const char* secret_file = std::getenv("TROUPE_JOB_SECRET_FILE");
-  // a secret in a file stays in the file (the children read it there): none is generated
-  const bool use_file = !preset_secret && secret_file && *secret_file;
-  const std::string secret = preset_secret ? std::string(preset_secret) : use_file ? std::string() : make_job_secret();
 
   // Environments, built before fork (the child may not allocate): the launcher's, minus the
   // variables we set, plus ours.
@@ -235,7 +245,8 @@ int run(const Options& o) {
     const std::string kv = *e;
     const std::string name = kv.substr(0, kv.find('='));
     if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
-        name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE")
+        name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE" ||
+        name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID")
       continue;
     base.push_back(kv);
   }
@@ -243,6 +254,8 @@ int run(const Options& o) {
   base.push_back("TROUPE_COORDINATOR=" + coordinator);
   base.push_back("TROUPE_LOCAL_WORLD_SIZE=" + std::to_string(N));  // processes sharing this host's cores
   if (!use_file) base.push_back("TROUPE_JOB_SECRET=" + secret);
+  base.push_back("TROUPE_RESTART_COUNT=" + std::to_string(restart));  // 0 on the first start
+  base.push_back("TROUPE_LAUNCH_ID=" + launch_id);  // names the default run directory of every start
   std::vector<std::vector<std::string>> env_text(N, base);
   std::vector<std::vector<char*>> envp(N);
   for (int r = 0; r < N; ++r) {
@@ -256,18 +269,8 @@ int run(const Options& o) {
   for (auto& s : cmd_text) cmd_argv.push_back(s.data());
   cmd_argv.push_back(nullptr);
 
-  // SIGCHLD must not be SIG_IGN (the kernel would reap the children for us); the four
-  // signals are taken by sigwaitinfo below, so they are blocked, not handled.
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  ::sigaction(SIGCHLD, &dfl, nullptr);
-  sigset_t waited, old_mask;
-  sigemptyset(&waited);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGUSR1}) sigaddset(&waited, s);
-  ::sigprocmask(SIG_BLOCK, &waited, &old_mask);
-
-  say("launch: " + std::to_string(N) + " processes, coordinator " + coordinator);
+  say("launch: " + std::to_string(N) + " processes, coordinator " + coordinator +
+      (restart ? " (restart " + std::to_string(restart) + ")" : std::string()));
   std::fflush(stdout);
   std::cout.flush();
   const pid_t self = ::getpid();
@@ -292,6 +295,7 @@ int run(const Options& o) {
     ++live;
   }
 
+  Attempt out;
   int first_status = -1;  // the launcher's exit status once a child failed
   double deadline = 0;    // end of the grace period (monotonic seconds)
   bool stragglers_killed = false;
@@ -313,6 +317,7 @@ int run(const Options& o) {
       --live;
       const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
       if (code == 0) continue;
+      if (code == kRestartStatus) out.restartable = true;
       const std::string who = "launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") ";
       if (WIFEXITED(st))
         say(who + "exited with status " + std::to_string(code));
@@ -353,12 +358,49 @@ int run(const Options& o) {
     // group (si_code SI_KERNEL): the children, in our group, got it themselves — a second
     // copy would make troupe train stop at once instead of snapshotting.
     if (info.si_code == SI_KERNEL) continue;
+    out.signalled = true;
     for (int r = 0; r < N; ++r)
       if (pid[r]) ::kill(pid[r], sig);
   }
-  // The signals stay blocked: the process exits next, and a SIGTERM that comes now must not
+  out.status = first_status < 0 ? 0 : first_status;
+  return out;
+}
+
+int run(const Options& o) {
+  const char* preset_secret = std::getenv("TROUPE_JOB_SECRET");
+  const char* secret_file = std::getenv("TROUPE_JOB_SECRET_FILE");
+  // a secret in a file stays in the file (the children read it there): none is generated
+  const bool use_file = !preset_secret && secret_file && *secret_file;
+  const std::string secret = preset_secret ? std::string(preset_secret) : use_file ? std::string() : make_job_secret();
+  // one id for all starts of this job: troupe train's default run directory is runs/<id>
+  char stamp[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+  const std::string launch_id = std::string(stamp) + "-" + std::to_string(::getpid());
+
+  // SIGCHLD must not be SIG_IGN (the kernel would reap the children for us); the four
+  // signals are taken by sigwaitinfo, so they are blocked, not handled. They stay blocked:
+  // the launcher exits after the last attempt, and a SIGTERM that comes then must not
   // replace the children's status with 143.
-  return first_status < 0 ? 0 : first_status;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGCHLD, &dfl, nullptr);
+  sigset_t waited, old_mask;
+  sigemptyset(&waited);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGUSR1}) sigaddset(&waited, s);
+  ::sigprocmask(SIG_BLOCK, &waited, &old_mask);
+
+  for (int restart = 0;; ++restart) {
+    const double t0 = now_s();
+    const Attempt a = run_attempt(o, restart, launch_id, secret, use_file, waited, old_mask);
+    // fault.policy = restart: a process asked for a new start (troupe train stops by itself
+    // past fault.max_restarts; the launcher has a bound of its own)
+    if (!a.restartable || a.signalled || restart >= kMaxRestarts) return a.status;
+    say("launch: the job failed after " + std::to_string((int)(now_s() - t0)) +
+        " s; starting all processes again (restart " + std::to_string(restart + 1) +
+        "): they continue from the newest complete snapshot");
+  }
 }
 
 void print_help() {

@@ -203,7 +203,10 @@ int cmd_tokenize(const Config& c) {
   return 0;
 }
 
+// The default run directory: runs/<timestamp>, or runs/<launch id> for every process and
+// every restart of one `troupe launch` (TROUPE_LAUNCH_ID).
 std::string default_run_dir() {
+  if (const char* id = std::getenv("TROUPE_LAUNCH_ID"); id && *id) return std::string("runs/") + id;
   std::string dir = "runs/" + timestamp();
   for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
   return dir;
@@ -239,7 +242,12 @@ std::string job_secret() {
       "process");
 }
 
-int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume) {
+// A failure after which a job must not be started again (fault.max_restarts exceeded).
+struct FinalError : Error {
+  using Error::Error;
+};
+
+int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt) {
   // Several processes: process 0 owns the run directory, the logs and the snapshots; the
   // others only run their workers.
   const LaunchEnv launch = read_launch_env();
@@ -254,13 +262,17 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
         << " processes; use a process count that divides " << workers;
   }
   // Everything that can be refused is refused before anything is written.
-  const std::string run_dir = follower ? std::string() : run_dir_opt.empty() ? default_run_dir() : run_dir_opt;
+  const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
+  const bool known_default = launch_id && *launch_id;  // every process knows process 0's default run dir
+  const std::string run_dir = !run_dir_opt.empty() ? run_dir_opt
+                              : follower           ? (known_default ? default_run_dir() : std::string())
+                                                   : default_run_dir();
   if (!follower) check_run_dir(run_dir);
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
   const std::string ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
-                               : follower ? (run_dir_opt.empty() ? std::string() : run_dir_opt + "/checkpoints")
-                                          : run_dir + "/checkpoints";
-  TROUPE_USER_CHECK(!(follower && resume == "latest" && ckpt_dir.empty()))
+                               : run_dir.empty() ? std::string()
+                                                 : run_dir + "/checkpoints";
+  TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && ckpt_dir.empty()))
       << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
          "process finds the same snapshots";
   if (!c.checkpoint.dir.empty() && !follower) {  // (the run directory itself is checked above)
@@ -282,6 +294,23 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     TROUPE_USER_CHECK(ok) << "checkpoint.dir = '" << ckpt_dir
                           << "' cannot be created or written; choose a writable directory";
   }
+  // fault.policy = restart: troupe launch starts the job again after a lost process
+  // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
+  const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")
+                          ? std::atoi(std::getenv("TROUPE_RESTART_COUNT")) : 0;
+  std::string resume = resume_opt;
+  if (restart > 0) {
+    const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
+    if (restart > c.fault.max_restarts)
+      throw FinalError(fmt::format(
+          "the job failed {} times, more than fault.max_restarts = {}: stopping for good. {}", restart,
+          c.fault.max_restarts,
+          snaps.empty() ? std::string("No snapshot was written; raise checkpoint.interval's frequency")
+                        : fmt::format("The newest snapshot is {} (step {}); continue with --resume latest once the "
+                                      "cause is fixed",
+                                      snaps.back().second, snaps.back().first)));
+    if (resume.empty() && !snaps.empty()) resume = "latest";
+  }
   std::shared_ptr<TrainState> state;
   if (!resume.empty()) {
     std::vector<std::string> skipped;
@@ -296,7 +325,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     TROUPE_USER_CHECK(state->step < c.train.steps)
         << "snapshot " << state->dir << " is at step " << state->step << " and train.steps = " << c.train.steps
         << ": nothing left to train; raise train.steps";
-  } else if (!follower) {
+  } else if (!follower && restart == 0) {
     auto existing = list_snapshots(ckpt_dir);
     TROUPE_USER_CHECK(existing.empty())
         << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
@@ -392,13 +421,28 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   ctx.launch = launch;
   ctx.job_secret = secret;
   if (follower) ctx.run_dir.clear();
-  if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT")) ctx.fault_kill_in_snapshot = std::atoll(f);
+  if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT"); f && restart == 0)
+    ctx.fault_kill_in_snapshot = std::atoll(f);
+  if (restart > 0 && !follower)
+    spdlog::warn("restart {} of at most {} (fault.policy = restart): {}", restart, c.fault.max_restarts,
+                 state ? fmt::format("continuing from {} (step {}); the failed start's steps after it are repeated "
+                                     "(metrics.jsonl marks the resume)",
+                                     state->dir, state->step)
+                       : std::string("no snapshot yet: starting from step 1"));
   install_stop_signals();
   JobResult r;
   try {
     r = run_job(c, ctx);
+  } catch (const UserError&) {
+    throw;
   } catch (const std::exception& e) {
     if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
+    if (launch.world > 1 && c.fault.policy == "restart") {
+      std::fflush(stdout);
+      std::cerr << "error: " << e.what() << "\n(fault.policy = restart: exit status 75 asks troupe launch to start "
+                << "the job again)" << std::endl;
+      return 75;
+    }
     throw;
   }
   if (r.follower) return 0;  // process 0 reports the job

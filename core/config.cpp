@@ -34,7 +34,7 @@ const std::vector<Key>& key_table() {
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
       K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last),
-      K(fault, policy),         K(fault, timeout_s),       K(fault, heartbeat_s),   K(fault, join_timeout_s),
+      K(fault, policy),         K(fault, max_restarts),    K(fault, timeout_s),       K(fault, heartbeat_s),   K(fault, join_timeout_s),
   };
   return t;
 }
@@ -245,9 +245,11 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.loss_scale_window >= 1) << "train.loss_scale_window = " << t.loss_scale_window << "; use >= 1 (default 1000)";
   TROUPE_USER_CHECK(parallel.placement == "tp-first" || parallel.placement == "pp-first")
       << "parallel.placement = \"" << parallel.placement << "\"; use \"tp-first\" or \"pp-first\"";
-  TROUPE_USER_CHECK(fault.policy == "abort")
-      << "fault.policy = \"" << fault.policy
-      << "\"; only \"abort\" is implemented (a lost process stops the job; resume it with --resume latest)";
+  TROUPE_USER_CHECK(fault.policy == "restart" || fault.policy == "abort")
+      << "fault.policy = \"" << fault.policy << "\"; use \"restart\" (start the job again from the newest snapshot) or "
+      << "\"abort\" (stop it)";
+  TROUPE_USER_CHECK(fault.max_restarts >= 0)
+      << "fault.max_restarts = " << fault.max_restarts << "; use 0 or more";
   TROUPE_USER_CHECK(fault.timeout_s > 0 && std::isfinite(fault.timeout_s))
       << "fault.timeout_s = " << fault.timeout_s << "; use a positive number of seconds (default 30)";
   TROUPE_USER_CHECK(fault.heartbeat_s > 0 && fault.heartbeat_s < fault.timeout_s)

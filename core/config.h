@@ -83,9 +83,12 @@ struct CheckpointConfig {
 
 // Failures of processes in a multi-process job (actors/cluster.h).
 struct FaultConfig {
-  // abort: a lost or hung process makes every other process exit non-zero within
-  // timeout_s, naming it (automatic restart is a later policy).
-  std::string policy = "abort";
+  // restart: a lost or hung process makes every process exit within timeout_s, naming it,
+  // with status 75, and troupe launch starts the whole job again from the newest complete
+  // snapshot, at most max_restarts times. abort: the same, but the job stays stopped
+  // (status 1).
+  std::string policy = "restart";
+  int max_restarts = 3;
   double timeout_s = 30;     // a peer silent this long (no heartbeat, no connection) is lost, seconds
   double heartbeat_s = 1;    // heartbeat period between node agents and the coordinator, seconds
   double join_timeout_s = 300;  // how long processes wait for each other to start and join, seconds

@@ -168,7 +168,8 @@ TEST_CASE("a process killed mid-step stops every other process within the deadli
   // process 1 SIGKILLs itself when its worker starts step 3 (fault injection); fault.timeout_s 10
   const std::string cmd = "env TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=3 '" + troupe_bin() +
                           "' launch --nprocs 2 --grace 30 -- '" + troupe_bin() + "' " +
-                          train_args(s, "run", "--set parallel.pp=2 --set train.steps=50 --set train.threads=1");
+                          train_args(s, "run", "--set parallel.pp=2 --set train.steps=50 --set train.threads=1"
+                                                 " --set fault.policy=abort");
   Run r = sh(cmd, s, "kill", 120);
   INFO(r.err);
   CHECK(r.rc != 0);
@@ -177,6 +178,79 @@ TEST_CASE("a process killed mid-step stops every other process within the deadli
   // the survivor noticed the loss by itself (the connection closed), well before the launcher's grace ran out
   CHECK(r.err.find("killed process") == std::string::npos);
   CHECK(r.seconds < 60);
+  CHECK(survivors(s) == 0);
+}
+
+TEST_CASE("a hung (stopped) process is detected by its silence within fault.timeout_s", "[multiprocess]") {
+  Scratch s("hang");
+  // process 1 SIGSTOPs itself at step 3: its connection stays open, only the heartbeats stop
+  const std::string cmd = "env TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=3 TROUPE_FAULT_SIGNAL=STOP '" +
+                          troupe_bin() + "' launch --nprocs 2 --grace 5 -- '" + troupe_bin() + "' " +
+                          train_args(s, "run", "--set parallel.pp=2 --set train.steps=50 --set train.threads=1"
+                                               " --set fault.policy=abort --set fault.timeout_s=3");
+  Run r = sh(cmd, s, "hang", 120);
+  INFO(r.err);
+  CHECK(r.rc != 0);
+  CHECK(r.rc != 124);
+  CHECK(r.err.find("lost process 1") != std::string::npos);
+  CHECK(r.err.find("no heartbeat") != std::string::npos);
+  CHECK(r.seconds < 40);  // 3 s of silence, then the stopped process is killed after the 5 s grace
+  CHECK(survivors(s) == 0);
+}
+
+TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finishes on its own, bitwise",
+          "[multiprocess]") {
+  Scratch s("restart");
+  const std::string layout =
+      "--set parallel.pp=2 --set parallel.dp=2 --set train.steps=8 --set checkpoint.interval=2";
+  Run straight = sh("'" + troupe_bin() + "' " + train_args(s, "straight", layout + " --set train.threads=2"), s,
+                    "straight");
+  INFO(straight.err);
+  REQUIRE(straight.rc == 0);
+  std::map<int, double> ref;  // step -> loss
+  {
+    std::ifstream in(s.path("straight") + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss") && !j["loss"].is_null()) ref[j["step"].get<int>()] = j["loss"].get<double>();
+    }
+  }
+  auto final_shards = [&](const std::string& run) {
+    std::map<std::string, std::string> out;
+    for (auto& e : fs::directory_iterator(s.path(run) + "/checkpoints/step-00000008"))
+      if (e.path().filename().string().rfind("shard-", 0) == 0) out[e.path().filename().string()] = slurp(e.path());
+    return out;
+  };
+  for (const std::string step : {"2", "6"}) {  // a kill before the first snapshot, and one after two
+    for (const std::string rank : {"0", "3"}) {  // the coordinator's process, and a worker's
+      const std::string run = "killed-" + rank + "-at-" + step;
+      Run r = sh("env TROUPE_FAULT_KILL_RANK=" + rank + " TROUPE_FAULT_KILL_STEP=" + step + " '" + troupe_bin() +
+                     "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() + "' " +
+                     train_args(s, run, layout + " --set train.threads=1"),
+                 s, run, 200);
+      INFO(run << ": " << r.err);
+      REQUIRE(r.rc == 0);
+      CHECK(r.err.find("restart 1") != std::string::npos);
+      std::map<int, double> got;  // the last record of each step wins (a restart repeats steps)
+      std::ifstream in(s.path(run) + "/metrics.jsonl");
+      for (std::string line; std::getline(in, line);) {
+        auto j = nlohmann::json::parse(line);
+        if (j.contains("loss") && !j["loss"].is_null()) got[j["step"].get<int>()] = j["loss"].get<double>();
+      }
+      CHECK(got == ref);
+      CHECK(final_shards(run) == final_shards("straight"));
+    }
+  }
+  // past fault.max_restarts the job stops for good, says why, and leaves a usable snapshot
+  Run r = sh("env TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=6 '" + troupe_bin() +
+                 "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() + "' " +
+                 train_args(s, "limit", layout + " --set train.threads=1 --set fault.max_restarts=0"),
+             s, "limit", 200);
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("more than fault.max_restarts = 0") != std::string::npos);
+  CHECK(r.err.find("step-00000004") != std::string::npos);
+  CHECK(fs::exists(s.path("limit") + "/checkpoints/step-00000004/manifest.capnp"));
   CHECK(survivors(s) == 0);
 }
 
