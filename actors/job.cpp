@@ -886,7 +886,15 @@ class Coordinator {
     } else {
       // training goes on; the previous snapshots stay as they were
       spdlog::error("snapshot of step {} failed: {}; earlier snapshots are untouched", k, d.error);
+      if (++failed_snapshots_ >= cfg_.checkpoint.max_failures)  // not a passing glitch: stop, keep what is on disk
+        throw UserError(fmt::format(
+            "{} snapshots failed in a row (checkpoint.max_failures = {}), the last at step {}: {}; the run stops so "
+            "that no more work goes unsaved. Earlier snapshots are untouched: free space or fix checkpoint.dir, then "
+            "continue with --resume latest",
+            failed_snapshots_, cfg_.checkpoint.max_failures, k, d.error));
+      return;
     }
+    failed_snapshots_ = 0;
   }
   // A run waits for its snapshots in flight before it ends.
   void wait_snapshots() {
@@ -940,6 +948,7 @@ class Coordinator {
   std::vector<caf::actor> datas_;     // every process's data actor (a control proxy where remote)
   std::vector<caf::actor> local_workers_, local_optimizers_;
   size_t local_actors_ = 0;           // actors of this process the shutdown waits for
+  int failed_snapshots_ = 0;          // snapshots that failed in a row
   bool failed_ = false;
   GPTConfig gpt_;
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;

@@ -79,6 +79,7 @@ struct CheckpointConfig {
   std::string dir;        // "" = <run dir>/checkpoints
   int interval = 0;       // steps between snapshots (0 = none, except on a signal)
   int keep_last = 3;      // complete snapshots kept (the newest always stays)
+  int max_failures = 3;   // snapshots failing in a row (disk full, unwritable) before the run stops
 };
 
 // Failures of processes in a multi-process job (actors/cluster.h).

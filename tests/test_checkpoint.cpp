@@ -165,11 +165,21 @@ TEST_CASE("retention keeps the newest complete snapshots and never touches unfin
   std::ofstream(t.path("afile")) << "x";
   JobContext y = ctx();
   y.checkpoint_dir = t.path("afile/ck");
+  c.checkpoint.max_failures = 6;  // 5 failures: logged, the run goes on
   auto f = run_job(c, y);
   CHECK(f.losses.size() == 5);
   REQUIRE(f.snapshots.size() == 5);
   CHECK_FALSE(f.snapshots[0].ok);
   CHECK(f.snapshots[0].error.find("afile") != std::string::npos);
+  // failing again and again is not a glitch: the run stops, naming the limit and the fix
+  c.checkpoint.max_failures = 2;
+  try {
+    run_job(c, y);
+    FAIL("the run should have stopped after 2 failed snapshots");
+  } catch (const UserError& e) {
+    CHECK(std::string(e.what()).find("checkpoint.max_failures = 2") != std::string::npos);
+    CHECK(std::string(e.what()).find("afile") != std::string::npos);
+  }
 }
 
 TEST_CASE("each corruption of a snapshot is detected and named", "[checkpoint][corrupt]") {
