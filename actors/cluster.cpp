@@ -20,6 +20,7 @@
 #include "actors/wire_types.h"
 #include "collectives/wire.h"
 #include "core/error.h"
+#include "core/events.h"
 
 namespace troupe {
 
@@ -127,6 +128,7 @@ struct Cluster::Impl {
       cv.notify_all();
     }
     spdlog::error("{}", reason);
+    log_event("lost", {{"process", o.env.rank}, {"reason", reason}});
     if (transport) transport->abort(reason);
     if (coord) caf::anon_send(coord, fail_atom::value, -2, reason);  // -2: a lost process (no diagnosis)
   }
@@ -598,6 +600,11 @@ void Cluster::wait_for_end() {
     if (!im.failure.empty() && !im.ended) throw Error(im.failure);
   }
   im.transport->abort("the job ended");  // process 0 has stopped every worker
+}
+
+std::string Cluster::failure() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->failure;
 }
 
 void Cluster::leave() {

@@ -99,6 +99,8 @@ class Cluster {
   // Process 0: the coordinator (a scoped actor) gets (fail_atom, -2, reason) when a peer is
   // lost, so its waits end with that error.
   void set_coordinator(caf::actor coordinator);
+  // Why the job is failing ("" while it is not): a lost process, an abort.
+  std::string failure() const;
   // Stops the job everywhere (the hub tells every agent) with `reason`; idempotent.
   void abort(const std::string& reason);
 

@@ -27,6 +27,7 @@
 #include "actors/optimizer_actor.h"
 #include "actors/worker.h"
 #include "core/error.h"
+#include "core/events.h"
 #include "core/peak.h"
 #include "core/topology.h"
 #include "collectives/communicator.h"
@@ -454,6 +455,7 @@ class Coordinator {
                      dtype_ != DType::f16 ? std::string()
                                           : fmt::format(" | loss scale {:g}{}", done.loss_scale,
                                                         skip ? " | skipped (inf/NaN gradients)" : ""));
+      if (k == k0) log_event("first_step", {{"step", k}, {"resumed", ctx_.resume != nullptr}});
       emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},
             {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale}});
       const int ev = cfg_.train.eval_interval;
@@ -533,8 +535,12 @@ class Coordinator {
             },
             [&](fail_atom, int stage, std::string& msg) {
               if (stage == -2) throw Error(msg);  // a lost process (actors/cluster.h): the wait-for graph says nothing more
+              if (cluster_ && !cluster_->failure().empty())  // a consequence of a lost process: name the cause
+                throw Error(cluster_->failure() + "\n(then: " + msg + ")");
               std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;
-              throw Error(head + "\n" + diagnose(what));
+              const std::string graph = diagnose(what);
+              if (!lost_.empty()) throw Error(lost_ + "\n(then: " + head + ")");  // a lost process caused it
+              throw Error(head + "\n" + graph);
             },
             [&](caf::down_msg& dm) {
               down_.insert(dm.source);
@@ -766,7 +772,10 @@ class Coordinator {
                           if (!(states_.count(ws.stage) && states_[ws.stage].timed_out)) states_[ws.stage] = ws;
                           answered.insert(ws.stage);
                         },
-                        [&](fail_atom, int, std::string&) {}, [&](caf::down_msg& dm) { down_.insert(dm.source); },
+                        [&](fail_atom, int stage, std::string& msg) {
+                          if (stage == -2) lost_ = msg, timed_out = true;  // a lost process: nobody more will answer
+                        },
+                        [&](caf::down_msg& dm) { down_.insert(dm.source); },
                         [&](norm_atom, int64_t, NormReport&) {}, [&](done_atom, int64_t, StepReport&) {},
                         caf::after(left) >> [&] { timed_out = true; });
       if (timed_out) break;
@@ -949,6 +958,7 @@ class Coordinator {
   std::vector<caf::actor> local_workers_, local_optimizers_;
   size_t local_actors_ = 0;           // actors of this process the shutdown waits for
   int failed_snapshots_ = 0;          // snapshots that failed in a row
+  std::string lost_;                  // a lost process (actors/cluster.h) reported during a diagnosis
   bool failed_ = false;
   GPTConfig gpt_;
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/events.h"
 #include "core/dtype.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
@@ -193,7 +194,10 @@ class Worker {
 
   void run_step(int64_t k, int kind) {
     const bool train = kind == 0;
-    if (train && k == a_.fault_kill_step) ::raise(a_.fault_kill_signal);
+    if (train && k == a_.fault_kill_step) {
+      log_event("injected_fault", {{"step", k}, {"signal", a_.fault_kill_signal}});
+      ::raise(a_.fault_kill_signal);
+    }
     wait_s_ = 0;
     double compute_s = 0, loss_sum = 0;
     int64_t tokens = 0;

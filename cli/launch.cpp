@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/events.h"
 
 extern char** environ;
 
@@ -269,6 +270,7 @@ Attempt run_attempt(const Options& o, int restart, const std::string& launch_id,
   for (auto& s : cmd_text) cmd_argv.push_back(s.data());
   cmd_argv.push_back(nullptr);
 
+  log_event("launch", {{"processes", N}, {"restart", restart}});
   say("launch: " + std::to_string(N) + " processes, coordinator " + coordinator +
       (restart ? " (restart " + std::to_string(restart) + ")" : std::string()));
   std::fflush(stdout);
@@ -316,6 +318,7 @@ Attempt run_attempt(const Options& o, int restart, const std::string& launch_id,
       pid[r] = 0;
       --live;
       const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+      log_event("process_exit", {{"rank", r}, {"status", code}, {"restart", restart}});
       if (code == 0) continue;
       if (code == kRestartStatus) out.restartable = true;
       const std::string who = "launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") ";

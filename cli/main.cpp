@@ -30,6 +30,7 @@
 #include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/events.h"
 #include "datasets/corpus.h"
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
@@ -312,6 +313,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     if (resume.empty() && !snaps.empty()) resume = "latest";
   }
   std::shared_ptr<TrainState> state;
+  const double load_t0 = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (!resume.empty()) {
     std::vector<std::string> skipped;
     if (resume == "latest") {
@@ -322,6 +324,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     setup_logging("");
     for (auto& s : skipped) spdlog::warn("skipped damaged snapshot {}", s);
     if (!skipped.empty()) spdlog::warn("falling back to the newest valid snapshot: {}", state->dir);
+    log_event("snapshot_loaded", {{"step", state->step}, {"process", launch.rank}, {"restart", restart},
+                                  {"started", load_t0}});
     TROUPE_USER_CHECK(state->step < c.train.steps)
         << "snapshot " << state->dir << " is at step " << state->step << " and train.steps = " << c.train.steps
         << ": nothing left to train; raise train.steps";
