@@ -280,6 +280,8 @@ class Coordinator {
               wa.fault_kill_step = std::atoll(ks);
               const char* sig = std::getenv("TROUPE_FAULT_SIGNAL");  // KILL (default) or STOP: a hung process
               wa.fault_kill_signal = sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
+              // TROUPE_FAULT_PHASE = F | B | O: at the step's first forward, backward or optimizer action
+              if (const char* ph = std::getenv("TROUPE_FAULT_PHASE"); ph && *ph) wa.fault_kill_phase = ph[0];
             }
           wa.precision = dtype_;
           wa.checkpointer = writer_;

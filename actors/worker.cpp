@@ -194,10 +194,7 @@ class Worker {
 
   void run_step(int64_t k, int kind) {
     const bool train = kind == 0;
-    if (train && k == a_.fault_kill_step) {
-      log_event("injected_fault", {{"step", k}, {"signal", a_.fault_kill_signal}});
-      ::raise(a_.fault_kill_signal);
-    }
+    if (train && k == a_.fault_kill_step && !a_.fault_kill_phase) inject_fault(k);
     wait_s_ = 0;
     double compute_s = 0, loss_sum = 0;
     int64_t tokens = 0;
@@ -207,6 +204,7 @@ class Worker {
     step_scale_ = scale_;
     for (auto& ch : a_.chunks) ch->set_step(k);
     for (const Action& act : (train ? a_.schedule->stages[s_] : forward_only_)) {
+      if (train && k == a_.fault_kill_step && a_.fault_kill_phase == (char)act.kind) inject_fault(k);
       const int c = act.chunk, v = virt(c);
       Stage& st = chunk(c);
       if (act.kind == Action::F) {
@@ -245,6 +243,7 @@ class Worker {
       ++pos_;
     }
     if (train) {
+      if (k == a_.fault_kill_step && a_.fault_kill_phase == 'O') inject_fault(k);
       const double s0 = now_s();
       compute_s += finish_train_step(k);
       span('O', -1, 0, s0);
@@ -258,6 +257,13 @@ class Worker {
                    std::move(spans_)};
     spans_.clear();
     self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
+  }
+
+  // Fault injection (tests, benchmarks): the whole process gets fault_kill_signal.
+  void inject_fault(int64_t k) {
+    log_event("injected_fault", {{"step", k}, {"signal", a_.fault_kill_signal},
+                                 {"phase", std::string(1, a_.fault_kill_phase ? a_.fault_kill_phase : 'S')}});
+    ::raise(a_.fault_kill_signal);
   }
 
   // Tied embedding, gradient norm, clipping, AdamW. Returns compute seconds.

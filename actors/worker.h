@@ -40,6 +40,7 @@ struct WorkerArgs {
   int64_t fault_inf_step = -1;    // fault injection (tests): +inf in one gradient element at this step
   int64_t fault_kill_step = -1;   // fault injection (tests): signal this whole process when step k starts
   int fault_kill_signal = 9;      // ... with SIGKILL (dies) or SIGSTOP (hangs)
+  char fault_kill_phase = 0;      // ... at the step's start (0), or its first F, B or optimizer ('O') action
   // Mixed precision: the stages' storage dtype (Stage::set_precision) and, for fp16, the
   // dynamic loss scaler every worker runs identically from the global found-inf decision.
   DType precision = DType::f32;

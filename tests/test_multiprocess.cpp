@@ -221,12 +221,25 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
       if (e.path().filename().string().rfind("shard-", 0) == 0) out[e.path().filename().string()] = slurp(e.path());
     return out;
   };
-  for (const std::string step : {"2", "6"}) {  // a kill before the first snapshot, and one after two
-    for (const std::string rank : {"0", "3"}) {  // the coordinator's process, and a worker's
-      const std::string run = "killed-" + rank + "-at-" + step;
-      Run r = sh("env TROUPE_FAULT_KILL_RANK=" + rank + " TROUPE_FAULT_KILL_STEP=" + step + " '" + troupe_bin() +
-                     "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() + "' " +
-                     train_args(s, run, layout + " --set train.threads=1"),
+  struct Kill {
+    std::string name, env;
+  };
+  const std::vector<Kill> kills = {
+      // before the first snapshot (a fresh start), at a step's start, in forward, backward and
+      // the optimizer step, in the coordinator's process and in workers' processes, and
+      // process 0 while its checkpoint writer writes step 4's snapshot
+      {"p0-step2", "TROUPE_FAULT_KILL_RANK=0 TROUPE_FAULT_KILL_STEP=2"},
+      {"p3-step6", "TROUPE_FAULT_KILL_RANK=3 TROUPE_FAULT_KILL_STEP=6"},
+      {"p1-forward5", "TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=5 TROUPE_FAULT_PHASE=F"},
+      {"p2-backward6", "TROUPE_FAULT_KILL_RANK=2 TROUPE_FAULT_KILL_STEP=6 TROUPE_FAULT_PHASE=B"},
+      {"p0-optimizer3", "TROUPE_FAULT_KILL_RANK=0 TROUPE_FAULT_KILL_STEP=3 TROUPE_FAULT_PHASE=O"},
+      {"p0-snapshot4", "TROUPE_FAULT_KILL_IN_SNAPSHOT=4"},
+  };
+  for (const auto& kill : kills) {
+    {
+      const std::string run = "killed-" + kill.name;
+      Run r = sh("env " + kill.env + " '" + troupe_bin() + "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() +
+                     "' " + train_args(s, run, layout + " --set train.threads=1"),
                  s, run, 200);
       INFO(run << ": " << r.err);
       REQUIRE(r.rc == 0);
