@@ -522,7 +522,8 @@ class Coordinator {
             [&](done_atom, int64_t, StepReport& r) {
               if constexpr (std::is_invocable_v<Handler, StepReport&>) on(r);
             },
-            [&](logits_atom, int64_t, std::vector<float>& l) {
+            [&](logits_atom, int64_t, Tensor& t) {
+              std::vector<float> l(t.data(), t.data() + t.numel());
               if constexpr (std::is_invocable_v<Handler, std::vector<float>&>) on(l);
             },
             [&](dump_atom, ParamDump& d) {
@@ -931,7 +932,7 @@ class Coordinator {
       bool timed_out = false;
       (*self_)->receive([&](caf::down_msg& dm) { down_.insert(dm.source); }, [&](fail_atom, int, std::string&) {},
                         [&](done_atom, int64_t, StepReport&) {}, [&](norm_atom, int64_t, NormReport&) {},
-                        [&](logits_atom, int64_t, std::vector<float>&) {}, [&](dump_atom, ParamDump&) {},
+                        [&](logits_atom, int64_t, Tensor&) {}, [&](dump_atom, ParamDump&) {},
                         [&](snapack_atom, int64_t, SnapAck&) {}, [&](snapdone_atom, int64_t, SnapDone&) {},
                         [&](status_atom, WaitState&) {},
                         caf::after(left) >> [&] { timed_out = true; });

@@ -21,7 +21,7 @@
 //               skip (found-inf anywhere: every rank skips the update together).
 //   worker      -> coordinator  (done_atom, k, StepReport)
 // Inference: coordinator -> stage 0 (infer_atom, id, TokenBlock); virtual stages pass
-// (infer_atom, id, chunk, Tensor) on; the last -> coordinator (logits_atom, id, vector<float>).
+// (infer_atom, id, chunk, Tensor) on; the last -> coordinator (logits_atom, id, Tensor (V)).
 // A worker that fails sends (fail_atom, stage, message) to the coordinator and exits.
 #pragma once
 #include <caf/all.hpp>

@@ -5,6 +5,7 @@
 //
 // Control messages are serialized with CAF's binary serializer and then authenticated by
 // the cluster's HMAC envelope; a body is only deserialized after its tag checked out, and
+// every float or double inside travels as its bits (below); and
 // the load callbacks below still check every size they are given (a Tensor's element
 // count against its shape).
 #pragma once
@@ -14,6 +15,56 @@
 #include "actors/messages.h"
 
 namespace troupe {
+
+// Floating-point values travel as their bits. CAF 0.17's own float encoding (pack754)
+// loops forever on an infinity and garbles NaNs and subnormals; an fp16 step that
+// overflows reports inf, a diverged step NaN, and AdamW moments can be subnormal.
+struct F64Bits {
+  double* p;
+};
+struct F32Bits {
+  float* p;
+};
+struct F32VecBits {
+  std::vector<float>* p;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, F64Bits& x) {
+  uint64_t u = 0;
+  if constexpr (Inspector::reads_state) std::memcpy(&u, x.p, sizeof u);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    std::memcpy(x.p, &u, sizeof u);
+    return caf::none;
+  });
+  return f(u, load);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, F32Bits& x) {
+  uint32_t u = 0;
+  if constexpr (Inspector::reads_state) std::memcpy(&u, x.p, sizeof u);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    std::memcpy(x.p, &u, sizeof u);
+    return caf::none;
+  });
+  return f(u, load);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, F32VecBits& x) {
+  std::vector<uint32_t> u;
+  if constexpr (Inspector::reads_state) {
+    u.resize(x.p->size());
+    if (!u.empty()) std::memcpy(u.data(), x.p->data(), u.size() * 4);
+  }
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.p->resize(u.size());
+    if (!u.empty()) std::memcpy(x.p->data(), u.data(), u.size() * 4);
+    return caf::none;
+  });
+  return f(u, load);
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Tensor& x) {
@@ -40,7 +91,8 @@ typename Inspector::result_type inspect(Inspector& f, Tensor& x) {
     if (n) std::memcpy(x.data(), data.data(), data.size() * sizeof(float));
     return caf::none;
   });
-  return f(caf::meta::type_name("troupe::Tensor"), defined, shape, data, load);
+  F32VecBits bits{&data};
+  return f(caf::meta::type_name("troupe::Tensor"), defined, shape, bits, load);
 }
 
 template <class Inspector>
@@ -54,23 +106,46 @@ typename Inspector::result_type inspect(Inspector& f, TokenBlock& x) {
     x.ids = std::make_shared<const std::vector<int32_t>>(std::move(ids));
     return caf::none;
   });
-  return f(caf::meta::type_name("troupe::TokenBlock"), x.B, x.T, x.dloss, ids, load);
+  F32Bits dloss{&x.dloss};
+  return f(caf::meta::type_name("troupe::TokenBlock"), x.B, x.T, dloss, ids, load);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NormReport& x) {
-  return f(caf::meta::type_name("troupe::NormReport"), x.stage, x.sumsq, x.found_inf);
+  std::vector<int32_t> idx;
+  std::vector<uint64_t> bits;
+  if constexpr (Inspector::reads_state) {
+    for (auto& [i, v] : x.sumsq) {
+      uint64_t u;
+      std::memcpy(&u, &v, sizeof u);
+      idx.push_back(i);
+      bits.push_back(u);
+    }
+  }
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    if (idx.size() != bits.size()) return caf::make_error(caf::sec::invalid_argument, "norm report sizes");
+    x.sumsq.clear();
+    for (size_t i = 0; i < idx.size(); ++i) {
+      double v;
+      std::memcpy(&v, &bits[i], sizeof v);
+      x.sumsq.emplace_back(idx[i], v);
+    }
+    return caf::none;
+  });
+  return f(caf::meta::type_name("troupe::NormReport"), x.stage, idx, bits, x.found_inf, load);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Span& x) {
-  return f(caf::meta::type_name("troupe::Span"), x.kind, x.mb, x.chunk, x.t0, x.t1);
+  F64Bits t0{&x.t0}, t1{&x.t1};
+  return f(caf::meta::type_name("troupe::Span"), x.kind, x.mb, x.chunk, t0, t1);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
-  return f(caf::meta::type_name("troupe::StepReport"), x.stage, x.tp, x.dp, x.loss_sum, x.tokens, x.compute_s,
-           x.wait_s, x.activation_bytes, x.loss_scale, x.spans);
+  F64Bits loss{&x.loss_sum}, compute{&x.compute_s}, wait{&x.wait_s}, scale{&x.loss_scale};
+  return f(caf::meta::type_name("troupe::StepReport"), x.stage, x.tp, x.dp, loss, x.tokens, compute, wait,
+           x.activation_bytes, scale, x.spans);
 }
 
 template <class Inspector>
@@ -86,13 +161,14 @@ typename Inspector::result_type inspect(Inspector& f, ParamDump& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapAck& x) {
-  return f(caf::meta::type_name("troupe::SnapAck"), x.updates, x.loss_scale, x.growth_tracker, x.hysteresis_tracker,
-           x.copy_s);
+  F64Bits scale{&x.loss_scale}, copy{&x.copy_s};
+  return f(caf::meta::type_name("troupe::SnapAck"), x.updates, scale, x.growth_tracker, x.hysteresis_tracker, copy);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardRecord& x) {
-  return f(caf::meta::type_name("troupe::ShardRecord"), x.name, x.field, x.tp, x.offset, x.local_numel, x.data);
+  F32VecBits data{&x.data};
+  return f(caf::meta::type_name("troupe::ShardRecord"), x.name, x.field, x.tp, x.offset, x.local_numel, data);
 }
 
 template <class Inspector>
@@ -111,7 +187,6 @@ inline void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<ParamDump>("troupe::ParamDump");
   cfg.add_message_type<SnapAck>("troupe::SnapAck");
   cfg.add_message_type<ShardData>("troupe::ShardData");
-  cfg.add_message_type<std::vector<float>>("std::vector<float>");
   cfg.add_message_type<std::vector<char>>("std::vector<char>");
   cfg.add_message_type<std::vector<std::vector<char>>>("std::vector<std::vector<char>>");
 }

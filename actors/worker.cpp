@@ -307,7 +307,11 @@ class Worker {
       std::vector<float> logits;
       Tensor out = chunk(c).infer(T, v == 0 ? tokens : nullptr, x, &logits);
       if (v == PV - 1) {
-        if (a_.tp_rank == 0) self_->send(a_.coordinator, logits_atom::value, id, std::move(logits));
+        if (a_.tp_rank == 0) {  // as a Tensor: its values cross processes bit-exact (actors/wire_types.h)
+          Tensor lt({(int64_t)logits.size()});
+          if (!logits.empty()) std::memcpy(lt.data(), logits.data(), logits.size() * sizeof(float));
+          self_->send(a_.coordinator, logits_atom::value, id, std::move(lt));
+        }
         return;
       }
       if ((v + 1) % a_.P != s_) {
