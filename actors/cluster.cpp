@@ -109,6 +109,7 @@ struct Cluster::Impl {
   std::string failure;   // a lost peer or an abort
   bool ended = false;    // the hub said the job ended normally
   bool hub_gone = false;  // a process other than 0: the connection to the hub closed
+  int unauthenticated = 0;  // control messages dropped for a wrong tag
 
   bool hub() const { return o.env.rank == 0; }
   int nprocs() const { return o.env.world; }
@@ -189,8 +190,13 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
     s.impl->fail(reason);
   };
   // The hub's checks of a joining process.
-  auto check_join = [=](int32_t p, int32_t world, const std::string& bin, const std::string& toml) -> std::string {
+  auto check_join = [=](int32_t p, int32_t world, const std::string& bin, const std::string& toml,
+                        const std::string& resume) -> std::string {
     auto& s = self->state;
+    if (resume != s.impl->o.resume)
+      return fmt::format("process {} continues from {} but process 0 from {}; give every process the same --resume", p,
+                         resume.empty() ? std::string("no snapshot (a fresh start)") : resume,
+                         s.impl->o.resume.empty() ? std::string("no snapshot (a fresh start)") : s.impl->o.resume);
     if (world != n)
       return fmt::format("process {} was started for {} processes but the job has {}; start every process with the same "
                          "world size",
@@ -254,11 +260,13 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         };
         if (from < 0 || from >= n || to != me || from == me) return reject("bad process numbers");
         const auto want = envelope_mac(secret, from, to, seq, body);
-        if (mac.size() != want.size() || CRYPTO_memcmp(mac.data(), want.data(), want.size()) != 0)
+        if (mac.size() != want.size() || CRYPTO_memcmp(mac.data(), want.data(), want.size()) != 0) {
+          {
+            std::lock_guard<std::mutex> lk(s.impl->mu);
+            ++s.impl->unauthenticated;
+          }
           return reject("its authentication tag is wrong (not a member of this job: TROUPE_JOB_SECRET differs)");
-        if (seq <= s.seq_in[from]) return reject("replayed or reordered (sequence " + std::to_string(seq) + ")");
-        s.seq_in[from] = seq;
-        s.last_seen[from] = Clock::now();
+        }
         caf::message msg;
         caf::binary_deserializer src(self->system(), body);
         if (auto err = src(msg)) return reject("undecodable body: " + self->system().render(err));
@@ -268,6 +276,29 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         kind = msg.get_as<int32_t>(0);
         index = msg.get_as<int32_t>(1);
         inner = msg.get_as<caf::message>(2);
+        using JoinMsg = caf::detail::type_list<join_atom, int32_t, int32_t, std::string, std::string, std::vector<char>,
+                                               std::string, int32_t, std::string>;
+        const bool is_join = kind == kAgentKind && inner.match_elements(JoinMsg{});
+        const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        if (s.impl->hub() && is_join && s.peers[from] && s.peers[from] != sender) {
+          // a second process claims a rank that is taken: refuse it, straight to its sender
+          const std::string why = fmt::format("rank {} is already held by {}; give every process its own TROUPE_RANK",
+                                              from, s.impl->name_of(from));
+          spdlog::warn("control plane: refused a second process claiming rank {} (host {}, pid {})", from,
+                       inner.get_as<std::string>(6), inner.get_as<int32_t>(7));
+          std::vector<char> rb;
+          caf::binary_serializer rs(self->system(), rb);
+          auto rm = caf::make_message((int32_t)kAgentKind, (int32_t)0, caf::make_message(refuse_atom::value, why));
+          if (!rs(rm)) {
+            auto rmac = envelope_mac(secret, me, from, 1, rb);
+            self->send(sender, ctl_atom::value, (int32_t)me, (int32_t)from, (uint64_t)1, std::move(rb), std::move(rmac));
+          }
+          return;
+        }
+        if (is_join && inner.get_as<int32_t>(1) != from) return reject("a join whose rank differs from its envelope's");
+        if (seq <= s.seq_in[from]) return reject("replayed or reordered (sequence " + std::to_string(seq) + ")");
+        s.seq_in[from] = seq;
+        s.last_seen[from] = Clock::now();
         if (kind != kAgentKind) {
           caf::actor dst;
           {
@@ -281,9 +312,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         }
         // the agents' own protocol
         if (s.impl->hub() && !s.peers[from]) {  // the first message of a process: its join
-          if (!inner.match_elements<join_atom, int32_t, int32_t, std::string, std::string, std::vector<char>,
-                                    std::string, int32_t>())
-            return reject("the first message of a process must be its join");
+          if (!is_join) return reject("the first message of a process must be its join");
           const int32_t world = inner.get_as<int32_t>(2);
           const std::string& bin = inner.get_as<std::string>(3);
           const std::string& toml = inner.get_as<std::string>(4);
@@ -292,7 +321,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           s.peers[from] = caf::actor_cast<caf::actor>(self->current_sender());
           self->monitor(s.peers[from]);
           s.live[from] = true;
-          const std::string why = check_join(from, world, bin, toml);
+          const std::string why = check_join(from, world, bin, toml, inner.get_as<std::string>(8));
           if (!why.empty()) {
             post(from, kAgentKind, 0, caf::make_message(refuse_atom::value, why));
             std::lock_guard<std::mutex> lk(s.impl->mu);
@@ -465,8 +494,13 @@ void Cluster::join() {
     std::unique_lock<std::mutex> lk(im.mu);
     if (!im.cv.wait_until(lk, deadline, [&] { return pred() || !im.refused.empty() || !im.failure.empty(); })) {
       lk.unlock();
-      throw Error(what() + " within fault.join_timeout_s = " + fmt::format("{}", im.o.cfg.fault.join_timeout_s) +
-                  " s; start every process (troupe launch does), check TROUPE_COORDINATOR and the network");
+      const int bad = im.unauthenticated;
+      throw Error(what() + " within fault.join_timeout_s = " + fmt::format("{}", im.o.cfg.fault.join_timeout_s) + " s" +
+                  (bad ? fmt::format("; {} control message(s) failed authentication meanwhile: a process with another "
+                                     "TROUPE_JOB_SECRET? Give every process the same secret",
+                                     bad)
+                       : std::string("; start every process (troupe launch does), check TROUPE_COORDINATOR, the "
+                                     "network and that every process has the same TROUPE_JOB_SECRET")));
     }
     if (!im.refused.empty()) throw UserError(im.refused);
     if (!im.failure.empty()) throw Error(im.failure);
@@ -517,7 +551,7 @@ void Cluster::join() {
   const int me = im.o.env.rank;
   caf::anon_send(im.agent, hub_atom::value, hub,
                  caf::make_message(join_atom::value, (int32_t)me, (int32_t)n, executable_hash(), im.o.cfg.to_toml(),
-                                   im.addresses[me], hostname(), (int32_t)getpid()));
+                                   im.addresses[me], hostname(), (int32_t)getpid(), im.o.resume));
   wait([&] { return im.have_table; }, [&] { return std::string("the coordinator did not send the process table"); });
   std::vector<std::vector<uint8_t>> addrs;
   {

@@ -11,8 +11,9 @@
 // (collectives/ucx.h), whose headers carry the same kind of tag.
 //
 // Join: each process sends (rank, world, sha256 of its own executable, its resolved
-// config, its UCX address, host, pid). The hub refuses a different binary, a different
-// config (naming the first differing key), a wrong world size or a duplicate rank: the
+// config, its UCX address, host, pid, the snapshot it resumes from). The hub refuses a different binary, a different
+// config (naming the first differing key), another snapshot to resume from, a wrong world
+// size or a rank that another process already holds: the
 // refused process and the job stop with that reason. Once all have joined, the hub sends
 // everyone the table of UCX addresses; each connects its transport and says ready.
 //
@@ -50,6 +51,7 @@ struct ClusterOptions {
   Config cfg;              // resolved; compared at join
   std::vector<std::vector<int>> placement;  // process -> its global ranks (core/topology.h place)
   int ranks = 1;           // global ranks (workers) in the job
+  std::string resume;      // the snapshot this process continues from ("" = a fresh start); compared at join
 };
 
 class Cluster {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -151,6 +152,9 @@ class Coordinator {
       co.cfg = cfg_;
       co.placement = placement;
       co.ranks = topo.world();
+      if (ctx_.resume)
+        co.resume = fmt::format("{} (step {}, {} AdamW updates)", std::filesystem::path(ctx_.resume->dir).filename().string(),
+                                ctx_.resume->step, ctx_.resume->updates);
       cluster_ = std::make_unique<Cluster>(*sys_, co);
     }
     auto is_local = [&](int r) { return !cluster_ || cluster_->local(r); };

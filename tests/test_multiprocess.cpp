@@ -316,6 +316,35 @@ TEST_CASE("processes with another config, another binary or without the job secr
     CHECK(r1 != 0);
     CHECK(e0.find("different troupe binary") != std::string::npos);
   }
+  SECTION("another snapshot to resume from") {
+    REQUIRE(sh("'" + troupe_bin() + "' " +
+                   train_args(s, "snaps", "--set parallel.pp=2 --set train.threads=2 --set checkpoint.interval=1"),
+               s, "snaps")
+                .rc == 0);
+    const std::string snaps = s.path("snaps") + "/checkpoints/";
+    auto [r0, r1] = pair(env(0, good) + bin + args + " --resume '" + snaps + "step-00000001'",
+                         env(1, good) + bin + args + " --resume '" + snaps + "step-00000002'", "resume");
+    const std::string e0 = slurp(s.path("resume-0.err")), e1 = slurp(s.path("resume-1.err"));
+    INFO(e0 << "\n---\n" << e1);
+    CHECK(r0 != 0);
+    CHECK(r1 != 0);
+    CHECK(e0.find("the same --resume") != std::string::npos);
+  }
+  SECTION("a rank held twice") {
+    const std::string long_args = train_args(s, "run", "--set parallel.pp=2 --set train.threads=1 --set train.steps=300");
+    const std::string script = "cd '" + kSrc + "'\n( " + env(0, good) + bin + long_args + " > /dev/null 2> '" +
+                               s.path("dup-0.err") + "'; echo $? > '" + s.path("dup-0.rc") + "' ) &\nsleep 1\n( " +
+                               env(1, good) + bin + long_args + " > /dev/null 2> '" + s.path("dup-1.err") + "'; echo $? > '" +
+                               s.path("dup-1.rc") + "' ) &\nsleep 2\n( " + env(1, good) + bin + long_args +
+                               " > /dev/null 2> '" + s.path("dup-2.err") + "'; echo $? > '" + s.path("dup-2.rc") +
+                               "' ) &\nwait\n";
+    std::ofstream(s.path("dup.sh")) << script;
+    std::system(("timeout -k 5 90 sh '" + s.path("dup.sh") + "'").c_str());
+    const std::string e2 = slurp(s.path("dup-2.err"));
+    INFO(e2);
+    CHECK(std::atoi(slurp(s.path("dup-2.rc")).c_str()) == 2);  // refused: the rank is taken
+    CHECK(e2.find("rank 1 is already held") != std::string::npos);
+  }
   SECTION("a process without the secret cannot register") {
     auto [r0, r1] = pair(env(0, good) + bin + args, env(1, "not-the-job-secret-at-all") + bin + args, "secret");
     const std::string e0 = slurp(s.path("secret-0.err")), e1 = slurp(s.path("secret-1.err"));
@@ -324,6 +353,7 @@ TEST_CASE("processes with another config, another binary or without the job secr
     CHECK(r1 != 0);
     CHECK(e0.find("authentication tag is wrong") != std::string::npos);
     CHECK(e0.find("did not join") != std::string::npos);
+    CHECK(e0.find("failed authentication") != std::string::npos);
   }
   CHECK(survivors(s) == 0);
 }
