@@ -271,7 +271,7 @@ Attempt run_attempt(const Options& o, int restart, const std::string& launch_id,
   cmd_argv.push_back(nullptr);
 
   log_event("launch", {{"processes", N}, {"restart", restart}});
-  say("launch: " + std::to_string(N) + " processes, coordinator " + coordinator +
+  say("launch: " + std::to_string(N) + (N == 1 ? " process" : " processes") + ", coordinator " + coordinator +
       (restart ? " (restart " + std::to_string(restart) + ")" : std::string()));
   std::fflush(stdout);
   std::cout.flush();

@@ -5,7 +5,10 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,6 +49,16 @@ using namespace troupe;
 namespace {
 
 std::string trace_path_;
+std::string log_prefix_;  // "[process r] " in a job of several processes
+
+// One "error: ..." report in a single write, so the lines of several processes sharing a
+// terminal do not interleave.
+void print_error(const std::string& text) {
+  std::fflush(stdout);
+  std::cerr.flush();
+  const std::string line = "error: " + text + "\n";
+  [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
+}
 std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: the console gets them from main)
 
 Config load_config(const std::string& path, const std::vector<std::string>& sets) {
@@ -183,11 +196,11 @@ void setup_logging(const std::string& run_dir) {
     auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_dir + "/train.log");
     sinks.push_back(file);
     file_log_ = std::make_shared<spdlog::logger>("troupe-file", file);
-    file_log_->set_pattern("[%H:%M:%S] %v");
+    file_log_->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
     file_log_->flush_on(spdlog::level::info);
   }
   auto logger = std::make_shared<spdlog::logger>("troupe", sinks.begin(), sinks.end());
-  logger->set_pattern("[%H:%M:%S] %v");
+  logger->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
   logger->flush_on(spdlog::level::info);  // train.log is complete up to the last line, even if killed
   spdlog::set_default_logger(logger);
 }
@@ -252,6 +265,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // Several processes: process 0 owns the run directory, the logs and the snapshots; the
   // others only run their workers.
   const LaunchEnv launch = read_launch_env();
+  if (launch.world > 1) {  // every line says which process wrote it
+    log_prefix_ = fmt::format("[process {}] ", launch.rank);
+    setup_logging("");
+  }
   const bool follower = launch.world > 1 && launch.rank != 0;
   const std::string secret = launch.world > 1 ? job_secret() : std::string();
   if (launch.world > 1) {
@@ -261,6 +278,21 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     TROUPE_USER_CHECK(workers % launch.world == 0)
         << "parallel.dp x pp x tp = " << workers << " workers cannot be spread evenly over " << launch.world
         << " processes; use a process count that divides " << workers;
+  }
+  if (launch.world > 1 && launch.rank == 0) {  // the coordinator's address, before anything is written
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)launch.port);
+    if (inet_pton(AF_INET, launch.host.c_str(), &a.sin_addr) == 1) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      const bool ok = fd >= 0 && ::bind(fd, (sockaddr*)&a, sizeof a) == 0;
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      TROUPE_USER_CHECK(ok) << "process 0 cannot listen on " << launch.host << ":" << launch.port << " ("
+                            << std::strerror(err) << "); choose a free port and a local address in TROUPE_COORDINATOR";
+    }
   }
   // Everything that can be refused is refused before anything is written.
   const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
@@ -387,10 +419,6 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     const std::string saved = save_config(c, run_dir);
     spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
   }
-  if (launch.world > 1) {  // every line says which process wrote it
-    spdlog::default_logger()->set_pattern(fmt::format("[%H:%M:%S] [process {}] %v", launch.rank));
-    if (file_log_) file_log_->set_pattern(fmt::format("[%H:%M:%S] [process {}] %v", launch.rank));
-  }
   if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
                d.val_tokens, data_s, d.unigram_entropy);
   JobContext ctx;
@@ -442,9 +470,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   } catch (const std::exception& e) {
     if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
     if (launch.world > 1 && c.fault.policy == "restart") {
-      std::fflush(stdout);
-      std::cerr << "error: " << e.what() << "\n(fault.policy = restart: exit status 75 asks troupe launch to start "
-                << "the job again)" << std::endl;
+      print_error(log_prefix_ + e.what() +
+                  "\n(fault.policy = restart: exit status 75 asks troupe launch to start the job again)");
       return 75;
     }
     throw;
@@ -673,12 +700,10 @@ int main(int argc, char** argv) {
     if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (tokenize->parsed()) return cmd_tokenize(c);
   } catch (const UserError& e) {
-    std::fflush(stdout);
-    std::cerr << "error: " << e.what() << std::endl;
+    print_error(log_prefix_ + e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::cerr << "error: " << e.what() << std::endl;
+    print_error(log_prefix_ + e.what());
     return 1;
   }
   return 1;
