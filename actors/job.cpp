@@ -461,7 +461,17 @@ class Coordinator {
                      dtype_ != DType::f16 ? std::string()
                                           : fmt::format(" | loss scale {:g}{}", done.loss_scale,
                                                         skip ? " | skipped (inf/NaN gradients)" : ""));
-      if (k == k0) log_event("first_step", {{"step", k}, {"resumed", ctx_.resume != nullptr}});
+      if (k == k0) {
+        log_event("first_step", {{"step", k}, {"resumed", ctx_.resume != nullptr}});
+        // a restart (fault.policy = restart): how long from the failure to training again
+        const char* ft = std::getenv("TROUPE_FAILURE_TIME");
+        if (ft && std::atof(ft) > 0 && !ctx_.quiet)
+          spdlog::info("recovered: step {} done {:.2f} s after the failure (detection, restart, snapshot reload, "
+                       "this step)",
+                       k,
+                       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                           std::atof(ft));
+      }
       emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},
             {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale}});
       const int ev = cfg_.train.eval_interval;

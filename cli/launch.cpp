@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <cerrno>
 #include <cmath>
@@ -220,6 +221,10 @@ double now_s() {
   ::_exit(127);
 }
 
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // Exit status by which troupe train asks for the whole job to be started again
 // (fault.policy = restart: a process of a multi-process job was lost; sysexits' EX_TEMPFAIL).
 constexpr int kRestartStatus = 75;
@@ -230,11 +235,12 @@ struct Attempt {
   int status = 0;            // the launcher's exit status for this attempt
   bool restartable = false;  // some process exited with kRestartStatus
   bool signalled = false;    // the launcher forwarded a signal (the user stopped the job)
+  double failed_at = 0;      // unix seconds when the first process failed
 };
 
 // One start of all N processes, until every one has exited.
-Attempt run_attempt(const Options& o, int restart, const std::string& launch_id, const std::string& secret,
-                    bool use_file, const sigset_t& waited, const sigset_t& old_mask) {
+Attempt run_attempt(const Options& o, int restart, double failure_time, const std::string& launch_id,
+                    const std::string& secret, bool use_file, const sigset_t& waited, const sigset_t& old_mask) {
   const int N = o.nprocs;
   const int port = o.port ? o.port : free_port(o.host);
   const std::string coordinator = o.host + ":" + std::to_string(port);
@@ -247,7 +253,7 @@ Attempt run_attempt(const Options& o, int restart, const std::string& launch_id,
     const std::string name = kv.substr(0, kv.find('='));
     if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
         name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE" ||
-        name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID")
+        name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME")
       continue;
     base.push_back(kv);
   }
@@ -256,6 +262,8 @@ Attempt run_attempt(const Options& o, int restart, const std::string& launch_id,
   base.push_back("TROUPE_LOCAL_WORLD_SIZE=" + std::to_string(N));  // processes sharing this host's cores
   if (!use_file) base.push_back("TROUPE_JOB_SECRET=" + secret);
   base.push_back("TROUPE_RESTART_COUNT=" + std::to_string(restart));  // 0 on the first start
+  if (restart > 0)  // when the failed start's first process failed (unix seconds): the recovery's start
+    base.push_back("TROUPE_FAILURE_TIME=" + std::to_string(failure_time));
   base.push_back("TROUPE_LAUNCH_ID=" + launch_id);  // names the default run directory of every start
   std::vector<std::vector<std::string>> env_text(N, base);
   std::vector<std::vector<char*>> envp(N);
@@ -327,6 +335,7 @@ Attempt run_attempt(const Options& o, int restart, const std::string& launch_id,
       else if (!(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
         say(who + "killed by signal " + signal_name(WTERMSIG(st)));
       if (first_status < 0) {
+        out.failed_at = unix_now();
         first_status = code;
         deadline = now_s() + o.grace_s;
       }
@@ -394,9 +403,11 @@ int run(const Options& o) {
   for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGUSR1}) sigaddset(&waited, s);
   ::sigprocmask(SIG_BLOCK, &waited, &old_mask);
 
+  double failure_time = 0;
   for (int restart = 0;; ++restart) {
     const double t0 = now_s();
-    const Attempt a = run_attempt(o, restart, launch_id, secret, use_file, waited, old_mask);
+    const Attempt a = run_attempt(o, restart, failure_time, launch_id, secret, use_file, waited, old_mask);
+    failure_time = a.failed_at;
     // fault.policy = restart: a process asked for a new start (troupe train stops by itself
     // past fault.max_restarts; the launcher has a bound of its own)
     if (!a.restartable || a.signalled || restart >= kMaxRestarts) return a.status;
