@@ -577,6 +577,18 @@ caf::actor Cluster::control_proxy(int proc, RemoteRef ref) {
 
 caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout_s, caf::actor coordinator) {
   auto transport = impl_->transport;
+  // fault injection (tests): TROUPE_FAULT_DELAY_RANK=r TROUPE_FAULT_DELAY_STEP=k
+  // TROUPE_FAULT_DELAY_S=x holds rank r's pipeline messages of step k back x seconds (first
+  // start only)
+  double delay_s = 0;
+  int64_t delay_step = -1;
+  {
+    const char* r = std::getenv("TROUPE_FAULT_DELAY_RANK");
+    const char* k = std::getenv("TROUPE_FAULT_DELAY_STEP");
+    const char* x = std::getenv("TROUPE_FAULT_DELAY_S");
+    const char* rc = std::getenv("TROUPE_RESTART_COUNT");
+    if (r && k && x && std::atoi(r) == src && !(rc && std::atoi(rc) > 0)) delay_step = std::atoll(k), delay_s = std::atof(x);
+  }
   auto p = impl_->sys->spawn<caf::detached>([=](caf::event_based_actor* self) -> caf::behavior {
     auto ship = [=](uint8_t kind, int64_t k, int mb, int c, const Tensor& t) {
       WireHeader h;
@@ -589,6 +601,10 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
       h.dtype = DType::f32;
       h.shape = t.shape();
       h.bytes = t.nbytes();
+      if (k == delay_step && delay_s > 0) {
+        log_event("injected_delay", {{"rank", src}, {"step", k}, {"seconds", delay_s}});
+        std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+      }
       try {
         transport->send(h, t.data(), timeout_s);
       } catch (const std::exception& e) {

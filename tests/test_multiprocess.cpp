@@ -205,6 +205,22 @@ TEST_CASE("a hung (stopped) process is detected by its silence within fault.time
   CHECK(survivors(s) == 0);
 }
 
+TEST_CASE("a delayed message past train.timeout_s is an error naming the stage and what it waited for",
+          "[multiprocess]") {
+  Scratch s("delay");
+  // rank 0's activations of step 2 are held back 6 s; stage 1 waits at most 2 s for a message
+  const std::string cmd = "env TROUPE_FAULT_DELAY_RANK=0 TROUPE_FAULT_DELAY_STEP=2 TROUPE_FAULT_DELAY_S=6 '" +
+                          troupe_bin() + "' launch --nprocs 2 --grace 10 -- '" + troupe_bin() + "' " +
+                          train_args(s, "run", "--set parallel.pp=2 --set train.steps=5 --set train.threads=1"
+                                               " --set fault.policy=abort --set train.timeout_s=2");
+  Run r = sh(cmd, s, "delay", 120);
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("stage 1 waited 2 s for the activation of step 2") != std::string::npos);
+  CHECK(r.seconds < 60);
+  CHECK(survivors(s) == 0);
+}
+
 TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finishes on its own, bitwise",
           "[multiprocess]") {
   Scratch s("restart");
