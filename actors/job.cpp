@@ -349,7 +349,14 @@ class Coordinator {
           (*self_)->send(wk(d, s, t), wire_atom::value, peers);
         }
     if (cluster_) {
-      cluster_->join();  // every process here, same binary and config, data plane connected
+      try {
+        cluster_->join();  // every process here, same binary and config, data plane connected
+      } catch (const UserError&) {
+        throw;
+      } catch (const std::exception& e) {
+        // a job that cannot assemble (a missing process, another secret) is not restarted
+        throw UserError(e.what());
+      }
       if (!leader) {     // a follower runs its workers until process 0 ends the job
         JobResult res;
         res.follower = true;

@@ -216,9 +216,6 @@ class Engine {
     failed_.assign(o_.nprocs, "");
 
     ucp_config_t* cfg = nullptr;
-    // UCX's own warnings (e.g. unmatched descriptors of a peer that died) would reach the
-    // user's terminal raw; troupe reports such failures itself. UCX_LOG_LEVEL still wins.
-    ::setenv("UCX_LOG_LEVEL", "error", 0);
     UCS_CHECK(ucp_config_read(nullptr, nullptr, &cfg)) << "reading the UCX configuration (UCX_* variables)";
     ucp_params_t pp{};
     pp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
