@@ -71,20 +71,23 @@ std::vector<char> envelope_mac(const std::string& secret, int32_t from, int32_t 
 }  // namespace
 
 std::string executable_hash() {
-  std::ifstream f("/proc/self/exe", std::ios::binary);
-  TROUPE_CHECK(f.good()) << "cannot read /proc/self/exe to hash this executable";
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  std::vector<char> buf(1 << 20);
-  while (f) {
-    f.read(buf.data(), buf.size());
-    if (f.gcount() > 0) EVP_DigestUpdate(ctx, buf.data(), (size_t)f.gcount());
-  }
-  uint8_t md[32];
-  unsigned len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  return hex(md, len);
+  static const std::string hash = [] {
+    std::ifstream f("/proc/self/exe", std::ios::binary);
+    TROUPE_CHECK(f.good()) << "cannot read /proc/self/exe to hash this executable";
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    std::vector<char> buf(1 << 20);
+    while (f) {
+      f.read(buf.data(), buf.size());
+      if (f.gcount() > 0) EVP_DigestUpdate(ctx, buf.data(), (size_t)f.gcount());
+    }
+    uint8_t md[32];
+    unsigned len = 0;
+    EVP_DigestFinal_ex(ctx, md, &len);
+    EVP_MD_CTX_free(ctx);
+    return hex(md, len);
+  }();  // the executable does not change while it runs: hashed once
+  return hash;
 }
 
 struct Cluster::Impl {

@@ -326,8 +326,9 @@ class Coordinator {
         if (is_local(topo.rank({d, P_ - 1, t}))) lasts[d].push_back(wk(d, P_ - 1, t));
       }
     data_ = sys_->spawn(data_actor, ctx_, firsts, lasts, M_, B, T, coordinator);
-    for (int q = 0; q < (multi ? ctx_.launch.world : 1); ++q)
-      datas_.push_back(q == (multi ? me : 0) ? data_ : cluster_->control_proxy(q, {RemoteRef::data, q}));
+    datas_.push_back(data_);  // process 0 drives every process's data actor; the others only their own
+    if (multi && leader)
+      for (int q = 1; q < ctx_.launch.world; ++q) datas_.push_back(cluster_->control_proxy(q, {RemoteRef::data, q}));
     if (cluster_) {
       cluster_->expose({RemoteRef::data, me}, data_);
       if (leader) {
@@ -475,9 +476,7 @@ class Coordinator {
         if (ft && std::atof(ft) > 0 && !ctx_.quiet)
           spdlog::info("recovered: step {} done {:.2f} s after the failure (detection, restart, snapshot reload, "
                        "this step)",
-                       k,
-                       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
-                           std::atof(ft));
+                       k, unix_seconds() - std::atof(ft));
       }
       emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},
             {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale}});

@@ -19,30 +19,21 @@ namespace troupe {
 // Floating-point values travel as their bits. CAF 0.17's own float encoding (pack754)
 // loops forever on an infinity and garbles NaNs and subnormals; an fp16 step that
 // overflows reports inf, a diverged step NaN, and AdamW moments can be subnormal.
-struct F64Bits {
-  double* p;
+// A float or double seen through its bits (F = float, U = uint32_t; F = double, U = uint64_t).
+template <class F, class U>
+struct FloatBits {
+  static_assert(sizeof(F) == sizeof(U));
+  F* p;
 };
-struct F32Bits {
-  float* p;
-};
+using F64Bits = FloatBits<double, uint64_t>;
+using F32Bits = FloatBits<float, uint32_t>;
 struct F32VecBits {
   std::vector<float>* p;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, F64Bits& x) {
-  uint64_t u = 0;
-  if constexpr (Inspector::reads_state) std::memcpy(&u, x.p, sizeof u);
-  auto load = caf::meta::load_callback([&]() -> caf::error {
-    std::memcpy(x.p, &u, sizeof u);
-    return caf::none;
-  });
-  return f(u, load);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, F32Bits& x) {
-  uint32_t u = 0;
+template <class Inspector, class F, class U>
+typename Inspector::result_type inspect(Inspector& f, FloatBits<F, U>& x) {
+  U u = 0;
   if constexpr (Inspector::reads_state) std::memcpy(&u, x.p, sizeof u);
   auto load = caf::meta::load_callback([&]() -> caf::error {
     std::memcpy(x.p, &u, sizeof u);

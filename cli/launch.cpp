@@ -221,10 +221,6 @@ double now_s() {
   ::_exit(127);
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // Exit status by which troupe train asks for the whole job to be started again
 // (fault.policy = restart: a process of a multi-process job was lost; sysexits' EX_TEMPFAIL).
 constexpr int kRestartStatus = 75;
@@ -335,7 +331,7 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       else if (!(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
         say(who + "killed by signal " + signal_name(WTERMSIG(st)));
       if (first_status < 0) {
-        out.failed_at = unix_now();
+        out.failed_at = unix_seconds();
         first_status = code;
         deadline = now_s() + o.grace_s;
       }

@@ -345,7 +345,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     if (resume.empty() && !snaps.empty()) resume = "latest";
   }
   std::shared_ptr<TrainState> state;
-  const double load_t0 = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double load_t0 = unix_seconds();
   if (!resume.empty()) {
     std::vector<std::string> skipped;
     if (resume == "latest") {

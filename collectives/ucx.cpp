@@ -136,6 +136,17 @@ bool same_layout(const WireHeader& a, const WireHeader& b) {
 }
 
 using Key = std::tuple<uint8_t, int32_t, int32_t, int64_t, int32_t, int32_t>;
+
+// Removes and returns the oldest entry queued under k (nullptr when there is none).
+template <class T>
+std::shared_ptr<T> take_first(std::map<Key, std::deque<std::shared_ptr<T>>>& m, const Key& k) {
+  auto it = m.find(k);
+  if (it == m.end()) return nullptr;
+  std::shared_ptr<T> x = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) m.erase(it);
+  return x;
+}
 Key key_of(const WireHeader& h) { return {h.kind, h.source, h.destination, h.step, h.microbatch, h.chunk}; }
 
 using Handler = std::function<void(const WireHeader&, Tensor)>;
@@ -364,11 +375,7 @@ class Engine {
     std::lock_guard<std::mutex> lk(mu_);
     if (aborted_) throw Error(abort_reason_);
     const Key k = key_of(want);
-    auto it = arrived_.find(k);
-    if (it != arrived_.end()) {
-      std::shared_ptr<Op> u = it->second.front();
-      it->second.pop_front();
-      if (it->second.empty()) arrived_.erase(it);
+    if (std::shared_ptr<Op> u = take_first(arrived_, k)) {
       if (!same_layout(u->h, want)) {
         op->state = Op::kFailed;
         op->error = mismatch(u->h, want);
@@ -565,11 +572,7 @@ class Engine {
       return;
     }
     const Key k = key_of(h);
-    auto it = posted_.find(k);
-    if (it != posted_.end()) {
-      std::shared_ptr<Op> r = it->second.front();
-      it->second.pop_front();
-      if (it->second.empty()) posted_.erase(it);
+    if (std::shared_ptr<Op> r = take_first(posted_, k)) {
       if (same_layout(r->h, h)) {
         if (h.bytes) std::memcpy(r->buf, payload, h.bytes);
         r->state = Op::kDone;
@@ -883,11 +886,7 @@ class Engine {
     const Key k = key_of(h);
     std::shared_ptr<Op> target;
     void* into = nullptr;
-    auto it = posted_.find(k);
-    if (it != posted_.end()) {
-      std::shared_ptr<Op> r = it->second.front();
-      it->second.pop_front();
-      if (it->second.empty()) posted_.erase(it);
+    if (std::shared_ptr<Op> r = take_first(posted_, k)) {
       if (same_layout(r->h, h)) {
         target = r;  // zero-copy into the waiting recv's buffer
         into = r->buf;

@@ -11,4 +11,7 @@ namespace troupe {
 
 void log_event(const std::string& name, nlohmann::json fields = nlohmann::json::object());
 
+// Seconds since the Unix epoch (fractional): the clock of events, comparable across processes.
+double unix_seconds();
+
 }  // namespace troupe
