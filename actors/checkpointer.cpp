@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -98,6 +99,30 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
         progress(k);
       },
       [&](stop_atom) { running = false; });
+}
+
+caf::behavior memory_keeper(caf::event_based_actor* self, std::shared_ptr<MemoryStore> store, caf::actor peer,
+                            std::vector<int> ranks, Topology topo) {
+  return {
+      [=](shard_atom, int64_t k, ShardData& s) {
+        const int r = topo.rank({s.dp, s.pp, s.tp});
+        if (peer) self->send(peer, peershard_atom::value, k, (int32_t)r, s);
+        store->put_shard(k, r, std::make_shared<const ShardData>(std::move(s)));
+      },
+      [=](peershard_atom, int64_t k, int32_t r, ShardData& s) {
+        store->put_shard(k, r, std::make_shared<const ShardData>(std::move(s)));
+      },
+      [=](meminfo_atom, int64_t k, int64_t updates, uint64_t scale_bits, int32_t growth, int32_t hysteresis) {
+        MemoryInfo info;
+        info.step = k;
+        info.updates = updates;
+        std::memcpy(&info.loss_scale, &scale_bits, sizeof scale_bits);
+        info.growth_tracker = growth;
+        info.hysteresis_tracker = hysteresis;
+        store->expect(k, info, ranks);
+      },
+      [=](stop_atom) { self->quit(); },
+  };
 }
 
 }  // namespace troupe

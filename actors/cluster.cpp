@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <caf/io/all.hpp>
+#include <algorithm>
+#include <cstring>
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <fstream>
 #include <map>
@@ -37,10 +40,15 @@ using end_atom = caf::atom_constant<caf::atom("end")>;
 using bye_atom = caf::atom_constant<caf::atom("bye")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using none_atom = caf::atom_constant<caf::atom("none")>;
+using memshard_atom = caf::atom_constant<caf::atom("memshard")>;
+using restored_atom = caf::atom_constant<caf::atom("restored")>;
+using busy_atom = caf::atom_constant<caf::atom("busy")>;
 
 namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int32_t kAgentKind = -1;  // envelope target: the receiving agent itself
+// The `resume` of every process in an in-place recovery: the state is agreed at join.
+const char* const kRecoveryResume = "the state agreed in an in-place recovery";
 
 std::string hex(const uint8_t* p, size_t n) {
   static const char* d = "0123456789abcdef";
@@ -69,6 +77,47 @@ std::vector<char> envelope_mac(const std::string& secret, int32_t from, int32_t 
   return std::vector<char>(mac.begin(), mac.end());
 }
 }  // namespace
+
+namespace {
+std::atomic<double> g_failure_noticed{0};
+}
+double failure_noticed_at() { return g_failure_noticed.load(); }
+
+// Process 0's choice of the state an in-place recovery continues from: the newest memory
+// snapshot whose shards the processes hold between them for every rank (each rank from its
+// own process when it holds it, else from the lowest process holding a copy), unless the
+// disk holds a newer one; then the disk's newest; else a fresh start.
+RecoveryPlan make_recovery_plan(const std::vector<std::vector<int64_t>>& offers, int64_t disk_step,
+                                const std::vector<int>& process_of_rank) {
+  std::map<int64_t, std::map<int, std::vector<int>>> have;  // step -> rank -> holders (ascending)
+  for (int p = 0; p < (int)offers.size(); ++p) {
+    const auto& o = offers[p];
+    for (size_t i = 0; i + 1 < o.size();) {
+      const int64_t step = o[i], cnt = o[i + 1];
+      i += 2;
+      for (int64_t j = 0; j < cnt && i < o.size(); ++j, ++i) have[step][(int)o[i]].push_back(p);
+    }
+  }
+  RecoveryPlan plan;
+  const int ranks = (int)process_of_rank.size();
+  for (auto it = have.rbegin(); it != have.rend(); ++it) {
+    if (it->first < disk_step) break;
+    if ((int)it->second.size() < ranks) continue;
+    std::vector<int32_t> provider(ranks, -1);
+    for (auto& [r, holders] : it->second) {
+      if (r < 0 || r >= ranks) continue;
+      const int own = process_of_rank[r];
+      provider[r] = std::find(holders.begin(), holders.end(), own) != holders.end() ? own : holders.front();
+    }
+    if (std::find(provider.begin(), provider.end(), -1) != provider.end()) continue;
+    plan.source = RecoveryPlan::memory;
+    plan.step = it->first;
+    plan.provider = std::move(provider);
+    return plan;
+  }
+  if (disk_step > 0) plan.source = RecoveryPlan::disk, plan.step = disk_step;
+  return plan;
+}
 
 std::string executable_hash() {
   static const std::string hash = [] {
@@ -113,6 +162,13 @@ struct Cluster::Impl {
   bool ended = false;    // the hub said the job ended normally
   bool hub_gone = false;  // a process other than 0: the connection to the hub closed
   int unauthenticated = 0;  // control messages dropped for a wrong tag
+  // in-place recovery
+  std::vector<std::vector<int64_t>> offers;  // hub: each process's memory holdings
+  RecoveryPlan plan;
+  bool busy = false;  // a recovering joiner: the coordinator is still shutting down; try again
+  std::map<int64_t, std::map<int, std::shared_ptr<const ShardData>>> incoming;  // state shards by step, rank
+  std::map<int64_t, MemoryInfo> incoming_info;
+  std::vector<bool> restored;
 
   bool hub() const { return o.env.rank == 0; }
   int nprocs() const { return o.env.world; }
@@ -131,6 +187,7 @@ struct Cluster::Impl {
       coord = coordinator;
       cv.notify_all();
     }
+    g_failure_noticed = unix_seconds();
     spdlog::error("{}", reason);
     log_event("lost", {{"process", o.env.rank}, {"reason", reason}});
     if (transport) transport->abort(reason);
@@ -164,7 +221,9 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
   // Serializes (kind, index, inner) and sends it, authenticated, to process p's agent.
   auto post = [=](int p, int32_t kind, int32_t index, caf::message inner) {
     auto& s = self->state;
-    if (!s.peers[p]) return;
+    // processes other than 0 reach each other through the hub, which relays the envelope
+    const caf::actor dst = s.peers[p] ? s.peers[p] : (!s.impl->hub() && p != 0 ? s.peers[0] : caf::actor());
+    if (!dst) return;
     std::vector<char> body;
     caf::binary_serializer sink(self->system(), body);
     auto msg = caf::make_message(kind, index, std::move(inner));
@@ -175,17 +234,20 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
     }
     const uint64_t seq = ++s.seq_out[p];
     auto mac = envelope_mac(secret, me, p, seq, body);
-    self->send(s.peers[p], ctl_atom::value, (int32_t)me, (int32_t)p, seq, std::move(body), std::move(mac));
+    self->send(dst, ctl_atom::value, (int32_t)me, (int32_t)p, seq, std::move(body), std::move(mac));
   };
   auto lost = [=](int p, const std::string& why) {
     auto& s = self->state;
     if (!s.live[p]) return;
     s.live[p] = false;
+    const char* respawn = std::getenv("TROUPE_RESPAWN");
     std::string reason = "lost " + s.impl->name_of(p) + ": " + why +
-                         (s.impl->o.cfg.fault.policy == "restart"
-                              ? " (fault.policy = restart: every process stops, and troupe launch starts the job again "
-                                "from the newest complete snapshot)"
-                              : " (fault.policy = abort: the job stops)");
+                         (s.impl->o.cfg.fault.policy != "restart" ? " (fault.policy = abort: the job stops)"
+                          : respawn && std::string(respawn) == "process"
+                              ? " (fault.policy = restart: troupe launch starts that process again and the job "
+                                "continues from the newest complete snapshot, in memory or on disk)"
+                              : " (fault.policy = restart: every process stops, and the launcher starts the job again "
+                                "from the newest complete snapshot)");
     if (s.impl->hub()) {
       for (int q = 1; q < (int)s.peers.size(); ++q)
         if (q != p && s.live[q]) post(q, kAgentKind, 0, caf::make_message(abort_atom::value, reason));
@@ -227,12 +289,15 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
     auto& s = self->state;
     for (int p = 0; p < (int)s.peers.size(); ++p)
       if (s.peers[p] && s.peers[p].address() == dm.source) {
-        bool ended;
+        bool ended, retry;
         {
           std::lock_guard<std::mutex> lk(s.impl->mu);
           ended = s.impl->ended || (s.impl->hub() && s.impl->bye[p]);
+          // a recovering process that reached the coordinator of the failed start: join again
+          retry = !s.impl->hub() && s.impl->o.recovering && !s.impl->have_table;
         }
-        if (!ended) lost(s.impl->hub() ? p : 0, "its connection closed (the process exited or was killed)");
+        if (retry) s.live[0] = false;
+        else if (!ended) lost(s.impl->hub() ? p : 0, "its connection closed (the process exited or was killed)");
         s.peers[p] = nullptr;
         if (!s.impl->hub()) {
           std::lock_guard<std::mutex> lk(s.impl->mu);
@@ -249,6 +314,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
       [=](hub_atom, caf::actor hub, caf::message& join) {
         auto& s = self->state;
         s.peers[0] = hub;
+        s.seq_in[0] = 0;  // a new coordinator (an in-place recovery may meet the failed start's first) counts anew
         self->monitor(hub);
         post(0, kAgentKind, 0, std::move(join));
         s.live[0] = true;
@@ -261,7 +327,8 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         auto reject = [&](const std::string& why) {
           spdlog::warn("control plane: dropped a message claiming to come from process {}: {}", from, why);
         };
-        if (from < 0 || from >= n || to != me || from == me) return reject("bad process numbers");
+        if (from < 0 || from >= n || to < 0 || to >= n || from == me || (to != me && !s.impl->hub()))
+          return reject("bad process numbers");
         const auto want = envelope_mac(secret, from, to, seq, body);
         if (mac.size() != want.size() || CRYPTO_memcmp(mac.data(), want.data(), want.size()) != 0) {
           {
@@ -269,6 +336,13 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
             ++s.impl->unauthenticated;
           }
           return reject("its authentication tag is wrong (not a member of this job: TROUPE_JOB_SECRET differs)");
+        }
+        if (!s.impl->hub() && caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[0])
+          return reject("not from the coordinator this process is joined to");
+        if (to != me) {  // the hub relays between the other processes (the receiver checks the sequence)
+          if (s.peers[to] && s.peers[from] == caf::actor_cast<caf::actor>(self->current_sender()))
+            self->send(s.peers[to], ctl_atom::value, from, to, seq, std::move(body), std::move(mac));
+          return;
         }
         caf::message msg;
         caf::binary_deserializer src(self->system(), body);
@@ -280,22 +354,36 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         index = msg.get_as<int32_t>(1);
         inner = msg.get_as<caf::message>(2);
         using JoinMsg = caf::detail::type_list<join_atom, int32_t, int32_t, std::string, std::string, std::vector<char>,
-                                               std::string, int32_t, std::string>;
+                                               std::string, int32_t, std::string, std::vector<int64_t>>;
         const bool is_join = kind == kAgentKind && inner.match_elements(JoinMsg{});
         const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        auto reply_direct = [&](caf::message m) {  // to a process that is not (yet) a peer
+          std::vector<char> rb;
+          caf::binary_serializer rs(self->system(), rb);
+          auto rm = caf::make_message((int32_t)kAgentKind, (int32_t)0, std::move(m));
+          if (!rs(rm)) {
+            auto rmac = envelope_mac(secret, me, from, 1, rb);
+            self->send(sender, ctl_atom::value, (int32_t)me, (int32_t)from, (uint64_t)1, std::move(rb), std::move(rmac));
+          }
+        };
+        bool failing;
+        {
+          std::lock_guard<std::mutex> lk(s.impl->mu);
+          failing = !s.impl->failure.empty();
+        }
+        if (s.impl->hub() && is_join && inner.get_as<std::string>(8) == kRecoveryResume &&
+            (failing || (s.peers[from] && s.peers[from] != sender))) {
+          // a recovering process reached this coordinator before it shut down: it tries again
+          reply_direct(caf::make_message(busy_atom::value));
+          return;
+        }
         if (s.impl->hub() && is_join && s.peers[from] && s.peers[from] != sender) {
           // a second process claims a rank that is taken: refuse it, straight to its sender
           const std::string why = fmt::format("rank {} is already held by {}; give every process its own TROUPE_RANK",
                                               from, s.impl->name_of(from));
           spdlog::warn("control plane: refused a second process claiming rank {} (host {}, pid {})", from,
                        inner.get_as<std::string>(6), inner.get_as<int32_t>(7));
-          std::vector<char> rb;
-          caf::binary_serializer rs(self->system(), rb);
-          auto rm = caf::make_message((int32_t)kAgentKind, (int32_t)0, caf::make_message(refuse_atom::value, why));
-          if (!rs(rm)) {
-            auto rmac = envelope_mac(secret, me, from, 1, rb);
-            self->send(sender, ctl_atom::value, (int32_t)me, (int32_t)from, (uint64_t)1, std::move(rb), std::move(rmac));
-          }
+          reply_direct(caf::make_message(refuse_atom::value, why));
           return;
         }
         if (is_join && inner.get_as<int32_t>(1) != from) return reject("a join whose rank differs from its envelope's");
@@ -335,6 +423,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           std::lock_guard<std::mutex> lk(s.impl->mu);
           s.impl->who[from] = who;
           s.impl->addresses[from] = inner.get_as<std::vector<char>>(5);
+          s.impl->offers[from] = inner.get_as<std::vector<int64_t>>(9);
           s.impl->joined[from] = true;
           s.impl->cv.notify_all();
           return;
@@ -345,10 +434,37 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
               s.impl->refused = "refused at join by process 0: " + why;
               s.impl->cv.notify_all();
             },
-            [&](table_atom, std::vector<std::vector<char>>& addrs) {
+            [&](table_atom, std::vector<std::vector<char>>& addrs, int32_t source, int64_t step,
+                std::vector<int32_t>& provider) {
               std::lock_guard<std::mutex> lk(s.impl->mu);
               s.impl->addresses = std::move(addrs);
+              s.impl->plan.source = source;
+              s.impl->plan.step = step;
+              s.impl->plan.provider = std::move(provider);
               s.impl->have_table = true;
+              s.impl->cv.notify_all();
+            },
+            [&](busy_atom) {
+              std::lock_guard<std::mutex> lk(s.impl->mu);
+              s.impl->busy = true;
+              s.impl->cv.notify_all();
+            },
+            [&](memshard_atom, int64_t k, int32_t rank, ShardData& sd, int64_t updates, uint64_t scale_bits,
+                int32_t growth, int32_t hysteresis) {
+              MemoryInfo info;
+              info.step = k;
+              info.updates = updates;
+              std::memcpy(&info.loss_scale, &scale_bits, sizeof scale_bits);
+              info.growth_tracker = growth;
+              info.hysteresis_tracker = hysteresis;
+              std::lock_guard<std::mutex> lk(s.impl->mu);
+              s.impl->incoming[k][rank] = std::make_shared<const ShardData>(std::move(sd));
+              s.impl->incoming_info[k] = info;
+              s.impl->cv.notify_all();
+            },
+            [&](restored_atom) {
+              std::lock_guard<std::mutex> lk(s.impl->mu);
+              s.impl->restored[from] = true;
               s.impl->cv.notify_all();
             },
             [&](ready_atom) {
@@ -420,6 +536,11 @@ Cluster::Cluster(caf::actor_system& sys, ClusterOptions o) : impl_(std::make_sha
   im.joined.assign(n, false);
   im.ready.assign(n, false);
   im.bye.assign(n, false);
+  im.restored.assign(n, false);
+  im.restored[im.o.env.rank] = true;
+  im.offers.assign(n, {});
+  im.offers[im.o.env.rank] = im.o.offer;
+  if (im.o.recovering) im.o.resume = kRecoveryResume;
   im.addresses.assign(n, {});
   im.who.assign(n, "");
   im.who[im.o.env.rank] = fmt::format("process {} (host {}, pid {})", im.o.env.rank, hostname(), getpid());
@@ -525,9 +646,11 @@ void Cluster::join() {
     {
       std::lock_guard<std::mutex> lk(im.mu);
       table = im.addresses;
+      if (im.o.recovering) im.plan = make_recovery_plan(im.offers, im.o.disk_step, im.process_of_rank);
     }
     for (int p = 1; p < n; ++p)
-      caf::anon_send(im.agent, none_atom::value, (int32_t)p, caf::make_message(table_atom::value, table));
+      caf::anon_send(im.agent, none_atom::value, (int32_t)p,
+                     caf::make_message(table_atom::value, table, im.plan.source, im.plan.step, im.plan.provider));
     std::vector<std::vector<uint8_t>> addrs;
     for (auto& a : table) addrs.emplace_back(a.begin(), a.end());
     im.transport->connect(addrs);
@@ -535,27 +658,39 @@ void Cluster::join() {
          [&] { return "process(es) " + missing(im.ready) + " did not connect their data plane"; });
     return;
   }
-  // a non-hub process: reach the hub (it may not listen yet), register, get the table
-  caf::actor hub;
-  std::string last_error;
-  while (!hub) {
-    auto h = im.sys->middleman().remote_actor(im.o.env.host, (uint16_t)im.o.env.port);
-    if (h) {
-      hub = *h;
-      break;
-    }
-    last_error = im.sys->render(h.error());
-    if (Clock::now() > deadline)
-      throw Error(fmt::format("cannot reach the coordinator at {}:{} within fault.join_timeout_s = {} s ({}); is process "
-                              "0 running, and is TROUPE_COORDINATOR right?",
-                              im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s, last_error));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  // a non-hub process: reach the hub (it may not listen yet), register, get the table. A
+  // recovering process may first reach the coordinator of the failed start, still shutting
+  // down: it is told so (or its connection closes) and tries again.
   const int me = im.o.env.rank;
-  caf::anon_send(im.agent, hub_atom::value, hub,
-                 caf::make_message(join_atom::value, (int32_t)me, (int32_t)n, executable_hash(), im.o.cfg.to_toml(),
-                                   im.addresses[me], hostname(), (int32_t)getpid(), im.o.resume));
-  wait([&] { return im.have_table; }, [&] { return std::string("the coordinator did not send the process table"); });
+  for (;;) {
+    caf::actor hub;
+    std::string last_error;
+    while (!hub) {
+      auto h = im.sys->middleman().remote_actor(im.o.env.host, (uint16_t)im.o.env.port);
+      if (h) {
+        hub = *h;
+        break;
+      }
+      last_error = im.sys->render(h.error());
+      if (Clock::now() > deadline)
+        throw Error(fmt::format("cannot reach the coordinator at {}:{} within fault.join_timeout_s = {} s ({}); is "
+                                "process 0 running, and is TROUPE_COORDINATOR right?",
+                                im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s, last_error));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    {
+      std::lock_guard<std::mutex> lk(im.mu);
+      im.busy = false;
+      im.hub_gone = false;
+    }
+    caf::anon_send(im.agent, hub_atom::value, hub,
+                   caf::make_message(join_atom::value, (int32_t)me, (int32_t)n, executable_hash(), im.o.cfg.to_toml(),
+                                     im.addresses[me], hostname(), (int32_t)getpid(), im.o.resume, im.o.offer));
+    wait([&] { return im.have_table || im.busy || im.hub_gone; },
+         [&] { return std::string("the coordinator did not send the process table"); });
+    if (im.have_table) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   std::vector<std::vector<uint8_t>> addrs;
   {
     std::lock_guard<std::mutex> lk(im.mu);
@@ -563,6 +698,60 @@ void Cluster::join() {
   }
   im.transport->connect(addrs);
   caf::anon_send(im.agent, none_atom::value, (int32_t)0, caf::make_message(ready_atom::value));
+}
+
+RecoveryPlan Cluster::plan() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->plan;
+}
+
+void Cluster::send_state_shard(int proc, int64_t k, int rank, const ShardData& shard, const MemoryInfo& info) {
+  uint64_t bits;
+  std::memcpy(&bits, &info.loss_scale, sizeof bits);
+  caf::anon_send(impl_->agent, none_atom::value, (int32_t)proc,
+                 caf::make_message(memshard_atom::value, k, (int32_t)rank, shard, info.updates, bits,
+                                   (int32_t)info.growth_tracker, (int32_t)info.hysteresis_tracker));
+}
+
+std::vector<std::shared_ptr<const ShardData>> Cluster::receive_state_shards(int64_t k, const std::vector<int>& ranks,
+                                                                            MemoryInfo* info) {
+  auto& im = *impl_;
+  const auto deadline = Clock::now() + secs(im.o.cfg.fault.join_timeout_s);
+  std::unique_lock<std::mutex> lk(im.mu);
+  auto have_all = [&] {
+    for (int r : ranks)
+      if (!im.incoming[k].count(r)) return false;
+    return true;
+  };
+  if (!im.cv.wait_until(lk, deadline, [&] { return have_all() || !im.failure.empty(); })) {
+    std::string missing;
+    for (int r : ranks)
+      if (!im.incoming[k].count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw Error(fmt::format("the memory snapshot of step {} did not arrive within fault.join_timeout_s = {} s (ranks {} "
+                            "missing)",
+                            k, im.o.cfg.fault.join_timeout_s, missing));
+  }
+  if (!im.failure.empty()) throw Error(im.failure);
+  std::vector<std::shared_ptr<const ShardData>> out;
+  for (int r : ranks) out.push_back(im.incoming[k][r]);
+  if (info && im.incoming_info.count(k)) *info = im.incoming_info[k];
+  im.incoming.clear();  // the state is handed over: free the copies here
+  return out;
+}
+
+void Cluster::restored() {
+  auto& im = *impl_;
+  if (!im.hub()) {
+    caf::anon_send(im.agent, none_atom::value, (int32_t)0, caf::make_message(restored_atom::value));
+    return;
+  }
+  const auto deadline = Clock::now() + secs(im.o.cfg.fault.join_timeout_s);
+  std::unique_lock<std::mutex> lk(im.mu);
+  auto all = [&] { return std::all_of(im.restored.begin(), im.restored.end(), [](bool b) { return b; }); };
+  if (!im.cv.wait_until(lk, deadline, [&] { return all() || !im.failure.empty(); }))
+    throw Error(fmt::format("not every process restored its state within fault.join_timeout_s = {} s",
+                            im.o.cfg.fault.join_timeout_s));
+  if (!im.failure.empty()) throw Error(im.failure);
 }
 
 caf::actor Cluster::control_proxy(int proc, RemoteRef ref) {
@@ -590,7 +779,7 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
     const char* k = std::getenv("TROUPE_FAULT_DELAY_STEP");
     const char* x = std::getenv("TROUPE_FAULT_DELAY_S");
     const char* rc = std::getenv("TROUPE_RESTART_COUNT");
-    if (r && k && x && std::atoi(r) == src && !(rc && std::atoi(rc) > 0)) delay_step = std::atoll(k), delay_s = std::atof(x);
+    if (r && k && x && std::atoi(r) == src && !(rc && std::atoi(rc) > 0) && impl_->o.generation == 0) delay_step = std::atoll(k), delay_s = std::atof(x);
   }
   auto p = impl_->sys->spawn<caf::detached>([=](caf::event_based_actor* self) -> caf::behavior {
     auto ship = [=](uint8_t kind, int64_t k, int mb, int c, const Tensor& t) {

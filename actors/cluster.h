@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/snapshot.h"
 #include "collectives/ucx.h"
 #include "core/config.h"
 #include "core/launch_env.h"
@@ -40,7 +41,7 @@ namespace troupe {
 
 // Where a control message goes in the process that receives it.
 struct RemoteRef {
-  enum Kind : int32_t { coordinator = 0, worker = 1, optimizer = 2, data = 3, writer = 4 };
+  enum Kind : int32_t { coordinator = 0, worker = 1, optimizer = 2, data = 3, writer = 4, keeper = 5 };
   int32_t kind = coordinator;
   int32_t index = 0;  // worker/optimizer: global rank; data: process
 };
@@ -52,6 +53,26 @@ struct ClusterOptions {
   std::vector<std::vector<int>> placement;  // process -> its global ranks (core/topology.h place)
   int ranks = 1;           // global ranks (workers) in the job
   std::string resume;      // the snapshot this process continues from ("" = a fresh start); compared at join
+  // An in-place recovery (fault.policy = restart under troupe launch --respawn process):
+  // the processes agree at join on the state to continue from. `offer` lists the memory
+  // snapshots this process holds, newest first, as [step, n, rank_1 .. rank_n]...
+  // (checkpoint/memory_store.h holdings); `disk_step` is the newest complete snapshot on
+  // disk (0: none; process 0's counts). A recovering joiner also waits out a coordinator
+  // that is still shutting down from the failure, instead of failing.
+  bool recovering = false;
+  std::vector<int64_t> offer;
+  int64_t disk_step = 0;
+  int generation = 0;      // failures this process has recovered from (fault switches fire only at 0)
+};
+
+// Where an in-place recovery takes its state from (decided by process 0 at join).
+struct RecoveryPlan {
+  enum Source : int32_t { fresh = 0, disk = 1, memory = 2 };
+  int32_t source = fresh;   // fresh: no snapshot anywhere, step 1 again
+  int64_t step = 0;         // the snapshot's step
+  // memory: for each global rank, the process that sends its shards to every other one
+  // (the rank's own process when it survived, else the peer holding its copy)
+  std::vector<int32_t> provider;
 };
 
 class Cluster {
@@ -78,6 +99,20 @@ class Cluster {
   // deadline), register, wait for the address table, connect, report ready. Throws
   // UserError for a refused join (naming why), Error for a missed deadline.
   void join();
+
+  // An in-place recovery, after join(): the plan process 0 made from every process's offer.
+  RecoveryPlan plan() const;
+  // Sends the shards of global rank `rank` at step `k` (with the step's counters) to
+  // process `proc` over the control plane.
+  void send_state_shard(int proc, int64_t k, int rank, const ShardData& shard, const MemoryInfo& info);
+  // Waits (fault.join_timeout_s) until the shards of every rank in `ranks` at step k have
+  // arrived from other processes; returns them (in `ranks` order) and the step's counters.
+  // Throws Error naming the missing ranks past the deadline, or the failure of a peer.
+  std::vector<std::shared_ptr<const ShardData>> receive_state_shards(int64_t k, const std::vector<int>& ranks,
+                                                                     MemoryInfo* info);
+  // Every process has handed its restored state to its actors: process 0 waits for all
+  // (fault.join_timeout_s); the others tell process 0.
+  void restored();
 
   // A local actor that stands for `ref` in process `proc`: every message sent to it is
   // serialized, authenticated and delivered there (control plane, CAF).
@@ -111,6 +146,20 @@ class Cluster {
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+// Process 0's choice of the state an in-place recovery continues from, given each process's
+// memory holdings (`offers[p]`: ClusterOptions::offer of process p), the newest complete
+// snapshot on disk (0: none) and the process of each global rank: the newest memory
+// snapshot that the processes hold between them for every rank — each rank provided by its
+// own process when that holds it, else by the lowest process holding a copy — unless the
+// disk holds a newer one (at equal steps memory wins: it is faster); then the disk's
+// newest; else a fresh start (RecoveryPlan::fresh).
+RecoveryPlan make_recovery_plan(const std::vector<std::vector<int64_t>>& offers, int64_t disk_step,
+                                const std::vector<int>& process_of_rank);
+
+// When this process last noticed a failure of its job (a lost peer, an abort), unix seconds;
+// 0 when it never has. An in-place recovery measures its time from here.
+double failure_noticed_at();
 
 // sha256 (hex) of this process's executable (/proc/self/exe): processes of one job must
 // run the same binary.

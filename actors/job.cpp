@@ -155,6 +155,20 @@ class Coordinator {
       if (ctx_.resume)
         co.resume = fmt::format("{} (step {}, {} AdamW updates)", std::filesystem::path(ctx_.resume->dir).filename().string(),
                                 ctx_.resume->step, ctx_.resume->updates);
+      co.recovering = ctx_.recovering;
+      co.generation = ctx_.generation;
+      if (ctx_.recovering) {
+        if (ctx_.memory)
+          for (auto& h : ctx_.memory->holdings()) {
+            co.offer.push_back(h.step);
+            co.offer.push_back((int64_t)h.ranks.size());
+            co.offer.insert(co.offer.end(), h.ranks.begin(), h.ranks.end());
+          }
+        if (!ctx_.recovery_ckpt_dir.empty()) {
+          auto snaps = list_snapshots(ctx_.recovery_ckpt_dir);
+          if (!snaps.empty()) co.disk_step = snaps.back().first;
+        }
+      }
       cluster_ = std::make_unique<Cluster>(*sys_, co);
     }
     auto is_local = [&](int r) { return !cluster_ || cluster_->local(r); };
@@ -190,6 +204,25 @@ class Coordinator {
       } else {
         writer_ = cluster_->control_proxy(0, {RemoteRef::writer, 0});
       }
+    }
+    // memory snapshots (checkpoint.memory_interval): a keeper per process holds this
+    // process's shards and a copy of the previous process's; process 0 tells every keeper
+    // each step's counters
+    if (multi && cfg_.checkpoint.memory_interval > 0 && ctx_.memory) {
+      const int W = ctx_.launch.world, next = (me + 1) % W, prev = (me + W - 1) % W;
+      std::vector<int> keep = placement[me];
+      keep.insert(keep.end(), placement[prev].begin(), placement[prev].end());
+      keeper_ = sys_->spawn(memory_keeper, ctx_.memory, cluster_->control_proxy(next, {RemoteRef::keeper, next}), keep,
+                            topo);
+      cluster_->expose({RemoteRef::keeper, me}, keeper_);
+      if (leader) {
+        keepers_.push_back(keeper_);
+        for (int q = 1; q < W; ++q) keepers_.push_back(cluster_->control_proxy(q, {RemoteRef::keeper, q}));
+      }
+    } else if (leader && cfg_.checkpoint.memory_interval > 0 && !ctx_.quiet) {
+      spdlog::info("checkpoint.memory_interval = {} has no effect in a job of one process (a memory copy dies with "
+                   "it); snapshots go to disk only",
+                   cfg_.checkpoint.memory_interval);
     }
     // The communicators of a group: in-process when all its ranks are here, else over UCX
     // (the same canonical reduction order, so the same bits). Entries for local ranks only.
@@ -279,7 +312,7 @@ class Coordinator {
           // (first start only: a restarted job must not meet the same fault again)
           const char* rc = std::getenv("TROUPE_RESTART_COUNT");
           if (const char* kr = std::getenv("TROUPE_FAULT_KILL_RANK");
-              kr && std::atoi(kr) == (multi ? me : 0) && !(rc && std::atoi(rc) > 0))
+              kr && std::atoi(kr) == (multi ? me : 0) && !(rc && std::atoi(rc) > 0) && ctx_.generation == 0)
             if (const char* ks = std::getenv("TROUPE_FAULT_KILL_STEP")) {
               wa.fault_kill_step = std::atoll(ks);
               const char* sig = std::getenv("TROUPE_FAULT_SIGNAL");  // KILL (default) or STOP: a hung process
@@ -289,6 +322,7 @@ class Coordinator {
             }
           wa.precision = dtype_;
           wa.checkpointer = writer_;
+          wa.keeper = keeper_;
           wa.resume = ctx_.resume;
           wa.scaler = LossScalerConfig{cfg_.train.initial_loss_scale, cfg_.train.min_loss_scale, 2.0, 0.5,
                                        cfg_.train.loss_scale_window, cfg_.train.hysteresis};
@@ -358,6 +392,9 @@ class Coordinator {
         // a job that cannot assemble (a missing process, another secret) is not restarted
         throw UserError(e.what());
       }
+      joined_at_ = unix_seconds();
+      if (leader) spdlog::info("all {} processes joined; data plane connected (UCX)", ctx_.launch.world);
+      if (ctx_.recovering) recover_state();
       if (!leader) {     // a follower runs its workers until process 0 ends the job
         JobResult res;
         res.follower = true;
@@ -366,7 +403,6 @@ class Coordinator {
         cluster_->leave();
         return res;
       }
-      spdlog::info("all {} processes joined; data plane connected (UCX)", ctx_.launch.world);
     }
     const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
 
@@ -472,11 +508,19 @@ class Coordinator {
       if (k == k0) {
         log_event("first_step", {{"step", k}, {"resumed", ctx_.resume != nullptr}});
         // a restart (fault.policy = restart): how long from the failure to training again
-        const char* ft = std::getenv("TROUPE_FAILURE_TIME");
-        if (ft && std::atof(ft) > 0 && !ctx_.quiet)
-          spdlog::info("recovered: step {} done {:.2f} s after the failure (detection, restart, snapshot reload, "
-                       "this step)",
-                       k, unix_seconds() - std::atof(ft));
+        const double ft = ctx_.failure_time;
+        if (ft > 0 && !ctx_.quiet) {
+          const double now = unix_seconds();
+          if (state_at_ > 0)  // in place: rejoin, state, this step
+            spdlog::info("recovered: step {} done {:.2f} s after the failure: processes joined again after {:.2f} s, "
+                         "state from {} in {:.2f} s, this step {:.2f} s; {} finished step(s) repeated",
+                         k, now - ft, joined_at_ - ft, state_from_, state_at_ - joined_at_, now - state_at_,
+                         std::max<int64_t>(0, lost_steps_));
+          else
+            spdlog::info("recovered: step {} done {:.2f} s after the failure (detection, restart, snapshot reload, "
+                         "this step)",
+                         k, now - ft);
+        }
       }
       emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},
             {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale}});
@@ -490,9 +534,12 @@ class Coordinator {
         emit({{"step", k}, {"val_loss", vl}});
       }
       res.last_step = k;
+      last_done_step() = k;
       const bool sig = ctx_.stop_signal && ctx_.stop_signal->load() != 0;
-      const int iv = cfg_.checkpoint.interval;
-      if (writer_ && ((iv > 0 && k % iv == 0) || sig)) take_snapshot(k);
+      const int iv = cfg_.checkpoint.interval, miv = cfg_.checkpoint.memory_interval;
+      const int32_t where = (writer_ && ((iv > 0 && k % iv == 0) || sig) ? kSnapDisk : 0) |
+                            (!keepers_.empty() && miv > 0 && k % miv == 0 ? kSnapMemory : 0);
+      if (where) take_snapshot(k, where);
       if (sig) {
         res.stopped_by_signal = true;
         if (!ctx_.quiet)
@@ -870,11 +917,77 @@ class Coordinator {
     return os.str();
   }
 
+  // An in-place recovery, after join: the state process 0 chose (cluster.h RecoveryPlan)
+  // is gathered — memory shards from the processes that hold them, or the disk snapshot —
+  // handed to this process's workers and optimizer actors, and process 0 waits until every
+  // process has done so before the first step.
+  void recover_state() {
+    const RecoveryPlan plan = cluster_->plan();
+    const int me = ctx_.launch.rank;
+    const bool leader = me == 0;
+    std::shared_ptr<TrainState> st;
+    uint64_t bytes = 0;
+    if (plan.source == RecoveryPlan::memory) {
+      const int ranks = (int)plan.provider.size();
+      std::optional<MemoryInfo> info = ctx_.memory ? ctx_.memory->info(plan.step) : std::nullopt;
+      std::vector<std::shared_ptr<const ShardData>> shards(ranks);
+      std::vector<int> wanted;
+      for (int r = 0; r < ranks; ++r) {
+        if (plan.provider[r] != me) {
+          wanted.push_back(r);
+          continue;
+        }
+        shards[r] = ctx_.memory ? ctx_.memory->shard(plan.step, r) : nullptr;
+        TROUPE_CHECK(shards[r] && info) << "process " << me << " was to provide rank " << r << "'s memory snapshot of step "
+                                        << plan.step << " but does not hold it";
+        for (int q = 0; q < ctx_.launch.world; ++q)
+          if (q != me) cluster_->send_state_shard(q, plan.step, r, *shards[r], *info);
+      }
+      MemoryInfo got;
+      auto received = cluster_->receive_state_shards(plan.step, wanted, &got);
+      for (size_t i = 0; i < wanted.size(); ++i) shards[wanted[i]] = received[i];
+      if (!info) info = got;
+      for (auto& sd : shards)
+        for (auto& rec : sd->records) bytes += rec.data.size() * sizeof(float);
+      state_from_ = fmt::format("peer memory (step {}, {:.1f} MiB)", plan.step, bytes / 1048576.0);
+      st = std::make_shared<TrainState>(
+          assemble_state(*info, shards, cfg_, fmt::format("the memory snapshot of step {}", plan.step)));
+    } else if (plan.source == RecoveryPlan::disk) {
+      const std::string dir = ctx_.recovery_ckpt_dir + "/" + snapshot_name(plan.step);
+      st = std::make_shared<TrainState>(load_snapshot(dir, cfg_));
+      state_from_ = "disk (" + dir + ")";
+    } else {
+      state_from_ = "nowhere (no snapshot yet: step 1 again)";
+    }
+    if (st) {
+      for (auto& w : local_workers_) (*self_)->send(w, restore_atom::value, RestoreState{st});
+      for (auto& o : local_optimizers_) (*self_)->send(o, restore_atom::value, RestoreState{st});
+      ctx_.resume = st;
+    }
+    log_event("state_restored", {{"process", me}, {"source", (int)plan.source}, {"step", plan.step}, {"bytes", bytes}});
+    cluster_->restored();
+    state_at_ = unix_seconds();
+    const int64_t done = last_done_step().load();
+    lost_steps_ = done > 0 ? done - plan.step : 0;
+    if (leader && !ctx_.quiet)
+      spdlog::info("recovery: every process continues from {}{}", state_from_,
+                   done <= 0             ? std::string()
+                   : done <= plan.step   ? std::string("; no finished step is lost")
+                   : done == plan.step + 1 ? fmt::format("; step {} is repeated", done)
+                                           : fmt::format("; steps {}..{} are repeated", plan.step + 1, done));
+  }
+
+  // The last step process 0 finished in this process (the recovery report's lost work).
+  static std::atomic<int64_t>& last_done_step() {
+    static std::atomic<int64_t> k{0};
+    return k;
+  }
+
   // Snapshot of step k: every worker copies its state to host memory and hands it to the
   // writer (the only time training waits); the writer finishes in the background.
-  void take_snapshot(int64_t k) {
+  void take_snapshot(int64_t k, int32_t where) {
     auto t0 = Clock::now();
-    for (auto& w : workers_) (*self_)->send(w, snap_atom::value, k);
+    for (auto& w : workers_) (*self_)->send(w, snap_atom::value, k, where);
     SnapAck first;
     int n = 0;
     wait([&] { return n == (int)workers_.size(); }, "the snapshot copies of step " + std::to_string(k),
@@ -884,6 +997,14 @@ class Coordinator {
              throw Error("workers disagree on the optimizer state at step " + std::to_string(k));
            ++n;
          });
+    if (where & kSnapMemory) {  // every keeper learns the step's counters: the step completes there
+      uint64_t bits;
+      std::memcpy(&bits, &first.loss_scale, sizeof bits);
+      for (auto& kp : keepers_)
+        (*self_)->send(kp, meminfo_atom::value, k, first.updates, bits, (int32_t)first.growth_tracker,
+                       (int32_t)first.hysteresis_tracker);
+    }
+    if (!(where & kSnapDisk)) return;
     ManifestInfo info;
     info.step = k;
     info.updates = first.updates;
@@ -940,6 +1061,7 @@ class Coordinator {
     if (stopped_ || !sys_) return;
     stopped_ = true;
     if (writer_) (*self_)->send(writer_, stop_atom::value);
+    if (keeper_) (*self_)->send(keeper_, stop_atom::value);
     for (auto& w : workers_) (*self_)->send(w, stop_atom::value);
     for (auto& o : optimizers_) (*self_)->send(o, stop_atom::value);
     if (data_) (*self_)->send(data_, stop_atom::value);
@@ -987,6 +1109,11 @@ class Coordinator {
   int P_ = 1, M_ = 1, TP_ = 1, DP_ = 1;
   size_t optimizer_bytes_ = 0;
   caf::actor writer_;              // the checkpoint writer (none without a checkpoint directory)
+  caf::actor keeper_;              // this process's memory keeper (checkpoint.memory_interval)
+  std::vector<caf::actor> keepers_;  // process 0: every process's keeper, by process
+  double joined_at_ = 0, state_at_ = 0;  // an in-place recovery: when join and the state reload ended (unix s)
+  std::string state_from_;         // ... where the state came from
+  int64_t lost_steps_ = 0;         // ... steps done before the failure that are repeated
   std::vector<caf::actor> optimizers_;  // one optimizer actor per worker, same order
   std::set<int64_t> in_flight_;    // snapshots handed to the writer, not yet reported
   JobResult* res_ = nullptr;

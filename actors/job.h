@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/memory_store.h"
 #include "checkpoint/snapshot.h"
 #include "core/config.h"
 #include "core/launch_env.h"
@@ -58,6 +59,18 @@ struct JobContext {
   // and return a JobResult with `follower` set once process 0 ends the job.
   LaunchEnv launch;
   std::string job_secret;
+  // Fault tolerance (issue 8; docs/multiprocess.md). `memory`: this process's store of
+  // memory snapshots (checkpoint.memory_interval), kept by the caller across in-place
+  // recoveries (null: none). `recovering`: this start follows a failure and the processes
+  // agree at join on the state to continue from (peer memory, else `recovery_ckpt_dir`'s
+  // newest snapshot, else step 1); `resume` is then ignored. `generation`: failures this
+  // process has recovered from (fault switches fire only at 0). `failure_time`: when the
+  // failure happened (unix seconds; 0 = unknown): the recovery report measures from it.
+  std::shared_ptr<MemoryStore> memory;
+  bool recovering = false;
+  int generation = 0;
+  double failure_time = 0;
+  std::string recovery_ckpt_dir;
 };
 
 struct JobResult {

@@ -66,6 +66,19 @@ using snapack_atom = caf::atom_constant<caf::atom("snapack")>;
 using shard_atom = caf::atom_constant<caf::atom("shard")>;
 using snapbeg_atom = caf::atom_constant<caf::atom("snapbeg")>;
 using snapdone_atom = caf::atom_constant<caf::atom("snapdone")>;
+// Where a snapshot goes: (snap_atom, k, where) to workers, (snap_atom, k, where, ShardData)
+// worker -> optimizer actor; the optimizer actor sends its (shard_atom, k, ShardData) to
+// the checkpoint writer when where has kSnapDisk, to its process's memory keeper when
+// where has kSnapMemory (checkpoint.memory_interval, checkpoint/memory_store.h).
+constexpr int32_t kSnapDisk = 1, kSnapMemory = 2;
+// Memory snapshots: coordinator -> every process's keeper (meminfo_atom, k, updates,
+// loss-scale bits, growth tracker, hysteresis tracker); keeper -> its peer process's keeper
+// (peershard_atom, k, global rank, ShardData): the copy of a shard another process holds.
+using meminfo_atom = caf::atom_constant<caf::atom("meminfo")>;
+using peershard_atom = caf::atom_constant<caf::atom("peershard")>;
+// An in-place recovery: coordinator -> every local worker and optimizer actor
+// (restore_atom, RestoreState) before the first step: continue from this state.
+using restore_atom = caf::atom_constant<caf::atom("restore")>;
 
 // A block of token ids (B sequences of T tokens, row-major int32), shared read-only.
 struct TokenBlock {
@@ -148,8 +161,14 @@ struct SnapDone {
   std::vector<std::string> deleted;  // removed by retention
 };
 
+// The state an in-place recovery continues from (local messages only).
+struct RestoreState {
+  std::shared_ptr<const TrainState> state;
+};
+
 }  // namespace troupe
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::RestoreState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ManifestInfo)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SnapDone)
 

@@ -58,10 +58,12 @@ class OptimizerActor {
           work_.push_back({0, k});
         },
         [&](clip_atom, int64_t k, float scale, double lr, bool skip) { clip_[k] = {scale, lr, skip}; },
-        [&](snap_atom, int64_t k, ShardData& sd) {
+        [&](snap_atom, int64_t k, int32_t where, ShardData& sd) {
           pending_snap_[k] = std::move(sd);
+          snap_where_[k] = where;
           work_.push_back({1, k});
         },
+        [&](restore_atom, const RestoreState& r) { resume_from(*r.state); },
         [&](stop_atom) {
           stopped_ = true;
           if (!clip_waiting_) return;
@@ -295,7 +297,11 @@ class OptimizerActor {
     }
     SnapAck ack{updates_, loss_scale(), scaler_ ? scaler_->growth_tracker() : 0,
                 scaler_ ? scaler_->hysteresis_tracker() : 0, seconds_since(t0)};
-    self_->send(a_.checkpointer, shard_atom::value, k, std::move(sd));
+    const int32_t where = snap_where_[k];
+    snap_where_.erase(k);
+    if ((where & kSnapDisk) && (where & kSnapMemory)) self_->send(a_.keeper, shard_atom::value, k, sd);
+    else if (where & kSnapMemory) self_->send(a_.keeper, shard_atom::value, k, std::move(sd));
+    if (where & kSnapDisk) self_->send(a_.checkpointer, shard_atom::value, k, std::move(sd));
     self_->send(a_.coordinator, snapack_atom::value, k, ack);
   }
 
@@ -323,6 +329,7 @@ class OptimizerActor {
   bool stopped_ = false, clip_waiting_ = false;
   std::deque<std::pair<int, int64_t>> work_;  // (0 step | 1 snapshot, step)
   std::map<int64_t, ShardData> pending_snap_;
+  std::map<int64_t, int32_t> snap_where_;  // kSnapDisk | kSnapMemory of each pending snapshot
   std::vector<std::vector<AdamWState>> opt_;
   std::map<int64_t, std::tuple<float, double, bool>> clip_;
   std::optional<DynamicLossScaler> scaler_;

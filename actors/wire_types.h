@@ -180,6 +180,8 @@ inline void register_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<ShardData>("troupe::ShardData");
   cfg.add_message_type<std::vector<char>>("std::vector<char>");
   cfg.add_message_type<std::vector<std::vector<char>>>("std::vector<std::vector<char>>");
+  cfg.add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
+  cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
 }
 
 }  // namespace troupe

@@ -40,6 +40,7 @@ struct Control {
   TokenBlock block;
   Tensor act;
   int chunk = 0;
+  int where = kSnapDisk;  // snap: kSnapDisk | kSnapMemory
 };
 
 class Worker {
@@ -67,7 +68,7 @@ class Worker {
         case Control::infer_tokens: infer(c.k, 0, c.block.T, c.block.ids->data(), Tensor()); break;
         case Control::infer_act: infer(c.k, c.chunk, (int)c.act.dim(1), nullptr, c.act); break;
         case Control::dump: dump(); break;
-        case Control::snap: snapshot(c.k); break;
+        case Control::snap: snapshot(c.k, c.where); break;
       }
     }
   }
@@ -125,7 +126,8 @@ class Worker {
         [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}, 0}); },
         [&](infer_atom, int64_t id, int c, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t, c}); },
         [&](dump_atom) { control_.push_back({Control::dump, 0, 0, {}, {}, 0}); },
-        [&](snap_atom, int64_t k) { control_.push_back({Control::snap, k, 0, {}, {}, 0}); },
+        [&](snap_atom, int64_t k, int32_t where) { control_.push_back({Control::snap, k, 0, {}, {}, 0, where}); },
+        [&](restore_atom, const RestoreState& r) { resume_from(*r.state); },
         [&](status_atom) { self_->send(a_.coordinator, status_atom::value, wait_); },
         [&](stop_atom) {
           aborted_ = true;
@@ -344,7 +346,7 @@ class Worker {
   // Snapshot of step k (checkpoint/snapshot.h): the values of this worker's parameters (DP
   // rank 0 writes them; the tied embedding from the first stage), copied to host memory and
   // handed to the optimizer actor, which adds its state and passes everything on.
-  void snapshot(int64_t k) {
+  void snapshot(int64_t k, int32_t where) {
     ShardData sd{a_.dp_rank, s_, a_.tp_rank, {}};
     if (a_.dp_rank == 0)
       for (int c = 0; c < V_; ++c)
@@ -353,7 +355,7 @@ class Worker {
           sd.records.push_back(ShardRecord{p.name, StateField::value, a_.tp_rank, 0, p.value.numel(),
                                            std::vector<float>(p.value.data(), p.value.data() + p.value.numel())});
         }
-    self_->send(a_.optimizer, snap_atom::value, k, std::move(sd));
+    self_->send(a_.optimizer, snap_atom::value, k, where, std::move(sd));
   }
 
   void dump() {

@@ -48,6 +48,7 @@ struct WorkerArgs {
   // Snapshots: the checkpoint writer actor (actors/checkpointer.h), and the state a resumed
   // run starts from (logical tensors, resharded here for this worker's layout).
   caf::actor checkpointer;
+  caf::actor keeper;     // this process's memory keeper (checkpoint.memory_interval; may be null)
   caf::actor optimizer;  // this worker's optimizer actor (actors/optimizer_actor.h)
   std::shared_ptr<const TrainState> resume;
   bool trace = false;             // record spans (StepReport::spans)

@@ -156,6 +156,47 @@ const char* field_name(StateField f) {
   return "?";
 }
 
+
+// Pieces of local tensors: (name, field, tp) -> buffer + coverage.
+struct Local {
+  std::vector<float> data;
+  std::vector<uint8_t> covered;
+};
+using Locals = std::map<std::tuple<std::string, int, int>, Local>;
+
+// Every logical tensor of `specs` from its TP parts in `locals` (replicated ones from TP
+// rank 0) into st.tensors; `where` names the snapshot in errors.
+void reassemble(TrainState& st, Locals& locals, const std::vector<ParamSpec>& specs, const GPTConfig& g_saved, int TP,
+                bool mixed, const std::string& dir) {
+  for (auto& sp : specs) {
+    LogicalTensor lt;
+    for (int field = 0; field < 4; ++field) {
+      if (field == 1 && !mixed) continue;
+      if (field >= 2 && st.updates == 0) continue;  // no AdamW state before the first update
+      std::vector<Tensor> parts;
+      for (int tp = 0; tp < TP; ++tp) {
+        const int src = sp.shard == Shard::replicated ? 0 : tp;
+        auto it = locals.find({sp.name, field, src});
+        TROUPE_USER_CHECK(it != locals.end())
+            << "snapshot " << dir << " lacks " << field_name((StateField)field) << " of " << sp.name << " (TP rank "
+            << src << "): a shard file is missing from the manifest";
+        auto& L = it->second;
+        TROUPE_USER_CHECK(std::all_of(L.covered.begin(), L.covered.end(), [](uint8_t c) { return c != 0; }))
+            << "snapshot " << dir << " holds only part of " << field_name((StateField)field) << " of " << sp.name
+            << " (TP rank " << src << ")";
+        GPTConfig gt = g_saved;
+        gt.tp_rank = src;
+        Tensor t(local_shape(sp, gt));
+        std::memcpy(t.data(), L.data.data(), t.nbytes());
+        parts.push_back(t);
+      }
+      Tensor full = assemble(parts, sp, g_saved);
+      (field == 0 ? lt.value : field == 1 ? lt.master : field == 2 ? lt.m : lt.v) = full;
+    }
+    st.tensors[sp.name] = lt;
+  }
+}
+
 }  // namespace
 
 std::string snapshot_name(int64_t step) { return fmt::format("step-{:08d}", step); }
@@ -364,11 +405,7 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
       << "snapshot " << dir << " holds another model: " << tinfo.size() << " tensors, this model has " << specs.size();
 
   // Pieces of local tensors: (name, field, tp) -> buffer + coverage.
-  struct Local {
-    std::vector<float> data;
-    std::vector<uint8_t> covered;
-  };
-  std::map<std::tuple<std::string, int, int>, Local> locals;
+  Locals locals;
   std::map<std::string, int> spec_index;
   for (size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = (int)i;
   for (const auto& f : files) {
@@ -430,34 +467,52 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
     }
     TROUPE_USER_CHECK(in.at == in.n) << "snapshot shard " << path << " has trailing bytes";
   }
-  // Reassemble every logical tensor from its TP parts (replicated ones from TP rank 0).
-  const bool mixed = precision != "fp32";
-  for (auto& sp : specs) {
-    LogicalTensor lt;
-    for (int field = 0; field < 4; ++field) {
-      if (field == 1 && !mixed) continue;
-      if (field >= 2 && st.updates == 0) continue;  // no AdamW state before the first update
-      std::vector<Tensor> parts;
-      for (int tp = 0; tp < TP; ++tp) {
-        const int src = sp.shard == Shard::replicated ? 0 : tp;
-        auto it = locals.find({sp.name, field, src});
-        TROUPE_USER_CHECK(it != locals.end())
-            << "snapshot " << dir << " lacks " << field_name((StateField)field) << " of " << sp.name << " (TP rank "
-            << src << "): a shard file is missing from the manifest";
-        auto& L = it->second;
-        TROUPE_USER_CHECK(std::all_of(L.covered.begin(), L.covered.end(), [](uint8_t c) { return c != 0; }))
-            << "snapshot " << dir << " holds only part of " << field_name((StateField)field) << " of " << sp.name
-            << " (TP rank " << src << ")";
-        GPTConfig gt = g_saved;
-        gt.tp_rank = src;
-        Tensor t(local_shape(sp, gt));
-        std::memcpy(t.data(), L.data.data(), t.nbytes());
-        parts.push_back(t);
+  reassemble(st, locals, specs, g_saved, TP, precision != "fp32", dir);
+  return st;
+}
+
+TrainState assemble_state(const MemoryInfo& info, const std::vector<std::shared_ptr<const ShardData>>& shards,
+                          const Config& cfg, const std::string& label) {
+  TrainState st;
+  st.step = info.step;
+  st.updates = info.updates;
+  st.loss_scale = info.loss_scale;
+  st.growth_tracker = info.growth_tracker;
+  st.hysteresis_tracker = info.hysteresis_tracker;
+  st.dir = label;
+  const int TP = cfg.parallel.tp;
+  const GPTConfig g_saved = GPTConfig::from(cfg.model, TP, 0);
+  const auto specs = gpt_param_specs(g_saved);
+  std::map<std::string, int> spec_index;
+  for (size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = (int)i;
+  Locals locals;
+  for (const auto& sd : shards) {
+    TROUPE_CHECK(sd) << label << ": a missing shard";
+    for (const ShardRecord& r : sd->records) {
+      auto si = spec_index.find(r.name);
+      GPTConfig gt = g_saved;
+      gt.tp_rank = r.tp;
+      TROUPE_CHECK(si != spec_index.end() && (int)r.field <= 3 && r.tp >= 0 && r.tp < TP)
+          << label << " holds an unexpected record (" << r.name << ", field " << (int)r.field << ", tp " << r.tp << ")";
+      int64_t want = 1;
+      for (auto d : local_shape(specs[si->second], gt)) want *= d;
+      const int64_t count = (int64_t)r.data.size();
+      TROUPE_CHECK(r.local_numel == want && r.offset >= 0 && r.offset <= want && count <= want - r.offset)
+          << label << ": record " << r.name << " has a bad range [" << r.offset << ", +" << count << ") of "
+          << r.local_numel << " (expected " << want << " elements)";
+      auto& L = locals[{r.name, (int)r.field, r.tp}];
+      if (L.data.empty()) L.data.assign((size_t)want, 0.0f), L.covered.assign((size_t)want, 0);
+      std::memcpy(L.data.data() + r.offset, r.data.data(), (size_t)count * sizeof(float));
+      for (int64_t i = r.offset; i < r.offset + count; ++i) {
+        TROUPE_CHECK(!L.covered[i]) << label << ": tensor " << r.name << " held twice";
+        L.covered[i] = 1;
       }
-      Tensor full = assemble(parts, sp, g_saved);
-      (field == 0 ? lt.value : field == 1 ? lt.master : field == 2 ? lt.m : lt.v) = full;
     }
-    st.tensors[sp.name] = lt;
+  }
+  try {
+    reassemble(st, locals, specs, g_saved, TP, cfg.train.precision != "fp32", label);
+  } catch (const UserError& e) {  // an incomplete set in memory is our failure, not the user's input
+    throw Error(e.what());
   }
   return st;
 }

@@ -126,6 +126,21 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg);
 // there is none.
 TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped);
 
+// The counters of a snapshot held in memory (checkpoint.memory_interval,
+// checkpoint/memory_store.h): what its manifest would record besides the files.
+struct MemoryInfo {
+  int64_t step = 0, updates = 0;
+  double loss_scale = 1.0;
+  int growth_tracker = 0, hysteresis_tracker = 0;
+};
+// The TrainState of step info.step rebuilt from every worker's ShardData of that step (one
+// per (dp, pp, tp) of a layout with cfg.parallel.tp; any order), as load_snapshot rebuilds
+// it from files: pieces are placed by (name, field, TP rank, offset) and every logical
+// tensor must be covered exactly once. `label` names the source in errors and becomes
+// TrainState::dir. Throws Error naming the tensor when a piece is missing, doubled or out
+// of range.
+TrainState assemble_state(const MemoryInfo& info, const std::vector<std::shared_ptr<const ShardData>>& shards,
+                          const Config& cfg, const std::string& label);
 // Complete snapshots in ckpt_dir, oldest first (by step).
 std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& ckpt_dir);
 

@@ -3,8 +3,9 @@
 // The launcher is one thread: it blocks SIGCHLD, SIGINT, SIGTERM and SIGUSR1, forks the N
 // children (each restores the signal mask, sets PR_SET_PDEATHSIG and execs COMMAND), then
 // waits in sigwaitinfo / sigtimedwait — no busy loop, no signal handlers: SIGCHLD wakes it
-// to reap, the other three are forwarded to the live children, and the timeout is the end
-// of the grace period after the first failure.
+// to reap (and, with --respawn process, to fork a lost rank again at once), the other three
+// are forwarded to the live children, and the timeout is the end of the grace period after
+// the first failure.
 #include "cli/launch.h"
 
 #include <netdb.h>
@@ -39,13 +40,21 @@ namespace {
 constexpr int kMaxProcs = 1024;        // one host; more is a typo or a job for srun/mpirun
 constexpr double kDefaultGraceS = 35;  // fault.timeout_s (30) + 5: peers notice a lost rank first
 constexpr const char* kUsage =
-    "troupe launch --nprocs N [--coordinator HOST:PORT] [--grace SECONDS] -- COMMAND [ARGS...]";
+    "troupe launch --nprocs N [--coordinator HOST:PORT] [--grace SECONDS] [--respawn process|job] "
+    "-- COMMAND [ARGS...]";
+
+// What happens when a process is lost (killed by a signal, or exits kRestartStatus).
+enum class Respawn {
+  kProcess,  // start only that rank again, at once; the others keep running
+  kJob,      // wait for every process to exit, then start all N again
+};
 
 struct Options {
   int nprocs = 0;
   std::string host = "127.0.0.1";
   int port = 0;  // 0: a free port on `host`, picked at start
   double grace_s = kDefaultGraceS;
+  Respawn respawn = Respawn::kProcess;
   std::vector<std::string> command;
   bool help = false;
 };
@@ -128,6 +137,12 @@ Options parse_args(int argc, char** argv) {
           << "--grace '" << val << "' is not a number of seconds >= 0; pass e.g. --grace 35 (the default is "
           << kDefaultGraceS << ")";
       o.grace_s = g;
+    } else if (name == "--respawn") {
+      take_value("process");
+      TROUPE_USER_CHECK(val == "process" || val == "job")
+          << "--respawn '" << val << "' is not 'process' or 'job'; pass --respawn process (the default: start "
+          << "only a lost process again) or --respawn job (start every process again)";
+      o.respawn = val == "process" ? Respawn::kProcess : Respawn::kJob;
     } else if (a.size() > 1 && a[0] == '-') {
       TROUPE_USER_FAIL() << "unknown option '" << a << "' for troupe launch; usage: " << kUsage;
     } else {
@@ -221,10 +236,12 @@ double now_s() {
   ::_exit(127);
 }
 
-// Exit status by which troupe train asks for the whole job to be started again
-// (fault.policy = restart: a process of a multi-process job was lost; sysexits' EX_TEMPFAIL).
+// Exit status by which troupe train asks to be started again (fault.policy = restart: a
+// process of a multi-process job was lost; sysexits' EX_TEMPFAIL). --respawn job starts the
+// whole job again; --respawn process starts only the process that exited.
 constexpr int kRestartStatus = 75;
-// A bound on restarts of the launcher's own; troupe train stops at fault.max_restarts.
+// A bound of the launcher's own on job restarts (--respawn job) or on process respawns
+// (--respawn process, all ranks together); troupe train stops at fault.max_restarts.
 constexpr int kMaxRestarts = 100;
 
 struct Attempt {
@@ -234,10 +251,31 @@ struct Attempt {
   double failed_at = 0;      // unix seconds when the first process failed
 };
 
-// One start of all N processes, until every one has exited.
+// Process r's environment: the part all share, its rank, and the restart count of this start
+// (with, after a loss, the unix seconds of the loss the start recovers from).
+std::vector<std::string> rank_env(const std::vector<std::string>& base, int r, int restart, double failure_time) {
+  std::vector<std::string> env = base;
+  env.push_back("TROUPE_RANK=" + std::to_string(r));
+  env.push_back("TROUPE_LOCAL_RANK=" + std::to_string(r));
+  env.push_back("TROUPE_RESTART_COUNT=" + std::to_string(restart));  // 0 on the first start
+  if (restart > 0) env.push_back("TROUPE_FAILURE_TIME=" + std::to_string(failure_time));
+  return env;
+}
+
+// execvpe's view of `text`; valid while `text` is neither changed nor destroyed.
+std::vector<char*> pointers(std::vector<std::string>& text) {
+  std::vector<char*> p;
+  for (auto& s : text) p.push_back(s.data());
+  p.push_back(nullptr);
+  return p;
+}
+
+// One start of all N processes, until every one has exited. With --respawn process a lost
+// process is started again inside the attempt, and the attempt is the launcher's only one.
 Attempt run_attempt(const Options& o, int restart, double failure_time, const std::string& launch_id,
                     const std::string& secret, bool use_file, const sigset_t& waited, const sigset_t& old_mask) {
   const int N = o.nprocs;
+  const bool per_process = o.respawn == Respawn::kProcess;
   const int port = o.port ? o.port : free_port(o.host);
   const std::string coordinator = o.host + ":" + std::to_string(port);
 
@@ -249,7 +287,8 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
     const std::string name = kv.substr(0, kv.find('='));
     if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
         name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE" ||
-        name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME")
+        name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME" ||
+        name == "TROUPE_RESPAWN")
       continue;
     base.push_back(kv);
   }
@@ -257,17 +296,14 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
   base.push_back("TROUPE_COORDINATOR=" + coordinator);
   base.push_back("TROUPE_LOCAL_WORLD_SIZE=" + std::to_string(N));  // processes sharing this host's cores
   if (!use_file) base.push_back("TROUPE_JOB_SECRET=" + secret);
-  base.push_back("TROUPE_RESTART_COUNT=" + std::to_string(restart));  // 0 on the first start
-  if (restart > 0)  // when the failed start's first process failed (unix seconds): the recovery's start
-    base.push_back("TROUPE_FAILURE_TIME=" + std::to_string(failure_time));
   base.push_back("TROUPE_LAUNCH_ID=" + launch_id);  // names the default run directory of every start
-  std::vector<std::vector<std::string>> env_text(N, base);
+  // what a lost process means: troupe train recovers in place (process) or waits to be restarted (job)
+  base.push_back(std::string("TROUPE_RESPAWN=") + (per_process ? "process" : "job"));
+  std::vector<std::vector<std::string>> env_text(N);
   std::vector<std::vector<char*>> envp(N);
   for (int r = 0; r < N; ++r) {
-    env_text[r].push_back("TROUPE_RANK=" + std::to_string(r));
-    env_text[r].push_back("TROUPE_LOCAL_RANK=" + std::to_string(r));
-    for (auto& s : env_text[r]) envp[r].push_back(s.data());
-    envp[r].push_back(nullptr);
+    env_text[r] = rank_env(base, r, restart, failure_time);
+    envp[r] = pointers(env_text[r]);
   }
   std::vector<std::string> cmd_text = o.command;
   std::vector<char*> cmd_argv;
@@ -280,31 +316,43 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
   std::fflush(stdout);
   std::cout.flush();
   const pid_t self = ::getpid();
-  std::vector<pid_t> pid(N, 0);  // 0: not running (reaped)
+  std::vector<pid_t> pid(N, 0);             // 0: not running (reaped)
+  std::vector<int> started_as(N, restart);  // each process's TROUPE_RESTART_COUNT
   std::vector<bool> grace_killed(N, false);
   int live = 0;
-  for (int r = 0; r < N; ++r) {
+  // Forks process r with envp[r]. If fork fails, every process still running is killed and
+  // reaped, and the launcher fails.
+  auto start = [&](int r) {
     const pid_t p = ::fork();
     if (p == 0) exec_child(self, old_mask, cmd_argv.data(), envp[r].data());
     if (p < 0) {
       const int e = errno;
-      for (int q = 0; q < r; ++q) {
+      int killed = 0;
+      for (int q = 0; q < N; ++q) {
+        if (!pid[q]) continue;
         ::kill(pid[q], SIGKILL);
         int st;
         while (::waitpid(pid[q], &st, 0) < 0 && errno == EINTR) {
         }
+        pid[q] = 0;
+        ++killed;
       }
-      TROUPE_CHECK(false) << "cannot start process " << r << " of " << N << ": fork failed (" << std::strerror(e)
-                          << "); the " << r << " already started were killed";
+      live = 0;
+      TROUPE_CHECK(false) << "cannot start process " << r << " of " << N << (started_as[r] ? " again" : "")
+                          << ": fork failed (" << std::strerror(e) << "); the " << killed
+                          << " already running were killed";
     }
     pid[r] = p;
     ++live;
-  }
+  };
+  for (int r = 0; r < N; ++r) start(r);
 
   Attempt out;
   int first_status = -1;  // the launcher's exit status once a child failed
   double deadline = 0;    // end of the grace period (monotonic seconds)
   bool stragglers_killed = false;
+  bool user_stop = false;  // SIGINT, SIGTERM or SIGUSR1 came (forwarded or not): no more respawns
+  int respawns = 0;        // processes started again in this attempt (--respawn process), all ranks
   auto reap = [&] {
     for (;;) {
       int st = 0;
@@ -322,14 +370,28 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       pid[r] = 0;
       --live;
       const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-      log_event("process_exit", {{"rank", r}, {"status", code}, {"restart", restart}});
+      log_event("process_exit", {{"rank", r}, {"status", code}, {"restart", started_as[r]}});
       if (code == 0) continue;
-      if (code == kRestartStatus) out.restartable = true;
       const std::string who = "launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") ";
-      if (WIFEXITED(st))
-        say(who + "exited with status " + std::to_string(code));
-      else if (!(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
-        say(who + "killed by signal " + signal_name(WTERMSIG(st)));
+      const std::string what = WIFEXITED(st) ? "exited with status " + std::to_string(code)
+                                             : "killed by signal " + signal_name(WTERMSIG(st));
+      // --respawn process: a lost process (a signal, or troupe train's "start me again") is
+      // started again at once, alone, unless the job is being stopped or has failed already.
+      const bool lost = WIFSIGNALED(st) || (WIFEXITED(st) && code == kRestartStatus);
+      if (per_process && lost && !user_stop && first_status < 0 && respawns < kMaxRestarts) {
+        const double died_at = unix_seconds();
+        const int k = ++respawns;
+        say(who + what + "; starting it again (respawn " + std::to_string(k) + ")");
+        log_event("respawn", {{"rank", r}, {"restart", k}});
+        env_text[r] = rank_env(base, r, k, died_at);
+        envp[r] = pointers(env_text[r]);
+        started_as[r] = k;
+        start(r);
+        continue;
+      }
+      if (code == kRestartStatus) out.restartable = true;
+      if (WIFEXITED(st) || !(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
+        say(who + what);
       if (first_status < 0) {
         out.failed_at = unix_seconds();
         first_status = code;
@@ -362,9 +424,11 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       sig = ::sigwaitinfo(&waited, &info);
     }
     if (sig < 0 || sig == SIGCHLD) continue;  // timeout / EINTR / a child changed state
-    // SIGINT, SIGTERM, SIGUSR1. A terminal (Ctrl-C) sends to the whole foreground process
-    // group (si_code SI_KERNEL): the children, in our group, got it themselves — a second
-    // copy would make troupe train stop at once instead of snapshotting.
+    // SIGINT, SIGTERM, SIGUSR1: the user stops the job, so a process that dies now is not
+    // started again. A terminal (Ctrl-C) sends to the whole foreground process group
+    // (si_code SI_KERNEL): the children, in our group, got it themselves — a second copy
+    // would make troupe train stop at once instead of snapshotting.
+    user_stop = true;
     if (info.si_code == SI_KERNEL) continue;
     out.signalled = true;
     for (int r = 0; r < N; ++r)
@@ -404,8 +468,11 @@ int run(const Options& o) {
     const double t0 = now_s();
     const Attempt a = run_attempt(o, restart, failure_time, launch_id, secret, use_file, waited, old_mask);
     failure_time = a.failed_at;
-    // fault.policy = restart: a process asked for a new start (troupe train stops by itself
-    // past fault.max_restarts; the launcher has a bound of its own)
+    // --respawn process: lost processes were started again inside the attempt; it ended
+    // because every process is done, or because the job failed.
+    if (o.respawn == Respawn::kProcess) return a.status;
+    // --respawn job, fault.policy = restart: a process asked for a new start (troupe train
+    // stops by itself past fault.max_restarts; the launcher has a bound of its own)
     if (!a.restartable || a.signalled || restart >= kMaxRestarts) return a.status;
     say("launch: the job failed after " + std::to_string((int)(now_s() - t0)) +
         " s; starting all processes again (restart " + std::to_string(restart + 1) +
@@ -420,7 +487,14 @@ void print_help() {
             << "  --nprocs N               processes to start (1 to " << kMaxProcs << ")\n"
             << "  --coordinator HOST:PORT  where rank 0 listens (default 127.0.0.1 and a free port)\n"
             << "  --grace SECONDS          after a process fails, how long the others may take to exit\n"
-            << "                           before they are killed (default " << kDefaultGraceS << ")\n\n"
+            << "                           before they are killed (default " << kDefaultGraceS << ")\n"
+            << "  --respawn process|job    process (default): a process killed by a signal or exiting " << kRestartStatus
+            << "\n"
+            << "                           is started again at once, alone; the others keep running and\n"
+            << "                           recover in place. job: when a process exits " << kRestartStatus
+            << ", the others\n"
+            << "                           get the grace period, then all N start again (torchrun-style).\n"
+            << "                           At most " << kMaxRestarts << " restarts; the processes get TROUPE_RESPAWN.\n\n"
             << "Exit status: 0 when every process exits 0, else that of the first one that failed\n"
             << "(128 + signal number when killed by a signal). See docs/launch.md.\n";
 }

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/cluster.h"
 #include "actors/job.h"
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
@@ -331,6 +332,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
   const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")
                           ? std::atoi(std::getenv("TROUPE_RESTART_COUNT")) : 0;
+  // troupe launch --respawn process (its default): only a lost process is started again;
+  // the others recover in place, and all agree at join on the state to continue from
+  const char* respawn = std::getenv("TROUPE_RESPAWN");
+  const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
   std::string resume = resume_opt;
   if (restart > 0) {
     const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
@@ -342,7 +347,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                         : fmt::format("The newest snapshot is {} (step {}); continue with --resume latest once the "
                                       "cause is fixed",
                                       snaps.back().second, snaps.back().first)));
-    if (resume.empty() && !snaps.empty()) resume = "latest";
+    if (resume.empty() && !snaps.empty() && !in_place) resume = "latest";
   }
   std::shared_ptr<TrainState> state;
   const double load_t0 = unix_seconds();
@@ -455,7 +460,16 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   if (follower) ctx.run_dir.clear();
   if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT"); f && restart == 0)
     ctx.fault_kill_in_snapshot = std::atoll(f);
-  if (restart > 0 && !follower)
+  ctx.memory = std::make_shared<MemoryStore>();
+  ctx.recovering = in_place && restart > 0;
+  ctx.generation = restart;
+  if (const char* ft = std::getenv("TROUPE_FAILURE_TIME"); ft && restart > 0) ctx.failure_time = std::atof(ft);
+  ctx.recovery_ckpt_dir = ckpt_dir;
+  if (ctx.recovering && !follower)
+    spdlog::warn("process {} started again (restart {} of at most {}, fault.policy = restart): the job continues from "
+                 "the newest complete snapshot the processes hold, in memory or on disk",
+                 launch.rank, restart, c.fault.max_restarts);
+  else if (restart > 0 && !follower)
     spdlog::warn("restart {} of at most {} (fault.policy = restart): {}", restart, c.fault.max_restarts,
                  state ? fmt::format("continuing from {} (step {}); the failed start's steps after it are repeated "
                                      "(metrics.jsonl marks the resume)",
@@ -463,18 +477,44 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                        : std::string("no snapshot yet: starting from step 1"));
   install_stop_signals();
   JobResult r;
-  try {
-    r = run_job(c, ctx);
-  } catch (const UserError&) {
-    throw;
-  } catch (const std::exception& e) {
-    if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
-    if (launch.world > 1 && c.fault.policy == "restart") {
-      print_error(log_prefix_ + e.what() +
-                  "\n(fault.policy = restart: exit status 75 asks troupe launch to start the job again)");
-      return 75;
+  for (int generation = restart;;) {
+    try {
+      r = run_job(c, ctx);
+      break;
+    } catch (const UserError&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
+      if (in_place) {  // this process survived: it joins the others again and continues
+        ++generation;
+        if (generation > c.fault.max_restarts) {
+          const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
+          throw FinalError(fmt::format(
+              "{}\nthe job failed {} times, more than fault.max_restarts = {}: stopping for good. {}", e.what(),
+              generation, c.fault.max_restarts,
+              snaps.empty() ? std::string("No snapshot is on disk")
+                            : fmt::format("The newest snapshot on disk is {} (step {}); continue with --resume latest "
+                                          "once the cause is fixed",
+                                          snaps.back().second, snaps.back().first)));
+        }
+        print_error(log_prefix_ + e.what() +
+                    fmt::format("\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for "
+                                "every process to join again)",
+                                generation, c.fault.max_restarts));
+        ctx.recovering = true;
+        ctx.generation = generation;
+        ctx.failure_time = failure_noticed_at() > 0 ? failure_noticed_at() : unix_seconds();
+        ctx.resume = nullptr;
+        ctx.fault_kill_in_snapshot = -1;
+        continue;
+      }
+      if (launch.world > 1 && c.fault.policy == "restart") {
+        print_error(log_prefix_ + e.what() +
+                    "\n(fault.policy = restart: exit status 75 asks the launcher to start the job again)");
+        return 75;
+      }
+      throw;
     }
-    throw;
   }
   if (r.follower) return 0;  // process 0 reports the job
   if (r.stopped_by_signal) {

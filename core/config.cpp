@@ -33,7 +33,7 @@ const std::vector<Key>& key_table() {
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
-      K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last), K(checkpoint, max_failures),
+      K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last), K(checkpoint, max_failures), K(checkpoint, memory_interval),
       K(fault, policy),         K(fault, max_restarts),    K(fault, timeout_s),       K(fault, heartbeat_s),   K(fault, join_timeout_s),
   };
   return t;
@@ -259,6 +259,9 @@ void Config::validate() const {
       << "fault.join_timeout_s = " << fault.join_timeout_s << "; use a positive number of seconds";
   TROUPE_USER_CHECK(checkpoint.interval >= 0)
       << "checkpoint.interval = " << checkpoint.interval << "; use a number of steps >= 1, or 0 for no periodic snapshots";
+  TROUPE_USER_CHECK(checkpoint.memory_interval >= 0)
+      << "checkpoint.memory_interval = " << checkpoint.memory_interval
+      << "; use a number of steps >= 1, or 0 for no snapshots in memory";
   TROUPE_USER_CHECK(checkpoint.max_failures >= 1)
       << "checkpoint.max_failures = " << checkpoint.max_failures << "; use >= 1 (failed snapshots in a row before the "
       << "run stops)";

@@ -80,14 +80,19 @@ struct CheckpointConfig {
   int interval = 0;       // steps between snapshots (0 = none, except on a signal)
   int keep_last = 3;      // complete snapshots kept (the newest always stays)
   int max_failures = 3;   // snapshots failing in a row (disk full, unwritable) before the run stops
+  // steps between snapshots kept in host memory (checkpoint/memory_store.h: each process's
+  // own shards plus a copy of one peer's), 0 = none. Several processes only: after a lost
+  // process the job continues from the newest one when it is newer than the disk's.
+  int memory_interval = 0;
 };
 
 // Failures of processes in a multi-process job (actors/cluster.h).
 struct FaultConfig {
-  // restart: a lost or hung process makes every process exit within timeout_s, naming it,
-  // with status 75, and troupe launch starts the whole job again from the newest complete
-  // snapshot, at most max_restarts times. abort: the same, but the job stays stopped
-  // (status 1).
+  // restart: a lost or hung process is noticed within timeout_s and the job continues
+  // from the newest complete snapshot (memory or disk), at most max_restarts times. Under
+  // troupe launch --respawn process (the default) only the lost process is started again
+  // and the others recover in place; otherwise every process exits with status 75 and
+  // the launcher starts them all again. abort: every process stops (status 1), naming it.
   std::string policy = "restart";
   int max_restarts = 3;
   double timeout_s = 30;     // a peer silent this long (no heartbeat, no connection) is lost, seconds

@@ -1,6 +1,8 @@
 // `troupe launch` as a user meets it (cli/launch.h): the children's environment, the exit
 // status of the first failure, stragglers killed after --grace, signals forwarded, no
-// orphans when the launcher is SIGKILLed, and one "error:" line (exit 2) for bad input.
+// orphans when the launcher is SIGKILLed, a lost process started again alone (--respawn
+// process) or the whole job started again (--respawn job), and one "error:" line (exit 2)
+// for bad input.
 // Every launcher runs with a deadline and is SIGKILLed on failure (its children follow it
 // through PR_SET_PDEATHSIG); the children are `sh` scripts that end by themselves.
 #include <catch2/catch.hpp>
@@ -14,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -203,6 +206,35 @@ std::vector<ChildEnv> read_envs(const Scratch& s, int n) {
   return v;
 }
 
+// The start of a child script: it appends one line about this start to starts.<rank>, and
+// defines `wait_for FILE` (waits up to about 8 s for FILE to exist, else exits 9).
+const char* kRecordStart =
+    R"(echo "pid=$$ restart=$TROUPE_RESTART_COUNT failure=$TROUPE_FAILURE_TIME respawn=$TROUPE_RESPAWN )"
+    R"(coord=$TROUPE_COORDINATOR secret=$TROUPE_JOB_SECRET launch=$TROUPE_LAUNCH_ID" >> "$1/starts.$TROUPE_RANK"; )"
+    R"(wait_for() { i=0; while [ ! -e "$1" ]; do i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.02; done; }; )";
+
+// The starts of `rank` as recorded by kRecordStart, oldest first: NAME -> value per start.
+std::vector<std::map<std::string, std::string>> read_starts(const Scratch& s, int rank) {
+  std::vector<std::map<std::string, std::string>> starts;
+  std::istringstream lines(slurp(s.path("starts." + std::to_string(rank))));
+  for (std::string line; std::getline(lines, line);) {
+    std::map<std::string, std::string> kv;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) {
+      const auto eq = w.find('=');
+      if (eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
+    }
+    starts.push_back(kv);
+  }
+  return starts;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("launch: every child gets its rank, the world size, the coordinator and one job secret", "[launch]") {
@@ -276,7 +308,8 @@ TEST_CASE("launch: the launcher exits with the status of the first child that fa
     CHECK(r.err.find("after the grace period") == std::string::npos);
   }
   SECTION("a signal: 128 + its number") {
-    Result r = launch({"--nprocs", "2", "--", "/bin/sh", "-c", R"(if [ "$TROUPE_RANK" = 1 ]; then kill -KILL $$; fi; exit 0)"},
+    // --respawn job: a signal is a failure (--respawn process would start the process again)
+    Result r = launch({"--nprocs", "2", "--respawn", "job", "--", "/bin/sh", "-c", R"(if [ "$TROUPE_RANK" = 1 ]; then kill -KILL $$; fi; exit 0)"},
                       s);
     INFO("stderr: " << r.err);
     CHECK(r.rc == 137);
@@ -374,6 +407,9 @@ TEST_CASE("launch: bad input gets one error line naming the fix, exit 2, and sta
       {{"--nprocs", "2", "--bogus", "--", "true"}, "unknown option '--bogus'"},
       {{"--nprocs", "2", "--grace", "soon", "--", "true"}, "--grace 'soon'"},
       {{"--nprocs", "2", "--grace", "-1", "--", "true"}, "--grace '-1'"},
+      {{"--nprocs", "2", "--respawn", "restart", "--", "true"}, "--respawn 'restart'"},
+      {{"--nprocs", "2", "--respawn=", "--", "true"}, "--respawn ''"},
+      {{"--nprocs", "2", "--respawn"}, "--respawn needs a value"},
   };
   for (const Case& c : cases) {
     std::string joined;
@@ -384,5 +420,149 @@ TEST_CASE("launch: bad input gets one error line naming the fix, exit 2, and sta
     CHECK(r.err.rfind("error: ", 0) == 0);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(r.err.find(c.needle) != std::string::npos);
+  }
+}
+
+TEST_CASE("launch: --respawn process starts only the killed process again, the others keep running", "[launch]") {
+  Scratch s("respawn-kill");
+  // Rank 1 is SIGKILLed on its first start; ranks 0 and 2 exit only once rank 1's second start
+  // is recorded (again.1), so they are running when it dies and while it starts again. An
+  // inherited TROUPE_RESPAWN must not leak through.
+  const std::string script = std::string(kRecordStart) +
+                             R"(if [ "$TROUPE_RANK" = 1 ]; then
+                                  if [ "$TROUPE_RESTART_COUNT" = 0 ]; then kill -9 $$; fi
+                                  echo again > "$1/again.1"; exit 0
+                                fi
+                                wait_for "$1/again.1"; exit 0)";
+  const double t_before = (double)::time(nullptr);
+  Result r = launch({"--nprocs", "3", "--", "/bin/sh", "-c", script, "sh", s.dir.string()}, s, {"TROUPE_RESPAWN=job"},
+                    15);
+  const double t_after = (double)::time(nullptr);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  const auto s0 = read_starts(s, 0), s1 = read_starts(s, 1), s2 = read_starts(s, 2);
+  REQUIRE(s0.size() == 1);
+  REQUIRE(s1.size() == 2);
+  REQUIRE(s2.size() == 1);
+  for (const auto* starts : {&s0, &s1, &s2})
+    for (auto& st : *starts) {
+      CHECK(st.at("respawn") == "process");
+      CHECK(st.at("coord") == s0[0].at("coord"));  // the same coordinator: no new port
+      CHECK(st.at("secret") == s0[0].at("secret"));
+      CHECK(st.at("launch") == s0[0].at("launch"));
+    }
+  CHECK(s0[0].at("restart") == "0");
+  CHECK(s2[0].at("restart") == "0");
+  CHECK(s0[0].at("failure").empty());
+  CHECK(s1[0].at("restart") == "0");
+  CHECK(s1[0].at("failure").empty());
+  CHECK(s1[1].at("restart") == "1");
+  const double failure = std::atof(s1[1].at("failure").c_str());
+  CHECK(failure > 0);
+  CHECK(failure >= t_before - 1);  // unix seconds of the death
+  CHECK(failure <= t_after + 1);
+  CHECK(s1[1].at("pid") != s1[0].at("pid"));
+  // "launch: 3 processes, ..." and the respawn, nothing else
+  CHECK(r.err.find("launch: process 1 (pid " + s1[0].at("pid") +
+                   ") killed by signal SIGKILL; starting it again (respawn 1)\n") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 2);
+}
+
+TEST_CASE("launch: --respawn process starts a process that exits 75 again, counting respawns over all ranks",
+          "[launch]") {
+  Scratch s("respawn-75");
+  // Rank 0 exits 75 at once; then rank 2 exits 75 (after rank 0's second start); rank 1 keeps
+  // running until rank 2's second start.
+  const std::string script = std::string(kRecordStart) +
+                             R"(if [ "$TROUPE_RESTART_COUNT" != 0 ]; then echo again > "$1/again.$TROUPE_RANK"; exit 0; fi
+                                case "$TROUPE_RANK" in
+                                  0) exit 75 ;;
+                                  2) wait_for "$1/again.0"; exit 75 ;;
+                                  *) wait_for "$1/again.2"; exit 0 ;;
+                                esac)";
+  Result r = launch({"--nprocs", "3", "--", "/bin/sh", "-c", script, "sh", s.dir.string()}, s, {}, 15);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  const auto s0 = read_starts(s, 0), s1 = read_starts(s, 1), s2 = read_starts(s, 2);
+  REQUIRE(s0.size() == 2);
+  REQUIRE(s1.size() == 1);
+  REQUIRE(s2.size() == 2);
+  CHECK(s0[1].at("restart") == "1");
+  CHECK(s2[1].at("restart") == "2");
+  CHECK(std::atof(s0[1].at("failure").c_str()) > 0);
+  CHECK(std::atof(s2[1].at("failure").c_str()) >= std::atof(s0[1].at("failure").c_str()));
+  CHECK(s1[0].at("restart") == "0");
+  CHECK(r.err.find("launch: process 0 (pid " + s0[0].at("pid") +
+                   ") exited with status 75; starting it again (respawn 1)\n") != std::string::npos);
+  CHECK(r.err.find("launch: process 2 (pid " + s2[0].at("pid") +
+                   ") exited with status 75; starting it again (respawn 2)\n") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 3);
+}
+
+TEST_CASE("launch: --respawn job starts every process again when one exits 75", "[launch]") {
+  Scratch s("respawn-job");
+  const std::string script =
+      std::string(kRecordStart) + R"(if [ "$TROUPE_RANK" = 1 ] && [ "$TROUPE_RESTART_COUNT" = 0 ]; then exit 75; fi; exit 0)";
+  Result r = launch({"--nprocs", "2", "--respawn", "job", "--grace", "5", "--", "/bin/sh", "-c", script, "sh",
+                     s.dir.string()},
+                    s, {}, 15);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  for (int k = 0; k < 2; ++k) {
+    INFO("rank " << k);
+    const auto st = read_starts(s, k);
+    REQUIRE(st.size() == 2);
+    CHECK(st[0].at("restart") == "0");
+    CHECK(st[1].at("restart") == "1");
+    CHECK(std::atof(st[1].at("failure").c_str()) > 0);
+    CHECK(st[0].at("respawn") == "job");
+    CHECK(st[1].at("respawn") == "job");
+    CHECK(st[1].at("launch") == st[0].at("launch"));
+    CHECK(st[1].at("secret") == st[0].at("secret"));
+  }
+  CHECK(r.err.find("launch: process 1 (pid ") != std::string::npos);
+  CHECK(r.err.find(") exited with status 75\n") != std::string::npos);
+  CHECK(r.err.find("starting all processes again (restart 1)") != std::string::npos);
+  CHECK(r.err.find("(restart 1)\n") != std::string::npos);  // "launch: 2 processes, coordinator ... (restart 1)"
+  CHECK(r.err.find("respawn") == std::string::npos);
+}
+
+TEST_CASE("launch: --respawn process does not start again a failed process, a stopped job, or past 100 respawns",
+          "[launch]") {
+  Scratch s("respawn-fail");
+  SECTION("exit 1 is a failure") {
+    const std::string script = std::string(kRecordStart) + R"(if [ "$TROUPE_RANK" = 1 ]; then exit 1; fi; exit 0)";
+    Result r = launch({"--nprocs", "3", "--grace", "5", "--", "/bin/sh", "-c", script, "sh", s.dir.string()}, s);
+    INFO("stderr: " << r.err);
+    CHECK(r.rc == 1);
+    CHECK(read_starts(s, 1).size() == 1);
+    CHECK(r.err.find(") exited with status 1\n") != std::string::npos);
+    CHECK(r.err.find("again") == std::string::npos);
+  }
+  SECTION("a process killed by the SIGTERM the launcher forwarded") {
+    // no trap: sleep dies of the forwarded SIGTERM
+    const std::string script = std::string(kRecordStart) + R"(echo ready > "$1/ready.$TROUPE_RANK"; exec sleep 100)";
+    Launcher l({"--nprocs", "2", "--grace", "5", "--", "/bin/sh", "-c", script, "sh", s.dir.string()}, s);
+    REQUIRE(wait_files({s.path("ready.0"), s.path("ready.1")}, 5));
+    REQUIRE(::kill(l.pid, SIGTERM) == 0);
+    const int rc = l.wait(5);
+    INFO("stderr: " << l.err());
+    CHECK(rc == 128 + SIGTERM);
+    CHECK(read_starts(s, 0).size() == 1);
+    CHECK(read_starts(s, 1).size() == 1);
+    CHECK(l.err().find("again") == std::string::npos);
+  }
+  SECTION("a loss after 100 respawns") {
+    const std::string script = std::string(kRecordStart) + R"(kill -9 $$)";
+    Result r = launch({"--nprocs", "1", "--", "/bin/sh", "-c", script, "sh", s.dir.string()}, s, {}, 20);
+    INFO("stderr: " << r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0));
+    CHECK(r.rc == 137);
+    const auto st = read_starts(s, 0);
+    REQUIRE(st.size() == 101);
+    for (int k = 0; k <= 100; ++k) CHECK(st[k].at("restart") == std::to_string(k));
+    CHECK(count_of(r.err, "; starting it again (respawn ") == 100);
+    CHECK(r.err.find("(respawn 100)\n") != std::string::npos);
+    CHECK(r.err.find("launch: process 0 (pid " + st[100].at("pid") + ") killed by signal SIGKILL\n") !=
+          std::string::npos);
   }
 }

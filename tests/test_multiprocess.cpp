@@ -254,27 +254,42 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
   };
   struct Kill {
     std::string name, env;
+    std::string launch = "";  // troupe launch options (default: --respawn process)
+    std::string set = "";     // config options
+    std::string expect = "recovering in place";  // in the log
   };
+  const std::string memory = " --set checkpoint.memory_interval=1";
   const std::vector<Kill> kills = {
       // before the first snapshot (a fresh start), at a step's start, in forward, backward and
       // the optimizer step, in the coordinator's process and in workers' processes, and
-      // process 0 while its checkpoint writer writes step 4's snapshot
+      // process 0 while its checkpoint writer writes step 4's snapshot. Only the lost
+      // process is started again; the others recover in place, from the disk's snapshot...
       {"p0-step2", "TROUPE_FAULT_KILL_RANK=0 TROUPE_FAULT_KILL_STEP=2"},
       {"p3-step6", "TROUPE_FAULT_KILL_RANK=3 TROUPE_FAULT_KILL_STEP=6"},
       {"p1-forward5", "TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=5 TROUPE_FAULT_PHASE=F"},
       {"p2-backward6", "TROUPE_FAULT_KILL_RANK=2 TROUPE_FAULT_KILL_STEP=6 TROUPE_FAULT_PHASE=B"},
       {"p0-optimizer3", "TROUPE_FAULT_KILL_RANK=0 TROUPE_FAULT_KILL_STEP=3 TROUPE_FAULT_PHASE=O"},
       {"p0-snapshot4", "TROUPE_FAULT_KILL_IN_SNAPSHOT=4"},
+      // ... or from a peer's memory copy of every step (the lost process's shards from the next process)
+      {"mem-p3-step6", "TROUPE_FAULT_KILL_RANK=3 TROUPE_FAULT_KILL_STEP=6", "", memory, "from peer memory (step "},
+      {"mem-p0-optimizer5", "TROUPE_FAULT_KILL_RANK=0 TROUPE_FAULT_KILL_STEP=5 TROUPE_FAULT_PHASE=O", "", memory,
+       "from peer memory (step "},
+      {"mem-p2-backward7", "TROUPE_FAULT_KILL_RANK=2 TROUPE_FAULT_KILL_STEP=7 TROUPE_FAULT_PHASE=B", "", memory,
+       "from peer memory (step "},
+      // the whole job started again (torchrun-style), from the disk's snapshot
+      {"job-p1-forward5", "TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=5 TROUPE_FAULT_PHASE=F", "--respawn job", "",
+       "starting all processes again"},
   };
   for (const auto& kill : kills) {
     {
       const std::string run = "killed-" + kill.name;
-      Run r = sh("env " + kill.env + " '" + troupe_bin() + "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() +
-                     "' " + train_args(s, run, layout + " --set train.threads=1"),
+      Run r = sh("env " + kill.env + " '" + troupe_bin() + "' launch --nprocs 4 --grace 15 " + kill.launch + " -- '" +
+                     troupe_bin() + "' " + train_args(s, run, layout + " --set train.threads=1" + kill.set),
                  s, run, 200);
       INFO(run << ": " << r.err);
       REQUIRE(r.rc == 0);
       CHECK(r.err.find("restart 1") != std::string::npos);
+      CHECK(r.err.find(kill.expect) != std::string::npos);
       std::map<int, double> got;  // the last record of each step wins (a restart repeats steps)
       std::ifstream in(s.path(run) + "/metrics.jsonl");
       for (std::string line; std::getline(in, line);) {
