@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <caf/io/all.hpp>
@@ -156,6 +157,8 @@ struct Cluster::Impl {
   std::vector<bool> joined, ready, bye;
   std::vector<std::vector<char>> addresses;
   std::vector<std::string> who;  // "process r (host H, pid P)"
+  std::vector<std::string> hosts;  // by process (from the joins; the table tells the others)
+  std::vector<int32_t> pids;
   bool have_table = false;
   std::string refused;   // a refused join (this process, or any process at the hub)
   std::string failure;   // a lost peer or an abort
@@ -422,6 +425,8 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           }
           std::lock_guard<std::mutex> lk(s.impl->mu);
           s.impl->who[from] = who;
+          s.impl->hosts[from] = inner.get_as<std::string>(6);
+          s.impl->pids[from] = inner.get_as<int32_t>(7);
           s.impl->addresses[from] = inner.get_as<std::vector<char>>(5);
           s.impl->offers[from] = inner.get_as<std::vector<int64_t>>(9);
           s.impl->joined[from] = true;
@@ -435,9 +440,17 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
               s.impl->cv.notify_all();
             },
             [&](table_atom, std::vector<std::vector<char>>& addrs, int32_t source, int64_t step,
-                std::vector<int32_t>& provider) {
+                std::vector<int32_t>& provider, std::vector<std::string>& hosts, std::vector<int32_t>& pids) {
               std::lock_guard<std::mutex> lk(s.impl->mu);
               s.impl->addresses = std::move(addrs);
+              if ((int)hosts.size() == n && (int)pids.size() == n) {
+                for (int q = 0; q < n; ++q)
+                  if (q != me) {
+                    s.impl->hosts[q] = hosts[q];
+                    s.impl->pids[q] = pids[q];
+                    s.impl->who[q] = fmt::format("process {} (host {}, pid {})", q, hosts[q], pids[q]);
+                  }
+              }
               s.impl->plan.source = source;
               s.impl->plan.step = step;
               s.impl->plan.provider = std::move(provider);
@@ -502,9 +515,24 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           if (p == me || !s.live[p]) continue;
           post(p, kAgentKind, 0, caf::make_message(hb_atom::value));
           const double silent = std::chrono::duration<double>(Clock::now() - s.last_seen[p]).count();
-          if (silent > timeout)
-            lost(p, fmt::format("no heartbeat for {:.1f} s (hung, stopped or unreachable; fault.timeout_s = {})", silent,
-                                timeout));
+          if (silent > timeout) {
+            std::string why =
+                fmt::format("no heartbeat for {:.1f} s (hung, stopped or unreachable; fault.timeout_s = {})", silent, timeout);
+            // a hung process never exits by itself: on this host, end it so that troupe launch
+            // starts it again (an in-place recovery waits for it)
+            const char* respawn = std::getenv("TROUPE_RESPAWN");
+            std::string host;
+            int32_t pid = 0;
+            {
+              std::lock_guard<std::mutex> lk(s.impl->mu);
+              host = s.impl->hosts[p];
+              pid = s.impl->pids[p];
+            }
+            if (s.impl->o.cfg.fault.policy == "restart" && respawn && std::string(respawn) == "process" && pid > 0 &&
+                host == hostname() && ::kill(pid, SIGKILL) == 0)
+              why += "; killed it (SIGKILL) so that troupe launch starts it again";
+            lost(p, why);
+          }
         }
         self->delayed_send(self, secs(s.impl->o.cfg.fault.heartbeat_s), tick_atom::value);
       },
@@ -544,6 +572,10 @@ Cluster::Cluster(caf::actor_system& sys, ClusterOptions o) : impl_(std::make_sha
   im.addresses.assign(n, {});
   im.who.assign(n, "");
   im.who[im.o.env.rank] = fmt::format("process {} (host {}, pid {})", im.o.env.rank, hostname(), getpid());
+  im.hosts.assign(n, "");
+  im.pids.assign(n, 0);
+  im.hosts[im.o.env.rank] = hostname();
+  im.pids[im.o.env.rank] = (int32_t)getpid();
   TransportOptions to;
   to.process = im.o.env.rank;
   to.nprocs = n;
@@ -643,14 +675,19 @@ void Cluster::join() {
     wait([&] { return std::all_of(im.joined.begin(), im.joined.end(), [](bool b) { return b; }); },
          [&] { return "process(es) " + missing(im.joined) + " did not join"; });
     std::vector<std::vector<char>> table;
+    std::vector<std::string> hosts;
+    std::vector<int32_t> pids;
     {
       std::lock_guard<std::mutex> lk(im.mu);
       table = im.addresses;
+      hosts = im.hosts;
+      pids = im.pids;
       if (im.o.recovering) im.plan = make_recovery_plan(im.offers, im.o.disk_step, im.process_of_rank);
     }
     for (int p = 1; p < n; ++p)
       caf::anon_send(im.agent, none_atom::value, (int32_t)p,
-                     caf::make_message(table_atom::value, table, im.plan.source, im.plan.step, im.plan.provider));
+                     caf::make_message(table_atom::value, table, im.plan.source, im.plan.step, im.plan.provider, hosts,
+                                       pids));
     std::vector<std::vector<uint8_t>> addrs;
     for (auto& a : table) addrs.emplace_back(a.begin(), a.end());
     im.transport->connect(addrs);

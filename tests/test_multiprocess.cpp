@@ -276,6 +276,9 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
        "from peer memory (step "},
       {"mem-p2-backward7", "TROUPE_FAULT_KILL_RANK=2 TROUPE_FAULT_KILL_STEP=7 TROUPE_FAULT_PHASE=B", "", memory,
        "from peer memory (step "},
+      // a hung (stopped) process: found by its silence, killed, started again
+      {"p1-stopped5", "TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=5 TROUPE_FAULT_SIGNAL=STOP", "",
+       " --set fault.timeout_s=3", "killed it (SIGKILL) so that troupe launch starts it again"},
       // the whole job started again (torchrun-style), from the disk's snapshot
       {"job-p1-forward5", "TROUPE_FAULT_KILL_RANK=1 TROUPE_FAULT_KILL_STEP=5 TROUPE_FAULT_PHASE=F", "--respawn job", "",
        "starting all processes again"},
