@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
 #include <chrono>
@@ -101,16 +103,27 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
       [&](stop_atom) { running = false; });
 }
 
-caf::behavior memory_keeper(caf::event_based_actor* self, std::shared_ptr<MemoryStore> store, caf::actor peer,
+caf::behavior memory_keeper(caf::event_based_actor* self, std::shared_ptr<MemoryStore> store,
+                            std::function<void(int64_t k, int rank, const std::vector<float>& words)> to_peer,
                             std::vector<int> ranks, Topology topo) {
   return {
       [=](shard_atom, int64_t k, ShardData& s) {
         const int r = topo.rank({s.dp, s.pp, s.tp});
-        if (peer) self->send(peer, peershard_atom::value, k, (int32_t)r, s);
-        store->put_shard(k, r, std::make_shared<const ShardData>(std::move(s)));
+        auto kept = std::make_shared<const ShardData>(std::move(s));
+        store->put_shard(k, r, kept);
+        if (!to_peer) return;
+        try {
+          to_peer(k, r, encode_shard(*kept, MemoryInfo{}));
+        } catch (const std::exception& e) {
+          spdlog::warn("memory snapshot of step {}: the copy of rank {} did not reach its peer: {}", k, r, e.what());
+        }
       },
-      [=](peershard_atom, int64_t k, int32_t r, ShardData& s) {
-        store->put_shard(k, r, std::make_shared<const ShardData>(std::move(s)));
+      [=](peershard_atom, int64_t k, int32_t r, const Tensor& t) {
+        try {
+          store->put_shard(k, r, std::make_shared<const ShardData>(decode_shard(t.data(), (size_t)t.numel(), nullptr)));
+        } catch (const std::exception& e) {
+          spdlog::warn("memory snapshot of step {}: dropped the peer's copy of rank {}: {}", k, r, e.what());
+        }
       },
       [=](meminfo_atom, int64_t k, int64_t updates, uint64_t scale_bits, int32_t growth, int32_t hysteresis) {
         MemoryInfo info;

@@ -10,6 +10,7 @@
 // are written one at a time, in step order. (stop_atom) ends it.
 #pragma once
 #include <caf/all.hpp>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,15 +25,17 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
 
 // The memory keeper of one process (checkpoint.memory_interval; checkpoint/memory_store.h):
 //   (shard_atom, k, ShardData) from this process's optimizer actors: kept in `store` under
-//     the worker's global rank (topo) and copied to `peer`, the keeper of process
-//     (p + 1) % N (a control proxy; null in a one-process job);
-//   (peershard_atom, k, rank, ShardData) from process (p - 1) % N's keeper: kept;
+//     the worker's global rank (topo), and encoded (encode_shard) and handed to `to_peer`,
+//     which sends it over the data plane to process (p + 1) % N (Cluster::send_snapshot_shard);
+//   (peershard_atom, k, rank, Tensor) process (p - 1) % N's encoded copy: decoded, kept;
 //   (meminfo_atom, k, updates, loss-scale bits, growth tracker, hysteresis tracker) from
 //     the coordinator: step k's counters; the step is complete in `store` once every rank
 //     of `ranks` (this process's and process p - 1's) is in;
 //   (stop_atom): ends it.
-// It runs on CAF's scheduler (event-based): it only moves host copies around.
-caf::behavior memory_keeper(caf::event_based_actor* self, std::shared_ptr<MemoryStore> store, caf::actor peer,
+// Spawn it detached: sending a copy blocks until UCX is done with it. A failed send is
+// logged and the copy dropped (the lost peer is the cluster's to report).
+caf::behavior memory_keeper(caf::event_based_actor* self, std::shared_ptr<MemoryStore> store,
+                            std::function<void(int64_t k, int rank, const std::vector<float>& words)> to_peer,
                             std::vector<int> ranks, Topology topo);
 
 }  // namespace troupe

@@ -22,6 +22,7 @@
 
 #include "actors/messages.h"
 #include "actors/wire_types.h"
+#include "checkpoint/memory_store.h"
 #include "collectives/wire.h"
 #include "core/error.h"
 #include "core/events.h"
@@ -41,7 +42,6 @@ using end_atom = caf::atom_constant<caf::atom("end")>;
 using bye_atom = caf::atom_constant<caf::atom("bye")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using none_atom = caf::atom_constant<caf::atom("none")>;
-using memshard_atom = caf::atom_constant<caf::atom("memshard")>;
 using restored_atom = caf::atom_constant<caf::atom("restored")>;
 using busy_atom = caf::atom_constant<caf::atom("busy")>;
 
@@ -172,6 +172,7 @@ struct Cluster::Impl {
   std::map<int64_t, std::map<int, std::shared_ptr<const ShardData>>> incoming;  // state shards by step, rank
   std::map<int64_t, MemoryInfo> incoming_info;
   std::vector<bool> restored;
+  caf::actor keeper;  // gets the peers' memory-snapshot copies (deliver_snapshots_to)
 
   bool hub() const { return o.env.rank == 0; }
   int nprocs() const { return o.env.world; }
@@ -224,8 +225,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
   // Serializes (kind, index, inner) and sends it, authenticated, to process p's agent.
   auto post = [=](int p, int32_t kind, int32_t index, caf::message inner) {
     auto& s = self->state;
-    // processes other than 0 reach each other through the hub, which relays the envelope
-    const caf::actor dst = s.peers[p] ? s.peers[p] : (!s.impl->hub() && p != 0 ? s.peers[0] : caf::actor());
+    const caf::actor dst = s.peers[p];
     if (!dst) return;
     std::vector<char> body;
     caf::binary_serializer sink(self->system(), body);
@@ -330,8 +330,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         auto reject = [&](const std::string& why) {
           spdlog::warn("control plane: dropped a message claiming to come from process {}: {}", from, why);
         };
-        if (from < 0 || from >= n || to < 0 || to >= n || from == me || (to != me && !s.impl->hub()))
-          return reject("bad process numbers");
+        if (from < 0 || from >= n || to != me || from == me) return reject("bad process numbers");
         const auto want = envelope_mac(secret, from, to, seq, body);
         if (mac.size() != want.size() || CRYPTO_memcmp(mac.data(), want.data(), want.size()) != 0) {
           {
@@ -342,11 +341,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         }
         if (!s.impl->hub() && caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[0])
           return reject("not from the coordinator this process is joined to");
-        if (to != me) {  // the hub relays between the other processes (the receiver checks the sequence)
-          if (s.peers[to] && s.peers[from] == caf::actor_cast<caf::actor>(self->current_sender()))
-            self->send(s.peers[to], ctl_atom::value, from, to, seq, std::move(body), std::move(mac));
-          return;
-        }
+
         caf::message msg;
         caf::binary_deserializer src(self->system(), body);
         if (auto err = src(msg)) return reject("undecodable body: " + self->system().render(err));
@@ -460,19 +455,6 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
             [&](busy_atom) {
               std::lock_guard<std::mutex> lk(s.impl->mu);
               s.impl->busy = true;
-              s.impl->cv.notify_all();
-            },
-            [&](memshard_atom, int64_t k, int32_t rank, ShardData& sd, int64_t updates, uint64_t scale_bits,
-                int32_t growth, int32_t hysteresis) {
-              MemoryInfo info;
-              info.step = k;
-              info.updates = updates;
-              std::memcpy(&info.loss_scale, &scale_bits, sizeof scale_bits);
-              info.growth_tracker = growth;
-              info.hysteresis_tracker = hysteresis;
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->incoming[k][rank] = std::make_shared<const ShardData>(std::move(sd));
-              s.impl->incoming_info[k] = info;
               s.impl->cv.notify_all();
             },
             [&](restored_atom) {
@@ -614,6 +596,31 @@ Cluster::Cluster(caf::actor_system& sys, ClusterOptions o) : impl_(std::make_sha
     }
   };
   for (uint8_t kind : {kWireActivation, kWireGradient, kWireTied, kWireInference}) im.transport->on_arrival(kind, deliver);
+  // memory-snapshot shards: a peer's copy goes to the keeper (it decodes there, off the
+  // progress thread); a recovery's state is decoded into `incoming`
+  im.transport->on_arrival(kWireSnapshot, [weak](const WireHeader& h, Tensor t) {
+    auto im = weak.lock();
+    if (!im) return;
+    if (h.chunk == 0) {
+      caf::actor keeper;
+      {
+        std::lock_guard<std::mutex> lk(im->mu);
+        keeper = im->keeper;
+      }
+      if (keeper) caf::anon_send(keeper, peershard_atom::value, h.step, (int32_t)h.microbatch, std::move(t));
+      return;
+    }
+    try {
+      MemoryInfo info;
+      auto sd = std::make_shared<const ShardData>(decode_shard(t.data(), (size_t)t.numel(), &info));
+      std::lock_guard<std::mutex> lk(im->mu);
+      im->incoming[h.step][h.microbatch] = std::move(sd);
+      im->incoming_info[h.step] = info;
+      im->cv.notify_all();
+    } catch (const std::exception& e) {
+      spdlog::warn("data plane: dropped a recovery shard of rank {}: {}", h.microbatch, e.what());
+    }
+  });
 }
 
 Cluster::~Cluster() {
@@ -742,13 +749,45 @@ RecoveryPlan Cluster::plan() const {
   return impl_->plan;
 }
 
-void Cluster::send_state_shard(int proc, int64_t k, int rank, const ShardData& shard, const MemoryInfo& info) {
-  uint64_t bits;
-  std::memcpy(&bits, &info.loss_scale, sizeof bits);
-  caf::anon_send(impl_->agent, none_atom::value, (int32_t)proc,
-                 caf::make_message(memshard_atom::value, k, (int32_t)rank, shard, info.updates, bits,
-                                   (int32_t)info.growth_tracker, (int32_t)info.hysteresis_tracker));
+void Cluster::deliver_snapshots_to(caf::actor keeper) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->keeper = std::move(keeper);
 }
+
+void send_snapshot(Cluster::Impl& im, int proc, int64_t k, int rank, int purpose, const std::vector<float>& words,
+                   double timeout_s);
+
+void Cluster::send_snapshot_shard(int proc, int64_t k, int rank, int purpose, const std::vector<float>& words,
+                                  double timeout_s) {
+  snapshot_sender(proc, purpose, timeout_s)(k, rank, words);
+}
+
+std::function<void(int64_t, int, const std::vector<float>&)> Cluster::snapshot_sender(int proc, int purpose,
+                                                                                       double timeout_s) {
+  std::weak_ptr<Impl> weak = impl_;
+  return [weak, proc, purpose, timeout_s](int64_t k, int rank, const std::vector<float>& words) {
+    auto im = weak.lock();
+    if (!im) throw Error("the job has ended");
+    send_snapshot(*im, proc, k, rank, purpose, words, timeout_s);
+  };
+}
+
+void send_snapshot(Cluster::Impl& im, int proc, int64_t k, int rank, int purpose, const std::vector<float>& words,
+                   double timeout_s) {
+  WireHeader h;
+  h.kind = kWireSnapshot;
+  h.step = k;
+  h.microbatch = rank;
+  h.chunk = purpose;
+  h.source = im.o.placement.at(im.o.env.rank).at(0);
+  h.destination = im.o.placement.at(proc).at(0);
+  h.dtype = DType::f32;
+  h.shape = {(int64_t)words.size()};
+  h.bytes = words.size() * sizeof(float);
+  auto transport = im.transport;
+  transport->send(h, words.data(), timeout_s);
+}
+
 
 std::vector<std::shared_ptr<const ShardData>> Cluster::receive_state_shards(int64_t k, const std::vector<int>& ranks,
                                                                             MemoryInfo* info) {

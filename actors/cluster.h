@@ -100,11 +100,20 @@ class Cluster {
   // UserError for a refused join (naming why), Error for a missed deadline.
   void join();
 
+  // Memory-snapshot shards that arrive over UCX as a peer's copy go to `keeper` as
+  // (peershard_atom, k, rank, Tensor) (the encoded shard; actors/checkpointer.h).
+  void deliver_snapshots_to(caf::actor keeper);
+  // Sends an encoded shard (encode_shard) of global rank `rank` at step k to process `proc`
+  // over UCX: purpose 0 a peer's copy (to its keeper), 1 an in-place recovery's state.
+  // Blocks until UCX is done with `words`; throws Error past timeout_s or when the peer is gone.
+  void send_snapshot_shard(int proc, int64_t k, int rank, int purpose, const std::vector<float>& words,
+                           double timeout_s);
+  // The same as a function that stays safe to call after this Cluster is gone (it then
+  // throws Error): for the keeper actor, which may still be sending when the job ends.
+  std::function<void(int64_t k, int rank, const std::vector<float>& words)> snapshot_sender(int proc, int purpose,
+                                                                                            double timeout_s);
   // An in-place recovery, after join(): the plan process 0 made from every process's offer.
   RecoveryPlan plan() const;
-  // Sends the shards of global rank `rank` at step `k` (with the step's counters) to
-  // process `proc` over the control plane.
-  void send_state_shard(int proc, int64_t k, int rank, const ShardData& shard, const MemoryInfo& info);
   // Waits (fault.join_timeout_s) until the shards of every rank in `ranks` at step k have
   // arrived from other processes; returns them (in `ranks` order) and the step's counters.
   // Throws Error naming the missing ranks past the deadline, or the failure of a peer.

@@ -107,6 +107,9 @@ class Coordinator {
     } catch (const std::exception& e) {
       spdlog::error("{}", e.what());
     }
+    if (cluster_) cluster_->deliver_snapshots_to(caf::actor());
+    keeper_ = caf::actor();  // no handle may outlive the actor system (it waits for detached actors)
+    keepers_.clear();
     cluster_.reset();  // its proxies and agent stop before the actor system
     self_.reset();
     sys_.reset();
@@ -212,9 +215,12 @@ class Coordinator {
       const int W = ctx_.launch.world, next = (me + 1) % W, prev = (me + W - 1) % W;
       std::vector<int> keep = placement[me];
       keep.insert(keep.end(), placement[prev].begin(), placement[prev].end());
-      keeper_ = sys_->spawn(memory_keeper, ctx_.memory, cluster_->control_proxy(next, {RemoteRef::keeper, next}), keep,
-                            topo);
+      keeper_ = sys_->spawn<caf::detached>(memory_keeper, ctx_.memory,
+                                           cluster_->snapshot_sender(next, 0, cfg_.train.timeout_s), keep, topo);
+      (*self_)->monitor(keeper_);
+      ++local_actors_;
       cluster_->expose({RemoteRef::keeper, me}, keeper_);
+      cluster_->deliver_snapshots_to(keeper_);
       if (leader) {
         keepers_.push_back(keeper_);
         for (int q = 1; q < W; ++q) keepers_.push_back(cluster_->control_proxy(q, {RemoteRef::keeper, q}));
@@ -393,6 +399,7 @@ class Coordinator {
         throw UserError(e.what());
       }
       joined_at_ = unix_seconds();
+      if (ctx_.recovering) log_event("rejoined", {{"process", me}, {"generation", ctx_.generation}});
       if (leader) spdlog::info("all {} processes joined; data plane connected (UCX)", ctx_.launch.world);
       if (ctx_.recovering) recover_state();
       if (!leader) {     // a follower runs its workers until process 0 ends the job
@@ -940,8 +947,9 @@ class Coordinator {
         shards[r] = ctx_.memory ? ctx_.memory->shard(plan.step, r) : nullptr;
         TROUPE_CHECK(shards[r] && info) << "process " << me << " was to provide rank " << r << "'s memory snapshot of step "
                                         << plan.step << " but does not hold it";
+        const std::vector<float> words = encode_shard(*shards[r], *info);
         for (int q = 0; q < ctx_.launch.world; ++q)
-          if (q != me) cluster_->send_state_shard(q, plan.step, r, *shards[r], *info);
+          if (q != me) cluster_->send_snapshot_shard(q, plan.step, r, 1, words, cfg_.train.timeout_s);
       }
       MemoryInfo got;
       auto received = cluster_->receive_state_shards(plan.step, wanted, &got);
@@ -964,7 +972,8 @@ class Coordinator {
       for (auto& o : local_optimizers_) (*self_)->send(o, restore_atom::value, RestoreState{st});
       ctx_.resume = st;
     }
-    log_event("state_restored", {{"process", me}, {"source", (int)plan.source}, {"step", plan.step}, {"bytes", bytes}});
+    log_event("state_restored", {{"process", me}, {"source", (int)plan.source}, {"step", plan.step}, {"bytes", bytes},
+                                 {"started", joined_at_}});
     cluster_->restored();
     state_at_ = unix_seconds();
     const int64_t done = last_done_step().load();

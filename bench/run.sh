@@ -64,7 +64,7 @@ perftest() {  # PORT ARGS...: one ucx_perftest server + client; prints the clien
 }
 perftest 13371 -t tag_bw -s 67108864 -n 32 | tee "$OUT/ucx_perftest_bw.txt"
 perftest 13372 -t tag_lat -s 8 -n 10000 | tee "$OUT/ucx_perftest_lat.txt"
-echo "== recovery from a killed process (fault.policy = restart), default job in 2 processes (bench/recovery_bench.sh)"
+echo "== recovery from a killed process (fault.policy = restart): whole job vs in place, disk vs peer memory (bench/recovery_bench.sh)"
 BUILD="$BUILD" OUT="$OUT" bash bench/recovery_bench.sh | tee "$OUT/recovery.json"
 echo "== the default job (PP=2) in 2 processes (troupe launch) vs the same layout in one process, 40 steps"
 for n in 1 2; do
@@ -158,9 +158,22 @@ mp1 = json.loads(open(f"{out}/mp-1.json").read())
 mp2 = json.loads(open(f"{out}/mp-2.json").read())
 add("default_job_pp2_2processes_tokens_per_s", mp2["tokens_per_s"], "tokens/s", True, "troupe-pp2-1-process",
     mp1["tokens_per_s"])
-rc = json.loads(open(f"{out}/recovery.json").read())
-add("recovery_kill_to_first_step_s", rc["first_step_s"], "s", False, "cold-start-launch-to-first-step", rc["cold_start_s"])
-add("recovery_detection_s", rc["detection_s"], "s", False, "fault.timeout_s-default", 30.0)
+rec = {}
+for line in open(f"{out}/recovery.json"):
+    j = json.loads(line)
+    rec[j.get("mode", j["name"])] = j
+for mode in ("job", "process-disk", "process-memory"):
+    rc = rec[mode]
+    add(f"recovery_{mode}_kill_to_first_step_s", rc["first_step_s"], "s", False, "cold-start-launch-to-first-step",
+        rc["cold_start_s"])
+add("recovery_detection_s", rec["process-memory"]["detection_s"], "s", False, "fault.timeout_s-default", 30.0)
+add("recovery_state_from_peer_memory_s", rec["process-memory"]["reload_s"], "s", False, "state-from-disk-in-place",
+    rec["process-disk"]["reload_s"])
+add("recovery_in_place_kill_to_first_step_s", rec["process-memory"]["first_step_s"], "s", False,
+    "whole-job-restart-from-disk", rec["job"]["first_step_s"])
+mo = rec["memory_snapshot_overhead"]
+add("tokens_per_s_memory_snapshot_every_step", mo["tokens_per_s_memory_every_step"], "tokens/s", True,
+    "no-memory-snapshots", mo["tokens_per_s_none"])
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")

@@ -58,4 +58,14 @@ class MemoryStore {
   std::map<int64_t, Entry> steps_;
 };
 
+// One shard and its step's counters as a flat buffer of 4-byte words, for the data plane
+// (collectives/ucx.h kWireSnapshot): a header (magic, counters, dp/pp/tp, record count),
+// each record's metadata (name, field, TP rank, offset, local size, count), padding to 4
+// bytes, then every record's floats. Same-binary peers only (host byte order).
+std::vector<float> encode_shard(const ShardData& shard, const MemoryInfo& info);
+// The inverse. The buffer comes from the network (authenticated, but checked anyway): every
+// length and count is checked against the buffer before it is used. Throws Error naming
+// what is malformed.
+ShardData decode_shard(const float* words, size_t n, MemoryInfo* info);
+
 }  // namespace troupe

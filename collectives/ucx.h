@@ -43,6 +43,9 @@ enum WireKind : uint8_t {
   kWireCollective = 3,   // a Communicator's traffic: step = the group's call sequence number,
                          // microbatch = the group's id, chunk = the phase within the call
   kWireInference = 4,    // sampling: (id, 0, receiving chunk), tensor (1, T, C)
+  kWireSnapshot = 5,     // a memory-snapshot shard (checkpoint/memory_store.h encode_shard): step = the
+                         // snapshot's step, microbatch = the shard's global rank, chunk = 0 a peer's
+                         // copy, 1 the state of an in-place recovery; a flat f32 buffer
 };
 
 struct TransportOptions {

@@ -84,7 +84,7 @@ WireHeader decode_header(const uint8_t* data, size_t n, const std::string& secre
     throw ProtocolError(std::string("data-plane header: malformed (") + e.getDescription().cStr() + ")");
   }
   // steps: training steps are >= 1, validation batches are negative (actors/job.cpp)
-  if (h.step < -(int64_t(1) << 62) || h.step > (int64_t(1) << 62) || h.microbatch < 0 || h.chunk < 0 || h.kind > 4)
+  if (h.step < -(int64_t(1) << 62) || h.step > (int64_t(1) << 62) || h.microbatch < 0 || h.chunk < 0 || h.kind > 5)
     throw ProtocolError("data-plane header: step/microbatch/chunk/kind out of range");
   if (h.source < 0 || h.source >= lim.world || h.destination < 0 || h.destination >= lim.world)
     throw ProtocolError("data-plane header: rank " + std::to_string(h.source) + " -> " + std::to_string(h.destination) +

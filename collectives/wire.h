@@ -17,7 +17,8 @@ namespace troupe {
 struct WireHeader {
   int64_t step = 0;
   int32_t microbatch = 0, chunk = 0;
-  uint8_t kind = 0;  // 0 activation, 1 output gradient, 2 tied-embedding gradient, 3 collective, 4 inference
+  uint8_t kind = 0;  // 0 activation, 1 output gradient, 2 tied-embedding gradient, 3 collective, 4 inference,
+                    // 5 memory-snapshot shard
   int32_t source = 0, destination = 0;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;

@@ -10,7 +10,7 @@ struct TensorHeader {
   step @1 :Int64;              # training step (>= 1), validation batch (< 0), or a collective's sequence number
   microbatch @2 :Int32;
   chunk @3 :Int32;
-  kind @4 :UInt8;              # 0 activation, 1 output gradient, 2 tied-embedding gradient, 3 collective, 4 inference activation
+  kind @4 :UInt8;              # 0 activation, 1 output gradient, 2 tied-embedding gradient, 3 collective, 4 inference activation, 5 memory-snapshot shard
   source @5 :Int32;            # global rank (core/topology.h)
   destination @6 :Int32;
   dtype @7 :UInt8;             # 0 f32, 1 bf16, 2 f16 (core/tensor.h DType)

@@ -2,6 +2,7 @@
 // rebuilding a TrainState from shards in memory (checkpoint/snapshot.h assemble_state).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -181,4 +182,57 @@ TEST_CASE("a state rebuilt from shards in memory equals the same shards loaded f
   // one shard missing: an error naming what is missing, not a partial state
   mem.pop_back();
   CHECK_THROWS_WITH(assemble_state(info, mem, c, "memory"), Catch::Contains("lacks"));
+}
+
+TEST_CASE("a shard encoded for the data plane decodes to the same bits; damaged buffers are refused", "[memory]") {
+  ShardData sd;
+  sd.dp = 1, sd.pp = 2, sd.tp = 3;
+  sd.records.push_back(ShardRecord{"h.0.attn.c_attn.weight", StateField::adam_v, 1, 5, 20, {1.5f, -0.0f, 3e-42f}});
+  sd.records.push_back(ShardRecord{"wte", StateField::value, 0, 0, 2, {INFINITY, NAN}});
+  MemoryInfo mi;
+  mi.step = 42, mi.updates = 40, mi.loss_scale = 65536.0, mi.growth_tracker = 7, mi.hysteresis_tracker = 1;
+  const std::vector<float> w = encode_shard(sd, mi);
+  MemoryInfo got_info;
+  const ShardData got = decode_shard(w.data(), w.size(), &got_info);
+  CHECK(got.dp == 1);
+  CHECK(got.pp == 2);
+  CHECK(got.tp == 3);
+  REQUIRE(got.records.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(got.records[i].name == sd.records[i].name);
+    CHECK(got.records[i].field == sd.records[i].field);
+    CHECK(got.records[i].tp == sd.records[i].tp);
+    CHECK(got.records[i].offset == sd.records[i].offset);
+    CHECK(got.records[i].local_numel == sd.records[i].local_numel);
+    REQUIRE(got.records[i].data.size() == sd.records[i].data.size());
+    CHECK(std::memcmp(got.records[i].data.data(), sd.records[i].data.data(), sd.records[i].data.size() * 4) == 0);
+  }
+  CHECK(got_info.step == 42);
+  CHECK(got_info.updates == 40);
+  CHECK(got_info.loss_scale == 65536.0);
+  CHECK(got_info.growth_tracker == 7);
+  CHECK(got_info.hysteresis_tracker == 1);
+  // truncated anywhere, a float more or less, another magic: an error, never a crash
+  for (size_t n = 0; n < w.size(); ++n) CHECK_THROWS(decode_shard(w.data(), n, nullptr));
+  std::vector<float> longer = w;
+  longer.push_back(0.f);
+  CHECK_THROWS_WITH(decode_shard(longer.data(), longer.size(), nullptr), Catch::Contains("does not match"));
+  std::vector<float> bad = w;
+  bad[0] = 1.0f;
+  CHECK_THROWS_WITH(decode_shard(bad.data(), bad.size(), nullptr), Catch::Contains("not a memory-snapshot shard"));
+  // random garbage: refused or decoded, but bounded
+  std::mt19937 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<float> g = w;
+    for (int j = 0; j < 3; ++j) {
+      uint32_t x;
+      std::memcpy(&x, &g[rng() % g.size()], 4);
+      x ^= 1u << (rng() % 32);
+      std::memcpy(&g[rng() % g.size()], &x, 4);
+    }
+    try {
+      decode_shard(g.data(), g.size(), nullptr);
+    } catch (const std::exception&) {
+    }
+  }
 }
