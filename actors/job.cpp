@@ -442,6 +442,8 @@ class Coordinator {
         scaler_->restore(ctx_.resume->loss_scale, ctx_.resume->growth_tracker, ctx_.resume->hysteresis_tracker);
     }
     res.first_step = k0;
+    if (ctx_.generation > 0 && !ctx_.resume)  // a restart with no snapshot anywhere: step 1 again
+      emit({{"restarted_from_scratch", true}, {"restart", ctx_.generation}, {"step", 0}});
     if (ctx_.resume) {
       emit({{"resumed_from", ctx_.resume->dir}, {"step", ctx_.resume->step}});  // later records continue from here
       if (!ctx_.quiet)

@@ -111,6 +111,7 @@ const char* kind_name(uint8_t k) {
     case kWireTied: return "tied-embedding gradient";
     case kWireCollective: return "collective";
     case kWireInference: return "inference";
+    case kWireSnapshot: return "memory-snapshot shard";
     default: return "unknown kind";
   }
 }
