@@ -510,8 +510,8 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
               host = s.impl->hosts[p];
               pid = s.impl->pids[p];
             }
-            if (s.impl->o.cfg.fault.policy == "restart" && respawn && std::string(respawn) == "process" && pid > 0 &&
-                host == hostname() && ::kill(pid, SIGKILL) == 0)
+            if (s.impl->o.cfg.fault.policy == "restart" && respawn && pid > 0 && host == hostname() &&
+                ::kill(pid, SIGKILL) == 0)
               why += "; killed it (SIGKILL) so that troupe launch starts it again";
             lost(p, why);
           }

@@ -227,7 +227,7 @@ class Coordinator {
       }
     } else if (leader && cfg_.checkpoint.memory_interval > 0 && !ctx_.quiet) {
       spdlog::info("checkpoint.memory_interval = {} has no effect in a job of one process (a memory copy dies with "
-                   "it); snapshots go to disk only",
+                   "it); only checkpoint.interval's disk snapshots are taken",
                    cfg_.checkpoint.memory_interval);
     }
     // The communicators of a group: in-process when all its ranks are here, else over UCX
@@ -978,7 +978,16 @@ class Coordinator {
                                  {"started", joined_at_}});
     cluster_->restored();
     state_at_ = unix_seconds();
-    const int64_t done = last_done_step().load();
+    int64_t done = last_done_step().load();
+    if (done == 0 && leader && !ctx_.run_dir.empty()) {
+      // process 0 itself was started again: the failed start's last step is in metrics.jsonl
+      std::ifstream in(ctx_.run_dir + "/metrics.jsonl");
+      for (std::string line; std::getline(in, line);) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.contains("loss") && j.contains("step") && j["step"].is_number_integer())
+          done = std::max<int64_t>(done, j["step"].get<int64_t>());
+      }
+    }
     lost_steps_ = done > 0 ? done - plan.step : 0;
     if (leader && !ctx_.quiet)
       spdlog::info("recovery: every process continues from {}{}", state_from_,

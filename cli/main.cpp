@@ -337,11 +337,15 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const char* respawn = std::getenv("TROUPE_RESPAWN");
   const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
   std::string resume = resume_opt;
+  if (restart > 0 && c.fault.policy == "abort")
+    throw FinalError(
+        "fault.policy = abort: the job stops after a lost process, so a process started again by the launcher does not "
+        "join it; continue with --resume latest, or use fault.policy = restart");
   if (restart > 0) {
     const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
     if (restart > c.fault.max_restarts)
       throw FinalError(fmt::format(
-          "the job failed {} times, more than fault.max_restarts = {}: stopping for good. {}", restart,
+          "the job failed {} time(s), more than fault.max_restarts = {}: stopping for good. {}", restart,
           c.fault.max_restarts,
           snaps.empty() ? std::string("No snapshot was written; raise checkpoint.interval's frequency")
                         : fmt::format("The newest snapshot is {} (step {}); continue with --resume latest once the "
@@ -460,6 +464,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   if (follower) ctx.run_dir.clear();
   if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT"); f && restart == 0)
     ctx.fault_kill_in_snapshot = std::atoll(f);
+  if (c.checkpoint.memory_interval > 0 && launch.world > 1 && !in_place && !follower)
+    spdlog::warn("checkpoint.memory_interval = {} has no effect here: only an in-place recovery (fault.policy = "
+                 "restart under troupe launch --respawn process) reads memory snapshots; set it to 0 to save their cost",
+                 c.checkpoint.memory_interval);
   ctx.memory = std::make_shared<MemoryStore>();
   ctx.recovering = in_place && restart > 0;
   ctx.generation = restart;
@@ -490,17 +498,16 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
         if (generation > c.fault.max_restarts) {
           const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
           throw FinalError(fmt::format(
-              "{}\nthe job failed {} times, more than fault.max_restarts = {}: stopping for good. {}", e.what(),
+              "{}\nthe job failed {} time(s), more than fault.max_restarts = {}: stopping for good. {}", e.what(),
               generation, c.fault.max_restarts,
               snaps.empty() ? std::string("No snapshot is on disk")
                             : fmt::format("The newest snapshot on disk is {} (step {}); continue with --resume latest "
                                           "once the cause is fixed",
                                           snaps.back().second, snaps.back().first)));
         }
-        print_error(log_prefix_ + e.what() +
-                    fmt::format("\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for "
-                                "every process to join again)",
-                                generation, c.fault.max_restarts));
+        spdlog::warn("{}\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for every "
+                     "process to join again)",
+                     e.what(), generation, c.fault.max_restarts);
         ctx.recovering = true;
         ctx.generation = generation;
         ctx.failure_time = failure_noticed_at() > 0 ? failure_noticed_at() : unix_seconds();
