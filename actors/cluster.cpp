@@ -428,6 +428,11 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           s.impl->cv.notify_all();
           return;
         }
+        auto raise = [&](auto set) {  // a join/end flag under the lock, and every waiter woken
+          std::lock_guard<std::mutex> lk(s.impl->mu);
+          set();
+          s.impl->cv.notify_all();
+        };
         inner.apply({
             [&](refuse_atom, const std::string& why) {
               std::lock_guard<std::mutex> lk(s.impl->mu);
@@ -452,32 +457,12 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
               s.impl->have_table = true;
               s.impl->cv.notify_all();
             },
-            [&](busy_atom) {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->busy = true;
-              s.impl->cv.notify_all();
-            },
-            [&](restored_atom) {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->restored[from] = true;
-              s.impl->cv.notify_all();
-            },
-            [&](ready_atom) {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->ready[from] = true;
-              s.impl->cv.notify_all();
-            },
+            [&](busy_atom) { raise([&] { s.impl->busy = true; }); },
+            [&](restored_atom) { raise([&] { s.impl->restored[from] = true; }); },
+            [&](ready_atom) { raise([&] { s.impl->ready[from] = true; }); },
             [&](hb_atom) {},
-            [&](end_atom) {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->ended = true;
-              s.impl->cv.notify_all();
-            },
-            [&](bye_atom) {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->bye[from] = true;
-              s.impl->cv.notify_all();
-            },
+            [&](end_atom) { raise([&] { s.impl->ended = true; }); },
+            [&](bye_atom) { raise([&] { s.impl->bye[from] = true; }); },
             [&](abort_atom, const std::string& why) {
               if (s.impl->hub()) {  // a process's own job failed: everyone stops
                 for (int q = 1; q < n; ++q)
