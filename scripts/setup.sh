@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   libcaf-dev libucx-dev ucx-utils libcapnp-dev capnproto
   libspdlog-dev libfmt-dev catch2
   libsentencepiece-dev sentencepiece

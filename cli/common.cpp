@@ -1,0 +1,226 @@
+// cli/common.cpp — see common.h.
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "actors/cluster.h"
+#include "actors/job.h"
+#include "checkpoint/export.h"
+#include "checkpoint/snapshot.h"
+#include "core/launch_env.h"
+#include "cli/launch.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/events.h"
+#include "datasets/corpus.h"
+#include "datasets/loader.h"
+#include "datasets/prepare.h"
+#include "datasets/tokenizer.h"
+#include "model/gpt.h"
+#include "stages/schedule.h"
+#include "stages/simulator.h"
+#include "stages/stage.h"
+#include "cli/common.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::cli {
+
+std::string trace_path_;
+std::string log_prefix_;
+std::shared_ptr<spdlog::logger> file_log_;
+
+void print_error(const std::string& text) {
+  std::fflush(stdout);
+  std::cerr.flush();
+  const std::string line = "error: " + text + "\n";
+  [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& sets) {
+  Config c = Config::load(path);
+  for (auto& s : sets) c.set(s);
+  c.validate();
+  return c;
+}
+
+std::string timestamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+// Checks, without creating anything, that the run directory can be created or written.
+void check_run_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (fs::exists(p, ec)) {
+    TROUPE_USER_CHECK(fs::is_directory(p, ec)) << "run directory '" << dir
+                                               << "' exists and is not a directory; pass --run-dir with a folder";
+    TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0)
+        << "run directory '" << dir << "' is not writable; pass --run-dir with a writable folder";
+    return;
+  }
+  fs::path parent = p.parent_path();
+  while (!parent.empty() && !fs::exists(parent, ec)) parent = parent.parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0)
+      << "cannot create run directory '" << dir << "': " << parent.string()
+      << (fs::is_directory(parent, ec) ? " is not writable" : " is not a directory")
+      << "; pass --run-dir with a writable folder";
+}
+
+// Creates the run directory and takes its lock: one troupe process per run directory.
+int make_run_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TROUPE_USER_CHECK(!ec && fs::is_directory(dir))
+      << "cannot create run directory '" << dir << "' (" << (ec ? ec.message() : "not a directory")
+      << "); pass --run-dir with a writable folder";
+  const std::string lock = dir + "/.lock";
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno)
+                             << "); pass --run-dir with a writable folder";
+  TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0)
+      << "run directory '" << dir << "' is in use by another troupe process; wait for it or pass another --run-dir";
+  return fd;  // held until the process exits
+}
+
+// Saves the resolved config as DIR/config.toml; never overwrites a different one (a new
+// one goes beside it as config-<timestamp>[-n].toml, created exclusively).
+std::string save_config(const Config& c, const std::string& dir) {
+  std::string text = c.to_toml();
+  std::string path = dir + "/config.toml";
+  if (fs::exists(path)) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (ss.str() == text) return path;
+    for (int n = 0;; ++n) {
+      path = dir + "/config-" + timestamp() + (n ? "-" + std::to_string(n) : "") + ".toml";
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        break;
+      }
+      TROUPE_USER_CHECK(errno == EEXIST) << "cannot write " << path << " (" << std::strerror(errno)
+                                         << "); pass --run-dir with a writable folder";
+    }
+  }
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    TROUPE_USER_CHECK(out.good()) << "cannot write " << tmp << "; pass --run-dir with a writable folder";
+  }
+  fs::rename(tmp, path);
+  return path;
+}
+
+// Bytes available for this job (MemAvailable), 0 if unknown.
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;
+}
+
+// Refuses, before anything is allocated, a job that cannot fit in memory: fp32 weights,
+// gradients and AdamW moments (16 bytes per parameter, the tied embedding twice when
+// split; mixed precision adds the bf16 GEMM copy), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
+// GPipe M) and the logits of a microbatch (twice: logits and their gradient).
+void check_memory(const Config& c) {
+  const GPTConfig g = GPTConfig::from(c.model);
+  const int P = c.parallel.pp, M = c.parallel.microbatches, V = c.parallel.chunks;
+  const int mbB = c.train.batch_size / (c.parallel.dp * M), T = c.train.seq_len;
+  const int DP = c.parallel.dp;
+  // value + gradient on every replica, fp32 master + 2 moments sharded over DP (ZeRO-1)
+  double params = (8.0 * DP + 12.0) * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
+  const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
+  // mixed precision: the stash holds 16-bit values (+ one fp32 block of scratch per stage)
+  const bool half = c.train.precision != "fp32" && c.train.recompute != "full";
+  if (c.train.precision != "fp32") params += 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
+  const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C : half ? full_layer / 2 : full_layer;
+  // (microbatch, chunk) pairs stashed on each stage: the schedule's simulated peak
+  Schedule sched = make_schedule(c.parallel.schedule, P, M, V);
+  validate_schedule(sched);
+  const SimResult sim = simulate(sched, Costs{});
+  double acts = 0;
+  for (int st = 0; st < P; ++st) acts += sim.peak_inflight[st] * ((double)g.L / (P * V)) * per_layer;
+  acts += 2.0 * 4.0 * mbB * T * g.V;                        // logits + dlogits of one microbatch
+  if (c.train.recompute == "full" || half) acts += full_layer * P;  // one recompute/unpack buffer per stage
+  acts *= DP;                                               // every replica
+  const double need = params + acts;
+  const double have = available_memory();
+  if (have <= 0) return;
+  auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024)); };
+  TROUPE_USER_CHECK(need < 0.9 * have)
+      << "this job needs about " << gib(need) << " (parameters, gradients and AdamW state " << gib(params)
+      << ", activations " << gib(acts) << ") but " << gib(have)
+      << " are available; use a smaller model, train.batch_size, train.seq_len, more parallel.microbatches, "
+      << (DP > 1 ? "fewer parallel.dp replicas (each holds the weights and gradients), " : "")
+      << "or train.recompute = \"full\"";
+}
+
+void setup_logging(const std::string& run_dir) {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  std::vector<spdlog::sink_ptr> sinks{console};
+  if (!run_dir.empty()) {
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_dir + "/train.log");
+    sinks.push_back(file);
+    file_log_ = std::make_shared<spdlog::logger>("troupe-file", file);
+    file_log_->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
+    file_log_->flush_on(spdlog::level::info);
+  }
+  auto logger = std::make_shared<spdlog::logger>("troupe", sinks.begin(), sinks.end());
+  logger->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
+  logger->flush_on(spdlog::level::info);  // train.log is complete up to the last line, even if killed
+  spdlog::set_default_logger(logger);
+}
+
+PreparedData prepare(const Config& c) {
+  return prepare_data(c.data, c.model.vocab_size, [](const std::string& s) { spdlog::info("{}", s); });
+}
+
+
+// The default run directory: runs/<timestamp>, or runs/<launch id> for every process and
+// every restart of one `troupe launch` (TROUPE_LAUNCH_ID).
+std::string default_run_dir() {
+  if (const char* id = std::getenv("TROUPE_LAUNCH_ID"); id && *id) return std::string("runs/") + id;
+  std::string dir = "runs/" + timestamp();
+  for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
+  return dir;
+}
+
+int cmd_tokenize(const Config& c) {
+  setup_logging("");
+  auto d = prepare(c);
+  spdlog::info("data ready in {}: {} train tokens, {} val tokens, vocab {}, unigram entropy {:.4f} nats/token", d.dir,
+               d.train_tokens, d.val_tokens, d.vocab_size, d.unigram_entropy);
+  return 0;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,64 @@
+// cli/common.h — what every troupe subcommand shares: error reports, logging, the run
+// directory (checked, created, locked), the saved config and the pre-run memory check.
+// Exit codes (README): 0 success, 2 bad input (UserError), 1 any other failure.
+#pragma once
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "datasets/prepare.h"
+
+namespace troupe::cli {
+
+extern std::string trace_path_;  // train --trace FILE.json
+extern std::string log_prefix_;  // "[process r] " in a job of several processes
+extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: the console gets them from main)
+
+// One "error: <text>" report on stderr in a single write(2), so the lines of several
+// processes sharing a terminal do not interleave.
+void print_error(const std::string& text);
+// Loads FILE, applies each "section.key=value" override, validates. Throws UserError.
+Config load_config(const std::string& path, const std::vector<std::string>& sets);
+// Local time as YYYYmmdd-HHMMSS.
+std::string timestamp();
+// Checks, without creating anything, that the run directory can be created or written. Throws UserError.
+void check_run_dir(const std::string& dir);
+// Creates the run directory and takes its lock (.lock, flock): one troupe process per run
+// directory. Returns the lock's file descriptor, held until exit. Throws UserError.
+int make_run_dir(const std::string& dir);
+// Saves the resolved config as DIR/config.toml; never overwrites a different one. Returns the path.
+std::string save_config(const Config& c, const std::string& dir);
+// Bytes available for this job (MemAvailable of /proc/meminfo), 0 if unknown.
+double available_memory();
+// Refuses (UserError) a job whose weights, optimizer state and activations cannot fit in memory.
+void check_memory(const Config& c);
+// The console logger (stderr), plus RUN_DIR/train.log when run_dir is not empty.
+void setup_logging(const std::string& run_dir);
+// Tokenizer and token files for c.data (cached; see datasets/prepare.h).
+PreparedData prepare(const Config& c);
+// runs/<timestamp>, or runs/<TROUPE_LAUNCH_ID> inside a troupe launch.
+std::string default_run_dir();
+
+// Subcommands (cli/train.cpp, cli/tools.cpp).
+int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt);
+int cmd_tokenize(const Config& c);
+int cmd_export(const std::string& dir, const std::string& format, const std::string& out);
+struct GenerateOptions {
+  std::string dir, prompt, logits_out;
+  int tokens = 64, top_k = 40;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+};
+int cmd_generate(const GenerateOptions& o);
+struct SimulateOptions {
+  std::string schedule = "1f1b", cost = "", trace, dump, config;
+  int P = 4, M = 8, V = 1;
+  bool quiet = false;
+};
+int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set);
+
+}  // namespace troupe::cli

@@ -1,0 +1,169 @@
+// cli/tools.cpp — troupe export, generate and simulate.
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "actors/cluster.h"
+#include "actors/job.h"
+#include "checkpoint/export.h"
+#include "checkpoint/snapshot.h"
+#include "core/launch_env.h"
+#include "cli/launch.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/events.h"
+#include "datasets/corpus.h"
+#include "datasets/loader.h"
+#include "datasets/prepare.h"
+#include "datasets/tokenizer.h"
+#include "model/gpt.h"
+#include "stages/schedule.h"
+#include "stages/simulator.h"
+#include "stages/stage.h"
+#include "cli/common.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::cli {
+
+// troupe export DIR --format safetensors OUT
+int cmd_export(const std::string& dir, const std::string& format, const std::string& out) {
+  TROUPE_USER_CHECK(format == "safetensors") << "--format " << format << " is not supported; use --format safetensors";
+  Config c = snapshot_config(dir);
+  TrainState st = load_snapshot(dir, c);
+  const fs::path parent = fs::absolute(out).parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(parent)) << "cannot write " << out << ": " << parent.string()
+                                              << " is not a directory; pass a writable output path";
+  setup_logging("");
+  const uint64_t bytes = export_safetensors(st, c, out);
+  spdlog::info("exported step {} of {} ({} layers, n_embd {}, vocab {}) to {} ({:.1f} MiB, safetensors, GPT-2 names)",
+               st.step, dir, c.model.n_layer, c.model.n_embd, c.model.vocab_size, out, bytes / 1048576.0);
+  return 0;
+}
+
+
+// troupe generate DIR --prompt "..." [--tokens N --temperature T --top-k K --seed S]
+int cmd_generate(const GenerateOptions& o) {
+  TROUPE_USER_CHECK(o.tokens >= 1) << "--tokens " << o.tokens << " must be at least 1";
+  TROUPE_USER_CHECK(o.temperature >= 0) << "--temperature " << o.temperature << " must be >= 0 (0 = greedy)";
+  TROUPE_USER_CHECK(o.top_k >= 0) << "--top-k " << o.top_k << " must be >= 0 (0 = all tokens)";
+  Config c = snapshot_config(o.dir);
+  auto st = std::make_shared<TrainState>(load_snapshot(o.dir, c));
+  // one worker holds the whole model
+  c.parallel.pp = c.parallel.tp = c.parallel.dp = c.parallel.microbatches = c.parallel.chunks = 1;
+  c.parallel.schedule = "1f1b";
+  c.parallel.sequence_parallel = false;
+  c.train.sample_tokens = o.tokens;
+  c.train.threads = 0;
+  // inference computes in fp32 on the model's weights (a bf16/fp16 run's weights are
+  // already values of that type): the logits match the exported model run in fp32
+  c.train.precision = "fp32";
+  setup_logging("");
+  // the snapshot's own copy of the tokenizer; older snapshots: the run's data cache
+  std::string tok_path = o.dir + "/tokenizer.model";
+  if (!fs::exists(tok_path)) tok_path = prepare(c).tokenizer_path;
+  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(tok_path));
+  TROUPE_USER_CHECK(st->tokenizer_hash.empty() || st->tokenizer_hash == std::to_string(tok->hash()))
+      << "snapshot " << o.dir << " was trained with another tokenizer than " << tok_path << " (hash "
+      << st->tokenizer_hash << " vs " << tok->hash() << "); keep the run's corpus and data.cache_dir";
+  JobContext ctx;
+  ctx.quiet = true;
+  ctx.resume = st;
+  ctx.generate_only = true;
+  ctx.prompt = {tok->eot_id()};
+  for (int32_t id : tok->encode(o.prompt)) ctx.prompt.push_back(id);
+  ctx.temperature = o.temperature;
+  ctx.top_k = o.top_k;
+  ctx.sample_seed = o.seed;
+  ctx.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  ctx.fill_batch = [](int, int64_t, int B, int T, int32_t* in, int32_t* tg) {
+    std::fill(in, in + (size_t)B * T, 0);
+    std::fill(tg, tg + (size_t)B * T, 0);
+  };
+  JobResult r = run_job(c, ctx);
+  if (!o.logits_out.empty()) {
+    nlohmann::json j = {{"prompt_ids", ctx.prompt}, {"logits", r.prompt_logits}};
+    std::ofstream(o.logits_out) << j.dump() << "\n";
+  }
+  std::cout << o.prompt << r.sample << std::endl;
+  return 0;
+}
+
+
+int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
+  const bool builtin = o.schedule == "gpipe" || o.schedule == "1f1b" || o.schedule == "interleaved" || o.schedule == "zb-h1";
+  if (!builtin) {  // a schedule file: P, M and V come from it unless given
+    Schedule f = read_schedule(o.schedule);
+    if (!p_set) o.P = f.P;
+    if (!m_set) o.M = f.M;
+    if (!v_set) o.V = f.V;
+  }
+  Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
+  validate_schedule(s);
+  if (!o.dump.empty()) {
+    std::string text = format_schedule(s);
+    if (o.dump == "-") {
+      std::cout << text;
+    } else {
+      std::ofstream out(o.dump + ".tmp");
+      out << text;
+      TROUPE_USER_CHECK(out.good()) << "cannot write " << o.dump << "; choose a writable --dump path";
+      out.close();
+      fs::rename(o.dump + ".tmp", o.dump);
+      std::cout << "wrote " << o.dump << " (" << s.name << ", P=" << s.P << ", M=" << s.M << ", V=" << s.V << ")\n";
+    }
+    return 0;
+  }
+  Costs c = parse_costs(o.cost);
+  SimResult r = simulate(s, c);
+  // activation bytes for a model config (the default one unless --config)
+  Config cfg = o.config.empty() ? Config{} : Config::load(o.config);
+  GPTConfig g = GPTConfig::from(cfg.model);
+  const int mbB = std::max(1, cfg.train.batch_size / std::max(1, o.M));
+  const double per_layer = activation_bytes_per_layer(mbB, cfg.train.seq_len, g.C, g.NH);
+  std::vector<int> bounds;
+  if (s.P * s.V <= g.L) bounds = partition_layers(g, s.P * s.V);
+  std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs f=%g b=%g w=%g p2p=%g%s\n",
+              s.name.c_str(), s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, s.split_backward ? " (B = b-w, W = w)" : "");
+  std::printf("makespan %.6g time units; bubble overall %.6g\n", r.makespan, r.bubble_overall);
+  std::printf("%-6s %10s %10s %14s %16s\n", "stage", "busy", "bubble", "peak in-flight", "peak act. bytes");
+  for (int st = 0; st < s.P; ++st) {
+    double layers = 0;
+    if (!bounds.empty())
+      for (int ch = 0; ch < s.V; ++ch) layers += bounds[ch * s.P + st + 1] - bounds[ch * s.P + st];
+    const double bytes = r.peak_inflight[st] * (layers / s.V) * per_layer;
+    std::printf("%-6d %10.6g %10.6g %14d %16.0f\n", st, r.busy[st], r.bubble[st], r.peak_inflight[st], bytes);
+  }
+  std::printf("(activation bytes for %d layers, n_embd %d, %d heads, %d sequences x %d tokens per microbatch%s)\n", g.L,
+              g.C, g.NH, mbB, cfg.train.seq_len, o.config.empty() ? ", the default model; --config to change" : "");
+  if (!o.quiet) std::cout << ascii_timeline(s, r);
+  if (!o.trace.empty()) {
+    std::ofstream out(o.trace);
+    out << chrome_trace(s, r);
+    TROUPE_USER_CHECK(out.good()) << "cannot write " << o.trace << "; choose a writable --trace path";
+    std::printf("wrote %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace.c_str());
+  }
+  return 0;
+}
+
+}  // namespace troupe::cli

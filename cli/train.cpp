@@ -1,0 +1,403 @@
+// cli/train.cpp — troupe train: checks everything a run needs before writing anything, then
+// runs the job (recovering in place after a lost process under fault.policy = restart).
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "actors/cluster.h"
+#include "actors/job.h"
+#include "checkpoint/export.h"
+#include "checkpoint/snapshot.h"
+#include "core/launch_env.h"
+#include "cli/launch.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/events.h"
+#include "datasets/corpus.h"
+#include "datasets/loader.h"
+#include "datasets/prepare.h"
+#include "datasets/tokenizer.h"
+#include "model/gpt.h"
+#include "stages/schedule.h"
+#include "stages/simulator.h"
+#include "stages/stage.h"
+#include "cli/common.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::cli {
+namespace {
+// SIGUSR1 / SIGTERM / SIGINT: snapshot the current step and stop (exit 0). A second
+// SIGTERM or SIGINT while that is under way ends the process at once.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1) _exit(128 + sig);
+}
+void install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
+}
+
+// The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
+// first line of the file TROUPE_JOB_SECRET_FILE.
+std::string job_secret() {
+  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return s;
+  if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
+    std::ifstream in(f);
+    TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
+    std::string line;
+    std::getline(in, line);
+    return line;
+  }
+  throw UserError(
+      "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
+      "secret; start it with troupe launch, or export the same TROUPE_JOB_SECRET=$(openssl rand -hex 32) to every "
+      "process");
+}
+
+// A failure after which a job must not be started again (fault.max_restarts exceeded).
+struct FinalError : Error {
+  using Error::Error;
+};
+
+// Process 0 of several: refuses (UserError) a coordinator address it cannot listen on,
+// before anything is written.
+void check_coordinator_address(const LaunchEnv& launch) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)launch.port);
+  if (inet_pton(AF_INET, launch.host.c_str(), &a.sin_addr) == 1) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const bool ok = fd >= 0 && ::bind(fd, (sockaddr*)&a, sizeof a) == 0;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    TROUPE_USER_CHECK(ok) << "process 0 cannot listen on " << launch.host << ":" << launch.port << " ("
+                          << std::strerror(err) << "); choose a free port and a local address in TROUPE_COORDINATOR";
+  }
+}
+
+// An explicit checkpoint.dir: created and probed with a file (root passes access() on
+// /proc), so an unwritable one is refused (UserError) before the run starts.
+void check_checkpoint_dir(const std::string& ckpt_dir) {
+  fs::path p = fs::absolute(ckpt_dir);
+  while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
+      << "checkpoint.dir = '" << ckpt_dir << "' cannot be created (" << p.string()
+      << (fs::is_directory(p) ? " is not writable" : " is not a directory") << "); choose a writable directory";
+  // really try (root passes access() on /proc): create it and a probe file, then remove the probe
+  std::error_code ec;
+  fs::create_directories(ckpt_dir, ec);
+  const std::string probe = ckpt_dir + "/.troupe-probe-" + std::to_string(::getpid());
+  bool ok = !ec && fs::is_directory(ckpt_dir);
+  if (ok) {
+    std::ofstream f(probe);
+    ok = f.good() && (f << "x").good();
+  }
+  fs::remove(probe, ec);
+  TROUPE_USER_CHECK(ok) << "checkpoint.dir = '" << ckpt_dir
+                        << "' cannot be created or written; choose a writable directory";
+}
+
+// Token files, tokenizer and snapshot agree with the model (UserError naming the fix otherwise).
+void check_data(const Config& c, const PreparedData& d, const BatchLoader& loader, const Tokenizer& tok,
+                const TrainState* state) {
+  // Token files are checked against the model before anything trains.
+  for (const TokenFile* f : {&loader.train(), &loader.val()}) {
+    f->check_tokenizer(d.tokenizer_hash);
+    f->validate(c.model.vocab_size);
+  }
+  TROUPE_USER_CHECK(loader.train().size() >= (uint64_t)c.train.seq_len + 1)
+      << "the train split has " << loader.train().size() << " tokens, fewer than train.seq_len + 1 = "
+      << c.train.seq_len + 1 << "; use a bigger corpus or a smaller train.seq_len";
+  TROUPE_USER_CHECK(loader.val().size() >= (uint64_t)c.train.seq_len + 1)
+      << "the validation split has " << loader.val().size() << " tokens, fewer than train.seq_len + 1 = "
+      << c.train.seq_len + 1 << "; raise data.val_fraction or lower train.seq_len";
+  if (state && !state->tokenizer_hash.empty()) {
+    TROUPE_USER_CHECK(state->tokenizer_hash == std::to_string(d.tokenizer_hash))
+        << "snapshot " << state->dir << " was trained with another tokenizer (hash " << state->tokenizer_hash
+        << ", the data now gives " << d.tokenizer_hash << "); resume with the same corpus and data.tokenizer";
+  }
+  TROUPE_USER_CHECK(tok.vocab_size() == c.model.vocab_size)
+      << "the tokenizer " << d.tokenizer_path << " has " << tok.vocab_size() << " tokens but model.vocab_size = "
+      << c.model.vocab_size << "; set model.vocab_size = " << tok.vocab_size() << " or use a matching data.tokenizer";
+}
+
+// Runs the job; a process that survives a lost peer (in_place) joins the others again and
+// continues, up to fault.max_restarts. Returns 0 with r filled, or 75 (start the job again)
+// under fault.policy = restart with the whole-job respawn. Throws on any other failure.
+int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch, bool in_place, int restart,
+                      const std::string& ckpt_dir, JobResult& r) {
+  for (int generation = restart;;) {
+    try {
+      r = run_job(c, ctx);
+      break;
+    } catch (const UserError&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
+      if (in_place) {  // this process survived: it joins the others again and continues
+        ++generation;
+        if (generation > c.fault.max_restarts) {
+          const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
+          throw FinalError(fmt::format(
+              "{}\nthe job failed {} time(s), more than fault.max_restarts = {}: stopping for good. {}", e.what(),
+              generation, c.fault.max_restarts,
+              snaps.empty() ? std::string("No snapshot is on disk")
+                            : fmt::format("The newest snapshot on disk is {} (step {}); continue with --resume latest "
+                                          "once the cause is fixed",
+                                          snaps.back().second, snaps.back().first)));
+        }
+        spdlog::warn("{}\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for every "
+                     "process to join again)",
+                     e.what(), generation, c.fault.max_restarts);
+        ctx.recovering = true;
+        ctx.generation = generation;
+        ctx.failure_time = failure_noticed_at() > 0 ? failure_noticed_at() : unix_seconds();
+        ctx.resume = nullptr;
+        ctx.fault_kill_in_snapshot = -1;
+        continue;
+      }
+      if (launch.world > 1 && c.fault.policy == "restart") {
+        print_error(log_prefix_ + e.what() +
+                    "\n(fault.policy = restart: exit status 75 asks the launcher to start the job again)");
+        return 75;
+      }
+      throw;
+    }
+  }
+  return 0;
+}
+
+// The snapshot to continue from (--resume DIR or latest; a restart's newest), or null for a
+// fresh run, whose checkpoint directory must then hold no snapshots. Throws UserError.
+std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string& resume, const std::string& ckpt_dir,
+                                              bool follower, int restart, int rank) {
+  std::shared_ptr<TrainState> state;
+  const double load_t0 = unix_seconds();
+  if (!resume.empty()) {
+    std::vector<std::string> skipped;
+    if (resume == "latest") {
+      state = std::make_shared<TrainState>(load_latest(ckpt_dir, c, &skipped));
+    } else {
+      state = std::make_shared<TrainState>(load_snapshot(resume, c));
+    }
+    setup_logging("");
+    for (auto& s : skipped) spdlog::warn("skipped damaged snapshot {}", s);
+    if (!skipped.empty()) spdlog::warn("falling back to the newest valid snapshot: {}", state->dir);
+    log_event("snapshot_loaded", {{"step", state->step}, {"process", rank}, {"restart", restart},
+                                  {"started", load_t0}});
+    TROUPE_USER_CHECK(state->step < c.train.steps)
+        << "snapshot " << state->dir << " is at step " << state->step << " and train.steps = " << c.train.steps
+        << ": nothing left to train; raise train.steps";
+  } else if (!follower && restart == 0) {
+    auto existing = list_snapshots(ckpt_dir);
+    TROUPE_USER_CHECK(existing.empty())
+        << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
+        << existing.back().first << "); continue it with --resume latest, or choose another --run-dir or checkpoint.dir";
+  }
+  return state;
+}
+
+// The data side of a job: batches from the loader, text from the tokenizer.
+void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shared_ptr<BatchLoader> loader,
+              std::shared_ptr<Tokenizer> tok) {
+  const uint64_t seed = c.train.seed;
+  ctx.fill_batch = [loader, seed](int kind, int64_t index, int B, int T, int32_t* in, int32_t* tg) {
+    if (kind == 0)
+      loader->get_train_batch(seed, index, B, T, in, tg);
+    else
+      loader->get_val_batch(index, B, T, in, tg);
+  };
+  ctx.decode = [tok](const std::vector<int32_t>& ids) {
+    // a sample can stop inside a multi-byte character (byte-fallback pieces): show U+FFFD
+    std::string text = tok->decode(ids), out;
+    std::string_view rest(text);
+    for (size_t bad; (bad = find_invalid_utf8(rest)) != std::string_view::npos;) {
+      out.append(rest.substr(0, bad));
+      out += "\xEF\xBF\xBD";
+      rest.remove_prefix(bad + 1);
+    }
+    out.append(rest);
+    return out;
+  };
+  ctx.sample_start_token = d.eot_id;
+  ctx.unigram_entropy = d.unigram_entropy;
+  ctx.tokenizer_hash = std::to_string(d.tokenizer_hash);
+  ctx.tokenizer_path = d.tokenizer_path;
+}
+
+}  // namespace
+
+int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt) {
+  // Several processes: process 0 owns the run directory, the logs and the snapshots; the
+  // others only run their workers.
+  const LaunchEnv launch = read_launch_env();
+  if (launch.world > 1) {  // every line says which process wrote it
+    log_prefix_ = fmt::format("[process {}] ", launch.rank);
+    setup_logging("");
+  }
+  const bool follower = launch.world > 1 && launch.rank != 0;
+  const std::string secret = launch.world > 1 ? job_secret() : std::string();
+  if (launch.world > 1) {
+    TROUPE_USER_CHECK(secret.size() >= 16) << "the job secret has " << secret.size()
+                                           << " characters; use at least 16 (e.g. openssl rand -hex 32)";
+    const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
+    TROUPE_USER_CHECK(workers % launch.world == 0)
+        << "parallel.dp x pp x tp = " << workers << " workers cannot be spread evenly over " << launch.world
+        << " processes; use a process count that divides " << workers;
+  }
+  if (launch.world > 1 && launch.rank == 0) check_coordinator_address(launch);
+  // Everything that can be refused is refused before anything is written.
+  const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
+  const bool known_default = launch_id && *launch_id;  // every process knows process 0's default run dir
+  const std::string run_dir = !run_dir_opt.empty() ? run_dir_opt
+                              : follower           ? (known_default ? default_run_dir() : std::string())
+                                                   : default_run_dir();
+  if (!follower) check_run_dir(run_dir);
+  // (a follower knows the default checkpoint directory only from an explicit --run-dir)
+  const std::string ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
+                               : run_dir.empty() ? std::string()
+                                                 : run_dir + "/checkpoints";
+  TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && ckpt_dir.empty()))
+      << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
+         "process finds the same snapshots";
+  if (!c.checkpoint.dir.empty() && !follower) check_checkpoint_dir(ckpt_dir);  // (the run directory is checked above)
+  // fault.policy = restart: troupe launch starts the job again after a lost process
+  // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
+  const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")
+                          ? std::atoi(std::getenv("TROUPE_RESTART_COUNT")) : 0;
+  // troupe launch --respawn process (its default): only a lost process is started again;
+  // the others recover in place, and all agree at join on the state to continue from
+  const char* respawn = std::getenv("TROUPE_RESPAWN");
+  const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
+  std::string resume = resume_opt;
+  if (restart > 0 && c.fault.policy == "abort")
+    throw FinalError(
+        "fault.policy = abort: the job stops after a lost process, so a process started again by the launcher does not "
+        "join it; continue with --resume latest, or use fault.policy = restart");
+  if (restart > 0) {
+    const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
+    if (restart > c.fault.max_restarts)
+      throw FinalError(fmt::format(
+          "the job failed {} time(s), more than fault.max_restarts = {}: stopping for good. {}", restart,
+          c.fault.max_restarts,
+          snaps.empty() ? std::string("No snapshot was written; raise checkpoint.interval's frequency")
+                        : fmt::format("The newest snapshot is {} (step {}); continue with --resume latest once the "
+                                      "cause is fixed",
+                                      snaps.back().second, snaps.back().first)));
+    if (resume.empty() && !snaps.empty() && !in_place) resume = "latest";
+  }
+  std::shared_ptr<TrainState> state = load_resume_state(c, resume, ckpt_dir, follower, restart, launch.rank);
+  {
+    Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
+    validate_schedule(s);
+    TROUPE_USER_CHECK(!(c.parallel.sequence_parallel && c.parallel.tp > 1 && s.split_backward))
+        << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as "
+        << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
+  }
+  check_memory(c);
+  if (!trace_path_.empty()) {  // refuse an unwritable trace path now, not after training
+    std::ofstream probe(trace_path_, std::ios::app);
+    TROUPE_USER_CHECK(probe.good()) << "cannot write the trace file '" << trace_path_ << "'; pass a writable --trace path";
+  }
+  setup_logging("");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (c.train.threads > (int)cores)
+    spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
+  const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
+  if (c.train.threads > 0 && c.train.threads < workers)
+    spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
+                 c.train.threads, workers, workers);
+  auto t0 = std::chrono::steady_clock::now();
+  auto d = prepare(c);
+  auto loader = std::make_shared<BatchLoader>(d.train_path, d.val_path);
+  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
+  check_data(c, d, *loader, *tok, state.get());
+  const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Now the run directory: created, locked, config saved, log file opened.
+  if (!follower) {
+    const int lock_fd = make_run_dir(run_dir);
+    (void)lock_fd;
+    setup_logging(run_dir);
+    const std::string saved = save_config(c, run_dir);
+    spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
+  }
+  if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
+               d.val_tokens, data_s, d.unigram_entropy);
+  JobContext ctx;
+  set_data(ctx, c, d, loader, tok);
+  ctx.run_dir = run_dir;
+  ctx.trace_path = trace_path_;
+  ctx.checkpoint_dir = follower ? std::string("(process 0's checkpoint writer)") : ckpt_dir;
+  ctx.resume = state;
+  ctx.stop_signal = &g_stop_signal;
+  ctx.launch = launch;
+  ctx.job_secret = secret;
+  if (follower) ctx.run_dir.clear();
+  if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT"); f && restart == 0)
+    ctx.fault_kill_in_snapshot = std::atoll(f);
+  if (c.checkpoint.memory_interval > 0 && launch.world > 1 && !in_place && !follower)
+    spdlog::warn("checkpoint.memory_interval = {} has no effect here: only an in-place recovery (fault.policy = "
+                 "restart under troupe launch --respawn process) reads memory snapshots; set it to 0 to save their cost",
+                 c.checkpoint.memory_interval);
+  ctx.memory = std::make_shared<MemoryStore>();
+  ctx.recovering = in_place && restart > 0;
+  ctx.generation = restart;
+  if (const char* ft = std::getenv("TROUPE_FAILURE_TIME"); ft && restart > 0) ctx.failure_time = std::atof(ft);
+  ctx.recovery_ckpt_dir = ckpt_dir;
+  if (ctx.recovering && !follower)
+    spdlog::warn("process {} started again (restart {} of at most {}, fault.policy = restart): the job continues from "
+                 "the newest complete snapshot the processes hold, in memory or on disk",
+                 launch.rank, restart, c.fault.max_restarts);
+  else if (restart > 0 && !follower)
+    spdlog::warn("restart {} of at most {} (fault.policy = restart): {}", restart, c.fault.max_restarts,
+                 state ? fmt::format("continuing from {} (step {}); the failed start's steps after it are repeated "
+                                     "(metrics.jsonl marks the resume)",
+                                     state->dir, state->step)
+                       : std::string("no snapshot yet: starting from step 1"));
+  install_stop_signals();
+  JobResult r;
+  if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, ckpt_dir, r); rc != 0) return rc;
+  if (r.follower) return 0;  // process 0 reports the job
+  if (r.stopped_by_signal) {
+    const auto& snaps = r.snapshots;
+    if (snaps.empty() || !snaps.back().ok)
+      throw Error("stopped by a signal after step " + std::to_string(r.last_step) +
+                  " but its snapshot could not be written" +
+                  (snaps.empty() ? std::string() : ": " + snaps.back().error) +
+                  "; the work since the previous snapshot is lost");
+    spdlog::info("stopped by a signal after step {}; {}", r.last_step,
+                 !snaps.empty() && snaps.back().ok ? "snapshot " + snaps.back().dir + "; continue with --resume latest"
+                                                   : std::string("no snapshot could be written"));
+    return 0;
+  }
+  spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
+               r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
+  return 0;
+}
+
+}  // namespace troupe::cli
