@@ -54,13 +54,17 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, 0 = all (default 40)");
   generate_cmd->add_option("--seed", go.seed, "sampling seed (default 1)");
   generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
+  // launch is dispatched before parsing (it passes its command through); listed for --help
+  app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
+                               "(troupe launch --help; docs/launch.md)")
+      ->allow_extras();
   train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
     if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
       std::cerr << "error: unknown command '" << cmd
-                << "'; use train, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
+                << "'; use train, launch, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
       return 2;
     }
   }
