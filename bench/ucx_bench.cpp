@@ -246,6 +246,10 @@ void allreduce(int n, size_t bytes) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;  // 64 MiB figures only
+  if (argc > 1 && std::strcmp(argv[1], "--latency") == 0) {  // the 8-byte round trip only
+    latency();
+    return g_failed ? 1 : 0;
+  }
   if (!quick)
     for (size_t b = 8; b < (64u << 20); b *= 8) bandwidth(b);
   bandwidth(64u << 20);
