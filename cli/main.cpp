@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     print_error(log_prefix_ + e.what());
     return 2;
   } catch (const std::exception& e) {
-    print_error(log_prefix_ + e.what());
+    print_error(log_prefix_ + describe_exception(e));
     return 1;
   }
   return 1;

@@ -104,7 +104,13 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
-    matmul prim(matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), attr, ctx.eng));
+    matmul prim;
+    try {
+      prim = matmul(matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), attr, ctx.eng));
+    } catch (const dnnl::error& e) {
+      TROUPE_FAIL() << "oneDNN could not create a bf16 matmul for (" << M << "," << K << ")x(" << K << "," << N
+                    << ") on this CPU (" << e.what() << "); please report it with the log's cpu: and GEMM: lines";
+    }
     it = ctx.prims.emplace(key, std::make_tuple(prim, a_md, b_md, c_md)).first;
   }
   auto& [prim, a_md, b_md, c_md] = it->second;

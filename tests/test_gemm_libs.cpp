@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -212,4 +213,12 @@ TEST_CASE("step lines show elapsed time and time left", "[gemm][cli]") {
   CHECK(human_duration(NAN) == "?");
   CHECK(progress_text(10, 5, 20) == "elapsed 10s | ETA 40s");
   CHECK(progress_text(10, 5, 0) == "elapsed 10s | ETA 0s");
+}
+
+TEST_CASE("a library's exception reaches the user as a sentence naming what failed", "[gemm][cli]") {
+  CHECK_THAT(describe_exception(std::bad_alloc()), Catch::StartsWith("out of memory") && Catch::Contains("train.batch_size"));
+  CHECK(describe_exception(std::runtime_error("could not create a primitive")) ==
+        "std::runtime_error: could not create a primitive");
+  CHECK(describe_exception(Error("stage 1: boom")) == "stage 1: boom");
+  CHECK(describe_exception(UserError("bad key; fix it")) == "bad key; fix it");
 }
