@@ -732,14 +732,14 @@ class Engine {
     while (!done() && Clock::now() < until) {
       lk.unlock();
       bool handlers = false;
+      bool busy = false;
       if (token_.try_lock()) {
-        step(false, nullptr);
+        busy = step(false, nullptr);
         token_.unlock();
         std::lock_guard<std::mutex> g(mu_);
         handlers = !calls_.empty() || !cmds_.empty();
-      } else {
-        std::this_thread::yield();
       }
+      if (!busy) std::this_thread::yield();  // let the peer (on a shared core) answer
       if (handlers) wake();  // arrival handlers run on the progress thread
       lk.lock();
     }
