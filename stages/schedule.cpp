@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -339,6 +340,10 @@ Schedule parse_schedule(const std::string& text, const std::string& name) {
 }
 
 Schedule read_schedule(const std::string& path) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec))
+      << "schedule file '" << printable(path, false, 200) << "' is not a regular file; pass a file written by "
+      << "`troupe simulate --schedule 1f1b ... --dump FILE`";
   std::ifstream in(path);
   TROUPE_USER_CHECK(in.good()) << "schedule file '" << path
                                << "' cannot be read; write one with `troupe simulate --schedule 1f1b ... --dump FILE`";

@@ -102,6 +102,8 @@ TEST_CASE("every size a user can type is bounded before anything is written", "[
   for (int i = 0; i < 2000; ++i) rows += "F0,B0\n";
   expect_user_error(run_troupe("simulate --schedule '" + s.write("tall.csv", rows) + "' --quiet", s, 30),
                     {"tall.csv", "stages", "1024"});
+  expect_user_error(run_troupe("simulate --schedule /dev/zero --quiet", s, 30), {"/dev/zero", "not a regular file"});
+  expect_user_error(run_troupe(base + " --set parallel.schedule=/dev/urandom", s, 30), {"/dev/urandom", "regular file"});
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
   // the largest schedule within the limits still simulates (and in seconds)
   Run big = run_troupe("simulate --schedule 1f1b --stages 64 --microbatches 16384 --quiet", s, 60);
