@@ -267,7 +267,9 @@ TEST_CASE("a full disk is refused before the run; a failed signal save says what
       " --set checkpoint.dir='" + mnt + "/ck' > /dev/null 2> '" + s.path("full.err") + "' &\npid=$!\n"
       "for i in $(seq 1 600); do [ -e '" + mnt + "/ck/step-00000002/manifest.capnp' ] && break; sleep 0.1; done\n"
       "dd if=/dev/zero of='" + mnt + "/fill' bs=1M > /dev/null 2>&1\nkill -TERM $pid\nwait $pid\necho $? > '" +
-      s.path("full.rc") + "'\n";
+      s.path("full.rc") + "'\n" + bin + "export '" + mnt + "/ck/step-00000002' '" + mnt + "/m.safetensors' 2> '" +
+      s.path("export.err") + "'; echo $? > '" + s.path("export.rc") + "'\nls -A '" + mnt + "' > '" + s.path("mnt.txt") +
+      "'\n";
   std::string why;
   if (!run_on_tmpfs(s, mnt, 4, body, &why)) {
     WARN("skipped: cannot mount a small tmpfs in a mount namespace here (needs root): " << why);
@@ -285,4 +287,8 @@ TEST_CASE("a full disk is refused before the run; a failed signal save says what
   CHECK(full.find("could not be written") != std::string::npos);
   CHECK(full.find(" lost. The newest snapshot on disk is ") != std::string::npos);
   CHECK(full.find("--resume latest") != std::string::npos);
+  // export onto the full filesystem: refused before writing, nothing left there
+  Run ex{std::atoi(slurp(s.path("export.rc")).c_str()), slurp(s.path("export.err"))};
+  expect_user_error(ex, {"m.safetensors", "MiB free", "free space there"});
+  CHECK(slurp(s.path("mnt.txt")).find("m.safetensors") == std::string::npos);
 }
