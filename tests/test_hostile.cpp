@@ -2,25 +2,34 @@
 // every size a user can type has a bound checked before anything is written; output
 // paths are probed first and a failed write leaves no temporary file; a full disk is
 // noticed before the run; leftovers of killed writers are removed by the next owner;
-// error lines never carry raw control bytes; generate streams; --version. (The wrong job
-// secret and the data plane's listening sockets: tests/test_multiprocess.cpp.)
+// error lines never carry raw control bytes; generate streams; --version; the UCX data
+// plane listens only where it is told. (The wrong job secret, and the listening sockets of
+// a whole job: tests/test_multiprocess.cpp.)
 #include <catch2/catch.hpp>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <utime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "cli_helpers.h"
+#include "collectives/netif.h"
+#include "collectives/ucx.h"
 
 namespace fs = std::filesystem;
 
@@ -291,4 +300,81 @@ TEST_CASE("a full disk is refused before the run; a failed signal save says what
   Run ex{std::atoi(slurp(s.path("export.rc")).c_str()), slurp(s.path("export.err"))};
   expect_user_error(ex, {"m.safetensors", "MiB free", "free space there"});
   CHECK(slurp(s.path("mnt.txt")).find("m.safetensors") == std::string::npos);
+}
+
+namespace {
+using namespace troupe;
+// The TCP sockets this process listens on, as /proc shows their local address
+// ("0100007F:9C40": 127.0.0.1, little-endian hex), IPv4 and IPv6.
+std::vector<std::string> own_listeners() {
+  std::set<std::string> inodes;
+  char link[128];
+  for (int fd = 0; fd < 4096; ++fd) {
+    const std::string p = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = ::readlink(p.c_str(), link, sizeof link - 1);
+    if (n > 8 && std::strncmp(link, "socket:[", 8) == 0) inodes.insert(std::string(link + 8, n - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* file : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream is(line);
+      std::string sl, local, remote, st, queues, timer, retr, uid, timeout, inode;
+      is >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (st == "0A" && inodes.count(inode)) out.push_back(local);
+    }
+  }
+  return out;
+}
+bool on_loopback(const std::string& local) {
+  const std::string a = local.substr(0, local.find(':'));
+  return a == "0100007F" || a == "00000000000000000000000001000000" || a == "0000000000000000FFFF00000100007F";
+}
+// In a child: a one-process transport restricted to `devices` (UCX_NET_DEVICES unset);
+// exits with the number of its listening sockets off loopback, or 200 when it has none.
+int listeners_off_loopback(const std::string& devices) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::unsetenv("UCX_NET_DEVICES");
+    TransportOptions o;
+    o.secret = "job-secret";
+    o.limits.world = 1;
+    o.process_of_rank = {0};
+    o.net_devices = devices;
+    int code = 0;
+    {
+      UcxTransport t(o);
+      const auto l = own_listeners();
+      code = l.empty() ? 200 : (int)std::count_if(l.begin(), l.end(), [](auto& a) { return !on_loopback(a); });
+    }
+    ::_exit(std::min(code, 199));
+  }
+  int st = 0;
+  for (int i = 0; i < 300 && ::waitpid(pid, &st, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (::waitpid(pid, &st, WNOHANG) == 0) ::kill(pid, SIGKILL), ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+}  // namespace
+
+TEST_CASE("ucx: the data plane listens only on the interface that reaches the coordinator", "[ucx][hostile]") {
+  CHECK(interface_towards("127.0.0.1") == "lo");
+  CHECK(interface_towards("no-such-host.invalid") == "");
+  CHECK(listeners_off_loopback("lo") == 0);  // every listener on 127.0.0.1 (and at least one)
+  // without the restriction UCX listens on every interface: the check above could fail
+  const int open = listeners_off_loopback("");
+  bool external = false;  // an interface up with an IPv4 address other than loopback
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next)
+      external |= i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK);
+    ::freeifaddrs(ifs);
+  }
+  if (!external)
+    WARN("this machine has no interface but loopback: the unrestricted transport cannot show the difference");
+  else
+    CHECK(open > 0);
 }
