@@ -286,6 +286,39 @@ void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shar
   ctx.tokenizer_path = d.tokenizer_path;
 }
 
+// A run stopped by a signal: logs its snapshot, or throws Error saying what a failed save
+// means for the work (the steps lost, the snapshot to continue from). `resumed_step`: the
+// step this run started after (0: step 1).
+void report_signal_stop(const JobResult& r, const std::string& ckpt_dir, int64_t resumed_step) {
+  const auto& snaps = r.snapshots;
+  if (snaps.empty() || !snaps.back().ok) {
+    const auto on_disk = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
+    const int64_t from = on_disk.empty() ? resumed_step : on_disk.back().first;
+    throw Error(fmt::format(
+        "stopped by a signal after step {} but its snapshot could not be written{}; {} lost. {}", r.last_step,
+        snaps.empty() ? std::string() : ": " + snaps.back().error,
+        from + 1 == r.last_step ? fmt::format("step {} is", r.last_step)
+                                : fmt::format("steps {} to {} are", from + 1, r.last_step),
+        on_disk.empty() ? std::string("No snapshot of this run is on disk: the next run starts from step 1 (free "
+                                      "space in checkpoint.dir first)")
+                        : fmt::format("The newest snapshot on disk is {} (step {}): free space in checkpoint.dir, then "
+                                      "continue with --resume latest",
+                                      on_disk.back().second, on_disk.back().first)));
+  }
+  spdlog::info("stopped by a signal after step {}; snapshot {}; continue with --resume latest", r.last_step,
+               snaps.back().dir);
+}
+
+// This run owns the checkpoint directory now: the unfinished snapshots of killed writers
+// (older than `started`, unix seconds) go, each named; those of live writers are named.
+void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
+  std::vector<std::string> kept;
+  for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept))
+    spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
+  for (auto& d : kept)
+    spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
+}
+
 }  // namespace
 
 int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt) {
@@ -381,12 +414,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     setup_logging(run_dir);
     const std::string saved = save_config(c, run_dir);
     spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
-    // this run owns the checkpoint directory now: unfinished snapshots of killed writers go
-    std::vector<std::string> kept;
-    for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept))
-      spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
-    for (auto& d : kept)
-      spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
+    clean_checkpoint_dir(ckpt_dir, started);
   }
   if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
                d.val_tokens, data_s, d.unigram_entropy);
@@ -426,25 +454,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, ckpt_dir, r); rc != 0) return rc;
   if (r.follower) return 0;  // process 0 reports the job
   if (r.stopped_by_signal) {
-    const auto& snaps = r.snapshots;
-    if (snaps.empty() || !snaps.back().ok) {
-      // what the failed save means for the user's work: what is on disk, what is lost
-      const auto on_disk = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
-      const int64_t from = on_disk.empty() ? (state ? state->step : 0) : on_disk.back().first;
-      throw Error(fmt::format(
-          "stopped by a signal after step {} but its snapshot could not be written{}; {} lost. {}", r.last_step,
-          snaps.empty() ? std::string() : ": " + snaps.back().error,
-          from + 1 == r.last_step ? fmt::format("step {} is", r.last_step)
-                                  : fmt::format("steps {} to {} are", from + 1, r.last_step),
-          on_disk.empty() ? std::string("No snapshot of this run is on disk: the next run starts from step 1 (free "
-                                        "space in checkpoint.dir first)")
-                          : fmt::format("The newest snapshot on disk is {} (step {}): free space in checkpoint.dir, then "
-                                        "continue with --resume latest",
-                                        on_disk.back().second, on_disk.back().first)));
-    }
-    spdlog::info("stopped by a signal after step {}; {}", r.last_step,
-                 !snaps.empty() && snaps.back().ok ? "snapshot " + snaps.back().dir + "; continue with --resume latest"
-                                                   : std::string("no snapshot could be written"));
+    report_signal_stop(r, ckpt_dir, state ? state->step : 0);
     return 0;
   }
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
