@@ -195,7 +195,7 @@ TEST_CASE("snapshot tools: outputs probed first, failed writes leave nothing, cl
   CHECK(first_s < 0.7 * total_s);  // unstreamed, everything came in the last moment
 }
 
-TEST_CASE("error lines never carry raw control bytes; --version names the commit and build", "[cli][hostile]") {
+TEST_CASE("error lines never carry raw control bytes, --version names the commit and build", "[cli][hostile]") {
   Scratch s("bytes");
   std::mt19937 rng(14);
   std::string junk = "\x1b[2J\x1b]0;owned\x07";
@@ -260,7 +260,7 @@ TEST_CASE("leftovers: killed writers' folders and an interrupted tokenizer's fil
   CHECK(fs::exists(cache_dir + "/meta.json"));
 }
 
-TEST_CASE("a full disk is refused before the run; a failed signal save says what is lost", "[cli][hostile][checkpoint]") {
+TEST_CASE("a full disk is refused before the run, a failed signal save says what is lost", "[cli][hostile][checkpoint]") {
   Scratch s("disk");
   // warm the data cache outside the small filesystems
   REQUIRE(run_troupe("tokenize --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") + "'", s).rc == 0);

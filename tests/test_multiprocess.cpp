@@ -407,7 +407,7 @@ TEST_CASE("processes with another config, another binary or without the job secr
   CHECK(survivors(s) == 0);
 }
 
-TEST_CASE("a process with the wrong job secret is told at once, one that does not listen is cut off, the job goes on; "
+TEST_CASE("a process with the wrong job secret is told at once, one that does not listen is cut off, the job goes on, "
           "the job listens only on the coordinator's address",
           "[multiprocess][hostile]") {
   Scratch s("intruder");
