@@ -27,6 +27,7 @@
 #include "actors/messages.h"
 #include "actors/optimizer_actor.h"
 #include "actors/worker.h"
+#include "checkpoint/disk.h"
 #include "core/error.h"
 #include "core/events.h"
 #include "core/peak.h"
@@ -561,6 +562,7 @@ class Coordinator {
       const int32_t where = (writer_ && ((iv > 0 && k % iv == 0) || sig) ? kSnapDisk : 0) |
                             (!keepers_.empty() && miv > 0 && k % miv == 0 ? kSnapMemory : 0);
       if (where) take_snapshot(k, where);
+      if (writer_) watch_disk();
       if (sig) {
         res.stopped_by_signal = true;
         if (!ctx_.quiet)
@@ -715,6 +717,7 @@ class Coordinator {
       }
       toks.push_back(next);
       out.push_back(next);
+      if (ctx_.on_token) ctx_.on_token(next);
     }
     res.sample_ids = out;
     return ctx_.decode ? ctx_.decode(out) : std::string();
@@ -1081,6 +1084,22 @@ class Coordinator {
     }
     failed_snapshots_ = 0;
   }
+  // Warns once (again after space came back) when the checkpoint directory's filesystem
+  // has room for fewer than two more snapshots: the next one, periodic or a signal's,
+  // could fail and the steps since the last one be lost.
+  void watch_disk() {
+    const uint64_t need = snapshot_bytes(cfg_), free = free_space(ctx_.checkpoint_dir);
+    if (free == UINT64_MAX || free >= 2 * need) {
+      disk_low_ = false;
+      return;
+    }
+    if (disk_low_) return;
+    disk_low_ = true;
+    spdlog::warn("disk space is low: the filesystem of checkpoint.dir {} has {:.1f} MiB free, a snapshot takes about "
+                 "{:.1f} MiB; free space now, or the next snapshot (periodic or on a signal) fails and the steps since "
+                 "the last one are lost",
+                 ctx_.checkpoint_dir, free / 1048576.0, need / 1048576.0);
+  }
   // A run waits for its snapshots in flight before it ends.
   void wait_snapshots() {
     if (in_flight_.empty()) return;
@@ -1135,6 +1154,7 @@ class Coordinator {
   std::vector<caf::actor> local_workers_, local_optimizers_;
   size_t local_actors_ = 0;           // actors of this process the shutdown waits for
   int failed_snapshots_ = 0;          // snapshots that failed in a row
+  bool disk_low_ = false;             // watch_disk() has warned
   std::string lost_;                  // a lost process (actors/cluster.h) reported during a diagnosis
   bool failed_ = false;
   GPTConfig gpt_;

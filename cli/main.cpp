@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "cli/launch.h"
 #include "core/error.h"
+#include "troupe_version.h"
 
 using namespace troupe;
 using namespace troupe::cli;
@@ -18,6 +19,9 @@ using namespace troupe::cli;
 int main(int argc, char** argv) {
   CLI::App app{"troupe: GPT training with pipeline-stage actors"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +
+                                        ")\nbuild: " + TROUPE_BUILD_OPTIONS,
+                       "print the version, git commit and build options, then exit");
   std::string config_path, run_dir;
   std::vector<std::string> sets;
   auto* train = app.add_subcommand("train", "train a model (the main job)");
@@ -63,8 +67,7 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
     if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
-      std::cerr << "error: unknown command '" << cmd
-                << "'; use train, launch, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
+      print_error("unknown command '" + cmd + "'; use train, launch, tokenize, simulate, export or generate (see troupe --help)");
       return 2;
     }
   }
@@ -74,11 +77,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     for (auto& ch : msg)
       if (ch == '\n') ch = ' ';
-    std::cerr << "error: " << msg << "; see troupe --help" << std::endl;
+    print_error(msg + "; see troupe --help");
     return 2;
   }
   try {

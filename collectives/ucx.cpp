@@ -237,6 +237,12 @@ class Engine {
 
     ucp_config_t* cfg = nullptr;
     UCS_CHECK(ucp_config_read(nullptr, nullptr, &cfg)) << "reading the UCX configuration (UCX_* variables)";
+    if (const char* env = std::getenv("UCX_NET_DEVICES"); !o_.net_devices.empty() && !(env && *env)) {
+      if (const ucs_status_t ms = ucp_config_modify(cfg, "NET_DEVICES", o_.net_devices.c_str()); ms != UCS_OK) {
+        ucp_config_release(cfg);
+        UCS_CHECK(ms) << "restricting the data plane to network device(s) " << o_.net_devices;
+      }
+    }
     ucp_params_t pp{};
     pp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     pp.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
