@@ -29,6 +29,7 @@
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
 #include "core/launch_env.h"
+#include "cli/figures.h"
 #include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -324,6 +325,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     std::ofstream probe(trace_path_, std::ios::app);
     TROUPE_USER_CHECK(probe.good()) << "cannot write the trace file '" << trace_path_ << "'; pass a writable --trace path";
   }
+  TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
+      << "--trace-png draws the measured trace: pass --trace FILE.json too";
+  if (!c.train.tensorboard_dir.empty() && !follower)
+    check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
   setup_logging("");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (c.train.threads > (int)cores)
@@ -395,6 +400,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                                                    : std::string("no snapshot could be written"));
     return 0;
   }
+  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_);
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
   return 0;

@@ -1,6 +1,7 @@
 // tests/cli_helpers.h — what the tests that run the `troupe` binary share: where the binary
 // is, reading a file whole, and a scratch folder per test.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -45,5 +46,11 @@ struct Scratch {
     return path(f);
   }
 };
+
+// The exit status of `command` run by the shell (-1 when it did not exit normally).
+inline int shell_status(const std::string& command) {
+  const int st = std::system(command.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 }  // namespace troupe::test
