@@ -130,7 +130,7 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   gp += "set multiplot layout 2,3 title " + gp_quote(fmt::format("{} ({} resume(s), {} recovery(ies))", title.empty() ? run_dir : title,
       std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return !m.recovery; }),
       std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return m.recovery; }))) + "\n";
-  gp += "set grid lc rgb '#dddddd'\nset key top right\nset xlabel 'step'\n";
+  gp += "set grid lc rgb '#dddddd'\nset key bottom left\nset xlabel 'step'\n";
   gp += "set style line 1 lc rgb '#4c72b0' lw 1.5\nset style line 2 lc rgb '#dd8452' lw 2 pt 7 ps 0.6\n";
   gp += marks_script(rc, false);
   gp += "set title 'loss'\nplot $train using 1:3 with lines ls 1 title 'train', "
