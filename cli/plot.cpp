@@ -127,9 +127,13 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   if (out.empty()) out = run_dir + "/plot.png";
   std::string gp = "set terminal pngcairo size 1400,800 font 'sans,10'\nset output " + gp_quote(out + ".tmp") + "\n";
   gp += "$train << EOD\n" + rc.train + "EOD\n$val << EOD\n" + rc.val + "EOD\n";
-  gp += "set multiplot layout 2,3 title " + gp_quote(fmt::format("{} ({} resume(s), {} recovery(ies))", title.empty() ? run_dir : title,
-      std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return !m.recovery; }),
-      std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return m.recovery; }))) + "\n";
+  const auto resumes = std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return !m.recovery; });
+  const auto recoveries = (long)rc.marks.size() - resumes;
+  std::string heading = title.empty() ? run_dir : title;
+  if (!rc.marks.empty())
+    heading += fmt::format(" ({} resume{}, {} recover{})", resumes, resumes == 1 ? "" : "s", recoveries,
+                           recoveries == 1 ? "y" : "ies");
+  gp += "set multiplot layout 2,3 title " + gp_quote(heading) + "\n";
   gp += "set grid lc rgb '#dddddd'\nset key bottom left\nset xlabel 'step'\n";
   gp += "set style line 1 lc rgb '#4c72b0' lw 1.5\nset style line 2 lc rgb '#dd8452' lw 2 pt 7 ps 0.6\n";
   gp += marks_script(rc, false);

@@ -34,6 +34,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/tensorboard.h"
 #include "datasets/corpus.h"
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
@@ -344,6 +345,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   check_data(c, d, *loader, *tok, state.get());
   const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Now the run directory: created, locked, config saved, log file opened.
+  // the first thing written: nothing else exists yet if it fails
+  if (!follower && !c.train.tensorboard_dir.empty()) create_event_dir(c.train.tensorboard_dir);
   if (!follower) {
     const int lock_fd = make_run_dir(run_dir);
     (void)lock_fd;

@@ -85,12 +85,16 @@ std::vector<std::string> read_tfrecords(const std::string& path) {
   return out;
 }
 
-EventWriter::EventWriter(const std::string& dir) {
+void create_event_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   TROUPE_USER_CHECK(!ec && std::filesystem::is_directory(dir))
       << "cannot create the TensorBoard directory " << dir << " (" << ec.message()
       << "); pass a writable --tensorboard DIR";
+}
+
+EventWriter::EventWriter(const std::string& dir) {
+  create_event_dir(dir);
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
   const auto now = std::chrono::system_clock::now().time_since_epoch();

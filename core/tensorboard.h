@@ -30,10 +30,13 @@ std::string tfrecord_frame(const std::string& payload);
 // and byte offset of a truncated record or a CRC mismatch.
 std::vector<std::string> read_tfrecords(const std::string& path);
 
+// Creates `dir` and its parents if needed. Throws UserError naming --tensorboard when it cannot.
+void create_event_dir(const std::string& dir);
+
 // Appends scalar events to a new event file in a directory.
 class EventWriter {
  public:
-  // Creates `dir` (and its parents) if needed, opens a new event file there and writes the
+  // Creates `dir` (create_event_dir), opens a new event file there and writes the
   // file_version record. Throws UserError when the directory or file cannot be written.
   explicit EventWriter(const std::string& dir);
   ~EventWriter();

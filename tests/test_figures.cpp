@@ -130,6 +130,13 @@ TEST_CASE("train --tensorboard writes event files whose scalars equal metrics.js
   CHECK(events.size() == expected);
   CHECK(events.count({4, "val_loss"}) == 1);
   CHECK(events.at({1, "mfu"}) > 0);
+
+  // a TensorBoard directory that cannot be made is refused before the run directory exists
+  s.write("file", "x");
+  CHECK(run_troupe(s, "train --config configs/tiny.toml --run-dir '" + s.path("run2") + "' --tensorboard '" +
+                          s.path("file/tb") + "' --set data.cache_dir='" + s.path("cache") + "' --set train.steps=1") == 2);
+  CHECK(slurp(s.path("stderr.txt")).find("error: cannot create TensorBoard directory") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("run2")));
 }
 
 TEST_CASE("troupe plot draws a run and marks its resumes and recoveries; refuses a folder that is no run",
