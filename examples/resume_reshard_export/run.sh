@@ -14,6 +14,8 @@ RUN="$WORK/run"
 "$TROUPE" train "${TINY[@]}" --set parallel.tp=1 --set parallel.pp=1 --set parallel.dp=2 --set train.steps=6 \
   --set checkpoint.interval=3 --run-dir "$RUN" --resume latest
 grep -q '"resumed_from".*"step":3' "$RUN/metrics.jsonl" || fail "metrics.jsonl does not record the resume at step 3"
+"$TROUPE" plot "$RUN" --out "$WORK/run.png" | tee "$WORK/plot.txt"   # the curves, the resume marked
+grep -q "resume at step 3" "$WORK/plot.txt" || fail "plot did not mark the resume"
 
 # The same 6 steps never stopped (TP=2 x PP=2 throughout): the resharded run follows it to
 # rounding (another reduction order), within 1e-4.
