@@ -60,14 +60,25 @@ void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::
   double t_end = 0;
   for (auto& b : bars) t_end = std::max(t_end, b.t1);
   const char* colour[3] = {"#4c72b0", "#dd8452", "#55a868"};  // F, B, W
-  auto colour_of = [&](char k) { return k == 'F' ? colour[0] : k == 'B' ? colour[1] : colour[2]; };
+  const uint32_t rgb[3] = {0x4c72b0, 0xdd8452, 0x55a868};
+  // chunk c > 0 of an interleaved schedule: the kind's colour, lighter
+  auto colour_of = [&](char k, int chunk) {
+    const uint32_t c = rgb[k == 'F' ? 0 : k == 'B' ? 1 : 2];
+    const double mix = chunk > 0 ? 0.4 : 0.0;
+    uint32_t out = 0;
+    for (int sh = 0; sh <= 16; sh += 8) {
+      const double v = ((c >> sh) & 0xff) * (1 - mix) + 255 * mix;
+      out |= (uint32_t)(v + 0.5) << sh;
+    }
+    return out;
+  };
   std::string data;
   for (auto& b : bars) {
-    const double wide = (b.t1 - b.t0) / std::max(t_end, 1e-30);
-    const std::string label = wide > 0.018 ? (b.chunk > 0 ? fmt::format("{}c{}", b.mb, b.chunk) : std::to_string(b.mb))
-                                           : std::string("\"\"");
-    data += fmt::format("{} {} {} {} 0x{} {}\n", 0.5 * (b.t0 + b.t1), b.stage, 0.5 * (b.t1 - b.t0), 0.38,
-                        std::string(colour_of(b.kind) + 1), label);
+    const std::string text = b.chunk > 0 ? fmt::format("{}c{}", b.mb, b.chunk) : std::to_string(b.mb);
+    const double px = 1000.0 * (b.t1 - b.t0) / std::max(t_end, 1e-30);  // the plot is about 1000 pixels wide
+    const std::string label = px > 7.0 * text.size() + 4 ? text : std::string("\"\"");
+    data += fmt::format("{} {} {} {} {:#08x} {}\n", 0.5 * (b.t0 + b.t1), b.stage, 0.5 * (b.t1 - b.t0), 0.38,
+                        colour_of(b.kind, b.chunk), label);
   }
   std::string ytics;
   for (int s = 0; s < stages; ++s) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
@@ -86,6 +97,8 @@ void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::
                     colour[0], colour[1]);
   if (std::any_of(bars.begin(), bars.end(), [](const TimelineBar& b) { return b.kind == 'W'; }))
     gp += fmt::format(", NaN with boxes lc rgb '{}' title 'W (weight grad)'", colour[2]);
+  if (std::any_of(bars.begin(), bars.end(), [](const TimelineBar& b) { return b.chunk > 0; }))
+    gp += fmt::format(", NaN with boxes lc rgb '{:#08x}' title 'lighter: chunk > 0'", colour_of('F', 1));
   gp += ", NaN with boxes fs empty lc rgb '#999999' title 'idle (the bubble)'\n";
   render_png(gp, out);
 }
