@@ -1,6 +1,7 @@
 // troupe — the command line.
 //   troupe train    --config FILE [--set section.key=value ...] [--run-dir DIR]
 //   troupe tokenize --config FILE [--set ...]      corpus -> tokenizer + token files (cached)
+//   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <CLI/CLI.hpp>
 
