@@ -188,3 +188,18 @@ TEST_CASE("troupe simulate --png draws the timeline", "[plot][schedules]") {
   CHECK(run_troupe(s, "simulate --quiet --png '" + s.path("missing/zb.png") + "'", 60) == 2);
   CHECK(slurp(s.path("stderr.txt")).rfind("error: cannot write the picture", 0) == 0);
 }
+
+TEST_CASE("train --trace-png draws the measured timeline of the last step", "[plot][cli]") {
+  Scratch s("trace");
+  REQUIRE(run_troupe(s, "train --config configs/tiny.toml --run-dir '" + s.path("run") + "' --set data.cache_dir='" +
+                            s.path("cache") + "' --set train.steps=2 --set train.eval_interval=0 --set train.eval_batches=1"
+                            " --set train.sample_tokens=0 --trace '" + s.path("t.json") + "' --trace-png '" +
+                            s.path("t.png") + "'") == 0);
+  CHECK(is_png(s.path("t.png")));
+  CHECK(slurp(s.path("stdout.txt")).find("measured timeline of step 2") != std::string::npos);
+  // without --trace there is nothing to draw: refused before anything runs
+  CHECK(run_troupe(s, "train --config configs/tiny.toml --run-dir '" + s.path("run2") + "' --trace-png '" +
+                          s.path("u.png") + "'") == 2);
+  CHECK(slurp(s.path("stderr.txt")).find("error: --trace-png draws the measured trace: pass --trace") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("run2")));
+}
