@@ -57,12 +57,14 @@ RunCurves read_run(const std::string& run_dir) {
   RunCurves rc;
   rc.tokens_per_step = tokens_per_step(run_dir);
   std::ifstream in(run_dir + "/metrics.jsonl");
-  int line_no = 0;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
   double tps = rc.tokens_per_step;  // tokens per step (from the config, else from the records)
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
+  for (size_t line_no = 1; line_no <= lines.size(); ++line_no) {
+    const std::string& line = lines[line_no - 1];
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() && line_no == lines.size()) break;  // a run still writing its last line
     TROUPE_USER_CHECK(!j.is_discarded() && j.is_object())
         << run_dir << "/metrics.jsonl line " << line_no << " is not a JSON object; pass the run directory of a troupe train run";
     if (!j.contains("step") || !j["step"].is_number_integer() || j.contains("summary")) continue;
