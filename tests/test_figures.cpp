@@ -72,6 +72,27 @@ TEST_CASE("CRC-32C and TFRecord framing follow TensorFlow's", "[tensorboard]") {
   CHECK_THROWS_WITH(troupe::read_tfrecords(s.path("short.tfrecord")), Catch::Contains("truncated"));
 }
 
+TEST_CASE("an event holds every scalar, 0 included, at its step", "[tensorboard]") {
+  Scratch s("writer");
+  std::string path;
+  {
+    troupe::EventWriter w(s.path("tb"));
+    w.add_scalars(7, {{"lr", 0.0}, {"loss", 2.5}}, 1.75e9);
+    path = w.path();
+  }
+  auto recs = troupe::read_tfrecords(path);
+  REQUIRE(recs.size() == 2);
+  troupe::tensorboard::Event ev;
+  REQUIRE(ev.ParseFromString(recs[1]));
+  CHECK(ev.step() == 7);
+  CHECK(ev.wall_time() == 1.75e9);
+  REQUIRE(ev.summary().value_size() == 2);
+  CHECK(ev.summary().value(0).tag() == "lr");
+  CHECK(ev.summary().value(0).has_simple_value());  // TensorBoard skips a value without it
+  CHECK(ev.summary().value(0).simple_value() == 0.0f);
+  CHECK(ev.summary().value(1).simple_value() == 2.5f);
+}
+
 TEST_CASE("the scalars of a metrics record: numbers by key, markers and nulls left out", "[tensorboard]") {
   auto sc = troupe::tensorboard_scalars(
       {{"step", 3}, {"loss", 2.5}, {"grad_norm", nullptr}, {"skipped", false}, {"val", {{"a", 1.0}}}});
