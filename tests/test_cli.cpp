@@ -200,7 +200,7 @@ TEST_CASE("the tiny job ends more than 1 nat below the unigram entropy", "[cli][
   CHECK(fs::exists(s.path("run/config.toml")));
 }
 
-TEST_CASE("fp16 step records carry skipped and loss_scale; bf16 runs from the command line", "[cli][precision]") {
+TEST_CASE("fp16 step records carry skipped and loss_scale, and bf16 runs from the command line", "[cli][precision]") {
   Scratch s("fp16");
   std::string cfg = tiny_config(s);
   // Megatron's initial scale 2^32 overflows fp16 on the first steps: skipped, then backed
@@ -300,7 +300,7 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
   }
 }
 
-TEST_CASE("export writes GPT-2's safetensors layout; generate samples from a snapshot", "[cli][checkpoint][export]") {
+TEST_CASE("export writes GPT-2's safetensors layout and generate samples from a snapshot", "[cli][checkpoint][export]") {
   Scratch s("export");
   std::string cfg = tiny_config(s);
   Run t = run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "' --set data.cache_dir='" +

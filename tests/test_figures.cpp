@@ -160,7 +160,7 @@ TEST_CASE("train --tensorboard writes event files whose scalars equal metrics.js
   CHECK_FALSE(fs::exists(s.path("run2")));
 }
 
-TEST_CASE("troupe plot draws a run and marks its resumes and recoveries; refuses a folder that is no run",
+TEST_CASE("troupe plot draws a run, marks its resumes and recoveries and refuses a folder that is no run",
           "[plot][cli]") {
   Scratch s("plot");
   // a run that was resumed (at step 2) and recovered after a failure (at step 3), as

@@ -84,7 +84,7 @@ TEST_CASE("every installed GEMM library computes the linear layer, the same bits
   CHECK(kernels::gemm_library_sgemm(GemmLibrary::onednn) != nullptr);  // linked: always there
 }
 
-TEST_CASE("the library follows the CPU: oneDNN where it runs AVX-512, BLIS elsewhere; TROUPE_GEMM overrides", "[gemm]") {
+TEST_CASE("the library follows the CPU: oneDNN where it runs AVX-512, BLIS elsewhere, TROUPE_GEMM overrides", "[gemm]") {
   const auto auto_choice = kernels::choose_gemm("");
   INFO("oneDNN ISA " << auto_choice.cpu_isa << "; " << auto_choice.describe());
   if (auto_choice.cpu_isa.rfind("avx512", 0) == 0) {
