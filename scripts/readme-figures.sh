@@ -4,7 +4,7 @@
 #                  killed at step 150) and a resume (stopped at 240, resumed to 300)
 #   simulate.png   troupe simulate --png: ZB-H1 on 4 stages, 8 microbatches
 #   trace.png      train --trace-png: the measured timeline of the tiny job's last step
-#   scripts/readme-figures.sh [path/to/troupe]     (about 2 minutes on 2 cores)
+#   scripts/readme-figures.sh [path/to/troupe]     (about 30 s on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TROUPE=$(realpath "${1:-build/troupe}")
