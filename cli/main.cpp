@@ -3,6 +3,10 @@
 //   troupe tokenize --config FILE [--set ...]      corpus -> tokenizer + token files (cached)
 //   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -17,7 +21,20 @@
 using namespace troupe;
 using namespace troupe::cli;
 
+// libgomp makes a thread that waits at a barrier spin GOMP_SPINCOUNT rounds (300,000 when
+// it manages no more threads than CPUs) before it sleeps. On a machine that other work
+// shares, a team member then spins away the time slice its partner needs: generating 100
+// tokens took 15-20 s instead of 0.4-0.9 s at load average 10. libgomp reads the setting
+// once, when it loads, so troupe starts itself again with GOMP_SPINCOUNT=1000 unless the
+// user chose a wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT).
+void bound_openmp_spinning(char** argv) {
+  if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
+  ::setenv("GOMP_SPINCOUNT", "1000", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: go on with libgomp's default
+}
+
 int main(int argc, char** argv) {
+  bound_openmp_spinning(argv);
   CLI::App app{"troupe: GPT training with pipeline-stage actors"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +
