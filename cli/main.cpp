@@ -29,8 +29,12 @@ using namespace troupe::cli;
 // user chose a wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT).
 void bound_openmp_spinning(char** argv) {
   if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';  // the real path, so that the process keeps its name ("troupe", not "exe")
   ::setenv("GOMP_SPINCOUNT", "1000", 1);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: go on with libgomp's default
+  ::execv(self, argv);  // returns only on failure: go on with libgomp's default
 }
 
 int main(int argc, char** argv) {
