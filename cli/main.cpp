@@ -10,6 +10,7 @@
 
 #include "cli/common.h"
 #include "cli/launch.h"
+#include "cli/plan.h"
 #include "core/error.h"
 
 using namespace troupe;
@@ -54,13 +55,21 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, 0 = all (default 40)");
   generate_cmd->add_option("--seed", go.seed, "sampling seed (default 1)");
   generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
+  PlanCommand pc;
+  auto* plan_cmd = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");
+  plan_cmd->add_option("--config", config_path, "TOML config file with a [cluster] section")->required();
+  plan_cmd->add_option("--set", sets, "override a key: section.key=value (repeatable)");
+  plan_cmd->add_flag("--json", pc.json, "one JSON object on stdout");
+  plan_cmd->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
+  plan_cmd->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
+  plan_cmd->add_option("--tokens", pc.tokens, "tokens to train: report the days it takes");
   train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
-    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
+    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate" && cmd != "plan") {
       std::cerr << "error: unknown command '" << cmd
-                << "'; use train, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
+                << "'; use train, tokenize, simulate, plan, export or generate (see troupe --help)" << std::endl;
       return 2;
     }
   }
@@ -87,6 +96,7 @@ int main(int argc, char** argv) {
     Config c = load_config(config_path, sets);
     if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (tokenize->parsed()) return cmd_tokenize(c);
+    if (plan_cmd->parsed()) return cmd_plan(c, pc);
   } catch (const UserError& e) {
     print_error(log_prefix_ + e.what());
     return 2;

@@ -1,0 +1,74 @@
+#include "planner/calibrate.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace troupe::plan {
+
+namespace fs = std::filesystem;
+
+Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at_start) {
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(run_dir, ec);
+  const fs::path dir = is_dir ? fs::path(run_dir) : fs::path(run_dir).parent_path();
+  const fs::path trace = is_dir ? dir / "trace.json" : fs::path(run_dir);
+  const fs::path cfg_path = (dir.empty() ? fs::path(".") : dir) / "config.toml";
+  TROUPE_USER_CHECK(fs::is_regular_file(trace, ec))
+      << "--calibrate: no trace at " << trace.string() << "; run troupe train --run-dir " << dir.string()
+      << " --trace " << (dir / "trace.json").string() << " first";
+  TROUPE_USER_CHECK(fs::is_regular_file(cfg_path, ec))
+      << "--calibrate: no config.toml beside the trace (" << cfg_path.string()
+      << "); pass the run directory that troupe train wrote";
+  Config c = Config::load(cfg_path.string());
+  c.validate();
+  nlohmann::json j;
+  try {
+    std::ifstream in(trace);
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw UserError("--calibrate: " + trace.string() + " is not a Chrome trace written by troupe train --trace (" +
+                    e.what() + "); pass another run directory");
+  }
+  TROUPE_USER_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array())
+      << "--calibrate: " << trace.string() << " has no traceEvents; pass a trace written by troupe train --trace";
+  // the machine as that run used it
+  Cluster cl = cpu_at_start;
+  cl.gpus_per_node = 1, cl.nodes = 1;
+  const auto cc = chunk_costs(c, cl, PlanOptions{});
+  const bool split = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks).split_backward;
+  const int P = c.parallel.pp;
+  int64_t last_step = 0;
+  for (auto& e : j["traceEvents"])
+    if (e.contains("args") && e["args"].contains("step")) last_step = std::max<int64_t>(last_step, e["args"]["step"].get<int64_t>());
+  const int64_t first = last_step > 1 ? 2 : 1;
+  double mf = 0, mb = 0, mw = 0, mo = 0, pf = 0, pb = 0, pw = 0, po = 0;
+  for (auto& e : j["traceEvents"]) {
+    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    const auto& a = e["args"];
+    if (a.value("step", (int64_t)0) < first) continue;
+    const std::string cat = e.value("cat", "");
+    const int s = e.value("tid", 0), chunk = a.value("chunk", 0);
+    const double dur = e.value("dur", 0.0) * 1e-6;
+    if (s < 0 || s >= P || chunk < 0 || chunk >= c.parallel.chunks) continue;
+    const ChunkCost& k = cc[chunk * P + s];
+    if (cat == "F") mf += dur - k.tp_f, pf += k.f;
+    if (cat == "B") mb += dur - k.tp_b, pb += split ? k.b - k.w : k.b;
+    if (cat == "W") mw += dur, pw += k.w;
+    if (cat == "optimizer") mo += dur, po += optimizer_seconds(c, cl, s);
+  }
+  TROUPE_USER_CHECK(pf > 0 && pb > 0) << "--calibrate: " << trace.string()
+                                      << " has no F and B spans after step 1; trace a run of at least 2 steps";
+  Calibration cal;
+  cal.f = mf / pf;
+  cal.b = mb / pb;
+  if (pw > 0) cal.w = mw / pw;
+  else cal.w = cal.b;  // no W spans: the weight part scales as the whole backward
+  if (po > 0) cal.opt = mo / po;
+  cal.from = run_dir;
+  return cal;
+}
+
+}  // namespace troupe::plan

@@ -1,0 +1,202 @@
+// troupe plan: the cost model against published figures (Korthikanti et al. 2022), its
+// memory accounting against the schedules, the search, and bad input at the command line.
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_helpers.h"
+#include "core/error.h"
+#include "planner/cost_model.h"
+#include "planner/search.h"
+#include "stages/simulator.h"
+
+using namespace troupe;
+using namespace troupe::plan;
+
+namespace {
+
+const std::string kSrc = TROUPE_SOURCE_DIR;
+
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+// Models", arXiv:2205.05198): Table 3 (models: heads, hidden, layers, TP, PP, GPUs, global
+// batch; sequence 2048, vocabulary 51200, microbatch 1 sequence but 4 for 22B, DP 1) and
+// Table 5 (iteration seconds on A100 80GB: full recompute; sequence parallelism +
+// selective recompute).
+struct Published {
+  const char* name;
+  int heads, hidden, layers, tp, pp, gpus, batch, mb;
+  double full_s, sp_selective_s;
+};
+const Published kTable5[] = {
+    {"22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1.42, 1.10},
+    {"175B", 96, 12288, 96, 8, 8, 64, 64, 1, 18.13, 13.75},
+    {"530B", 128, 20480, 105, 8, 35, 280, 280, 1, 49.05, 37.83},
+    {"1T", 160, 25600, 128, 8, 64, 512, 512, 1, 94.42, 71.49},
+};
+
+Config korthikanti(const Published& p, bool sp_selective) {
+  Config c;
+  c.model = {p.layers, p.heads, p.hidden, 2048, 51200, 0.1};
+  c.parallel.tp = p.tp, c.parallel.pp = p.pp, c.parallel.dp = 1;
+  c.parallel.microbatches = p.batch / p.mb;
+  c.parallel.schedule = "1f1b";
+  c.parallel.sequence_parallel = sp_selective;
+  c.train.batch_size = p.batch, c.train.seq_len = 2048;
+  c.train.precision = "bf16";
+  c.train.recompute = sp_selective ? "selective" : "full";
+  c.cluster.gpu = "a100-80g";
+  c.cluster.gpus_per_node = std::min(8, p.gpus);
+  c.cluster.nodes = p.gpus / c.cluster.gpus_per_node;
+  return c;
+}
+
+struct CliRun {
+  int rc;
+  std::string out, err;
+};
+CliRun plan_cli(const std::string& args, const test::Scratch& s) {
+  const std::string cmd = "cd '" + kSrc + "' && timeout 120 '" + test::troupe_bin() + "' plan " + args + " > '" +
+                          s.path("out.txt") + "' 2> '" + s.path("err.txt") + "'";
+  const int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, test::slurp(s.path("out.txt")), test::slurp(s.path("err.txt"))};
+}
+
+}  // namespace
+
+TEST_CASE("plan: iteration time within 10% of Korthikanti et al. 2022 Table 5", "[plan]") {
+  for (const auto& p : kTable5)
+    for (bool sps : {false, true}) {
+      Config c = korthikanti(p, sps);
+      PlanOptions o;
+      o.impl = Impl::megatron;
+      const Plan pl = plan_job(c, make_cluster(c.cluster, 0), o);
+      const double published = sps ? p.sp_selective_s : p.full_s;
+      INFO(p.name << (sps ? " SP + selective" : " full recompute") << ": predicted " << pl.time.iteration
+                  << " s, published " << published << " s");
+      CHECK(pl.fits);
+      CHECK(std::abs(pl.time.iteration / published - 1) < 0.10);
+    }
+}
+
+TEST_CASE("plan: activation memory per layer is Korthikanti et al. 2022's (Table 2)", "[plan]") {
+  // bytes per layer, 16-bit: full recompute 2 s b h; TP + SP + selective 34 s b h / t;
+  // TP alone 10 s b h + 24 s b h / t + 5 a s^2 b / t (their eq. 1-4)
+  for (const auto& p : kTable5) {
+    const Config c = korthikanti(p, true);
+    const double s = 2048, b = p.mb, h = p.hidden, a = p.heads, t = p.tp;
+    auto act = [&](bool sp, const char* rec, Impl impl) {
+      return activation_bytes_per_layer(c.model, p.mb, 2048, p.tp, sp, rec, true, impl);
+    };
+    INFO(p.name);
+    CHECK(act(false, "full", Impl::megatron) == Approx(2 * s * b * h));
+    CHECK(act(true, "selective", Impl::megatron) == Approx(34 * s * b * h / t));
+    CHECK(act(false, "none", Impl::megatron) == Approx(10 * s * b * h + 24 * s * b * h / t + 5 * a * s * s * b / t));
+    // troupe keeps no dropout masks but its LayerNorm outputs gathered: more under SP
+    CHECK(act(false, "full", Impl::troupe) == Approx(2 * s * b * h));
+    CHECK(act(true, "selective", Impl::troupe) > act(true, "selective", Impl::megatron));
+  }
+}
+
+TEST_CASE("plan: activations follow the schedule's peak in-flight microbatches", "[plan]") {
+  Config c = korthikanti(kTable5[1], true);  // 175B, PP 8
+  const Cluster cl = make_cluster(c.cluster, 0);
+  const Plan one = plan_job(c, cl);
+  // 1F1B: stage s keeps P - s microbatches of its layers
+  for (int s = 0; s < 8; ++s) CHECK(one.peak_inflight[s] == 8 - s);
+  CHECK(one.worst_stage == 0);
+  c.parallel.schedule = "gpipe";
+  const Plan gp = plan_job(c, cl);
+  CHECK(gp.peak_inflight[0] == c.parallel.microbatches);
+  CHECK(gp.worst().activations == Approx(one.worst().activations * c.parallel.microbatches / 8.0));
+  // interleaved: more (microbatch, chunk) pairs stashed, each 1/V of the stage
+  c.parallel.schedule = "interleaved", c.parallel.chunks = 2;
+  const Plan il = plan_job(c, cl);
+  CHECK(il.worst().activations > one.worst().activations);
+  CHECK(il.time.bubble < one.time.bubble);
+  // recompute: full < selective < none
+  c.parallel.schedule = "1f1b", c.parallel.chunks = 1;
+  double last = 0;
+  for (const char* r : {"full", "selective", "none"}) {
+    c.train.recompute = r;
+    const double a = plan_job(c, cl).worst().activations;
+    CHECK(a > last);
+    last = a;
+  }
+}
+
+TEST_CASE("plan: a layout that does not fit names the stage and the bytes over", "[plan]") {
+  Config c = korthikanti(kTable5[2], false);  // 530B
+  c.train.recompute = "none";
+  const Plan p = plan_job(c, make_cluster(c.cluster, 0));
+  CHECK_FALSE(p.fits);
+  CHECK(p.over.find("stage 0") != std::string::npos);
+  CHECK(p.over.find("GiB over") != std::string::npos);
+}
+
+TEST_CASE("simulate: a virtual chunk's action costs its share of the stage", "[plan][simulator]") {
+  const auto one = simulate(schedule_1f1b(4, 8), Costs{1, 2, 1, 0});
+  const auto il = simulate(schedule_interleaved(4, 8, 2), Costs{1, 2, 1, 0});
+  CHECK(one.makespan == Approx(33));       // 8 x 3 of work + 3 x 3 of bubble
+  CHECK(il.busy[0] == Approx(one.busy[0]));  // the same work
+  CHECK(il.makespan == Approx(24 + 9.0 / 2));  // half the bubble
+}
+
+TEST_CASE("plan: --search keeps the fastest layouts that fit and counts the rest", "[plan]") {
+  Config c = Config::load(kSrc + "/configs/mt-nlg-530b.toml");
+  const Cluster cl = make_cluster(c.cluster, 0);
+  const auto keys = parse_search_keys("parallel.pp,parallel.dp,parallel.microbatches,train.recompute");
+  const auto t0 = std::chrono::steady_clock::now();
+  const SearchResult r = search_layouts(c, cl, keys, PlanOptions{}, 10);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(secs < 30);
+  REQUIRE(r.top.size() == 10);
+  long rejected = 0;
+  for (auto& [why, n] : r.rejected) rejected += n;
+  CHECK(rejected + (long)r.top.size() == r.considered);
+  for (size_t i = 1; i < r.top.size(); ++i) CHECK(r.top[i - 1].plan.time.iteration <= r.top[i].plan.time.iteration);
+  for (auto& e : r.top) CHECK(e.plan.fits);
+  // the preset's own layout is among those searched: the best is at least as fast
+  CHECK(r.top[0].plan.time.iteration <= plan_job(c, cl).time.iteration * (1 + 1e-12));
+  CHECK(r.rejected.count("does not fit in device memory"));
+  CHECK_THROWS_AS(parse_search_keys("parallel.tpp"), UserError);
+}
+
+TEST_CASE("plan: the command line, --json and bad input", "[plan][cli]") {
+  test::Scratch s("plan", "cli");
+  auto r = plan_cli("--config configs/mt-nlg-530b.toml --json --tokens 270e9", s);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"iteration_s", "tflops_per_gpu", "mfu", "tokens_per_s", "memory_gib_per_gpu", "days"})
+    CHECK(j.contains(k));
+  CHECK(j["memory_gib_per_gpu"]["total"].get<double>() < 80);
+  CHECK(j["mfu"].get<double>() > 0.2);
+  CHECK(j["mfu"].get<double>() < 0.8);
+  r = plan_cli("--config configs/gpt2-124m.toml --json --search parallel.microbatches,train.recompute", s);
+  REQUIRE(r.rc == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["best"].contains("parallel.microbatches"));
+  CHECK(j["top"].size() == 10);
+  auto bad = [&](const std::string& args, std::initializer_list<const char*> needles) {
+    const auto b = plan_cli(args, s);
+    INFO(args << "\n" << b.err);
+    CHECK(b.rc == 2);
+    CHECK(b.err.rfind("error: ", 0) == 0);
+    CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
+    for (auto* n : needles) CHECK(b.err.find(n) != std::string::npos);
+  };
+  const std::string g = "--config configs/gpt2-124m.toml ";
+  bad(g + "--set parallel.tp=5", {"parallel.tp", "n_head"});
+  bad(g + "--set parallel.pp=13", {"parallel.pp", "n_layer"});
+  bad(g + "--set parallel.microbatches=7", {"batch_size", "microbatches"});
+  bad(g + "--set cluster.gpu=a100-90g", {"a100-90g", "a100-80g"});
+  bad(g + "--set cluster.inter_node_gbps=-25", {"cluster.inter_node_gbps"});
+  bad(g + "--set cluster.nodes=2", {"devices", "parallel.dp"});
+  bad("--config configs/mt-nlg-530b.toml --set train.recompute=none --set parallel.sequence_parallel=false",
+      {"does not fit", "stage 0", "GiB over"});
+  bad(g + "--search parallel.tpp", {"parallel.tpp"});
+}
