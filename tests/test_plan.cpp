@@ -11,6 +11,7 @@
 #include "cli_helpers.h"
 #include "core/error.h"
 #include "planner/cost_model.h"
+#include "planner/published.h"
 #include "planner/search.h"
 #include "stages/simulator.h"
 
@@ -20,39 +21,6 @@ using namespace troupe::plan;
 namespace {
 
 const std::string kSrc = TROUPE_SOURCE_DIR;
-
-// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
-// Models", arXiv:2205.05198): Table 3 (models: heads, hidden, layers, TP, PP, GPUs, global
-// batch; sequence 2048, vocabulary 51200, microbatch 1 sequence but 4 for 22B, DP 1) and
-// Table 5 (iteration seconds on A100 80GB: full recompute; sequence parallelism +
-// selective recompute).
-struct Published {
-  const char* name;
-  int heads, hidden, layers, tp, pp, gpus, batch, mb;
-  double full_s, sp_selective_s;
-};
-const Published kTable5[] = {
-    {"22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1.42, 1.10},
-    {"175B", 96, 12288, 96, 8, 8, 64, 64, 1, 18.13, 13.75},
-    {"530B", 128, 20480, 105, 8, 35, 280, 280, 1, 49.05, 37.83},
-    {"1T", 160, 25600, 128, 8, 64, 512, 512, 1, 94.42, 71.49},
-};
-
-Config korthikanti(const Published& p, bool sp_selective) {
-  Config c;
-  c.model = {p.layers, p.heads, p.hidden, 2048, 51200, 0.1};
-  c.parallel.tp = p.tp, c.parallel.pp = p.pp, c.parallel.dp = 1;
-  c.parallel.microbatches = p.batch / p.mb;
-  c.parallel.schedule = "1f1b";
-  c.parallel.sequence_parallel = sp_selective;
-  c.train.batch_size = p.batch, c.train.seq_len = 2048;
-  c.train.precision = "bf16";
-  c.train.recompute = sp_selective ? "selective" : "full";
-  c.cluster.gpu = "a100-80g";
-  c.cluster.gpus_per_node = std::min(8, p.gpus);
-  c.cluster.nodes = p.gpus / c.cluster.gpus_per_node;
-  return c;
-}
 
 struct CliRun {
   int rc;
@@ -68,9 +36,9 @@ CliRun plan_cli(const std::string& args, const test::Scratch& s) {
 }  // namespace
 
 TEST_CASE("plan: iteration time within 10% of Korthikanti et al. 2022 Table 5", "[plan]") {
-  for (const auto& p : kTable5)
+  for (const auto& p : korthikanti_table5())
     for (bool sps : {false, true}) {
-      Config c = korthikanti(p, sps);
+      Config c = korthikanti_config(p, sps);
       PlanOptions o;
       o.impl = Impl::megatron;
       const Plan pl = plan_job(c, make_cluster(c.cluster, 0), o);
@@ -85,11 +53,11 @@ TEST_CASE("plan: iteration time within 10% of Korthikanti et al. 2022 Table 5", 
 TEST_CASE("plan: activation memory per layer is Korthikanti et al. 2022's (Table 2)", "[plan]") {
   // bytes per layer, 16-bit: full recompute 2 s b h; TP + SP + selective 34 s b h / t;
   // TP alone 10 s b h + 24 s b h / t + 5 a s^2 b / t (their eq. 1-4)
-  for (const auto& p : kTable5) {
-    const Config c = korthikanti(p, true);
-    const double s = 2048, b = p.mb, h = p.hidden, a = p.heads, t = p.tp;
+  for (const auto& p : korthikanti_table5()) {
+    const Config c = korthikanti_config(p, true);
+    const double s = 2048, b = p.micro_batch, h = p.hidden, a = p.heads, t = p.tp;
     auto act = [&](bool sp, const char* rec, Impl impl) {
-      return activation_bytes_per_layer(c.model, p.mb, 2048, p.tp, sp, rec, true, impl);
+      return activation_bytes_per_layer(c.model, p.micro_batch, 2048, p.tp, sp, rec, true, impl);
     };
     INFO(p.name);
     CHECK(act(false, "full", Impl::megatron) == Approx(2 * s * b * h));
@@ -102,7 +70,7 @@ TEST_CASE("plan: activation memory per layer is Korthikanti et al. 2022's (Table
 }
 
 TEST_CASE("plan: activations follow the schedule's peak in-flight microbatches", "[plan]") {
-  Config c = korthikanti(kTable5[1], true);  // 175B, PP 8
+  Config c = korthikanti_config(korthikanti_table5()[1], true);  // 175B, PP 8
   const Cluster cl = make_cluster(c.cluster, 0);
   const Plan one = plan_job(c, cl);
   // 1F1B: stage s keeps P - s microbatches of its layers
@@ -129,7 +97,7 @@ TEST_CASE("plan: activations follow the schedule's peak in-flight microbatches",
 }
 
 TEST_CASE("plan: a layout that does not fit names the stage and the bytes over", "[plan]") {
-  Config c = korthikanti(kTable5[2], false);  // 530B
+  Config c = korthikanti_config(korthikanti_table5()[2], false);  // 530B
   c.train.recompute = "none";
   const Plan p = plan_job(c, make_cluster(c.cluster, 0));
   CHECK_FALSE(p.fits);
