@@ -10,6 +10,7 @@
 
 #include "cli_helpers.h"
 #include "core/error.h"
+#include "planner/calibrate.h"
 #include "planner/cost_model.h"
 #include "planner/published.h"
 #include "planner/search.h"
@@ -167,4 +168,43 @@ TEST_CASE("plan: the command line, --json and bad input", "[plan][cli]") {
   bad("--config configs/mt-nlg-530b.toml --set train.recompute=none --set parallel.sequence_parallel=false",
       {"does not fit", "stage 0", "GiB over"});
   bad(g + "--search parallel.tpp", {"parallel.tpp"});
+}
+
+TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind", "[plan]") {
+  test::Scratch s("plan", "calibrate");
+  Config c = Config::load(kSrc + "/configs/tiny.toml");
+  c.cluster.gpu = "cpu";
+  s.write("config.toml", c.to_toml());
+  const Cluster cl = make_cluster(c.cluster, 2);
+  const auto cc = chunk_costs(c, cl, PlanOptions{});
+  // a trace as train --trace writes it: step 1 (warm-up, ignored) and 2; F spans take 3x
+  // the model plus the modelled TP time, B spans 0.5x, the optimizer 2x
+  nlohmann::json ev = nlohmann::json::array();
+  for (int step : {1, 2})
+    for (int st = 0; st < c.parallel.pp; ++st) {
+      const auto& k = cc[st];
+      const double f = 3 * k.f + k.tp_f, b = 0.5 * k.b + k.tp_b, o = 2 * optimizer_seconds(c, cl, st);
+      const double warm = step == 1 ? 10 : 1;  // step 1 far off: it must not count
+      for (int m = 0; m < c.parallel.microbatches; ++m) {
+        ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", st}, {"dur", warm * f * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+        ev.push_back({{"ph", "X"}, {"cat", "B"}, {"tid", st}, {"dur", warm * b * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+      }
+      ev.push_back({{"ph", "X"}, {"cat", "optimizer"}, {"tid", st}, {"dur", warm * o * 1e6}, {"args", {{"step", step}}}});
+    }
+  s.write("trace.json", nlohmann::json{{"traceEvents", ev}}.dump());
+  const Calibration cal = calibrate_from_run(s.dir.string(), cl);
+  CHECK(cal.f == Approx(3).epsilon(1e-6));
+  CHECK(cal.b == Approx(0.5).epsilon(1e-6));
+  CHECK(cal.w == Approx(0.5).epsilon(1e-6));  // no W spans: scales as the backward
+  CHECK(cal.opt == Approx(2).epsilon(1e-6));
+  // the calibrated plan of the same layout charges F and B those factors
+  PlanOptions o;
+  o.cal = cal;
+  const auto cc2 = chunk_costs(c, cl, o);
+  CHECK(cc2[0].f == Approx(3 * cc[0].f));
+  CHECK(cc2[0].b == Approx(0.5 * cc[0].b));
+  // a directory without a trace, and a file that is not one, are refused by name
+  CHECK_THROWS_WITH(calibrate_from_run(s.path("nowhere"), cl), Catch::Contains("train --run-dir"));
+  s.write("trace.json", "{\"traceEvents\": []}");
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("no F and B spans"));
 }
