@@ -68,6 +68,64 @@ std::string reason(const std::string& msg) {
   return out;
 }
 
+// The second pass: builds each fitting layout's schedule and simulates it, most promising
+// first (lower bound: no bubble, no p2p), on 2 threads, until no bound can beat the
+// top_n-th layout found; adds the entries and rejections to r.
+void simulate_best(std::vector<Leaf>& fit, const Cluster& cl, const PlanOptions& o, int top_n, SearchResult& r) {
+  std::sort(fit.begin(), fit.end(), [](const Leaf& a, const Leaf& b) { return a.plan.min_iteration < b.plan.min_iteration; });
+  std::mutex mu;
+  size_t next = 0;
+  long slower = 0;
+  std::map<std::tuple<std::string, int, int, int>, std::shared_ptr<const Schedule>> schedules;
+  auto schedule_for = [&](const ParallelConfig& p) {
+    auto key = std::make_tuple(p.schedule, p.pp, p.microbatches, p.chunks);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (auto it = schedules.find(key); it != schedules.end()) return it->second;
+    }
+    auto sc = std::make_shared<Schedule>(make_schedule(p.schedule, p.pp, p.microbatches, p.chunks));
+    validate_schedule(*sc);
+    std::lock_guard<std::mutex> lock(mu);
+    return schedules.emplace(key, std::move(sc)).first->second;
+  };
+  auto worker = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= fit.size()) return;
+        i = next++;
+        if ((int)r.top.size() >= top_n && fit[i].plan.min_iteration >= r.top.back().plan.time.iteration) {
+          slower += (long)(fit.size() - i);
+          next = fit.size();
+          return;
+        }
+      }
+      std::string why;
+      Plan pl;
+      try {
+        pl = plan_layout(fit[i].c, cl, o, schedule_for(fit[i].c.parallel).get());
+        if (!pl.fits) why = "does not fit in device memory";
+      } catch (const UserError& e) {
+        why = reason(e.what());
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (!why.empty()) {
+        r.rejected[why] += 1;
+        continue;
+      }
+      r.top.push_back({std::move(pl), fit[i].choice});
+      std::sort(r.top.begin(), r.top.end(),
+                [](const SearchEntry& a, const SearchEntry& b) { return a.plan.time.iteration < b.plan.time.iteration; });
+      if ((int)r.top.size() > top_n) r.top.pop_back(), ++slower;
+    }
+  };
+  std::thread t1(worker), t2(worker);
+  t1.join(), t2.join();
+  r.considered += (long)fit.size();
+  if (slower > 0) r.rejected[fmt::format("slower than the {} shown (simulated, or by a lower bound)", top_n)] += slower;
+}
+
 }  // namespace
 
 const std::vector<std::string>& searchable_keys() {
@@ -146,60 +204,7 @@ SearchResult search_layouts(const Config& base, const Cluster& cl, const std::ve
   Config c0 = base;
   std::vector<std::pair<std::string, std::string>> choice;
   walk(0, c0, choice);
-  // build the schedule and simulate, most promising first (lower bound: no bubble, no
-  // p2p), until no bound can beat the top_n-th layout found
-  std::sort(fit.begin(), fit.end(), [](const Leaf& a, const Leaf& b) { return a.plan.min_iteration < b.plan.min_iteration; });
-  std::mutex mu;
-  size_t next = 0;
-  long slower = 0;
-  std::map<std::tuple<std::string, int, int, int>, std::shared_ptr<const Schedule>> schedules;
-  auto schedule_for = [&](const ParallelConfig& p) {
-    auto key = std::make_tuple(p.schedule, p.pp, p.microbatches, p.chunks);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (auto it = schedules.find(key); it != schedules.end()) return it->second;
-    }
-    auto sc = std::make_shared<Schedule>(make_schedule(p.schedule, p.pp, p.microbatches, p.chunks));
-    validate_schedule(*sc);
-    std::lock_guard<std::mutex> lock(mu);
-    return schedules.emplace(key, std::move(sc)).first->second;
-  };
-  auto worker = [&] {
-    for (;;) {
-      size_t i;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (next >= fit.size()) return;
-        i = next++;
-        if ((int)r.top.size() >= top_n && fit[i].plan.min_iteration >= r.top.back().plan.time.iteration) {
-          slower += (long)(fit.size() - i);
-          next = fit.size();
-          return;
-        }
-      }
-      std::string why;
-      Plan pl;
-      try {
-        pl = plan_layout(fit[i].c, cl, o, schedule_for(fit[i].c.parallel).get());
-        if (!pl.fits) why = "does not fit in device memory";
-      } catch (const UserError& e) {
-        why = reason(e.what());
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      if (!why.empty()) {
-        r.rejected[why] += 1;
-        continue;
-      }
-      r.top.push_back({std::move(pl), fit[i].choice});
-      std::sort(r.top.begin(), r.top.end(),
-                [](const SearchEntry& a, const SearchEntry& b) { return a.plan.time.iteration < b.plan.time.iteration; });
-      if ((int)r.top.size() > top_n) r.top.pop_back(), ++slower;
-    }
-  };
-  std::thread t1(worker), t2(worker);
-  t1.join(), t2.join();
-  r.considered += (long)fit.size();
-  if (slower > 0) r.rejected[fmt::format("slower than the {} shown (simulated, or by a lower bound)", top_n)] += slower;
+  simulate_best(fit, cl, o, top_n, r);
   return r;
 }
 
