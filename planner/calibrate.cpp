@@ -1,7 +1,10 @@
 #include "planner/calibrate.h"
 
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
+#include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -44,7 +47,9 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   for (auto& e : j["traceEvents"])
     if (e.contains("args") && e["args"].contains("step")) last_step = std::max<int64_t>(last_step, e["args"]["step"].get<int64_t>());
   const int64_t first = last_step > 1 ? 2 : 1;
-  double mf = 0, mb = 0, mw = 0, mo = 0, pf = 0, pb = 0, pw = 0, po = 0;
+  // per span: measured over modelled seconds; per kind the median (robust to the load
+  // spikes of a shared machine)
+  std::map<std::string, std::vector<double>> ratio;
   for (auto& e : j["traceEvents"]) {
     if (e.value("ph", "") != "X" || !e.contains("args")) continue;
     const auto& a = e["args"];
@@ -54,19 +59,24 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
     const double dur = e.value("dur", 0.0) * 1e-6;
     if (s < 0 || s >= P || chunk < 0 || chunk >= c.parallel.chunks) continue;
     const ChunkCost& k = cc[chunk * P + s];
-    if (cat == "F") mf += dur - k.tp_f, pf += k.f;
-    if (cat == "B") mb += dur - k.tp_b, pb += split ? k.b - k.w : k.b;
-    if (cat == "W") mw += dur, pw += k.w;
-    if (cat == "optimizer") mo += dur, po += optimizer_seconds(c, cl, s);
+    if (cat == "F" && k.f > 0) ratio["F"].push_back((dur - k.tp_f) / k.f);
+    if (cat == "B" && k.b > 0) ratio["B"].push_back((dur - k.tp_b) / (split ? k.b - k.w : k.b));
+    if (cat == "W" && k.w > 0) ratio["W"].push_back(dur / k.w);
+    if (cat == "optimizer") ratio["O"].push_back(dur / optimizer_seconds(c, cl, s));
   }
-  TROUPE_USER_CHECK(pf > 0 && pb > 0) << "--calibrate: " << trace.string()
-                                      << " has no F and B spans after step 1; trace a run of at least 2 steps";
+  auto median = [&](const char* kind) {
+    auto& v = ratio[kind];
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  TROUPE_USER_CHECK(!ratio["F"].empty() && !ratio["B"].empty())
+      << "--calibrate: " << trace.string() << " has no F and B spans after step 1; trace a run of at least 2 steps";
   Calibration cal;
-  cal.f = mf / pf;
-  cal.b = mb / pb;
-  if (pw > 0) cal.w = mw / pw;
-  else cal.w = cal.b;  // no W spans: the weight part scales as the whole backward
-  if (po > 0) cal.opt = mo / po;
+  cal.f = median("F");
+  cal.b = median("B");
+  cal.w = ratio["W"].empty() ? cal.b : median("W");  // no W spans: the weight part scales as the whole backward
+  if (!ratio["O"].empty()) cal.opt = median("O");
   cal.from = run_dir;
   return cal;
 }

@@ -208,3 +208,14 @@ TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind
   s.write("trace.json", "{\"traceEvents\": []}");
   CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("no F and B spans"));
 }
+
+TEST_CASE("plan: the [cluster] section is part of the config, and training ignores it", "[plan]") {
+  Config c = Config::parse("[cluster]\ngpu = \"h100-sxm\"\nnodes = 4\ninter_node_gbps = 50\n", "cluster.toml");
+  CHECK(c.cluster.gpu == "h100-sxm");
+  CHECK(c.cluster.nodes == 4);
+  CHECK_NOTHROW(c.validate());  // the same file trains
+  CHECK(Config::parse(c.to_toml(), "round trip").cluster.inter_node_gbps == 50);
+  CHECK_THROWS_WITH(Config::parse("[cluster]\ngpus = 8\n", "x.toml"), Catch::Contains("cluster.gpus_per_node"));
+  // the presets validate as training configs too
+  for (const char* p : {"gpt2-124m", "gpt3-175b", "mt-nlg-530b"}) CHECK_NOTHROW(Config::load(kSrc + "/configs/" + p + ".toml").validate());
+}
