@@ -75,7 +75,7 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
               "PP comm %.4g s (%.1f%%), DP comm %.4g s (%.1f%%), optimizer %.4g s (%.1f%%)\n",
               t.iteration, t.compute, pct(t.compute), t.bubble, pct(t.bubble), t.tp_comm, pct(t.tp_comm), t.pp_comm,
               pct(t.pp_comm), t.dp_comm, pct(t.dp_comm), t.optimizer, pct(t.optimizer));
-  std::printf("%.1f model TFLOP/s per device, MFU %.1f%%, %.0f tokens/s", p.tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
+  std::printf("%.4g model TFLOP/s per device, MFU %.1f%%, %.0f tokens/s", p.tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
   if (p.days > 0) std::printf(", %.1f days for %.4g tokens", p.days, o.tokens);
   std::printf("\n");
 }
