@@ -32,6 +32,14 @@ void check_run_dir(const std::string& dir);
 int make_run_dir(const std::string& dir);
 // Saves the resolved config as DIR/config.toml; never overwrites a different one. Returns the path.
 std::string save_config(const Config& c, const std::string& dir);
+// Output files (export OUT, generate --logits-out, simulate --dump/--trace, train --trace).
+// Refuses (UserError naming `option` and the fix), before anything is computed, an output
+// path that is a directory, whose folder is missing or not writable (tried with a probe
+// file, removed at once), or whose filesystem has fewer than `bytes` bytes free.
+void check_output_file(const std::string& path, const std::string& option, uint64_t bytes = 0);
+// Writes `text` to `path` through a temporary file (path.tmp-<pid>) and a rename; any
+// failure removes the temporary and throws UserError naming `option` and the fix.
+void write_output_file(const std::string& path, const std::string& text, const std::string& option);
 // Bytes available for this job (MemAvailable of /proc/meminfo), 0 if unknown.
 double available_memory();
 // Refuses (UserError) a job whose weights, optimizer state and activations cannot fit in memory.

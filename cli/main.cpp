@@ -12,6 +12,7 @@
 #include "cli/launch.h"
 #include "cli/plan.h"
 #include "core/error.h"
+#include "troupe_version.h"
 
 using namespace troupe;
 using namespace troupe::cli;
@@ -19,6 +20,9 @@ using namespace troupe::cli;
 int main(int argc, char** argv) {
   CLI::App app{"troupe: GPT training with pipeline-stage actors"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +
+                                        ")\nbuild: " + TROUPE_BUILD_OPTIONS,
+                       "print the version, git commit and build options, then exit");
   std::string config_path, run_dir;
   std::vector<std::string> sets;
   auto* train = app.add_subcommand("train", "train a model (the main job)");
@@ -63,13 +67,16 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
   plan_cmd->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
   plan_cmd->add_option("--tokens", pc.tokens, "tokens to train: report the days it takes");
+  // launch is dispatched before parsing (it passes its command through); listed for --help
+  app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
+                               "(troupe launch --help; docs/launch.md)")
+      ->allow_extras();
   train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
     if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate" && cmd != "plan") {
-      std::cerr << "error: unknown command '" << cmd
-                << "'; use train, tokenize, simulate, plan, export or generate (see troupe --help)" << std::endl;
+      print_error("unknown command '" + cmd + "'; use train, launch, tokenize, simulate, plan, export or generate (see troupe --help)");
       return 2;
     }
   }
@@ -79,11 +86,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     for (auto& ch : msg)
       if (ch == '\n') ch = ' ';
-    std::cerr << "error: " << msg << "; see troupe --help" << std::endl;
+    print_error(msg + "; see troupe --help");
     return 2;
   }
   try {
@@ -101,7 +110,7 @@ int main(int argc, char** argv) {
     print_error(log_prefix_ + e.what());
     return 2;
   } catch (const std::exception& e) {
-    print_error(log_prefix_ + e.what());
+    print_error(log_prefix_ + describe_exception(e));
     return 1;
   }
   return 1;

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,21 +38,30 @@ std::string fmt_mb(uint64_t bytes) {
   return buf;
 }
 
-// Holds an exclusive flock on <dir>/.lock for its lifetime.
+// Holds an exclusive flock on <dir>/.lock for its lifetime, and removes the file as it lets
+// go (no litter). A waiter that then holds a lock on the removed file opens the new one.
 class DirLock {
  public:
-  DirLock(const std::string& dir, const DataLogFn& log) {
-    const std::string path = dir + "/.lock";
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path << "': " << std::strerror(errno)
-                                << "; check permissions or set data.cache_dir";
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (log) log("waiting for another process preparing " + dir);
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  DirLock(const std::string& dir, const DataLogFn& log) : path_(dir + "/.lock") {
+    for (bool said = false;;) {
+      fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+      TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(errno)
+                                  << "; check permissions or set data.cache_dir";
+      if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        if (log && !said) log("waiting for another process preparing " + dir);
+        said = true;
+        while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+        }
       }
+      struct stat held {}, now {};
+      if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+          held.st_dev == now.st_dev)
+        return;
+      ::close(fd_);  // the holder before removed it: lock the file that is there now
     }
   }
   ~DirLock() {
+    ::unlink(path_.c_str());
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
@@ -59,6 +69,7 @@ class DirLock {
   DirLock& operator=(const DirLock&) = delete;
 
  private:
+  std::string path_;
   int fd_ = -1;
 };
 
@@ -265,6 +276,14 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     say("data: preparing " + p.dir + " (" + problem + ")");
     std::error_code ec;
     fs::remove(p.dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
+    // what an interrupted preparation left (this process holds the folder's lock)
+    std::vector<fs::path> old;
+    for (fs::directory_iterator it(p.dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename() != ".lock") old.push_back(it->path());
+    std::string left;
+    for (const auto& f : old)
+      if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
+    if (!left.empty()) say("data: removed " + left + " (left by an interrupted or outdated preparation) in " + p.dir);
     if (cfg.tokenizer.empty()) {
       Tokenizer::train(split.train, vocab_size, p.dir + "/tokenizer", log);
     } else {
