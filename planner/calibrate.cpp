@@ -20,8 +20,8 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   const fs::path trace = is_dir ? dir / "trace.json" : fs::path(run_dir);
   const fs::path cfg_path = (dir.empty() ? fs::path(".") : dir) / "config.toml";
   TROUPE_USER_CHECK(fs::is_regular_file(trace, ec))
-      << "--calibrate: no trace at " << trace.string() << "; run troupe train --run-dir " << dir.string()
-      << " --trace " << (dir / "trace.json").string() << " first";
+      << "--calibrate: " << run_dir << " is neither a run directory with a trace.json nor a trace file; trace a run "
+      << "first: mkdir -p D && troupe train --config FILE --run-dir D --trace D/trace.json, then --calibrate D";
   TROUPE_USER_CHECK(fs::is_regular_file(cfg_path, ec))
       << "--calibrate: no config.toml beside the trace (" << cfg_path.string()
       << "); pass the run directory that troupe train wrote";

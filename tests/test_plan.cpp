@@ -204,7 +204,7 @@ TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind
   CHECK(cc2[0].f == Approx(3 * cc[0].f));
   CHECK(cc2[0].b == Approx(0.5 * cc[0].b));
   // a directory without a trace, and a file that is not one, are refused by name
-  CHECK_THROWS_WITH(calibrate_from_run(s.path("nowhere"), cl), Catch::Contains("train --run-dir"));
+  CHECK_THROWS_WITH(calibrate_from_run(s.path("nowhere"), cl), Catch::Contains("--trace D/trace.json"));
   s.write("trace.json", "{\"traceEvents\": []}");
   CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("no F and B spans"));
 }
