@@ -298,6 +298,7 @@ class Coordinator {
             auto st = std::make_shared<Stage>(g, v, P_ * V, bounds[v], bounds[v + 1], cfg_.train.seed, wa.tp.get(),
                                               cfg_.train.timeout_s);
             st->set_recompute(cfg_.train.recompute == "full");
+            st->set_selective(cfg_.train.recompute == "selective");
             st->set_dropout((float)m.dropout, cfg_.train.seed);
             st->set_sequence_parallel(p.sequence_parallel);
             st->set_sample_base((int64_t)d * (B / DP_));

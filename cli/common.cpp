@@ -214,7 +214,9 @@ void check_memory(const Config& c) {
   // mixed precision: the stash holds 16-bit values (+ one fp32 block of scratch per stage)
   const bool half = c.train.precision != "fp32" && c.train.recompute != "full";
   if (c.train.precision != "fp32") params += 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
-  const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C : half ? full_layer / 2 : full_layer;
+  const bool selective = c.train.recompute == "selective";  // no attention probabilities stashed
+  const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C
+                           : (half ? full_layer / 2 : full_layer) - (selective ? (half ? 2.0 : 4.0) * mbB * g.NH * T * T : 0.0);
   // (microbatch, chunk) pairs stashed on each stage: the schedule's simulated peak
   Schedule sched = make_schedule(c.parallel.schedule, P, M, V);
   validate_schedule(sched);
@@ -222,7 +224,7 @@ void check_memory(const Config& c) {
   double acts = 0;
   for (int st = 0; st < P; ++st) acts += sim.peak_inflight[st] * ((double)g.L / (P * V)) * per_layer;
   acts += 2.0 * 4.0 * mbB * T * g.V;                        // logits + dlogits of one microbatch
-  if (c.train.recompute == "full" || half) acts += full_layer * P;  // one recompute/unpack buffer per stage
+  if (c.train.recompute == "full" || half || selective) acts += full_layer * P;  // one recompute/unpack buffer per stage
   acts *= DP;                                               // every replica
   const double need = params + acts;
   const double have = available_memory();

@@ -15,6 +15,7 @@
 
 #include "cli/common.h"
 #include "cli/launch.h"
+#include "cli/plan.h"
 #include "core/error.h"
 #include "troupe_version.h"
 
@@ -86,6 +87,14 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, 0 = all (default 40)");
   generate_cmd->add_option("--seed", go.seed, "sampling seed (default 1)");
   generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
+  PlanCommand pc;
+  auto* plan_cmd = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");
+  plan_cmd->add_option("--config", config_path, "TOML config file with a [cluster] section")->required();
+  plan_cmd->add_option("--set", sets, "override a key: section.key=value (repeatable)");
+  plan_cmd->add_flag("--json", pc.json, "one JSON object on stdout");
+  plan_cmd->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
+  plan_cmd->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
+  plan_cmd->add_option("--tokens", pc.tokens, "tokens to train: report the days it takes");
   // launch is dispatched before parsing (it passes its command through); listed for --help
   app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
                                "(troupe launch --help; docs/launch.md)")
@@ -98,9 +107,9 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
     if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate" &&
-        cmd != "plot") {
+        cmd != "plot" && cmd != "plan") {
       print_error("unknown command '" + cmd +
-                  "'; use train, launch, tokenize, simulate, export, generate or plot (see troupe --help)");
+                  "'; use train, launch, tokenize, simulate, plan, export, generate or plot (see troupe --help)");
       return 2;
     }
   }
@@ -131,6 +140,7 @@ int main(int argc, char** argv) {
     if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
     if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (tokenize->parsed()) return cmd_tokenize(c);
+    if (plan_cmd->parsed()) return cmd_plan(c, pc);
   } catch (const UserError& e) {
     print_error(log_prefix_ + e.what());
     return 2;

@@ -35,6 +35,8 @@ const std::vector<Key>& key_table() {
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
       K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last), K(checkpoint, max_failures), K(checkpoint, memory_interval),
       K(fault, policy),         K(fault, max_restarts),    K(fault, timeout_s),       K(fault, heartbeat_s),   K(fault, join_timeout_s),
+      K(cluster, gpu),          K(cluster, gpus_per_node), K(cluster, nodes),     K(cluster, intra_node_gbps),
+      K(cluster, inter_node_gbps), K(cluster, latency_us),
   };
   return t;
 }
@@ -236,8 +238,9 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.timeout_s > 0 && t.timeout_s <= kMaxWaitS)
       << "train.timeout_s = " << t.timeout_s << "; use a positive number of seconds up to " << kMaxWaitS
       << " (a week; the default is 300)";
-  TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "full")
-      << "train.recompute = '" << t.recompute << "'; use \"none\" or \"full\" (recompute each layer's activations in backward)";
+  TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full")
+      << "train.recompute = '" << t.recompute << "'; use \"none\", \"selective\" (recompute the attention core in "
+      << "backward) or \"full\" (recompute each layer's activations in backward)";
   TROUPE_USER_CHECK(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16")
       << "train.precision = '" << t.precision << "'; use \"fp32\", \"bf16\" or \"fp16\"";
   TROUPE_USER_CHECK(t.min_loss_scale > 0 && t.initial_loss_scale >= t.min_loss_scale && std::isfinite(t.initial_loss_scale))

@@ -109,6 +109,15 @@ struct FaultConfig {
   double heartbeat_s = 1;    // heartbeat period between node agents and the coordinator, seconds
   double join_timeout_s = 300;  // how long processes wait for each other to start and join, seconds
 };
+// The machines a job is planned for (`troupe plan`, planner/). Training ignores them.
+struct ClusterConfig {
+  std::string gpu;             // a name from planner/hardware.h's device table ("" = not set)
+  int gpus_per_node = 8;       // devices per node
+  int nodes = 1;               // nodes
+  double intra_node_gbps = 0;  // NVLink/NVSwitch, GB/s per device per direction (0 = from the device table)
+  double inter_node_gbps = 0;  // network, GB/s per device (0 = from the device table)
+  double latency_us = 0;       // per-message latency, microseconds (0 = from the device table)
+};
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
@@ -117,6 +126,7 @@ struct Config {
   DataConfig data;
   CheckpointConfig checkpoint;
   FaultConfig fault;
+  ClusterConfig cluster;
 
   // Loads a TOML file (throws UserError: missing file, syntax error with line, unknown key).
   static Config load(const std::string& path);

@@ -236,6 +236,14 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 void Block::rnd(float* x, int64_t n) const { kernels::round_to(x, n, dt); }
 
+void Block::recompute_attention(BlockActs& a, float* atty_scratch, int B, int T, const GPTConfig& cfg) const {
+  namespace k = kernels;
+  const bool dr = drop && drop->active;
+  const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
+  k::attention_forward(atty_scratch, a.att.data(), a.qkv.data(), B, T, cfg.Cl(), cfg.NHl(), dr ? &ka : nullptr);
+  rnd(a.att.data(), a.att.numel());
+}
+
 void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
   if (sp_on()) return forward_sp(y, a, B, T, cfg);
   namespace k = kernels;

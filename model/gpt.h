@@ -166,6 +166,11 @@ struct Block {
   void backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
                       const GPTConfig& cfg) const;
   void backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const;
+  // Selective recomputation (Korthikanti et al. 2022 sec. 5): refills a.att (B,NHl,T,T),
+  // the attention probabilities after softmax and dropout, from the stashed a.qkv (BT,3Cl)
+  // with forward's kernel, dropout key and rounding, so they are bitwise the ones forward
+  // computed; atty_scratch (BT,Cl) takes the attention output again and is discarded.
+  void recompute_attention(BlockActs& a, float* atty_scratch, int B, int T, const GPTConfig& cfg) const;
 
  private:
   // Sequence parallelism (Korthikanti et al. 2022): x, x2 and the output are this rank's

@@ -41,12 +41,13 @@ Costs parse_costs(const std::string& spec) {
 }
 
 SimResult simulate(const Schedule& sc, const Costs& c) {
+  const double share = 1.0 / sc.V;  // a chunk's part of its stage
   return simulate(
       sc,
       [&](int, const Action& a) {
-        if (a.kind == Action::F) return c.f;
-        if (a.kind == Action::W) return c.w;
-        return sc.split_backward ? c.b - c.w : c.b;
+        if (a.kind == Action::F) return c.f * share;
+        if (a.kind == Action::W) return c.w * share;
+        return (sc.split_backward ? c.b - c.w : c.b) * share;
       },
       c.p2p);
 }

@@ -11,8 +11,10 @@
 
 namespace troupe {
 
-// Costs in arbitrary time units (the simulator's unit; traces write 1 unit = 1 ms).
-//   f: forward of one microbatch through one chunk
+// Costs in arbitrary time units (the simulator's unit; traces write 1 unit = 1 ms), for a
+// whole stage: with V virtual chunks a chunk's action costs its share, f/V (b/V, w/V), as
+// a chunk holds 1/V of the stage's layers — the same work as V = 1, split up.
+//   f: forward of one microbatch through a stage
 //   b: the full backward (input + weight gradients) — what B costs in a schedule without W
 //   w: the weight-gradient part of b — in a split schedule B costs b - w and W costs w
 //   p2p: latency of one activation/gradient message between different stages

@@ -130,13 +130,22 @@ std::array<Tensor*, 8> packed_fields(BlockActs& a) {
 std::array<Tensor*, 4> stat_fields(BlockActs& a) { return {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}; }
 }  // namespace
 
+void Stage::share_att(Slot& sl) {
+  const std::vector<int64_t> shape{sl.B, cfg_.NHl(), sl.T, sl.T};
+  if (!shared_att_.defined() || shared_att_.shape() != shape) shared_att_ = Tensor(shape);
+  for (auto& a : sl.acts)
+    if (a.att.defined()) a.att = shared_att_;
+}
+
 void Stage::pack(Slot& sl, int i) {
   int64_t n = 0;
-  for (Tensor* t : packed_fields(re_acts_)) n += t->numel();
+  for (Tensor* t : packed_fields(re_acts_))
+    if (!(selective() && t == &re_acts_.att)) n += t->numel();
   auto& buf = sl.packed[i];
   buf.resize((size_t)n);
   int64_t off = 0;
   for (Tensor* t : packed_fields(re_acts_)) {
+    if (selective() && t == &re_acts_.att) continue;  // recomputed in backward
     kernels::pack16(buf.data() + off, t->data(), t->numel(), dt_);
     off += t->numel();
   }
@@ -178,12 +187,20 @@ const float* Stage::dlogits(Slot& sl) {
   return logits_scratch_.data();
 }
 
+void Stage::recompute_att(BlockActs& a, Slot& sl, int i) {
+  if (!re_atty_.defined() || re_atty_.numel() != (int64_t)sl.B * sl.T * cfg_.Cl())
+    re_atty_ = Tensor({(int64_t)sl.B * sl.T, cfg_.Cl()});
+  if (a.att.shape() != std::vector<int64_t>{sl.B, cfg_.NHl(), sl.T, sl.T}) a.att = Tensor({sl.B, cfg_.NHl(), sl.T, sl.T});
+  blocks_[i].recompute_attention(a, re_atty_.data(), sl.B, sl.T, cfg_);
+}
+
 BlockActs& Stage::acts_for(Slot& sl, int i) {
   if (packed()) {
     re_acts_.ensure(sl.B, sl.T, cfg_, rows((int64_t)sl.B * sl.T));
     const auto& buf = sl.packed.at(i);
     int64_t off = 0;
     for (Tensor* t : packed_fields(re_acts_)) {
+      if (selective() && t == &re_acts_.att) continue;
       TROUPE_CHECK(off + t->numel() <= (int64_t)buf.size()) << "stage " << s_ << ": block " << i << " was not stashed";
       kernels::unpack16(t->data(), buf.data() + off, t->numel(), dt_);
       off += t->numel();
@@ -191,7 +208,12 @@ BlockActs& Stage::acts_for(Slot& sl, int i) {
     auto src = stat_fields(sl.acts[i]), dst = stat_fields(re_acts_);
     for (int k = 0; k < 4; ++k) std::memcpy(dst[k]->data(), src[k]->data(), src[k]->nbytes());
     re_acts_.x = sl.acts[i].x;
+    if (selective()) recompute_att(re_acts_, sl, i);
     return re_acts_;
+  }
+  if (selective()) {
+    recompute_att(sl.acts[i], sl, i);
+    return sl.acts[i];
   }
   if (!recompute_) return sl.acts[i];
   // Same kernels, same input: the recomputed activations are bitwise the stashed ones.
@@ -210,6 +232,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
   const int64_t BT = (int64_t)B * T, R = rows(BT);
   sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), R, !packed());
+  if (selective() && !packed()) share_att(*sl);  // packed: forward's att is the one scratch already
   set_drop(mb, B, T, keep);
   const int C = cfg_.C;
   if (first()) {
@@ -451,7 +474,7 @@ size_t Stage::activation_bytes() const {
     for (auto& a : s.acts)
       for (const Tensor* t : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.x2, &a.ln2, &a.ln2_mean,
                               &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.x})
-        if (t->defined()) b += t->nbytes();
+        if (t->defined() && !(selective() && t == &a.att)) b += t->nbytes();  // selective: one shared att
     for (const Tensor* t : {&s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
       if (t->defined()) b += t->nbytes();
     b += s.tokens.size() * sizeof(int32_t);
@@ -460,7 +483,7 @@ size_t Stage::activation_bytes() const {
   };
   for (const Tensor* t : {&re_acts_.ln1, &re_acts_.ln1_mean, &re_acts_.ln1_rstd, &re_acts_.qkv, &re_acts_.att,
                           &re_acts_.atty, &re_acts_.x2, &re_acts_.ln2, &re_acts_.ln2_mean, &re_acts_.ln2_rstd,
-                          &re_acts_.fch, &re_acts_.fch_gelu, &re_out_, &logits_scratch_})
+                          &re_acts_.fch, &re_acts_.fch_gelu, &re_out_, &logits_scratch_, &shared_att_, &re_atty_})
     if (t->defined()) b += t->nbytes();
   for (auto& [k, s] : stash_) add_slot(*s);
   for (auto& s : free_) add_slot(*s);

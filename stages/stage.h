@@ -43,6 +43,10 @@ class Stage {
   // each block's input; B (and W) recompute the block's forward first. Bitwise the same
   // results, less memory, one more forward of compute.
   void set_recompute(bool on) { recompute_ = on; }
+  // Selective recomputation (Korthikanti et al. 2022; train.recompute = "selective"): F
+  // stashes everything but the attention probabilities (B,NHl,T,T per block), which B
+  // recomputes from the stashed QKV (Block::recompute_attention). Bitwise the same results.
+  void set_selective(bool on) { selective_ = on; }
   // Dropout with probability p (model.dropout) at GPT-2's sites; masks are keyed by
   // (seed, step, layer, site, global sample, position) — see model/gpt.h DropoutState.
   void set_dropout(float p, uint64_t seed) {
@@ -138,6 +142,13 @@ class Stage {
   double timeout_s_ = 300;
   void forward_blocks(Slot& sl, int B, int T, float* out, bool stash = true);
   bool recompute_ = false;
+  bool selective_ = false;
+  bool selective() const { return selective_ && !recompute_; }
+  Tensor shared_att_, re_atty_;  // selective: the one attention-probability buffer, the discarded output
+  // Selective: points every block's att of slot sl at the stage's one buffer.
+  void share_att(Slot& sl);
+  // Selective: refills a.att of block i (slot sl) from its stashed QKV.
+  void recompute_att(BlockActs& a, Slot& sl, int i);
   bool sp_cfg_ = false, sp_now_ = false;
   int64_t rows(int64_t BT) const { return sp_now_ ? BT / tp_->size() : BT; }
   DropoutState drop_;

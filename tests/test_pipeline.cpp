@@ -174,22 +174,42 @@ TEST_CASE("a worker whose peer never sends fails the step within its deadline, w
   CHECK(err.find("the step was aborted") != std::string::npos);
 }
 
-TEST_CASE("activation recomputation leaves results bitwise unchanged and saves memory", "[pipeline][recompute]") {
-  for (const char* sched : {"1f1b", "zb-h1"}) {
-    auto c = tiny(2, 4);
-    c.parallel.schedule = sched;
-    auto ref = run_job(c, ctx());
-    c.train.recompute = "full";
-    auto r = run_job(c, ctx());
-    INFO(sched);
-    for (int i = 0; i < 3; ++i) CHECK(r.losses[i] == ref.losses[i]);
-    auto a = by_name(ref), b = by_name(r);
-    for (auto& [n, t] : a) {
-      INFO(n);
-      CHECK(std::memcmp(b[n].data(), t.data(), t.nbytes()) == 0);
-    }
-    CHECK(r.activation_bytes < ref.activation_bytes);
+// Runs c without recomputation and with `rec`: the same losses and parameters bit for bit,
+// fewer activation bytes.
+static void check_recompute_bitwise(Config c, const char* rec) {
+  auto ref = run_job(c, ctx());
+  c.train.recompute = rec;
+  auto r = run_job(c, ctx());
+  for (int i = 0; i < 3; ++i) CHECK(r.losses[i] == ref.losses[i]);
+  auto a = by_name(ref), b = by_name(r);
+  for (auto& [n, t] : a) {
+    INFO(n);
+    CHECK(std::memcmp(b[n].data(), t.data(), t.nbytes()) == 0);
   }
+  CHECK(r.activation_bytes < ref.activation_bytes);
+}
+
+TEST_CASE("activation recomputation leaves results bitwise unchanged and saves memory", "[pipeline][recompute]") {
+  for (const char* sched : {"1f1b", "zb-h1"})
+    for (const char* rec : {"full", "selective"}) {
+      auto c = tiny(2, 4);
+      c.parallel.schedule = sched;
+      INFO(sched << " " << rec);
+      check_recompute_bitwise(c, rec);
+    }
+}
+
+TEST_CASE("selective recomputation is bitwise unchanged with dropout, mixed precision and TP", "[pipeline][recompute]") {
+  for (const char* prec : {"fp32", "bf16"})
+    for (int tp : {1, 2}) {
+      auto c = tiny(2, 4);
+      c.model.dropout = 0.1;
+      c.train.precision = prec;
+      c.parallel.tp = tp;
+      c.parallel.sequence_parallel = tp > 1;
+      INFO(prec << " tp " << tp);
+      check_recompute_bitwise(c, "selective");
+    }
 }
 
 TEST_CASE("a traced run writes a Chrome trace and compares measured with simulated bubble", "[pipeline][trace]") {

@@ -1,0 +1,129 @@
+// cli/plan.cpp — troupe plan: memory and iteration time of a layout on a cluster
+// (planner/), one layout or a search over keys; text or --json.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/plan.h"
+#include "core/error.h"
+#include "planner/calibrate.h"
+#include "planner/cost_model.h"
+#include "planner/search.h"
+
+namespace troupe::cli {
+namespace {
+
+using namespace troupe::plan;
+constexpr double GiB = 1024.0 * 1024 * 1024;
+
+nlohmann::json memory_json(const Memory& m) {
+  return {{"weights", m.weights / GiB},     {"gradients", m.grads / GiB},     {"optimizer", m.optimizer / GiB},
+          {"activations", m.activations / GiB}, {"workspace", m.workspace / GiB}, {"total", m.total() / GiB}};
+}
+
+nlohmann::json plan_json(const Plan& p) {
+  const Times& t = p.time;
+  nlohmann::json j = {
+      {"iteration_s", t.iteration},
+      {"tflops_per_gpu", p.tflops_per_gpu},
+      {"mfu", p.mfu},
+      {"tokens_per_s", p.tokens_per_s},
+      {"memory_gib_per_gpu", memory_json(p.worst())},
+      {"memory_stage", p.worst_stage},
+      {"fits", p.fits},
+      {"devices", p.devices},
+      {"time_s", {{"compute", t.compute}, {"bubble", t.bubble}, {"tp_comm", t.tp_comm}, {"pp_comm", t.pp_comm},
+                  {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer}}},
+      {"model_flops_per_iteration", p.model_flops},
+  };
+  if (p.days > 0) j["days"] = p.days;
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < p.stage_memory.size(); ++s)
+    stages.push_back({{"stage", s}, {"layers", p.stage_layers[s]}, {"peak_inflight", p.peak_inflight[s]},
+                      {"memory_gib", memory_json(p.stage_memory[s])}});
+  j["stages"] = stages;
+  return j;
+}
+
+void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOptions& o) {
+  const auto& pc = c.parallel;
+  std::printf("layout: TP %d x PP %d x DP %d = %d %s, %s, %d microbatches of %d sequences x %d tokens, V=%d, "
+              "recompute %s, sequence parallel %s, %s\n",
+              pc.tp, pc.pp, pc.dp, p.devices, cl.dev.name.c_str(), pc.schedule.c_str(), pc.microbatches,
+              c.train.batch_size / (pc.dp * pc.microbatches), c.train.seq_len, pc.chunks, c.train.recompute.c_str(),
+              pc.sequence_parallel ? "on" : "off", c.train.precision.c_str());
+  if (!o.cal.from.empty())
+    std::printf("calibrated from %s: F x%.3f, B x%.3f, W x%.3f, optimizer x%.3f\n", o.cal.from.c_str(), o.cal.f, o.cal.b,
+                o.cal.w, o.cal.opt);
+  std::printf("\nmemory per device, GiB (capacity %.1f):\n", (p.capacity + cl.dev.reserve) / GiB);
+  std::printf("%-6s %6s %9s %9s %9s %9s %11s %9s %9s\n", "stage", "layers", "in-flight", "weights", "grads",
+              "optimizer", "activations", "workspace", "total");
+  for (size_t s = 0; s < p.stage_memory.size(); ++s) {
+    const Memory& m = p.stage_memory[s];
+    if (p.stage_memory.size() > 8 && s > 2 && s + 3 < p.stage_memory.size() && (int)s != p.worst_stage) {
+      if (s == 3) std::printf("  ...\n");
+      continue;
+    }
+    std::printf("%-6zu %6d %9d %9.2f %9.2f %9.2f %11.2f %9.2f %9.2f%s\n", s, p.stage_layers[s], p.peak_inflight[s],
+                m.weights / GiB, m.grads / GiB, m.optimizer / GiB, m.activations / GiB, m.workspace / GiB,
+                m.total() / GiB, (int)s == p.worst_stage ? "  <- largest" : "");
+  }
+  const Times& t = p.time;
+  auto pct = [&](double x) { return 100.0 * x / t.iteration; };
+  std::printf("\niteration %.4g s: compute %.4g s (%.1f%%), bubble %.4g s (%.1f%%), TP comm %.4g s (%.1f%%), "
+              "PP comm %.4g s (%.1f%%), DP comm %.4g s (%.1f%%), optimizer %.4g s (%.1f%%)\n",
+              t.iteration, t.compute, pct(t.compute), t.bubble, pct(t.bubble), t.tp_comm, pct(t.tp_comm), t.pp_comm,
+              pct(t.pp_comm), t.dp_comm, pct(t.dp_comm), t.optimizer, pct(t.optimizer));
+  std::printf("%.4g model TFLOP/s per device, MFU %.1f%%, %.0f tokens/s", p.tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
+  if (p.days > 0) std::printf(", %.1f days for %.4g tokens", p.days, o.tokens);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int cmd_plan(const Config& c, const PlanCommand& pcmd) {
+  const Cluster cl = make_cluster(c.cluster, c.train.threads);
+  PlanOptions o;
+  TROUPE_USER_CHECK(pcmd.tokens >= 0) << "--tokens " << pcmd.tokens << " must be >= 0";
+  o.tokens = pcmd.tokens;
+  if (!pcmd.calibrate.empty()) {
+    TROUPE_USER_CHECK(cl.dev.name == "cpu") << "--calibrate fits this machine's costs, but cluster.gpu = \"" << cl.dev.name
+                                            << "\"; use --set cluster.gpu=cpu with --calibrate";
+    o.cal = calibrate_from_run(pcmd.calibrate, cl);
+  }
+  if (!pcmd.search.empty()) {
+    const auto keys = parse_search_keys(pcmd.search);
+    const SearchResult r = search_layouts(c, cl, keys, o, 10);
+    if (pcmd.json) {
+      nlohmann::json top = nlohmann::json::array();
+      for (auto& e : r.top) {
+        nlohmann::json j = plan_json(e.plan);
+        for (auto& [k, v] : e.choice) j[k] = nlohmann::json::parse(v);
+        top.push_back(j);
+      }
+      nlohmann::json rej = nlohmann::json::object();
+      for (auto& [why, n] : r.rejected) rej[why] = n;
+      nlohmann::json out = {{"best", top.empty() ? nlohmann::json() : top[0]}, {"top", top}, {"rejected", rej},
+                            {"layouts", r.considered}};
+      std::cout << out.dump(2) << std::endl;
+    } else {
+      std::cout << format_search(r, keys);
+    }
+    TROUPE_USER_CHECK(!r.top.empty()) << "no layout of " << pcmd.search
+                                      << " fits and runs; search more keys, add nodes, or use a smaller model";
+    return 0;
+  }
+  const Plan p = plan_job(c, cl, o);
+  if (pcmd.json) {
+    std::cout << plan_json(p).dump(2) << std::endl;
+  } else {
+    print_plan(c, cl, p, o);
+  }
+  TROUPE_USER_CHECK(p.fits) << "this layout does not fit: " << p.over
+                            << "; use more pipeline stages or TP ranks, train.recompute = \"selective\" or \"full\", "
+                               "parallel.sequence_parallel = true, or fewer sequences per microbatch (see --search)";
+  return 0;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,319 @@
+#include "planner/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "stages/simulator.h"
+#include "stages/stage.h"
+
+namespace troupe::plan {
+namespace {
+
+constexpr double GiB = 1024.0 * 1024 * 1024;
+
+// One tensor a transformer block stashes between F and B. Size per token: c_h * h
+// elements + c_as * a * s elements (attention maps) + c_1 elements.
+enum class Bytes { act, fp32, mask };  // activation dtype, fp32, 1 byte
+struct StashRow {
+  const char* name;
+  double c_h, c_as, c_1;
+  bool tp;       // sharded over TP ranks
+  bool sp;       // sharded over TP ranks under sequence parallelism
+  bool core;     // attention core: dropped by selective recompute (Korthikanti et al. 2022 sec. 5)
+  bool dropout;  // a dropout mask or output: only with model.dropout > 0
+  Bytes bytes;
+  bool troupe, megatron;  // who stashes it
+};
+// Megatron-LM per Korthikanti et al. 2022 sec. 4.1 (16-bit: 34 s b h + 5 a s^2 b bytes);
+// troupe per model/gpt.h BlockActs (x, ln1, qkv, att, atty, x2, ln2, fch, fch_gelu and
+// the two LayerNorms' mean/rstd; masks are regenerated, LayerNorm outputs kept gathered).
+const std::vector<StashRow>& stash_table() {
+  static const std::vector<StashRow> t = {
+      {"block input x (LN1 input)", 1, 0, 0, false, true, false, false, Bytes::act, true, true},
+      {"LN1 output, gathered", 1, 0, 0, false, false, false, false, Bytes::act, true, false},
+      {"LN1 output (QKV input)", 1, 0, 0, false, true, false, false, Bytes::act, false, true},
+      {"LN1 mean + rstd", 0, 0, 2, false, true, false, false, Bytes::fp32, true, false},
+      {"Q, K, V", 3, 0, 0, true, false, false, false, Bytes::act, true, true},
+      {"softmax output", 0, 1, 0, true, false, true, false, Bytes::act, true, true},
+      {"attention dropout mask", 0, 1, 0, true, false, true, true, Bytes::mask, false, true},
+      {"attention dropout output", 0, 1, 0, true, false, true, true, Bytes::act, false, true},
+      {"attention output (proj input)", 1, 0, 0, true, false, false, false, Bytes::act, true, true},
+      {"attention branch dropout mask", 1, 0, 0, false, true, false, true, Bytes::mask, false, true},
+      {"x2 (LN2 input)", 1, 0, 0, false, true, false, false, Bytes::act, true, true},
+      {"LN2 output, gathered", 1, 0, 0, false, false, false, false, Bytes::act, true, false},
+      {"LN2 output (fc input)", 1, 0, 0, false, true, false, false, Bytes::act, false, true},
+      {"LN2 mean + rstd", 0, 0, 2, false, true, false, false, Bytes::fp32, true, false},
+      {"fc output (GELU input)", 4, 0, 0, true, false, false, false, Bytes::act, true, true},
+      {"GELU output (fc2 input)", 4, 0, 0, true, false, false, false, Bytes::act, true, true},
+      {"MLP dropout mask", 1, 0, 0, false, true, false, true, Bytes::mask, false, true},
+  };
+  return t;
+}
+
+// Ring collectives over n ranks at bus bandwidth bw, per-step latency lat (NCCL's ring
+// algorithm; nccl-tests' "bus bandwidth" definition).
+double all_reduce_s(double bytes, int n, double bw, double lat) {
+  return n <= 1 ? 0 : 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+double gather_s(double bytes, int n, double bw, double lat) {  // all-gather or reduce-scatter of `bytes` in all
+  return n <= 1 ? 0 : (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
+}
+
+struct Machine {
+  double peak, bw, launch, gemm_eff;
+  double gemm(double batch, double m, double n, double k, double bytes) const {
+    const double flops = 2.0 * batch * m * n * k, moved = batch * (m * k + k * n + m * n) * bytes;
+    return std::max(flops / (peak * gemm_eff), moved / (bw * model_constants().mem_eff)) + launch;
+  }
+  double stream(double bytes, int kernels = 1) const { return bytes / (bw * model_constants().mem_eff) + kernels * launch; }
+};
+
+// The device as one worker of this layout sees it (on cpu, the workers share the machine).
+Machine machine(const Config& c, const Cluster& cl) {
+  const bool half = c.train.precision != "fp32";
+  const bool cpu = cl.dev.name == "cpu";
+  const double share = cpu ? 1.0 / ((double)c.parallel.tp * c.parallel.pp * c.parallel.dp) : 1.0;
+  return {(half ? cl.dev.peak_16 : cl.dev.peak_32) * share, cl.dev.mem_bw * share, cpu ? 0.0 : model_constants().launch_s,
+          cl.dev.gemm_eff};
+}
+
+// Bus bandwidth of a group whose ranks are `stride` devices apart, `n` of them.
+double group_bw(const Cluster& cl, int stride, int n) {
+  if (cl.dev.name == "cpu") return cl.dev.intra_bw;
+  return (double)stride * n <= cl.gpus_per_node ? cl.dev.intra_bw * model_constants().nvlink_eff
+                                                : cl.dev.inter_bw * model_constants().network_eff;
+}
+
+int micro_b(const Config& c) { return c.train.batch_size / (c.parallel.dp * c.parallel.microbatches); }
+
+// Per-stage parameters (one TP rank, all chunks of stage s).
+double stage_params(const Config& c, const std::vector<int>& bounds, int s) {
+  const double C = c.model.n_embd, t = c.parallel.tp;
+  const int P = c.parallel.pp, PV = P * c.parallel.chunks;
+  GPTConfig g = GPTConfig::from(c.model, c.parallel.tp);
+  const double block = (12 * C * C + 7 * C) / t + 6 * C;  // weights + sharded biases / t, LayerNorms + 2 biases replicated
+  double n = 0;
+  for (int v = s; v < PV; v += P) {
+    n += (bounds[v + 1] - bounds[v]) * block;
+    if (v == 0) n += (double)g.Vp() * C / t + (double)c.model.block_size * C;
+    if (v == PV - 1) n += 2 * C + (PV > 1 ? (double)g.Vp() * C / t : 0.0);
+  }
+  return n;
+}
+
+// Embedding (first virtual stage) and LM head + loss (last) per microbatch: forward, backward.
+std::pair<double, double> ends_cost(const Config& c, const Machine& mc, double tp_bw, double lat, bool first, bool last,
+                                    double* tp_f, double* tp_b) {
+  const double d = c.train.precision == "fp32" ? 4 : 2, m = (double)micro_b(c) * c.train.seq_len, h = c.model.n_embd;
+  const int t = c.parallel.tp;
+  const double Vl = GPTConfig::from(c.model, t).Vl();
+  double f = 0, b = 0;
+  if (first) {
+    f += mc.stream(2 * m * h * d), b += mc.stream(2 * m * h * d);
+    *tp_f += all_reduce_s(m * h * d, t, tp_bw, lat);  // vocab-parallel embedding sums its shards
+  }
+  if (last) {
+    f += mc.stream(4 * m * h * d) + mc.gemm(1, m, Vl, h, d) + mc.stream(3 * m * Vl * 4);
+    b += mc.stream(8 * m * h * d) + 2 * mc.gemm(1, m, Vl, h, d) + mc.stream(2 * m * Vl * 4);
+    *tp_f += 3 * all_reduce_s(m * 4, t, tp_bw, lat);  // row max, sum of exponentials, target logit
+  }
+  return {f, b};
+}
+
+// partition_layers is O(PV L^2): the search asks for the same few splits many times.
+const std::vector<int>& cached_partition(const ModelConfig& m, int PV) {
+  thread_local std::map<std::tuple<int, int, int, int>, std::vector<int>> cache;
+  auto key = std::make_tuple(m.n_layer, m.n_embd, m.vocab_size, PV);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, partition_layers(GPTConfig::from(m), PV)).first;
+  return it->second;
+}
+
+}  // namespace
+
+double activation_bytes_per_layer(const ModelConfig& mc, int b, int s, int tp, bool sp, const std::string& recompute,
+                                  bool half, Impl impl) {
+  const double h = mc.n_embd, as = (double)mc.n_head * s, tokens = (double)b * s;
+  const double act = half ? 2 : 4;
+  double bytes = 0;
+  for (auto& r : stash_table()) {
+    if (!(impl == Impl::troupe ? r.troupe : r.megatron)) continue;
+    if (r.dropout && mc.dropout <= 0) continue;
+    if (recompute == "full" && std::string(r.name) != "block input x (LN1 input)") continue;
+    if (recompute == "selective" && r.core) continue;
+    double per = r.c_h * h + r.c_as * as + r.c_1;
+    if (r.tp || (sp && r.sp)) per /= tp;
+    bytes += tokens * per * (r.bytes == Bytes::act ? act : r.bytes == Bytes::fp32 ? 4 : 1);
+  }
+  return bytes;
+}
+
+std::vector<int> peak_stash(const Schedule& s) {
+  std::vector<int> peak(s.P, 0);
+  for (int st = 0; st < s.P; ++st) {
+    int n = 0;
+    for (auto& a : s.stages[st]) {
+      if (a.kind == Action::F) peak[st] = std::max(peak[st], ++n);
+      if (a.kind == (s.split_backward ? Action::W : Action::B)) --n;
+    }
+  }
+  return peak;
+}
+
+LayerCost layer_cost(const Config& c, const Cluster& cl, Impl impl) {
+  const Machine mc = machine(c, cl);
+  const double d = c.train.precision == "fp32" ? 4 : 2, bsz = micro_b(c), s = c.train.seq_len, h = c.model.n_embd;
+  const double a = c.model.n_head, t = c.parallel.tp, m = bsz * s, hs = h / a;
+  const bool sp = c.parallel.sequence_parallel && t > 1, drop = c.model.dropout > 0;
+  const double R = sp ? m / t : m;        // rows of the LayerNorm / residual regions
+  const double S = bsz * (a / t) * s * s; // attention-map elements
+  // forward GEMMs: QKV, scores, attention x V, projection, fc, fc2
+  const double core_gemm = mc.gemm(bsz * a / t, s, s, hs, d) + mc.gemm(bsz * a / t, s, hs, s, d);
+  const double gemms = mc.gemm(1, m, 3 * h / t, h, d) + core_gemm + mc.gemm(1, m, h, h / t, d) +
+                       mc.gemm(1, m, 4 * h / t, h, d) + mc.gemm(1, m, h, 4 * h / t, d);
+  // forward elementwise: 2 LayerNorms (read + write), 2 residual adds (+ dropout), GELU, softmax (+ dropout)
+  const double core_elem = mc.stream(2 * S * d + (drop ? 2 * S * d + S : 0), drop ? 2 : 1);
+  const double elem = mc.stream(4 * R * h * d, 2) + mc.stream(6 * R * h * d + (drop ? 2 * R * h : 0), 2) +
+                      mc.stream(8 * m * h * d / t) + core_elem;
+  // TP: 2 all-reduces (or all-gather + reduce-scatter pairs under SP) per direction
+  const double bw = group_bw(cl, 1, (int)t), lat = cl.dev.latency;
+  const double tp_one = sp ? 2 * gather_s(m * h * d, (int)t, bw, lat) : all_reduce_s(m * h * d, (int)t, bw, lat);
+  LayerCost lc;
+  lc.f = gemms + elem;
+  lc.w = gemms;  // weight gradients: one GEMM per weight, the shape of its forward one
+  lc.b = 2 * gemms + 2 * elem;
+  lc.tp_f = 2 * tp_one;
+  lc.tp_b = 2 * tp_one;
+  if (impl == Impl::troupe && sp) lc.tp_b += 2 * gather_s(m * h * d, (int)t, bw, lat);  // LN-gradient all-reduces
+  if (c.train.recompute == "full") lc.b += lc.f, lc.tp_b += lc.tp_f;
+  if (c.train.recompute == "selective") lc.b += core_gemm + core_elem;
+  lc.w -= core_gemm;  // the attention core has no weights
+  return lc;
+}
+
+std::vector<ChunkCost> chunk_costs(const Config& c, const Cluster& cl, const PlanOptions& o) {
+  const int PV = c.parallel.pp * c.parallel.chunks;
+  const std::vector<int>& bounds = cached_partition(c.model, PV);
+  const LayerCost lc = layer_cost(c, cl, o.impl);
+  const Machine mc = machine(c, cl);
+  const double tp_bw = group_bw(cl, 1, c.parallel.tp);
+  std::vector<ChunkCost> cc(PV);
+  for (int v = 0; v < PV; ++v) {
+    const double nl = bounds[v + 1] - bounds[v];
+    double tf = nl * lc.tp_f, tb = nl * lc.tp_b;
+    auto [ef, eb] = ends_cost(c, mc, tp_bw, cl.dev.latency, v == 0, v == PV - 1, &tf, &tb);
+    cc[v] = {(nl * lc.f + ef) * o.cal.f, (nl * lc.b + eb) * o.cal.b, nl * lc.w * o.cal.w, tf, tb};
+  }
+  return cc;
+}
+
+double optimizer_seconds(const Config& c, const Cluster& cl, int s) {
+  const double n = stage_params(c, cached_partition(c.model, c.parallel.pp * c.parallel.chunks), s);
+  return machine(c, cl).stream(model_constants().adam_bytes * n / c.parallel.dp);
+}
+
+Plan plan_job(const Config& c, const Cluster& cl, const PlanOptions& o) {
+  c.validate();
+  const auto& pc = c.parallel;
+  const int devices = pc.tp * pc.pp * pc.dp;
+  TROUPE_USER_CHECK(cl.dev.name == "cpu" || devices == cl.devices())
+        << "parallel.tp x parallel.pp x parallel.dp = " << pc.tp << " x " << pc.pp << " x " << pc.dp << " = "
+        << devices << " devices, but the cluster has cluster.nodes x cluster.gpus_per_node = " << cl.nodes << " x "
+        << cl.gpus_per_node << " = " << cl.devices() << "; change parallel.dp or cluster.nodes so they match";
+  Schedule sched = make_schedule(pc.schedule, pc.pp, pc.microbatches, pc.chunks);
+  validate_schedule(sched);
+  return plan_layout(c, cl, o, &sched);
+}
+
+Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const Schedule* sched) {
+  const auto& pc = c.parallel;
+  const int P = pc.pp, V = pc.chunks, M = pc.microbatches, PV = P * V;
+  Plan pl;
+  pl.devices = pc.tp * pc.pp * pc.dp;
+  const std::vector<int>& bounds = cached_partition(c.model, PV);
+  const bool half = c.train.precision != "fp32", sp = pc.sequence_parallel && pc.tp > 1;
+  const int b = micro_b(c), T = c.train.seq_len;
+  const double d = half ? 2 : 4;
+  // memory per stage
+  pl.peak_inflight = sched ? peak_stash(*sched) : std::vector<int>(P, 1);
+  const double per_layer = activation_bytes_per_layer(c.model, b, T, pc.tp, sp, c.train.recompute, half, o.impl);
+  const double buffer = c.train.recompute != "none" || (half && o.impl == Impl::troupe)
+                            ? activation_bytes_per_layer(c.model, b, T, pc.tp, false, "none", false, o.impl)
+                            : 0.0;  // troupe: one fp32 recompute/unpack buffer per stage
+  const double Vl = GPTConfig::from(c.model, pc.tp).Vl();
+  pl.capacity = cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0) - cl.dev.reserve;
+  for (int s = 0; s < P; ++s) {
+    int layers = 0;
+    for (int v = s; v < PV; v += P) layers += bounds[v + 1] - bounds[v];
+    pl.stage_layers.push_back(layers);
+    const double n = stage_params(c, bounds, s);
+    Memory mem;
+    mem.weights = n * (4 + (half ? 2 : 0));
+    mem.grads = n * 4;
+    mem.optimizer = n * 12 / pc.dp;
+    mem.activations = pl.peak_inflight[s] * ((double)layers / V) * per_layer;
+    mem.workspace = buffer + cl.dev.reserve;
+    if (s == P - 1) mem.workspace += (o.impl == Impl::troupe ? 8.0 : 4.0) * b * T * Vl;  // logits (+ their gradient)
+    pl.stage_memory.push_back(mem);
+    if (mem.total() > pl.stage_memory[pl.worst_stage].total()) pl.worst_stage = s;
+  }
+  const Memory& w = pl.worst();
+  if (w.total() > cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0)) {
+    pl.fits = false;
+    pl.over = fmt::format("stage {} needs {:.1f} GiB per device (weights {:.1f}, gradients {:.1f}, optimizer {:.1f}, "
+                          "activations {:.1f}, workspace {:.1f}), {:.1f} GiB over the {:.1f} GiB of a {}",
+                          pl.worst_stage, w.total() / GiB, w.weights / GiB, w.grads / GiB, w.optimizer / GiB,
+                          w.activations / GiB, w.workspace / GiB,
+                          (w.total() - cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0)) / GiB,
+                          cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0) / GiB, cl.dev.name);
+  }
+  // time: per-action costs of each (stage, chunk), simulated with the real schedule
+  const std::vector<ChunkCost> cc = chunk_costs(c, cl, o);
+  auto cost = [&](int s, const Action& a) {
+    const ChunkCost& k = cc[a.chunk * P + s];
+    if (a.kind == Action::F) return k.f + k.tp_f;
+    if (a.kind == Action::W) return k.w;
+    return sched->split_backward ? k.b - k.w + k.tp_b : k.b + k.tp_b;
+  };
+  Times& tm = pl.time;
+  std::vector<double> busy(P, 0.0);
+  for (int v = 0; v < PV; ++v) busy[v % P] += M * (cc[v].f + cc[v].tp_f + cc[v].b + cc[v].tp_b);
+  const int slow = (int)(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  const double n_slow = stage_params(c, bounds, slow);
+  const double dp_bw = group_bw(cl, pc.tp, pc.dp);
+  tm.dp_comm = gather_s(4 * n_slow, pc.dp, dp_bw, cl.dev.latency) + gather_s(d * n_slow, pc.dp, dp_bw, cl.dev.latency);
+  tm.optimizer = optimizer_seconds(c, cl, slow) * o.cal.opt;
+  pl.min_iteration = busy[slow] + tm.dp_comm + tm.optimizer;
+  if (!sched) return pl;
+  // p2p: one activation (or gradient) of the microbatch; troupe sends b*s/t rows under SP,
+  // Megatron-LM always scatters over the TP ranks (Narayanan et al. 2021 sec. 4.1)
+  const double msg = (double)b * T * c.model.n_embd * d / (sp || o.impl == Impl::megatron ? pc.tp : 1);
+  const bool crosses = cl.dev.name != "cpu" && (double)pc.tp * pc.dp * P > cl.gpus_per_node;
+  const double p2p = P > 1 ? msg / (crosses ? cl.dev.inter_bw * model_constants().network_eff
+                                            : cl.dev.intra_bw * model_constants().nvlink_eff) +
+                                 cl.dev.latency
+                           : 0.0;
+  const SimResult sim0 = simulate(*sched, cost, 0.0), sim1 = p2p > 0 ? simulate(*sched, cost, p2p) : sim0;
+  for (int v = slow; v < PV; v += P) tm.tp_comm += M * (cc[v].tp_f + cc[v].tp_b);
+  tm.compute = sim0.busy[slow] - tm.tp_comm;
+  tm.bubble = sim0.makespan - sim0.busy[slow];
+  tm.pp_comm = sim1.makespan - sim0.makespan;
+  tm.iteration = sim1.makespan + tm.dp_comm + tm.optimizer;
+  // throughput (Narayanan et al. 2021 eq. 3 without recomputation: model FLOPs)
+  const double B = c.train.batch_size, L = c.model.n_layer, h = c.model.n_embd, voc = c.model.vocab_size;
+  pl.model_flops = 72.0 * B * T * L * h * h * (1 + T / (6 * h) + voc / (12 * L * h));
+  const double peak = half ? cl.dev.peak_16 : cl.dev.peak_32;
+  pl.tflops_per_gpu = pl.model_flops / tm.iteration / pl.devices / 1e12;
+  pl.mfu = pl.model_flops / tm.iteration / (cl.dev.name == "cpu" ? peak : peak * pl.devices);
+  pl.tokens_per_s = B * T / tm.iteration;
+  if (o.tokens > 0) pl.days = o.tokens / pl.tokens_per_s / 86400;
+  return pl;
+}
+
+}  // namespace troupe::plan

@@ -1,0 +1,221 @@
+// troupe plan: the cost model against published figures (Korthikanti et al. 2022), its
+// memory accounting against the schedules, the search, and bad input at the command line.
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_helpers.h"
+#include "core/error.h"
+#include "planner/calibrate.h"
+#include "planner/cost_model.h"
+#include "planner/published.h"
+#include "planner/search.h"
+#include "stages/simulator.h"
+
+using namespace troupe;
+using namespace troupe::plan;
+
+namespace {
+
+const std::string kSrc = TROUPE_SOURCE_DIR;
+
+struct CliRun {
+  int rc;
+  std::string out, err;
+};
+CliRun plan_cli(const std::string& args, const test::Scratch& s) {
+  const std::string cmd = "cd '" + kSrc + "' && timeout 120 '" + test::troupe_bin() + "' plan " + args + " > '" +
+                          s.path("out.txt") + "' 2> '" + s.path("err.txt") + "'";
+  const int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, test::slurp(s.path("out.txt")), test::slurp(s.path("err.txt"))};
+}
+
+}  // namespace
+
+TEST_CASE("plan: iteration time within 10% of Korthikanti et al. 2022 Table 5", "[plan]") {
+  for (const auto& p : korthikanti_table5())
+    for (bool sps : {false, true}) {
+      Config c = korthikanti_config(p, sps);
+      PlanOptions o;
+      o.impl = Impl::megatron;
+      const Plan pl = plan_job(c, make_cluster(c.cluster, 0), o);
+      const double published = sps ? p.sp_selective_s : p.full_s;
+      INFO(p.name << (sps ? " SP + selective" : " full recompute") << ": predicted " << pl.time.iteration
+                  << " s, published " << published << " s");
+      CHECK(pl.fits);
+      CHECK(std::abs(pl.time.iteration / published - 1) < 0.10);
+    }
+}
+
+TEST_CASE("plan: activation memory per layer is Korthikanti et al. 2022's (Table 2)", "[plan]") {
+  // bytes per layer, 16-bit: full recompute 2 s b h; TP + SP + selective 34 s b h / t;
+  // TP alone 10 s b h + 24 s b h / t + 5 a s^2 b / t (their eq. 1-4)
+  for (const auto& p : korthikanti_table5()) {
+    const Config c = korthikanti_config(p, true);
+    const double s = 2048, b = p.micro_batch, h = p.hidden, a = p.heads, t = p.tp;
+    auto act = [&](bool sp, const char* rec, Impl impl) {
+      return activation_bytes_per_layer(c.model, p.micro_batch, 2048, p.tp, sp, rec, true, impl);
+    };
+    INFO(p.name);
+    CHECK(act(false, "full", Impl::megatron) == Approx(2 * s * b * h));
+    CHECK(act(true, "selective", Impl::megatron) == Approx(34 * s * b * h / t));
+    CHECK(act(false, "none", Impl::megatron) == Approx(10 * s * b * h + 24 * s * b * h / t + 5 * a * s * s * b / t));
+    // troupe keeps no dropout masks but its LayerNorm outputs gathered: more under SP
+    CHECK(act(false, "full", Impl::troupe) == Approx(2 * s * b * h));
+    CHECK(act(true, "selective", Impl::troupe) > act(true, "selective", Impl::megatron));
+  }
+}
+
+TEST_CASE("plan: activations follow the schedule's peak in-flight microbatches", "[plan]") {
+  Config c = korthikanti_config(korthikanti_table5()[1], true);  // 175B, PP 8
+  const Cluster cl = make_cluster(c.cluster, 0);
+  const Plan one = plan_job(c, cl);
+  // 1F1B: stage s keeps P - s microbatches of its layers
+  for (int s = 0; s < 8; ++s) CHECK(one.peak_inflight[s] == 8 - s);
+  CHECK(one.worst_stage == 0);
+  c.parallel.schedule = "gpipe";
+  const Plan gp = plan_job(c, cl);
+  CHECK(gp.peak_inflight[0] == c.parallel.microbatches);
+  CHECK(gp.worst().activations == Approx(one.worst().activations * c.parallel.microbatches / 8.0));
+  // interleaved: more (microbatch, chunk) pairs stashed, each 1/V of the stage
+  c.parallel.schedule = "interleaved", c.parallel.chunks = 2;
+  const Plan il = plan_job(c, cl);
+  CHECK(il.worst().activations > one.worst().activations);
+  CHECK(il.time.bubble < one.time.bubble);
+  // recompute: full < selective < none
+  c.parallel.schedule = "1f1b", c.parallel.chunks = 1;
+  double last = 0;
+  for (const char* r : {"full", "selective", "none"}) {
+    c.train.recompute = r;
+    const double a = plan_job(c, cl).worst().activations;
+    CHECK(a > last);
+    last = a;
+  }
+}
+
+TEST_CASE("plan: a layout that does not fit names the stage and the bytes over", "[plan]") {
+  Config c = korthikanti_config(korthikanti_table5()[2], false);  // 530B
+  c.train.recompute = "none";
+  const Plan p = plan_job(c, make_cluster(c.cluster, 0));
+  CHECK_FALSE(p.fits);
+  CHECK(p.over.find("stage 0") != std::string::npos);
+  CHECK(p.over.find("GiB over") != std::string::npos);
+}
+
+TEST_CASE("simulate: a virtual chunk's action costs its share of the stage", "[plan][simulator]") {
+  const auto one = simulate(schedule_1f1b(4, 8), Costs{1, 2, 1, 0});
+  const auto il = simulate(schedule_interleaved(4, 8, 2), Costs{1, 2, 1, 0});
+  CHECK(one.makespan == Approx(33));       // 8 x 3 of work + 3 x 3 of bubble
+  CHECK(il.busy[0] == Approx(one.busy[0]));  // the same work
+  CHECK(il.makespan == Approx(24 + 9.0 / 2));  // half the bubble
+}
+
+TEST_CASE("plan: --search keeps the fastest layouts that fit and counts the rest", "[plan]") {
+  Config c = Config::load(kSrc + "/configs/mt-nlg-530b.toml");
+  const Cluster cl = make_cluster(c.cluster, 0);
+  const auto keys = parse_search_keys("parallel.pp,parallel.dp,parallel.microbatches,train.recompute");
+  const auto t0 = std::chrono::steady_clock::now();
+  const SearchResult r = search_layouts(c, cl, keys, PlanOptions{}, 10);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(secs < 30);
+  REQUIRE(r.top.size() == 10);
+  long rejected = 0;
+  for (auto& [why, n] : r.rejected) rejected += n;
+  CHECK(rejected + (long)r.top.size() == r.considered);
+  for (size_t i = 1; i < r.top.size(); ++i) CHECK(r.top[i - 1].plan.time.iteration <= r.top[i].plan.time.iteration);
+  for (auto& e : r.top) CHECK(e.plan.fits);
+  // the preset's own layout is among those searched: the best is at least as fast
+  CHECK(r.top[0].plan.time.iteration <= plan_job(c, cl).time.iteration * (1 + 1e-12));
+  CHECK(r.rejected.count("does not fit in device memory"));
+  CHECK_THROWS_AS(parse_search_keys("parallel.tpp"), UserError);
+}
+
+TEST_CASE("plan: the command line, --json and bad input", "[plan][cli]") {
+  test::Scratch s("plan", "cli");
+  auto r = plan_cli("--config configs/mt-nlg-530b.toml --json --tokens 270e9", s);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"iteration_s", "tflops_per_gpu", "mfu", "tokens_per_s", "memory_gib_per_gpu", "days"})
+    CHECK(j.contains(k));
+  CHECK(j["memory_gib_per_gpu"]["total"].get<double>() < 80);
+  CHECK(j["mfu"].get<double>() > 0.2);
+  CHECK(j["mfu"].get<double>() < 0.8);
+  r = plan_cli("--config configs/gpt2-124m.toml --json --search parallel.microbatches,train.recompute", s);
+  REQUIRE(r.rc == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["best"].contains("parallel.microbatches"));
+  CHECK(j["top"].size() == 10);
+  auto bad = [&](const std::string& args, std::initializer_list<const char*> needles) {
+    const auto b = plan_cli(args, s);
+    INFO(args << "\n" << b.err);
+    CHECK(b.rc == 2);
+    CHECK(b.err.rfind("error: ", 0) == 0);
+    CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
+    for (auto* n : needles) CHECK(b.err.find(n) != std::string::npos);
+  };
+  const std::string g = "--config configs/gpt2-124m.toml ";
+  bad(g + "--set parallel.tp=5", {"parallel.tp", "n_head"});
+  bad(g + "--set parallel.pp=13", {"parallel.pp", "n_layer"});
+  bad(g + "--set parallel.microbatches=7", {"batch_size", "microbatches"});
+  bad(g + "--set cluster.gpu=a100-90g", {"a100-90g", "a100-80g"});
+  bad(g + "--set cluster.inter_node_gbps=-25", {"cluster.inter_node_gbps"});
+  bad(g + "--set cluster.nodes=2", {"devices", "parallel.dp"});
+  bad("--config configs/mt-nlg-530b.toml --set train.recompute=none --set parallel.sequence_parallel=false",
+      {"does not fit", "stage 0", "GiB over"});
+  bad(g + "--search parallel.tpp", {"parallel.tpp"});
+}
+
+TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind", "[plan]") {
+  test::Scratch s("plan", "calibrate");
+  Config c = Config::load(kSrc + "/configs/tiny.toml");
+  c.cluster.gpu = "cpu";
+  s.write("config.toml", c.to_toml());
+  const Cluster cl = make_cluster(c.cluster, 2);
+  const auto cc = chunk_costs(c, cl, PlanOptions{});
+  // a trace as train --trace writes it: step 1 (warm-up, ignored) and 2; F spans take 3x
+  // the model plus the modelled TP time, B spans 0.5x, the optimizer 2x
+  nlohmann::json ev = nlohmann::json::array();
+  for (int step : {1, 2})
+    for (int st = 0; st < c.parallel.pp; ++st) {
+      const auto& k = cc[st];
+      const double f = 3 * k.f + k.tp_f, b = 0.5 * k.b + k.tp_b, o = 2 * optimizer_seconds(c, cl, st);
+      const double warm = step == 1 ? 10 : 1;  // step 1 far off: it must not count
+      for (int m = 0; m < c.parallel.microbatches; ++m) {
+        ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", st}, {"dur", warm * f * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+        ev.push_back({{"ph", "X"}, {"cat", "B"}, {"tid", st}, {"dur", warm * b * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+      }
+      ev.push_back({{"ph", "X"}, {"cat", "optimizer"}, {"tid", st}, {"dur", warm * o * 1e6}, {"args", {{"step", step}}}});
+    }
+  s.write("trace.json", nlohmann::json{{"traceEvents", ev}}.dump());
+  const Calibration cal = calibrate_from_run(s.dir.string(), cl);
+  CHECK(cal.f == Approx(3).epsilon(1e-6));
+  CHECK(cal.b == Approx(0.5).epsilon(1e-6));
+  CHECK(cal.w == Approx(0.5).epsilon(1e-6));  // no W spans: scales as the backward
+  CHECK(cal.opt == Approx(2).epsilon(1e-6));
+  // the calibrated plan of the same layout charges F and B those factors
+  PlanOptions o;
+  o.cal = cal;
+  const auto cc2 = chunk_costs(c, cl, o);
+  CHECK(cc2[0].f == Approx(3 * cc[0].f));
+  CHECK(cc2[0].b == Approx(0.5 * cc[0].b));
+  // a directory without a trace, and a file that is not one, are refused by name
+  CHECK_THROWS_WITH(calibrate_from_run(s.path("nowhere"), cl), Catch::Contains("--trace D/trace.json"));
+  s.write("trace.json", "{\"traceEvents\": []}");
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("no F and B spans"));
+}
+
+TEST_CASE("plan: the [cluster] section is part of the config, and training ignores it", "[plan]") {
+  Config c = Config::parse("[cluster]\ngpu = \"h100-sxm\"\nnodes = 4\ninter_node_gbps = 50\n", "cluster.toml");
+  CHECK(c.cluster.gpu == "h100-sxm");
+  CHECK(c.cluster.nodes == 4);
+  CHECK_NOTHROW(c.validate());  // the same file trains
+  CHECK(Config::parse(c.to_toml(), "round trip").cluster.inter_node_gbps == 50);
+  CHECK_THROWS_WITH(Config::parse("[cluster]\ngpus = 8\n", "x.toml"), Catch::Contains("cluster.gpus_per_node"));
+  // the presets validate as training configs too
+  for (const char* p : {"gpt2-124m", "gpt3-175b", "mt-nlg-530b"}) CHECK_NOTHROW(Config::load(kSrc + "/configs/" + p + ".toml").validate());
+}
