@@ -1,6 +1,7 @@
 // troupe — the command line.
 //   troupe train    --config FILE [--set section.key=value ...] [--run-dir DIR]
-//   troupe tokenize --config FILE [--set ...]      corpus -> tokenizer + token files (cached)
+//   troupe prepare  --config FILE [--set ...] [--report FILE.json]   sources -> cleaned token files (cached)
+//   troupe tokenize ...                            an alias of prepare
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <CLI/CLI.hpp>
 
@@ -26,9 +27,14 @@ int main(int argc, char** argv) {
   train->add_option("--run-dir", run_dir, "run directory (default runs/<timestamp>)");
   std::string resume;
   train->add_option("--resume", resume, "continue from a snapshot: its directory, or 'latest' (newest valid in checkpoint.dir)");
-  auto* tokenize = app.add_subcommand("tokenize", "prepare the corpus: tokenizer + token files");
-  tokenize->add_option("--config", config_path, "TOML config file")->required();
-  tokenize->add_option("--set", sets, "override a key: section.key=value (repeatable)");
+  std::string report;
+  auto* prepare_cmd = app.add_subcommand("prepare", "prepare the data: clean, deduplicate, tokenize, index (cached)");
+  auto* tokenize = app.add_subcommand("tokenize", "an alias of prepare");
+  for (auto* sub : {prepare_cmd, tokenize}) {
+    sub->add_option("--config", config_path, "TOML config file")->required();
+    sub->add_option("--set", sets, "override a key: section.key=value (repeatable)");
+    sub->add_option("--report", report, "also write the cleaning report as JSON to this file");
+  }
   SimulateOptions so;
   auto* simulate_cmd = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
   simulate_cmd->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
@@ -58,9 +64,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
-    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
+    if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
       std::cerr << "error: unknown command '" << cmd
-                << "'; use train, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
+                << "'; use train, prepare, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
       return 2;
     }
   }
@@ -86,7 +92,7 @@ int main(int argc, char** argv) {
     if (generate_cmd->parsed()) return cmd_generate(go);
     Config c = load_config(config_path, sets);
     if (train->parsed()) return cmd_train(c, run_dir, resume);
-    if (tokenize->parsed()) return cmd_tokenize(c);
+    if (prepare_cmd->parsed() || tokenize->parsed()) return cmd_prepare(c, report);
   } catch (const UserError& e) {
     print_error(log_prefix_ + e.what());
     return 2;

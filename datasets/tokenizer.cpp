@@ -125,7 +125,8 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size,
-                      const std::string& model_prefix, const DataLogFn& progress) {
+                      const std::string& model_prefix, const DataLogFn& progress,
+                      const std::vector<std::string>& special) {
   for (const auto& d : train_docs) {
     const size_t bad = find_invalid_utf8(d);
     TROUPE_USER_CHECK(bad == std::string::npos)
@@ -135,11 +136,14 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
   const size_t chars = distinct_chars(train_docs);
   TROUPE_USER_CHECK(chars > 0) << "the tokenizer's training split holds no text; use a corpus "
                                << "with text in it (data.corpus)";
-  const int min_vocab = std::max<int>(kMinVocabSize, 2 + 256 + static_cast<int>(chars));
+  const int n_special = 2 + static_cast<int>(special.size());
+  const int min_vocab = std::max<int>(kMinVocabSize + n_special - 2, n_special + 256 + static_cast<int>(chars));
   TROUPE_USER_CHECK(vocab_size >= min_vocab)
       << "model.vocab_size = " << vocab_size << " is too small for this corpus: the tokenizer "
-      << "needs at least " << min_vocab << " pieces (2 special + 256 byte-fallback + " << chars
+      << "needs at least " << min_vocab << " pieces (" << n_special << " special + 256 byte-fallback + " << chars
       << " distinct characters); set model.vocab_size >= " << min_vocab;
+  std::string user_symbols;
+  for (const auto& t : special) user_symbols += (user_symbols.empty() ? "" : ",") + t;
 
   std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
@@ -162,6 +166,7 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
       {"num_threads", "2"},
       {"hard_vocab_limit", "true"},
   };
+  if (!user_symbols.empty()) args["user_defined_symbols"] = user_symbols;
 
   DocSentenceIterator it(train_docs);
   std::string model;

@@ -1,10 +1,11 @@
 // datasets/tokenizer.h — byte-level-exact BPE tokenizer (SentencePiece underneath).
 //
-// Vocabulary layout of a model trained by Tokenizer::train (vocab_size V):
+// Vocabulary layout of a model trained by Tokenizer::train (vocab_size V, S special tokens):
 //   id 0          <unk>           (never produced by encode: byte fallback covers every byte)
 //   id 1          <|endoftext|>   the end-of-text id (SentencePiece's eos), eot_id()
-//   ids 2..257    <0x00>..<0xFF>  byte-fallback pieces
-//   ids 258..V-1  BPE merges (most frequent first), then the single characters of the
+//   ids 2..S+1    user-defined special tokens (data.special_tokens), in the order given
+//   ids S+2..S+257 <0x00>..<0xFF>  byte-fallback pieces
+//   the rest      BPE merges (most frequent first), then the single characters of the
 //                 training text (SentencePiece's order)
 // No bos, no pad. Spaces are part of the pieces ("▁the"); no dummy prefix is added,
 // no whitespace is collapsed, no Unicode normalisation: decode(encode(s)) == s byte for
@@ -47,8 +48,12 @@ class Tokenizer {
   // large for it (SentencePiece's message; fix: lower model.vocab_size or use more text),
   // or when train_docs holds no text. Takes ~1.5 s on the 10.3 MB SOTU train split at
   // V=8192 (2 cores), so no subsampling (input_sentence_size=0: every sentence is used).
+  // `special` are user-defined symbols (SentencePiece's user_defined_symbols): each gets
+  // one id right after <|endoftext|> (ids 2, 3, ...; the byte pieces move up by their
+  // count) and is always encoded as that single id when it appears in text.
   static void train(const std::vector<std::string>& train_docs, int vocab_size,
-                    const std::string& model_prefix, const DataLogFn& progress = {});
+                    const std::string& model_prefix, const DataLogFn& progress = {},
+                    const std::vector<std::string>& special = {});
 
   // Loads a SentencePiece .model file. Errors (UserError naming the file and the fix):
   // missing/unreadable file, not a SentencePiece model, a model without byte-fallback
