@@ -253,6 +253,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
         << "tokenizer model '" << path << "' has no byte-fallback piece for byte " << b
         << ", so text would not round-trip exactly; train it with byte_fallback=true, or leave "
         << "data.tokenizer empty to train one";
+  t.word_local_ = true;
+  for (int id = 0; id < n && t.word_local_; ++id)
+    if (t.pieces_[id].find(kSpaceSymbol, 1) != std::string::npos) t.word_local_ = false;
   t.eot_id_ = t.sp_->eos_id();
   TROUPE_USER_CHECK(t.eot_id_ >= 0 && t.eot_id_ < n)
       << "tokenizer model '" << path << "' has no end-of-text (eos) piece; train it with "
@@ -274,21 +277,49 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       << "text to encode is not valid UTF-8 (bad byte at offset " << bad << ")";
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 16);
-  std::vector<int> ids;
   // SentencePiece would decode a literal '▁' as ' ': send it through byte pieces instead.
   while (!text.empty()) {
     const size_t at = text.find(kSpaceSymbol);
     const std::string_view seg = text.substr(0, at);
-    if (!seg.empty()) {
-      const auto status = sp_->Encode(seg, &ids);
-      TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
-      out.insert(out.end(), ids.begin(), ids.end());
-    }
+    if (!seg.empty()) encode_segment(seg, out);
     if (at == std::string_view::npos) break;
     for (char c : kSpaceSymbol) out.push_back(byte_id_[static_cast<unsigned char>(c)]);
     text.remove_prefix(at + kSpaceSymbol.size());
   }
   return out;
+}
+
+void Tokenizer::encode_segment(std::string_view seg, std::vector<int32_t>& out) const {
+  std::vector<int> ids;
+  if (!word_local_) {
+    const auto status = sp_->Encode(seg, &ids);
+    TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  struct WordCache {
+    uint64_t model = 0;
+    std::unordered_map<std::string, std::vector<int32_t>> ids;
+  };
+  thread_local WordCache cache;
+  if (cache.model != hash_ || cache.ids.size() > (1u << 19)) {  // another model, or full: start again
+    cache.ids.clear();
+    cache.model = hash_;
+  }
+  thread_local std::string key;
+  for (size_t b = 0; b < seg.size();) {
+    size_t e = seg.find(' ', b + 1);
+    if (e == std::string_view::npos) e = seg.size();
+    key.assign(seg.substr(b, e - b));
+    auto it = cache.ids.find(key);
+    if (it == cache.ids.end()) {
+      const auto status = sp_->Encode(key, &ids);
+      TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
+      it = cache.ids.emplace(key, std::vector<int32_t>(ids.begin(), ids.end())).first;
+    }
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    b = e;
+  }
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {

@@ -65,7 +65,12 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  // Token ids of `text` (valid UTF-8, any length). Thread-safe (const).
+  // Token ids of `text` (valid UTF-8, any length). Thread-safe (const). When no piece of
+  // the model holds '▁' after its first character (true of every model train() makes:
+  // SentencePiece splits by whitespace), no BPE merge crosses a space, so the text is
+  // encoded word by word (a word = a space and the non-space bytes after it) through a
+  // per-thread cache of word -> ids: the same ids as SentencePiece's Encode of the whole
+  // text (tested), several times faster on real text, as Hugging Face tokenizers' word cache.
   // Errors: UserError when text is not valid UTF-8 (names the byte offset).
   std::vector<int32_t> encode(std::string_view text) const;
 
@@ -89,11 +94,14 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // Appends the ids of `seg` (no '▁' in it) to `out`.
+  void encode_segment(std::string_view seg, std::vector<int32_t>& out) const;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::vector<std::string> bytes_;   // id -> decoded bytes
   std::vector<std::string> pieces_;  // id -> piece text
   int32_t byte_id_[256] = {};        // byte -> id of its fallback piece
   int32_t eot_id_ = -1;
+  bool word_local_ = false;          // no piece holds '▁' after its start: words encode alone
   uint64_t hash_ = 0;
   std::string path_;
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <sentencepiece_processor.h>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -351,6 +352,28 @@ TEST_CASE("prepare: the old single-corpus keys are a one-source blend", "[datase
   CHECK(q.dir != p.dir);
   CHECK(q.sources[0].report.docs_kept == 11);
   CHECK(slurp(q.sources[0].train_path) == slurp(p.sources[0].train_path));
+}
+
+// ---------------------------------------------------------------- tokenizer
+
+TEST_CASE("tokenizer: word-by-word encoding (cached) gives SentencePiece's ids for the whole text", "[datasets][blend]") {
+  Scratch s("blend", "words");
+  const auto docs = troupe::read_corpus(kTiny);
+  troupe::Tokenizer::train(docs, 700, s.path("tok"), {}, {"<|user|>"});
+  const auto tok = troupe::Tokenizer::load(s.path("tok.model"));
+  sentencepiece::SentencePieceProcessor sp;
+  REQUIRE(sp.Load(s.path("tok.model")).ok());
+  std::vector<std::string> texts(docs.begin(), docs.end());
+  texts.push_back("  two  spaces\t\ttabs \n\n new  lines <|user|>x  <|user|> 1234 caf\xC3\xA9 \xE6\xBC\xA2\xE5\xAD\x97 end ");
+  texts.push_back(" ");
+  texts.push_back("a   ");
+  for (int pass = 0; pass < 2; ++pass)  // the second pass comes from the cache
+    for (const auto& t : texts) {
+      std::vector<int> want;
+      REQUIRE(sp.Encode(t, &want).ok());
+      const auto got = tok.encode(t);
+      CHECK(std::vector<int>(got.begin(), got.end()) == want);
+    }
 }
 
 // ---------------------------------------------------------------- loader
