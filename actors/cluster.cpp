@@ -1,6 +1,7 @@
 // The control plane of a multi-process job (actors/cluster.h): node agents over CAF's
 // middleman, an HMAC envelope around every control message, join checks, heartbeats.
 #include "actors/cluster.h"
+#include "collectives/netif.h"
 
 #include <openssl/evp.h>
 #include <openssl/crypto.h>
@@ -20,6 +21,7 @@
 #include <set>
 #include <thread>
 
+#include "actors/intruders.h"
 #include "actors/messages.h"
 #include "actors/wire_types.h"
 #include "checkpoint/memory_store.h"
@@ -44,6 +46,8 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using none_atom = caf::atom_constant<caf::atom("none")>;
 using restored_atom = caf::atom_constant<caf::atom("restored")>;
 using busy_atom = caf::atom_constant<caf::atom("busy")>;
+using badsecret_atom = caf::atom_constant<caf::atom("badsecret")>;
+using drop_atom = caf::atom_constant<caf::atom("drop")>;
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -208,6 +212,10 @@ struct AgentState {
   std::vector<uint64_t> seq_out, seq_in;    // per process
   std::vector<Clock::time_point> last_seen; // per process
   std::vector<bool> live;
+  RateLimitedLog dropped;                   // dropped control messages: logged at a bounded rate
+  RateLimitedLog closed;                    // connections of non-members closed
+  std::set<caf::actor_addr> told;           // hub: senders told that their secret is wrong
+  std::vector<char> join_mac;               // the tag of this process's join (a refusal quotes it)
 };
 
 caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<Cluster::Impl> impl) {
@@ -223,21 +231,22 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
   const std::string& secret = impl->o.secret;
 
   // Serializes (kind, index, inner) and sends it, authenticated, to process p's agent.
-  auto post = [=](int p, int32_t kind, int32_t index, caf::message inner) {
+  auto post = [=](int p, int32_t kind, int32_t index, caf::message inner) -> std::vector<char> {
     auto& s = self->state;
     const caf::actor dst = s.peers[p];
-    if (!dst) return;
+    if (!dst) return {};
     std::vector<char> body;
     caf::binary_serializer sink(self->system(), body);
     auto msg = caf::make_message(kind, index, std::move(inner));
     if (auto err = sink(msg)) {
       s.impl->fail("control plane: cannot serialize a message for " + s.impl->name_of(p) + ": " +
                    self->system().render(err));
-      return;
+      return {};
     }
     const uint64_t seq = ++s.seq_out[p];
     auto mac = envelope_mac(secret, me, p, seq, body);
-    self->send(dst, ctl_atom::value, (int32_t)me, (int32_t)p, seq, std::move(body), std::move(mac));
+    self->send(dst, ctl_atom::value, (int32_t)me, (int32_t)p, seq, std::move(body), mac);
+    return mac;
   };
   auto lost = [=](int p, const std::string& why) {
     auto& s = self->state;
@@ -303,8 +312,22 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           // a recovering process that reached the coordinator of the failed start: join again
           retry = !s.impl->hub() && s.impl->o.recovering && !s.impl->have_table;
         }
-        if (retry) s.live[0] = false;
-        else if (!ended) lost(s.impl->hub() ? p : 0, "its connection closed (the process exited or was killed)");
+        bool joined;
+        {
+          std::lock_guard<std::mutex> lk(s.impl->mu);
+          joined = s.impl->have_table;
+        }
+        if (retry) {
+          s.live[0] = false;
+        } else if (!s.impl->hub() && !joined && !ended) {  // never part of the job: nothing to restart
+          s.live[0] = false;
+          s.impl->fail(fmt::format(
+              "process 0 at {}:{} closed the connection before this process joined the job (the job ended, or "
+              "refused this process: check TROUPE_COORDINATOR and that TROUPE_JOB_SECRET is the job's)",
+              s.impl->o.env.host, s.impl->o.env.port));
+        } else if (!ended) {
+          lost(s.impl->hub() ? p : 0, "its connection closed (the process exited or was killed)");
+        }
         s.peers[p] = nullptr;
         if (!s.impl->hub()) {
           std::lock_guard<std::mutex> lk(s.impl->mu);
@@ -323,7 +346,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         s.peers[0] = hub;
         s.seq_in[0] = 0;  // a new coordinator (an in-place recovery may meet the failed start's first) counts anew
         self->monitor(hub);
-        post(0, kAgentKind, 0, std::move(join));
+        s.join_mac = post(0, kAgentKind, 0, std::move(join));
         s.live[0] = true;
         s.last_seen[0] = Clock::now();
       },
@@ -332,7 +355,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
       [=](ctl_atom, int32_t from, int32_t to, uint64_t seq, std::vector<char>& body, std::vector<char>& mac) {
         auto& s = self->state;
         auto reject = [&](const std::string& why) {
-          spdlog::warn("control plane: dropped a message claiming to come from process {}: {}", from, why);
+          s.dropped.warn(fmt::format("dropped a message claiming to come from process {}: {}", from, why));
         };
         if (from < 0 || from >= n || to != me || from == me) return reject("bad process numbers");
         const auto want = envelope_mac(secret, from, to, seq, body);
@@ -340,6 +363,17 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           {
             std::lock_guard<std::mutex> lk(s.impl->mu);
             ++s.impl->unauthenticated;
+          }
+          const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+          const bool member = std::find(s.peers.begin(), s.peers.end(), sender) != s.peers.end();
+          if (s.impl->hub() && sender && !member && s.told.insert(sender.address()).second) {
+            // a process without the secret: it is told at once (quoting the tag of its message, so
+            // that it knows the answer is about its join) and its connection closes after a grace
+            // period (a troupe process exits on the notice; one that does not listen is cut off)
+            self->send(sender, badsecret_atom::value, mac);
+            self->delayed_send(self, std::chrono::seconds(2), drop_atom::value, sender.node());
+            return reject("its authentication tag is wrong (a process without this job's TROUPE_JOB_SECRET); told it "
+                          "so, and its connection closes in 2 s");
           }
           return reject("its authentication tag is wrong (not a member of this job: TROUPE_JOB_SECRET differs)");
         }
@@ -479,6 +513,32 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
             },
         });
       },
+      // process 0 could not authenticate this process's join: another job secret
+      [=](badsecret_atom, const std::vector<char>& mac) {
+        auto& s = self->state;
+        if (s.impl->hub() || caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[0] || mac != s.join_mac)
+          return;
+        if (std::getenv("TROUPE_FAULT_IGNORE_REFUSAL")) return;  // fault switch (tests): a peer that does not listen
+        std::lock_guard<std::mutex> lk(s.impl->mu);
+        if (s.impl->have_table) return;
+        s.impl->refused = fmt::format(
+            "wrong job secret: process 0 at {}:{} cannot authenticate this process, so its TROUPE_JOB_SECRET differs "
+            "from the job's; start it with the job's secret (troupe launch gives every process the same one)",
+            s.impl->o.env.host, s.impl->o.env.port);
+        s.impl->cv.notify_all();
+      },
+      // hub: close the connection of a process that was told its secret is wrong
+      [=](drop_atom, const caf::node_id& node) {
+        self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5), caf::get_atom::value, node)
+            .then(
+                [=](const caf::node_id&, const std::string& host, uint16_t port) {
+                  if (host.empty()) return;  // it has gone already
+                  if (shutdown_connections_to(host, port) > 0)
+                    self->state.closed.warn(fmt::format(
+                        "closed the connection from {}:{} (a process without this job's secret)", host, port));
+                },
+                [](const caf::error&) {});
+      },
       // heartbeats out, silence in
       [=](tick_atom) {
         auto& s = self->state;
@@ -554,6 +614,9 @@ Cluster::Cluster(caf::actor_system& sys, ClusterOptions o) : impl_(std::make_sha
   to.secret = im.o.secret;
   to.limits.world = im.o.ranks;
   to.process_of_rank = im.process_of_rank;
+  // the data plane listens only on the interface that reaches the coordinator (for a job on
+  // 127.0.0.1: loopback), not on every interface of the host
+  to.net_devices = interface_towards(im.o.env.host);
   im.transport = std::make_shared<UcxTransport>(to);
   auto addr = im.transport->address();
   im.addresses[im.o.env.rank] = std::vector<char>(addr.begin(), addr.end());
@@ -671,6 +734,15 @@ void Cluster::join() {
                             << "); choose a free port and a local address in TROUPE_COORDINATOR";
     wait([&] { return std::all_of(im.joined.begin(), im.joined.end(), [](bool b) { return b; }); },
          [&] { return "process(es) " + missing(im.joined) + " did not join"; });
+    int bad = 0;
+    {
+      std::lock_guard<std::mutex> lk(im.mu);
+      bad = im.unauthenticated;
+    }
+    if (bad > 0)
+      spdlog::warn("control plane: {} message(s) from processes without this job's secret were refused while the job "
+                   "assembled",
+                   bad);
     std::vector<std::vector<char>> table;
     std::vector<std::string> hosts;
     std::vector<int32_t> pids;

@@ -25,11 +25,15 @@
 #include "actors/wire_types.h"
 #include <caf/io/all.hpp>
 #include "actors/messages.h"
+#include "actors/metrics_log.h"
 #include "actors/optimizer_actor.h"
 #include "actors/worker.h"
+#include "checkpoint/disk.h"
 #include "core/error.h"
 #include "core/events.h"
 #include "core/peak.h"
+#include "core/progress.h"
+#include "kernels/gemm_libs.h"
 #include "core/topology.h"
 #include "collectives/communicator.h"
 #include "collectives/ucx.h"
@@ -179,11 +183,19 @@ class Coordinator {
     const bool leader = !multi || me == 0;
     const bool quiet = ctx_.quiet || !leader;
     // the MFU denominator, measured before any worker thread exists (process 0 reports it)
-    const double peak = leader ? measure_peak_flops(std::min(cores, per_worker * here)) : 1.0;
+    // (bf16 where the CPU has a native bf16 dot product that oneDNN's bf16 GEMM runs on)
+    const bool bf16_peak = dtype_ == DType::bf16 && kernels::gemm_choice().bf16_native;
+    const Peak pk = leader ? peak_flops(std::min(cores, per_worker * here), bf16_peak ? "bf16" : "fp32") : Peak{};
+    const double peak = leader ? pk.flops : 1.0;
     auto bounds = partition_layers(gpt_, P_ * V);
     if (!quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
                    m.n_head, m.n_embd, m.block_size, m.vocab_size, gpt_.n_params(), gpt_.n_params_no_wpe());
+      const CpuInfo cpu = cpu_info();
+      spdlog::info("cpu: {}, {} logical cores, {}{}; peak {:.1f} GFLOP/s {} over {} thread(s) ({:.1f} per core, {})",
+                   cpu.model, cpu.logical_cores, cpu.isa, cpu.avx512_bf16 ? "+avx512_bf16" : "", pk.flops / 1e9,
+                   pk.kind, pk.threads, pk.per_thread / 1e9, pk.source);
+      spdlog::info("{}", kernels::gemm_choice().describe());
       spdlog::info("layout: DP={} x PP={} x {} chunk(s) x TP={}, schedule {}, M={} microbatches of {} sequences x {} tokens per DP rank, {} thread(s) per worker",
                    DP_, P_, V, TP_, sched->name, M_, B / DP_ / M_, T, per_worker);
       if (gpt_.Vp() != gpt_.V)
@@ -414,18 +426,8 @@ class Coordinator {
     }
     const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
 
-    std::ofstream metrics;
-    if (!ctx_.run_dir.empty()) {
-      metrics.open(ctx_.run_dir + "/metrics.jsonl", std::ios::app);
-      TROUPE_USER_CHECK(metrics.good()) << "cannot append to " << ctx_.run_dir
-                                        << "/metrics.jsonl; choose a writable --run-dir";
-    }
-    auto emit = [&](const nlohmann::json& j) {
-      if (metrics.is_open()) {
-        metrics << j.dump() << "\n";
-        metrics.flush();
-      }
-    };
+    MetricsLog metrics(ctx_.run_dir, ctx_.run_dir.empty() ? "" : cfg_.train.tensorboard_dir);
+    auto emit = [&](const nlohmann::json& j) { metrics.write(j); };
 
     JobResult res;
     res_ = &res;
@@ -446,7 +448,9 @@ class Coordinator {
     if (ctx_.generation > 0 && !ctx_.resume)  // a restart with no snapshot anywhere: step 1 again
       emit({{"restarted_from_scratch", true}, {"restart", ctx_.generation}, {"step", 0}});
     if (ctx_.resume) {
-      emit({{"resumed_from", ctx_.resume->dir}, {"step", ctx_.resume->step}});  // later records continue from here
+      nlohmann::json mark = {{"resumed_from", ctx_.resume->dir}, {"step", ctx_.resume->step}};  // later records continue from here
+      if (ctx_.generation > 0) mark["recovery"] = ctx_.generation;  // after a failure (fault.policy = restart)
+      emit(mark);
       if (!ctx_.quiet)
         spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {:g})", ctx_.resume->dir,
                      ctx_.resume->step, ctx_.resume->updates, ctx_.resume->loss_scale);
@@ -456,6 +460,7 @@ class Coordinator {
       shutdown();
       return res;
     }
+    const auto loop_t0 = Clock::now();
     for (int64_t k = k0; k <= steps; ++k) {
       auto t0 = Clock::now();
       const double lr = lr_at(cfg_.optim, k);
@@ -510,8 +515,9 @@ class Coordinator {
         for (int s = 0; s < P_; ++s)
           spdlog::info("stage {}: activation buffers {}", s, human_bytes((double)act_bytes_[s]));
       if (!ctx_.quiet)
-        spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {} | {:.0f} tok/s | {:.1f} ms | MFU {:.1f}%{}",
+        spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad norm {} | {:.0f} tok/s | {:.1f} ms | MFU {:.1f}% | {}{}",
                      k, steps, loss, lr, skip ? std::string("n/a") : fmt::format("{:.4f}", norm), tps, dt * 1e3, 100 * mfu,
+                     progress_text(std::chrono::duration<double>(Clock::now() - loop_t0).count(), k - k0 + 1, steps - k),
                      dtype_ != DType::f16 ? std::string()
                                           : fmt::format(" | loss scale {:g}{}", done.loss_scale,
                                                         skip ? " | skipped (inf/NaN gradients)" : ""));
@@ -533,7 +539,8 @@ class Coordinator {
         }
       }
       emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},
-            {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale}});
+            {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale},
+            {"mfu", mfu}});
       const int ev = cfg_.train.eval_interval;
       if ((ev > 0 && k % ev == 0) || k == steps) {
         double vl = evaluate();
@@ -561,6 +568,7 @@ class Coordinator {
       const int32_t where = (writer_ && ((iv > 0 && k % iv == 0) || sig) ? kSnapDisk : 0) |
                             (!keepers_.empty() && miv > 0 && k % miv == 0 ? kSnapMemory : 0);
       if (where) take_snapshot(k, where);
+      if (writer_) watch_disk();
       if (sig) {
         res.stopped_by_signal = true;
         if (!ctx_.quiet)
@@ -724,6 +732,7 @@ class Coordinator {
       }
       toks.push_back(next);
       out.push_back(next);
+      if (ctx_.on_token) ctx_.on_token(next);
     }
     res.sample_ids = out;
     return ctx_.decode ? ctx_.decode(out) : std::string();
@@ -1090,6 +1099,22 @@ class Coordinator {
     }
     failed_snapshots_ = 0;
   }
+  // Warns once (again after space came back) when the checkpoint directory's filesystem
+  // has room for fewer than two more snapshots: the next one, periodic or a signal's,
+  // could fail and the steps since the last one be lost.
+  void watch_disk() {
+    const uint64_t need = snapshot_bytes(cfg_), free = free_space(ctx_.checkpoint_dir);
+    if (free == UINT64_MAX || free >= 2 * need) {
+      disk_low_ = false;
+      return;
+    }
+    if (disk_low_) return;
+    disk_low_ = true;
+    spdlog::warn("disk space is low: the filesystem of checkpoint.dir {} has {:.1f} MiB free, a snapshot takes about "
+                 "{:.1f} MiB; free space now, or the next snapshot (periodic or on a signal) fails and the steps since "
+                 "the last one are lost",
+                 ctx_.checkpoint_dir, free / 1048576.0, need / 1048576.0);
+  }
   // A run waits for its snapshots in flight before it ends.
   void wait_snapshots() {
     if (in_flight_.empty()) return;
@@ -1144,6 +1169,7 @@ class Coordinator {
   std::vector<caf::actor> local_workers_, local_optimizers_;
   size_t local_actors_ = 0;           // actors of this process the shutdown waits for
   int failed_snapshots_ = 0;          // snapshots that failed in a row
+  bool disk_low_ = false;             // watch_disk() has warned
   std::string lost_;                  // a lost process (actors/cluster.h) reported during a diagnosis
   bool failed_ = false;
   GPTConfig gpt_;

@@ -56,6 +56,9 @@ struct JobContext {
   int top_k = 40;
   uint64_t sample_seed = 0;  // 0: train.seed ^ 0x5a5a5a5a
   bool generate_only = false;
+  // Called on the coordinator's thread with each sampled token id as soon as it is drawn
+  // (troupe generate prints the text as it comes); optional.
+  std::function<void(int32_t id)> on_token;
   // Several processes (troupe launch, Slurm, mpirun; actors/cluster.h): this process's
   // rank, the world size and the coordinator's host:port (core/launch_env.h), and the job
   // secret that authenticates every message between the processes. world 1: one process.

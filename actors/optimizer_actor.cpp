@@ -346,7 +346,7 @@ void optimizer_actor(caf::blocking_actor* self, WorkerArgs args) {
     OptimizerActor o(self, std::move(args));
     o.run();
   } catch (const std::exception& e) {
-    self->send(coord, fail_atom::value, s, std::string("optimizer: ") + e.what());
+    self->send(coord, fail_atom::value, s, std::string("optimizer: ") + describe_exception(e));
   }
 }
 

@@ -392,7 +392,7 @@ void stage_worker(caf::blocking_actor* self, WorkerArgs args) {
     Worker w(self, std::move(args));
     w.run();
   } catch (const std::exception& e) {
-    self->send(coord, fail_atom::value, s, std::string(e.what()));
+    self->send(coord, fail_atom::value, s, describe_exception(e));
   }
 }
 

@@ -1,13 +1,12 @@
 // bench/gemm_bench.cpp — single-thread SGEMM GFLOP/s of the candidate GEMM libraries
 // (OpenBLAS, BLIS, oneDNN) on the GPT shapes troupe runs, loaded side by side with
-// dlopen so their cblas symbols cannot collide. Also checks each result against a
+// dlopen so their cblas symbols cannot collide (kernels/gemm_libs.h). Also checks each result against a
 // double-precision reference (max relative error) and whether two runs give the same bits.
 //
 //   build/gemm_bench [--bt 512] [--C 256] [--V 8192] [--reps 5]
 //
 // troupe calls GEMM single-threaded on fixed row/column blocks and parallelises the
 // blocks itself (kernels/gemm.cpp), so the single-thread rate is the one that matters.
-#include <dlfcn.h>
 #include <omp.h>
 
 #include <chrono>
@@ -19,14 +18,10 @@
 #include <string>
 #include <vector>
 
-namespace {
-enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
-using cblas_sgemm_t = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
-                               float*, int);
-using dnnl_sgemm_t = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                             int64_t, float, float*, int64_t);
-using set_threads_t = void (*)(int);
+#include "core/peak.h"
+#include "kernels/gemm_libs.h"
 
+namespace {
 struct Lib {
   std::string name;
   std::function<void(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
@@ -57,31 +52,12 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(1);
   std::vector<Lib> libs;
-  if (void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL)) {
-    auto f = (cblas_sgemm_t)dlsym(h, "cblas_sgemm");
-    if (auto st = (set_threads_t)dlsym(h, "openblas_set_num_threads")) st(1);
-    libs.push_back({"openblas", [f](bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
-                                    int ldb, float beta, float* Cm, int ldc) {
-                      f(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, 1.f, A, lda, B, ldb, beta, Cm,
-                        ldc);
-                    }});
-  }
-  if (void* h = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL)) {
-    auto f = (cblas_sgemm_t)dlsym(h, "cblas_sgemm");
-    if (auto st = (set_threads_t)dlsym(h, "bli_thread_set_num_threads")) st(1);
-    libs.push_back({"blis", [f](bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
-                                int ldb, float beta, float* Cm, int ldc) {
-                      f(RowMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, M, N, K, 1.f, A, lda, B, ldb, beta, Cm,
-                        ldc);
-                    }});
-  }
-  if (void* h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL)) {
-    auto f = (dnnl_sgemm_t)dlsym(h, "dnnl_sgemm");
-    libs.push_back({"dnnl", [f](bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
-                                int ldb, float beta, float* Cm, int ldc) {
-                      f(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.f, A, lda, B, ldb, beta, Cm, ldc);
-                    }});
-  }
+  using troupe::kernels::GemmLibrary;
+  for (GemmLibrary lib : {GemmLibrary::openblas, GemmLibrary::blis, GemmLibrary::onednn})
+    if (troupe::kernels::SgemmFn f = troupe::kernels::gemm_library_sgemm(lib))
+      libs.push_back({lib == GemmLibrary::onednn ? "dnnl" : troupe::kernels::gemm_library_name(lib),
+                      [f](bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                          float beta, float* Cm, int ldc) { f(ta, tb, M, N, K, A, lda, B, ldb, beta, Cm, ldc); }});
   // Forward out = inp (BT,C) · W^T (OC,C); backward dinp = dout (BT,OC) · W; dW += dout^T · inp.
   std::vector<Shape> shapes;
   for (int OC : {3 * C, C, 4 * C, V}) {
@@ -96,6 +72,7 @@ int main(int argc, char** argv) {
   for (auto& l : libs) printf(" %10s", l.name.c_str());
   printf("   (GFLOP/s, single thread; * = not bitwise repeatable)\n");
   std::vector<double> total_time(libs.size(), 0.0);
+  double max_shape_rate = 0;  // the fastest single GEMM seen, any library (the peak check)
   double total_flop = 0;
   double worst_err[8] = {0};
   for (auto& s : shapes) {
@@ -135,6 +112,7 @@ int main(int argc, char** argv) {
         worst_err[li] = std::max(worst_err[li], std::fabs(Cm[(size_t)i * s.N + j] - r) / (std::sqrt((double)s.K)));
       }
       printf(" %9.1f%s", flop / best / 1e9, same ? " " : "*");
+      max_shape_rate = std::max(max_shape_rate, flop / best);
     }
     printf("\n");
   }
@@ -147,5 +125,28 @@ int main(int argc, char** argv) {
   printf("{\"name\": \"gemm_library_single_thread\"");
   for (size_t li = 0; li < libs.size(); ++li) printf(", \"%s\": %.1f", libs[li].name.c_str(), total_flop / total_time[li] / 1e9);
   printf("}\n");
-  return 0;
+  // The rule troupe applies on this CPU against the measurement, and the MFU invariant: no
+  // GEMM runs faster than the per-core peak MFU is computed against (core/peak.h).
+  const auto& choice = troupe::kernels::gemm_choice();
+  size_t fastest = 0;
+  for (size_t li = 1; li < libs.size(); ++li)
+    if (total_time[li] < total_time[fastest]) fastest = li;
+  const troupe::Peak peak = troupe::peak_flops(1, "fp32");
+  const troupe::CpuInfo cpu = troupe::cpu_info();
+  const std::string chosen = choice.lib == GemmLibrary::onednn ? "dnnl" : troupe::kernels::gemm_library_name(choice.lib);
+  printf("CPU %s (%s); troupe's rule picks %s (%s); fastest here: %s\n", cpu.model.c_str(), cpu.isa.c_str(),
+         chosen.c_str(), choice.why.c_str(), libs[fastest].name.c_str());
+  const bool within = max_shape_rate <= peak.per_thread;
+  printf("fastest single GEMM %.1f GFLOP/s vs per-core peak %.1f GFLOP/s (%s): %s\n", max_shape_rate / 1e9,
+         peak.per_thread / 1e9, peak.source.c_str(), within ? "ok" : "FAIL: a GEMM exceeds the peak used for MFU");
+  printf("{\"name\": \"gemm_peak_check\", \"cpu\": \"%s\", \"isa\": \"%s\", \"chosen\": \"%s\", \"fastest\": \"%s\", "
+         "\"chosen_gflops\": %.1f, \"fastest_gflops\": %.1f, \"max_shape_gflops\": %.1f, \"peak_gflops_per_core\": %.1f}\n",
+         cpu.model.c_str(), cpu.isa.c_str(), chosen.c_str(), libs[fastest].name.c_str(),
+         [&] {
+           for (size_t li = 0; li < libs.size(); ++li)
+             if (libs[li].name == chosen) return total_flop / total_time[li] / 1e9;
+           return 0.0;
+         }(),
+         total_flop / total_time[fastest] / 1e9, max_shape_rate / 1e9, peak.per_thread / 1e9);
+  return within ? 0 : 1;
 }

@@ -4,7 +4,11 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -96,18 +100,27 @@ uint64_t export_safetensors(const TrainState& st, const Config& cfg, const std::
                             {"layer_norm_epsilon", "1e-5"}};
   std::string h = header.dump();
   while (h.size() % 8 != 0) h += ' ';
-  const std::string tmp = path + ".tmp";
+  // a failure at any point removes the temporary file: nothing half-written stays behind
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  auto fail = [&](const std::string& what) {
+    const int err = errno;
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw Error(what + " (" + std::strerror(err) + "); free space there or choose another output path");
+  };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot create " + tmp);
+    if (!out) fail("cannot create " + tmp);
     const uint64_t n = h.size();
     out.write(reinterpret_cast<const char*>(&n), 8);
     out.write(h.data(), (std::streamsize)h.size());
     for (auto& it : items) out.write(reinterpret_cast<const char*>(it.data.data()), (std::streamsize)it.data.nbytes());
     out.flush();
-    if (!out) throw Error("cannot write " + tmp + " (disk full?)");
+    if (!out) fail("cannot write " + tmp);
+    out.close();
+    if (!out) fail("cannot write " + tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename " + tmp + " to " + path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to " + path);
   return 8 + h.size() + off;
 }
 

@@ -18,7 +18,8 @@ namespace troupe {
 
 // Writes st's parameters (the model's values) to `path` (via a temporary file + rename:
 // an existing file is replaced only once the new one is complete). Returns bytes written.
-// Errors: Error naming the path.
+// Errors: Error naming the path and the fix; a failed write removes its temporary file
+// (path.tmp-<pid>).
 uint64_t export_safetensors(const TrainState& st, const Config& cfg, const std::string& path);
 
 // The configuration recorded in a snapshot's manifest. Errors: UserError naming the file.

@@ -15,7 +15,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +27,7 @@
 
 #include "actors/cluster.h"
 #include "actors/job.h"
+#include "checkpoint/disk.h"
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
 #include "core/launch_env.h"
@@ -32,6 +35,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/text.h"
 #include "datasets/corpus.h"
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
@@ -47,13 +51,15 @@ namespace fs = std::filesystem;
 namespace troupe::cli {
 
 std::string trace_path_;
+std::string trace_png_;
 std::string log_prefix_;
 std::shared_ptr<spdlog::logger> file_log_;
 
 void print_error(const std::string& text) {
   std::fflush(stdout);
   std::cerr.flush();
-  const std::string line = "error: " + text + "\n";
+  // whatever the error quotes (file contents, flags, a peer's words) reaches the terminal escaped
+  const std::string line = "error: " + printable(text) + "\n";
   [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
 }
 
@@ -72,22 +78,22 @@ std::string timestamp() {
 }
 
 // Checks, without creating anything, that the run directory can be created or written.
-void check_run_dir(const std::string& dir) {
+void check_run_dir(const std::string& dir, const std::string& what, const std::string& flag) {
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
   if (fs::exists(p, ec)) {
-    TROUPE_USER_CHECK(fs::is_directory(p, ec)) << "run directory '" << dir
-                                               << "' exists and is not a directory; pass --run-dir with a folder";
+    TROUPE_USER_CHECK(fs::is_directory(p, ec)) << what << " '" << dir
+                                               << "' exists and is not a directory; pass " << flag << " with a folder";
     TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0)
-        << "run directory '" << dir << "' is not writable; pass --run-dir with a writable folder";
+        << what << " '" << dir << "' is not writable; pass " << flag << " with a writable folder";
     return;
   }
   fs::path parent = p.parent_path();
   while (!parent.empty() && !fs::exists(parent, ec)) parent = parent.parent_path();
   TROUPE_USER_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0)
-      << "cannot create run directory '" << dir << "': " << parent.string()
+      << "cannot create " << what << " '" << dir << "': " << parent.string()
       << (fs::is_directory(parent, ec) ? " is not writable" : " is not a directory")
-      << "; pass --run-dir with a writable folder";
+      << "; pass " << flag << " with a writable folder";
 }
 
 // Creates the run directory and takes its lock: one troupe process per run directory.
@@ -135,6 +141,51 @@ std::string save_config(const Config& c, const std::string& dir) {
   }
   fs::rename(tmp, path);
   return path;
+}
+
+void check_output_file(const std::string& path, const std::string& option, uint64_t bytes) {
+  TROUPE_USER_CHECK(!path.empty()) << option << " is empty; pass a file path";
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
+                                                << (abs / "out").string();
+  const fs::path dir = abs.parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << "cannot write " << path << ": the folder " << dir.string()
+                                               << " does not exist or is not a directory; create it or pass another "
+                                               << option << " path";
+  // really try (root passes access() everywhere): a probe file beside it, removed at once
+  const std::string probe = (dir / (".troupe-probe-" + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const int err = errno;
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  TROUPE_USER_CHECK(fd >= 0 || err == EEXIST) << "cannot write " << path << " (" << std::strerror(err)
+                                              << "); pass a writable " << option << " path";
+  TROUPE_USER_CHECK(!fs::exists(abs, ec) || fs::is_regular_file(abs, ec))
+      << option << " " << path << " exists and is not a regular file; pass another path";
+  const uint64_t free = free_space(dir.string());
+  TROUPE_USER_CHECK(free >= bytes) << "cannot write " << path << ": it needs about " << fmt::format("{:.1f}", bytes / 1048576.0)
+                                   << " MiB but its filesystem has " << fmt::format("{:.1f}", free / 1048576.0)
+                                   << " MiB free; free space there or pass another " << option << " path";
+}
+
+void write_output_file(const std::string& path, const std::string& text, const std::string& option) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  bool ok = false;
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    ok = out.good() && (out << text).good() && (out.close(), out.good());
+  }
+  const int err = errno;
+  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw UserError(fmt::format("cannot write {} ({}); free space there or pass another {} path", path,
+                                std::strerror(err ? err : errno), option));
+  }
 }
 
 // Bytes available for this job (MemAvailable), 0 if unknown.

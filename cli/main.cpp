@@ -2,6 +2,7 @@
 //   troupe train    --config FILE [--set section.key=value ...] [--run-dir DIR]
 //   troupe prepare  --config FILE [--set ...] [--report FILE.json]   sources -> cleaned token files (cached)
 //   troupe tokenize ...                            an alias of prepare
+//   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <CLI/CLI.hpp>
 
@@ -12,6 +13,7 @@
 #include "cli/common.h"
 #include "cli/launch.h"
 #include "core/error.h"
+#include "troupe_version.h"
 
 using namespace troupe;
 using namespace troupe::cli;
@@ -19,6 +21,9 @@ using namespace troupe::cli;
 int main(int argc, char** argv) {
   CLI::App app{"troupe: GPT training with pipeline-stage actors"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +
+                                        ")\nbuild: " + TROUPE_BUILD_OPTIONS,
+                       "print the version, git commit and build options, then exit");
   std::string config_path, run_dir;
   std::vector<std::string> sets;
   auto* train = app.add_subcommand("train", "train a model (the main job)");
@@ -46,6 +51,12 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
   simulate_cmd->add_option("--config", so.config, "model config for activation bytes");
   simulate_cmd->add_flag("--quiet", so.quiet, "no ASCII timeline");
+  simulate_cmd->add_option("--png", so.png, "draw the timeline per stage as a PNG (gnuplot)");
+  std::string plot_dir, plot_out, plot_title;
+  auto* plot_cmd = app.add_subcommand("plot", "draw a run's curves (loss, val loss, lr, throughput, MFU) as a PNG");
+  plot_cmd->add_option("run_dir", plot_dir, "run directory (holds metrics.jsonl)")->required();
+  plot_cmd->add_option("--out", plot_out, "PNG file (default RUN_DIR/plot.png)");
+  plot_cmd->add_option("--title", plot_title, "the picture's title (default RUN_DIR)");
   std::string export_dir, export_format = "safetensors", export_out;
   auto* export_cmd = app.add_subcommand("export", "write a snapshot's model as safetensors (GPT-2 Hugging Face names)");
   export_cmd->add_option("snapshot", export_dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
@@ -60,13 +71,21 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, 0 = all (default 40)");
   generate_cmd->add_option("--seed", go.seed, "sampling seed (default 1)");
   generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
+  // launch is dispatched before parsing (it passes its command through); listed for --help
+  app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
+                               "(troupe launch --help; docs/launch.md)")
+      ->allow_extras();
   train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
+  train->add_option("--trace-png", trace_png_, "with --trace: draw the last step's measured timeline as a PNG");
+  std::string tensorboard;
+  train->add_option("--tensorboard", tensorboard, "write TensorBoard event files (scalars) to DIR (train.tensorboard_dir)");
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
-    if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate") {
-      std::cerr << "error: unknown command '" << cmd
-                << "'; use train, prepare, tokenize, simulate, export or generate (see troupe --help)" << std::endl;
+    if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" &&
+        cmd != "generate" && cmd != "plot") {
+      print_error("unknown command '" + cmd +
+                  "'; use train, launch, prepare, tokenize, simulate, export, generate or plot (see troupe --help)");
       return 2;
     }
   }
@@ -76,11 +95,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     for (auto& ch : msg)
       if (ch == '\n') ch = ' ';
-    std::cerr << "error: " << msg << "; see troupe --help" << std::endl;
+    print_error(msg + "; see troupe --help");
     return 2;
   }
   try {
@@ -90,14 +111,16 @@ int main(int argc, char** argv) {
                           simulate_cmd->get_option("--chunks")->count() > 0);
     if (export_cmd->parsed()) return cmd_export(export_dir, export_format, export_out);
     if (generate_cmd->parsed()) return cmd_generate(go);
+    if (plot_cmd->parsed()) return cmd_plot(plot_dir, plot_out, plot_title);
     Config c = load_config(config_path, sets);
+    if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
     if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (prepare_cmd->parsed() || tokenize->parsed()) return cmd_prepare(c, report);
   } catch (const UserError& e) {
     print_error(log_prefix_ + e.what());
     return 2;
   } catch (const std::exception& e) {
-    print_error(log_prefix_ + e.what());
+    print_error(log_prefix_ + describe_exception(e));
     return 1;
   }
   return 1;

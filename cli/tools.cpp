@@ -41,19 +41,41 @@
 #include "stages/simulator.h"
 #include "stages/stage.h"
 #include "cli/common.h"
+#include "cli/figures.h"
 
 namespace fs = std::filesystem;
 
 namespace troupe::cli {
 
+namespace {
+// A snapshot directory given to export or generate: refused (UserError naming the fix)
+// when it is missing, not a folder, or not one complete snapshot.
+void check_snapshot_arg(const std::string& dir) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(fs::exists(dir, ec)) << "snapshot directory " << dir
+                                         << " does not exist; pass a snapshot of a run, e.g. "
+                                            "runs/<run>/checkpoints/step-<k> (checkpoint.dir/step-<k>)";
+  TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << dir << " is not a directory; pass a snapshot directory, e.g. "
+                                                  "runs/<run>/checkpoints/step-<k>";
+  if (fs::exists(fs::path(dir) / "manifest.capnp", ec)) return;
+  const auto snaps = list_snapshots(dir);
+  TROUPE_USER_CHECK(snaps.empty()) << dir << " holds snapshots, it is not one; pass one of them, e.g. "
+                                   << snaps.back().second << " (the newest)";
+  TROUPE_USER_CHECK(!fs::is_empty(dir, ec)) << "snapshot directory " << dir
+                                            << " is empty; pass a snapshot of a run, e.g. runs/<run>/checkpoints/step-<k>";
+  TROUPE_USER_FAIL() << dir << " has no manifest.capnp: it is not a complete snapshot (a save that was interrupted, or "
+                     << "another folder); pass a finished one, e.g. runs/<run>/checkpoints/step-<k>";
+}
+}  // namespace
+
 // troupe export DIR --format safetensors OUT
 int cmd_export(const std::string& dir, const std::string& format, const std::string& out) {
   TROUPE_USER_CHECK(format == "safetensors") << "--format " << format << " is not supported; use --format safetensors";
+  check_snapshot_arg(dir);
   Config c = snapshot_config(dir);
+  // the file holds every parameter in fp32 (the tied head once) and a small JSON header
+  check_output_file(out, "output", 4 * (uint64_t)GPTConfig::from(c.model).n_params() + (1u << 20));
   TrainState st = load_snapshot(dir, c);
-  const fs::path parent = fs::absolute(out).parent_path();
-  TROUPE_USER_CHECK(fs::is_directory(parent)) << "cannot write " << out << ": " << parent.string()
-                                              << " is not a directory; pass a writable output path";
   setup_logging("");
   const uint64_t bytes = export_safetensors(st, c, out);
   spdlog::info("exported step {} of {} ({} layers, n_embd {}, vocab {}) to {} ({:.1f} MiB, safetensors, GPT-2 names)",
@@ -62,11 +84,50 @@ int cmd_export(const std::string& dir, const std::string& format, const std::str
 }
 
 
+namespace {
+// Prints a generation as it is drawn: each new token's text as soon as it decodes to whole
+// UTF-8 characters. The text is decoded over a window of recent tokens (SentencePiece
+// decoding is prefix-stable within it), so a long generation costs O(tokens), not O(tokens^2).
+struct TextStream {
+  const Tokenizer* tok;
+  std::vector<int32_t> window;  // tokens since the window's start
+  size_t shown = 0;             // bytes of decode(window) already printed
+  void push(int32_t id) {
+    window.push_back(id);
+    const std::string text = tok->decode(window);
+    size_t end = text.size();
+    if (end >= shown + 3 && text.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;  // maybe a partial byte sequence
+    auto whole = [&](size_t e) { return find_invalid_utf8(std::string_view(text).substr(shown, e - shown)) == std::string_view::npos; };
+    for (int k = 0; k < 3 && end > shown && !whole(end); ++k) --end;  // an incomplete character waits for its bytes
+    if (!whole(end)) end = shown;
+    if (end > shown) std::cout << text.substr(shown, end - shown) << std::flush;
+    shown = std::max(shown, end);
+    if (window.size() > 64 && shown == text.size()) {  // everything printed: start a new window
+      window.erase(window.begin(), window.end() - 8);
+      shown = tok->decode(window).size();
+    }
+  }
+  void finish() {
+    const std::string text = tok->decode(window);
+    if (text.size() > shown) std::cout << text.substr(shown);
+    std::cout << std::endl;
+  }
+};
+}  // namespace
+
 // troupe generate DIR --prompt "..." [--tokens N --temperature T --top-k K --seed S]
 int cmd_generate(const GenerateOptions& o) {
-  TROUPE_USER_CHECK(o.tokens >= 1) << "--tokens " << o.tokens << " must be at least 1";
-  TROUPE_USER_CHECK(o.temperature >= 0) << "--temperature " << o.temperature << " must be >= 0 (0 = greedy)";
+  TROUPE_USER_CHECK(o.tokens >= 1 && o.tokens <= kMaxSampleTokens)
+      << "--tokens " << o.tokens << " is out of range; use 1 to " << kMaxSampleTokens;
+  TROUPE_USER_CHECK(o.temperature >= 0 && std::isfinite(o.temperature))
+      << "--temperature " << o.temperature << " must be a finite number >= 0 (0 = greedy)";
   TROUPE_USER_CHECK(o.top_k >= 0) << "--top-k " << o.top_k << " must be >= 0 (0 = all tokens)";
+  if (const size_t bad = find_invalid_utf8(o.prompt); bad != std::string_view::npos)
+    TROUPE_USER_FAIL() << "--prompt is not valid UTF-8 (byte " << bad << "); pass UTF-8 text (e.g. iconv -t UTF-8)";
+  TROUPE_USER_CHECK(o.prompt.size() <= (1u << 20)) << "--prompt has " << o.prompt.size()
+                                                   << " bytes; use at most 1 MiB (the model sees its last block_size tokens)";
+  check_snapshot_arg(o.dir);
+  if (!o.logits_out.empty()) check_output_file(o.logits_out, "--logits-out");
   Config c = snapshot_config(o.dir);
   auto st = std::make_shared<TrainState>(load_snapshot(o.dir, c));
   // one worker holds the whole model
@@ -96,16 +157,20 @@ int cmd_generate(const GenerateOptions& o) {
   ctx.top_k = o.top_k;
   ctx.sample_seed = o.seed;
   ctx.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  // the continuation is printed token by token, after the prompt
+  auto stream = std::make_shared<TextStream>(TextStream{tok.get()});
+  std::cout << o.prompt << std::flush;
+  ctx.on_token = [stream](int32_t id) { stream->push(id); };
   ctx.fill_batch = [](int, int64_t, int B, int T, int32_t* in, int32_t* tg) {
     std::fill(in, in + (size_t)B * T, 0);
     std::fill(tg, tg + (size_t)B * T, 0);
   };
   JobResult r = run_job(c, ctx);
+  stream->finish();
   if (!o.logits_out.empty()) {
     nlohmann::json j = {{"prompt_ids", ctx.prompt}, {"logits", r.prompt_logits}};
-    std::ofstream(o.logits_out) << j.dump() << "\n";
+    write_output_file(o.logits_out, j.dump() + "\n", "--logits-out");
   }
-  std::cout << o.prompt << r.sample << std::endl;
   return 0;
 }
 
@@ -120,16 +185,14 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   }
   Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
   validate_schedule(s);
+  if (!o.dump.empty() && o.dump != "-") check_output_file(o.dump, "--dump");
+  if (!o.trace.empty()) check_output_file(o.trace, "--trace");
   if (!o.dump.empty()) {
     std::string text = format_schedule(s);
     if (o.dump == "-") {
       std::cout << text;
     } else {
-      std::ofstream out(o.dump + ".tmp");
-      out << text;
-      TROUPE_USER_CHECK(out.good()) << "cannot write " << o.dump << "; choose a writable --dump path";
-      out.close();
-      fs::rename(o.dump + ".tmp", o.dump);
+      write_output_file(o.dump, text, "--dump");
       std::cout << "wrote " << o.dump << " (" << s.name << ", P=" << s.P << ", M=" << s.M << ", V=" << s.V << ")\n";
     }
     return 0;
@@ -157,10 +220,17 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   std::printf("(activation bytes for %d layers, n_embd %d, %d heads, %d sequences x %d tokens per microbatch%s)\n", g.L,
               g.C, g.NH, mbB, cfg.train.seq_len, o.config.empty() ? ", the default model; --config to change" : "");
   if (!o.quiet) std::cout << ascii_timeline(s, r);
+  if (!o.png.empty()) {
+    std::vector<TimelineBar> bars;
+    for (auto& a : r.timeline) bars.push_back({a.stage, (char)a.action.kind, a.action.mb, a.action.chunk, a.start, a.end});
+    draw_timeline(bars, s.P,
+                  fmt::format("{}: P={} stages, M={} microbatches, V={}; costs f={:g} b={:g} w={:g} p2p={:g}; bubble {:.1f}%",
+                              s.name, s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, 100 * r.bubble_overall),
+                  "time units (simulated)", o.png);
+    std::printf("wrote %s\n", o.png.c_str());
+  }
   if (!o.trace.empty()) {
-    std::ofstream out(o.trace);
-    out << chrome_trace(s, r);
-    TROUPE_USER_CHECK(out.good()) << "cannot write " << o.trace << "; choose a writable --trace path";
+    write_output_file(o.trace, chrome_trace(s, r), "--trace");
     std::printf("wrote %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace.c_str());
   }
   return 0;

@@ -26,13 +26,16 @@
 
 #include "actors/cluster.h"
 #include "actors/job.h"
+#include "checkpoint/disk.h"
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
 #include "core/launch_env.h"
+#include "cli/figures.h"
 #include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/tensorboard.h"
 #include "datasets/corpus.h"
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
@@ -120,6 +123,41 @@ void check_checkpoint_dir(const std::string& ckpt_dir) {
   fs::remove(probe, ec);
   TROUPE_USER_CHECK(ok) << "checkpoint.dir = '" << ckpt_dir
                         << "' cannot be created or written; choose a writable directory";
+}
+
+// Refuses (UserError) more threads or stage workers than this machine can run in a sane
+// time: at most kThreadsPerCore per core (threads: train.threads; workers: those of this
+// process, each a thread of its own; at least kMinWorkers).
+void check_machine_fits(const Config& c, const LaunchEnv& launch) {
+  constexpr int kThreadsPerCore = 8, kMinWorkers = 64;
+  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+  TROUPE_USER_CHECK(c.train.threads <= kThreadsPerCore * cores)
+      << "train.threads = " << c.train.threads << " is more than " << kThreadsPerCore << " per core of the " << cores
+      << " here; use at most " << kThreadsPerCore * cores << ", or 0 for one per core";
+  const int here = c.parallel.pp * c.parallel.tp * c.parallel.dp / std::max(1, launch.world);
+  const int most = std::max(kMinWorkers, kThreadsPerCore * cores);
+  TROUPE_USER_CHECK(here <= most) << "this process would run " << here << " stage workers (parallel.pp x tp x dp"
+                                  << (launch.world > 1 ? " / processes" : "") << "), more than " << most << " on "
+                                  << cores << " cores; use a smaller layout or more processes (troupe launch)";
+}
+
+// Refuses (UserError) a checkpoint directory without room for one snapshot (a signal's
+// save would fail and the run's work be lost); warns when it cannot hold the snapshots
+// that retention keeps plus the one being written.
+void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
+  const uint64_t need = snapshot_bytes(c), free = free_space(ckpt_dir);
+  if (free == UINT64_MAX) return;
+  auto mib = [](uint64_t b) { return fmt::format("{:.1f} MiB", b / 1048576.0); };
+  TROUPE_USER_CHECK(free >= need)
+      << "the filesystem of checkpoint.dir " << ckpt_dir << " has " << mib(free)
+      << " free but one snapshot of this model takes about " << mib(need)
+      << " (saved every checkpoint.interval steps and on SIGTERM, SIGINT or SIGUSR1); free space there or set "
+         "checkpoint.dir to another filesystem";
+  const uint64_t keep = c.checkpoint.interval > 0 ? (uint64_t)c.checkpoint.keep_last + 1 : 1;
+  if (free < keep * need)
+    spdlog::warn("the filesystem of {} has {} free, room for {} snapshot(s) of about {}; checkpoint.keep_last = {} needs "
+                 "{} (the kept ones and the one being written): free space before the snapshots fail",
+                 ckpt_dir, mib(free), free / need, mib(need), c.checkpoint.keep_last, keep);
 }
 
 // Token files, tokenizer and snapshot agree with the model (UserError naming the fix otherwise).
@@ -256,11 +294,45 @@ void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shar
   ctx.tokenizer_path = d.tokenizer_path;
 }
 
+// A run stopped by a signal: logs its snapshot, or throws Error saying what a failed save
+// means for the work (the steps lost, the snapshot to continue from). `resumed_step`: the
+// step this run started after (0: step 1).
+void report_signal_stop(const JobResult& r, const std::string& ckpt_dir, int64_t resumed_step) {
+  const auto& snaps = r.snapshots;
+  if (snaps.empty() || !snaps.back().ok) {
+    const auto on_disk = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
+    const int64_t from = on_disk.empty() ? resumed_step : on_disk.back().first;
+    throw Error(fmt::format(
+        "stopped by a signal after step {} but its snapshot could not be written{}; {} lost. {}", r.last_step,
+        snaps.empty() ? std::string() : ": " + snaps.back().error,
+        from + 1 == r.last_step ? fmt::format("step {} is", r.last_step)
+                                : fmt::format("steps {} to {} are", from + 1, r.last_step),
+        on_disk.empty() ? std::string("No snapshot of this run is on disk: the next run starts from step 1 (free "
+                                      "space in checkpoint.dir first)")
+                        : fmt::format("The newest snapshot on disk is {} (step {}): free space in checkpoint.dir, then "
+                                      "continue with --resume latest",
+                                      on_disk.back().second, on_disk.back().first)));
+  }
+  spdlog::info("stopped by a signal after step {}; snapshot {}; continue with --resume latest", r.last_step,
+               snaps.back().dir);
+}
+
+// This run owns the checkpoint directory now: the unfinished snapshots of killed writers
+// (older than `started`, unix seconds) go, each named; those of live writers are named.
+void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
+  std::vector<std::string> kept;
+  for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept))
+    spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
+  for (auto& d : kept)
+    spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
+}
+
 }  // namespace
 
 int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt) {
   // Several processes: process 0 owns the run directory, the logs and the snapshots; the
   // others only run their workers.
+  const double started = unix_seconds();
   const LaunchEnv launch = read_launch_env();
   if (launch.world > 1) {  // every line says which process wrote it
     log_prefix_ = fmt::format("[process {}] ", launch.rank);
@@ -326,11 +398,14 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
         << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
   }
   check_memory(c);
-  if (!trace_path_.empty()) {  // refuse an unwritable trace path now, not after training
-    std::ofstream probe(trace_path_, std::ios::app);
-    TROUPE_USER_CHECK(probe.good()) << "cannot write the trace file '" << trace_path_ << "'; pass a writable --trace path";
-  }
+  if (!trace_path_.empty()) check_output_file(trace_path_, "--trace");  // refused now, not after training
+  check_machine_fits(c, launch);
+  TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
+      << "--trace-png draws the measured trace: pass --trace FILE.json too";
+  if (!c.train.tensorboard_dir.empty() && !follower)
+    check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
   setup_logging("");
+  if (!follower && !ckpt_dir.empty()) check_snapshot_space(c, ckpt_dir);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (c.train.threads > (int)cores)
     spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
@@ -349,12 +424,15 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   check_data(c, d, *loader, *tok, state.get());
   const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Now the run directory: created, locked, config saved, log file opened.
+  // the first thing written: nothing else exists yet if it fails
+  if (!follower && !c.train.tensorboard_dir.empty()) create_event_dir(c.train.tensorboard_dir);
   if (!follower) {
     const int lock_fd = make_run_dir(run_dir);
     (void)lock_fd;
     setup_logging(run_dir);
     const std::string saved = save_config(c, run_dir);
     spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
+    clean_checkpoint_dir(ckpt_dir, started);
   }
   if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
                d.val_tokens, data_s, d.unigram_entropy);
@@ -394,17 +472,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, ckpt_dir, r); rc != 0) return rc;
   if (r.follower) return 0;  // process 0 reports the job
   if (r.stopped_by_signal) {
-    const auto& snaps = r.snapshots;
-    if (snaps.empty() || !snaps.back().ok)
-      throw Error("stopped by a signal after step " + std::to_string(r.last_step) +
-                  " but its snapshot could not be written" +
-                  (snaps.empty() ? std::string() : ": " + snaps.back().error) +
-                  "; the work since the previous snapshot is lost");
-    spdlog::info("stopped by a signal after step {}; {}", r.last_step,
-                 !snaps.empty() && snaps.back().ok ? "snapshot " + snaps.back().dir + "; continue with --resume latest"
-                                                   : std::string("no snapshot could be written"));
+    report_signal_stop(r, ckpt_dir, state ? state->step : 0);
     return 0;
   }
+  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_);
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
   return 0;

@@ -22,7 +22,9 @@
 // Headers are handled in arrival order, so messages with the same identity (kind, source,
 // destination, step, microbatch, chunk) are matched first-in first-out.
 //
-// Threads: the progress thread is the only one calling UCX. Callers queue commands
+// Threads: one thread at a time calls UCX (worker in serialized mode, token_): the
+// progress thread, or a caller that waits for its messages and progresses the worker
+// itself for up to kWaitSpinS (handlers still run on the progress thread). Callers queue commands
 // (a std::function run on the progress thread) under mu_ and wake it with
 // ucp_worker_signal; they wait on cv_ with their deadline. The progress thread sleeps in
 // poll() on the worker's event fd after ucp_worker_arm (kPollMs at most, so a stop is
@@ -90,6 +92,12 @@ constexpr int kPollMs = 100;         // longest sleep of the progress thread in 
 // between them (arm + poll + wakeup per step) cost ~25% of the bandwidth at 64 MiB
 // (bench/ucx_bench). Bounded, and never while idle: a worker with nothing in flight sleeps.
 constexpr double kSpinS = 50e-6;
+// A caller that waits for its messages progresses the worker itself for up to kWaitSpinS
+// (when the progress thread is not progressing it) before it sleeps on the condition
+// variable: a small message's answer then costs no thread wakeup (bench/ucx_bench's
+// 8-byte round trip, docs/multiprocess.md). Bounded, so a long wait (a pipeline bubble)
+// sleeps and leaves the core to computation.
+constexpr double kWaitSpinS = 200e-6;
 constexpr double kGraceS = 2.0;      // wait for UCX to release a buffer after a cancel
 constexpr double kCloseS = 2.0;      // wait for endpoints to close at shutdown
 
@@ -229,6 +237,12 @@ class Engine {
 
     ucp_config_t* cfg = nullptr;
     UCS_CHECK(ucp_config_read(nullptr, nullptr, &cfg)) << "reading the UCX configuration (UCX_* variables)";
+    if (const char* env = std::getenv("UCX_NET_DEVICES"); !o_.net_devices.empty() && !(env && *env)) {
+      if (const ucs_status_t ms = ucp_config_modify(cfg, "NET_DEVICES", o_.net_devices.c_str()); ms != UCS_OK) {
+        ucp_config_release(cfg);
+        UCS_CHECK(ms) << "restricting the data plane to network device(s) " << o_.net_devices;
+      }
+    }
     ucp_params_t pp{};
     pp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     pp.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -239,7 +253,7 @@ class Engine {
     UCS_CHECK(st) << "creating the ucp context of process " << o_.process;
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the progress thread, or a waiting caller, holding token_
     if (const ucs_status_t ws = ucp_worker_create(ctx_, &wp, &worker_); ws != UCS_OK) {
       ucp_cleanup(ctx_);
       UCS_CHECK(ws) << "creating the ucp worker of process " << o_.process;
@@ -353,6 +367,35 @@ class Engine {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (aborted_) throw Error(abort_reason_);
+    }
+    // Nobody is calling UCX and no command waits (sends stay in program order): post it
+    // from this thread, without waking the progress thread.
+    bool direct = false;
+    if (token_.try_lock()) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        direct = cmds_.empty();
+      }
+      if (!direct) token_.unlock();
+    }
+    if (direct) {
+      try {
+        issue_send(op);
+      } catch (...) {
+        token_.unlock();
+        throw;
+      }
+      token_.unlock();
+      bool pending;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        pending = !finished(*op);
+      }
+      if (pending) wake();  // UCX needs progress to finish it: the progress thread takes over
+      return op;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
       cmds_.push_back([this, op] { issue_send(op); });
     }
     wake();
@@ -398,6 +441,12 @@ class Engine {
     std::unique_lock<std::mutex> lk(mu_);
     std::string err;
     bool timed_out = false;
+    progress_while_waiting(lk, deadline, [&] {
+      if (aborted_) return true;
+      for (const auto& op : ops)
+        if (!finished(*op) && !lost(*op)) return false;
+      return true;
+    });
     for (const auto& op : ops) {
       cv_.wait_until(lk, deadline, [&] { return finished(*op) || aborted_ || lost(*op); });
       if (finished(*op)) {
@@ -598,39 +647,52 @@ class Engine {
 
   // ---- progress thread ----
 
+  // One round of the data plane: queued commands, (with run_calls) arrival handlers, then
+  // UCX progress, header probes and failed endpoints. The caller holds token_. Returns
+  // whether anything happened. A waiting caller runs it with run_calls = false (handlers
+  // stay on the progress thread, which is woken for them).
+  bool step(bool run_calls, bool* stop_out) {
+    std::deque<std::function<void()>> cmds;
+    std::vector<HandlerCall> calls;
+    bool stop;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      cmds.swap(cmds_);
+      if (run_calls) calls.swap(calls_);
+      stop = stop_;
+    }
+    for (auto& c : cmds) {
+      try {
+        c();
+      } catch (const std::exception& e) {
+        spdlog::error("data plane: {}", e.what());
+      }
+    }
+    for (auto& c : calls) {
+      try {
+        c.fn(c.h, std::move(c.t));
+      } catch (const std::exception& e) {
+        spdlog::error("data plane: the arrival handler of {} from rank {} threw: {}", ident(c.h), c.h.source,
+                      e.what());
+      }
+    }
+    if (stop_out) *stop_out = stop;
+    if (stop) return true;
+    bool busy = !cmds.empty() || !calls.empty();
+    while (ucp_worker_progress(worker_) != 0) busy = true;
+    busy = probe() || busy;
+    busy = close_failed() || busy;
+    return busy;
+  }
+
   void loop() {
     unsigned sleep_us = 50;
     auto last_busy = Clock::now();
     for (;;) {
-      std::deque<std::function<void()>> cmds;
-      std::vector<HandlerCall> calls;
-      bool stop;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        cmds.swap(cmds_);
-        calls.swap(calls_);
-        stop = stop_;
-      }
-      for (auto& c : cmds) {
-        try {
-          c();
-        } catch (const std::exception& e) {
-          spdlog::error("data plane: {}", e.what());
-        }
-      }
-      for (auto& c : calls) {
-        try {
-          c.fn(c.h, std::move(c.t));
-        } catch (const std::exception& e) {
-          spdlog::error("data plane: the arrival handler of {} from rank {} threw: {}", ident(c.h), c.h.source,
-                        e.what());
-        }
-      }
+      std::unique_lock<std::mutex> tok(token_);
+      bool stop = false;
+      bool busy = step(true, &stop);
       if (stop) break;
-      bool busy = !cmds.empty() || !calls.empty();
-      while (ucp_worker_progress(worker_) != 0) busy = true;
-      busy = probe() || busy;
-      busy = close_failed() || busy;
       {
         std::lock_guard<std::mutex> lk(mu_);
         if (!cmds_.empty() || !calls_.empty() || stop_) continue;
@@ -649,6 +711,7 @@ class Engine {
         const ucs_status_t st = ucp_worker_arm(worker_);
         if (st == UCS_ERR_BUSY) continue;  // events pending: progress again
         if (st == UCS_OK) {
+          tok.unlock();  // a waiting caller may progress the worker while this thread sleeps
           pollfd p{efd_.load(), POLLIN, 0};
           ::poll(&p, 1, kPollMs);
           continue;
@@ -656,11 +719,36 @@ class Engine {
         spdlog::warn("data plane: ucp_worker_arm failed ({}); polling with short sleeps", ucs_status_string(st));
         efd_ = -1;
       }
+      tok.unlock();
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait_for(lk, std::chrono::microseconds(sleep_us), [&] { return !cmds_.empty() || !calls_.empty() || stop_; });
       sleep_us = std::min(sleep_us * 2, 1000u);
     }
+    std::lock_guard<std::mutex> tok(token_);
     shutdown();
+  }
+
+  // A caller's wait, before it sleeps on cv_: for up to kWaitSpinS it progresses the worker
+  // itself whenever the progress thread is not (no thread handoff per message, as
+  // ucx_perftest's busy polling), until done() holds. lk (on mu_) is held on entry and exit.
+  template <class Done>
+  void progress_while_waiting(std::unique_lock<std::mutex>& lk, Clock::time_point deadline, Done&& done) {
+    const auto until = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                             std::chrono::duration<double>(kWaitSpinS)));
+    while (!done() && Clock::now() < until) {
+      lk.unlock();
+      bool handlers = false;
+      bool busy = false;
+      if (token_.try_lock()) {
+        busy = step(false, nullptr);
+        token_.unlock();
+        std::lock_guard<std::mutex> g(mu_);
+        handlers = !calls_.empty() || !cmds_.empty();
+      }
+      if (!busy) std::this_thread::yield();  // let the peer (on a shared core) answer
+      if (handlers) wake();  // arrival handlers run on the progress thread
+      lk.lock();
+    }
   }
 
   static void on_send(void* req, ucs_status_t st, void* ud) {
@@ -1042,7 +1130,9 @@ class Engine {
   std::vector<uint8_t> address_;
   std::thread thread_;
 
-  // progress thread only
+  // Held by whichever thread calls UCX: the progress thread, or a caller progressing the
+  // worker while it waits (progress_while_waiting). The fields below are that thread's.
+  std::mutex token_;
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<EpArg>> ep_args_;
   uint64_t next_seq_ = 0;

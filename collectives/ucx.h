@@ -54,6 +54,10 @@ struct TransportOptions {
   std::string secret;              // the job secret: HMAC key of every header (non-empty)
   WireLimits limits;               // limits.world = number of global ranks
   std::vector<int> process_of_rank;  // global rank -> process (size limits.world)
+  // The network interface(s) UCX may use and listen on (UCX_NET_DEVICES syntax, e.g.
+  // "lo" or "eth0"); "" = UCX's choice (every interface). An explicit UCX_NET_DEVICES in
+  // the environment wins.
+  std::string net_devices;
 };
 
 class UcxTransport {

@@ -31,7 +31,7 @@ const std::vector<Key>& key_table() {
       K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel), K(parallel, placement),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
       K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(train, precision),
-      K(train, initial_loss_scale), K(train, min_loss_scale), K(train, loss_scale_window), K(train, hysteresis), K(optim, lr),
+      K(train, initial_loss_scale), K(train, min_loss_scale), K(train, loss_scale_window), K(train, hysteresis), K(train, tensorboard_dir), K(optim, lr),
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
@@ -302,6 +302,9 @@ void Config::validate() const {
                           "ranks; use parallel.tp in {" << ok << "}";
   }
   TROUPE_USER_CHECK(p.dp >= 1) << "parallel.dp = " << p.dp << " must be at least 1";
+  TROUPE_USER_CHECK((int64_t)p.pp * p.tp * p.dp <= kMaxWorkers)
+      << "parallel.pp x tp x dp = " << (int64_t)p.pp * p.tp * p.dp << " stage workers exceed the limit of "
+      << kMaxWorkers << "; use a smaller layout";
   TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";
   TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
   auto& t = train;
@@ -322,10 +325,16 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.steps >= 0) << "train.steps = " << t.steps << " must be >= 0 (0 only evaluates)";
   TROUPE_USER_CHECK(t.eval_interval >= 0) << "train.eval_interval = " << t.eval_interval
                                           << " must be >= 0 (0 = evaluate only at the end)";
-  TROUPE_USER_CHECK(t.eval_batches >= 1) << "train.eval_batches must be at least 1";
-  TROUPE_USER_CHECK(t.threads >= 0) << "train.threads must be >= 0 (0 = all cores)";
-  TROUPE_USER_CHECK(t.sample_tokens >= 0) << "train.sample_tokens must be >= 0";
-  TROUPE_USER_CHECK(t.timeout_s > 0) << "train.timeout_s must be > 0 seconds";
+  TROUPE_USER_CHECK(t.eval_batches >= 1 && t.eval_batches <= kMaxEvalBatches)
+      << "train.eval_batches = " << t.eval_batches << "; use 1 to " << kMaxEvalBatches;
+  TROUPE_USER_CHECK(t.threads >= 0 && t.threads <= kMaxThreads)
+      << "train.threads = " << t.threads << "; use 0 (all cores) to " << kMaxThreads
+      << " (more threads than cores only slow the workers down)";
+  TROUPE_USER_CHECK(t.sample_tokens >= 0 && t.sample_tokens <= kMaxSampleTokens)
+      << "train.sample_tokens = " << t.sample_tokens << "; use 0 (no sample) to " << kMaxSampleTokens;
+  TROUPE_USER_CHECK(t.timeout_s > 0 && t.timeout_s <= kMaxWaitS)
+      << "train.timeout_s = " << t.timeout_s << "; use a positive number of seconds up to " << kMaxWaitS
+      << " (a week; the default is 300)";
   TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "full")
       << "train.recompute = '" << t.recompute << "'; use \"none\" or \"full\" (recompute each layer's activations in backward)";
   TROUPE_USER_CHECK(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16")
@@ -349,13 +358,15 @@ void Config::validate() const {
       << "\"abort\" (stop it)";
   TROUPE_USER_CHECK(fault.max_restarts >= 0)
       << "fault.max_restarts = " << fault.max_restarts << "; use 0 or more";
-  TROUPE_USER_CHECK(fault.timeout_s > 0 && std::isfinite(fault.timeout_s))
-      << "fault.timeout_s = " << fault.timeout_s << "; use a positive number of seconds (default 30)";
+  TROUPE_USER_CHECK(fault.timeout_s > 0 && fault.timeout_s <= kMaxWaitS)
+      << "fault.timeout_s = " << fault.timeout_s << "; use a positive number of seconds up to " << kMaxWaitS
+      << " (default 30)";
   TROUPE_USER_CHECK(fault.heartbeat_s > 0 && fault.heartbeat_s < fault.timeout_s)
       << "fault.heartbeat_s = " << fault.heartbeat_s << "; use a positive period shorter than fault.timeout_s ("
       << fault.timeout_s << ")";
-  TROUPE_USER_CHECK(fault.join_timeout_s > 0 && std::isfinite(fault.join_timeout_s))
-      << "fault.join_timeout_s = " << fault.join_timeout_s << "; use a positive number of seconds";
+  TROUPE_USER_CHECK(fault.join_timeout_s > 0 && fault.join_timeout_s <= kMaxWaitS)
+      << "fault.join_timeout_s = " << fault.join_timeout_s << "; use a positive number of seconds up to "
+      << kMaxWaitS << " (default 300)";
   TROUPE_USER_CHECK(checkpoint.interval >= 0)
       << "checkpoint.interval = " << checkpoint.interval << "; use a number of steps >= 1, or 0 for no periodic snapshots";
   TROUPE_USER_CHECK(checkpoint.memory_interval >= 0)

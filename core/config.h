@@ -34,6 +34,15 @@ struct ParallelConfig {
   std::string placement = "tp-first";
 };
 
+// Upper bounds of the sizes a user can type, checked by Config::validate() before anything
+// is written (a run also refuses more threads or workers than its machine can hold:
+// cli/train.cpp).
+constexpr int kMaxThreads = 4096;         // train.threads
+constexpr int kMaxWorkers = 4096;         // parallel.pp x tp x dp stage workers in a job
+constexpr int kMaxSampleTokens = 100000;  // train.sample_tokens, troupe generate --tokens
+constexpr int kMaxEvalBatches = 100000;   // train.eval_batches
+constexpr double kMaxWaitS = 7 * 86400;   // train.timeout_s, fault.*_s: a deadline, not "forever"
+
 struct TrainConfig {
   int steps = 300;
   int batch_size = 16;         // global batch, in sequences
@@ -53,6 +62,7 @@ struct TrainConfig {
   double min_loss_scale = 1.0;
   int loss_scale_window = 1000;  // clean steps before the scale grows by 2
   int hysteresis = 2;            // overflowing steps tolerated before the scale halves
+  std::string tensorboard_dir;   // TensorBoard event files of the metrics go here ("" = none; --tensorboard)
 };
 
 struct OptimConfig {

@@ -25,6 +25,12 @@ class UserError : public Error {
   using Error::Error;
 };
 
+// A sentence for any exception that reaches an actor's or main's last catch: troupe's own
+// errors as they are; std::bad_alloc as "out of memory" with the fixes; another library's
+// exception (oneDNN's dnnl::error, the standard library's) with its type, so the user
+// sees what failed. Defined in core/error.cpp.
+std::string describe_exception(const std::exception& e);
+
 namespace detail {
 // Collects the streamed context, throws on destruction (the macro's temporary ends at
 // the end of the full expression). Destructor is noexcept(false) on purpose.

@@ -1,11 +1,54 @@
-// core/peak.h — the machine's measured peak fp32 FLOP rate, the denominator of MFU.
+// core/peak.h — the machine's peak FLOP rate, the denominator of MFU (model FLOPs
+// utilisation, PaLM appendix B: achieved model FLOP/s / peak FLOP/s).
+//
+// The peak of one core is measured with a register-resident loop of the widest
+// multiply-add this CPU has, chosen at run time (AVX-512 FMA, AVX2 FMA, or SSE mul+add;
+// for bf16, AVX-512 BF16's vdpbf16ps where present). Several trials; the best counts.
+// Each trial is timed by the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not the wall
+// clock, so time slices lost to other processes on a busy machine do not lower it. The
+// peak of n threads is n times the peak of one: a core never runs faster with others busy
+// (single-core boost is the highest clock), so this bounds every rate troupe can reach
+// and MFU stays below 100% even when other jobs briefly load the machine at start-up.
+//
+// The per-core figure is cached per machine (CPU model, logical cores, ISA) in
+// $TROUPE_CACHE_DIR, else $XDG_CACHE_HOME/troupe, else ~/.cache/troupe (peak.json). A run
+// uses the larger of the cached and its own measurement and writes back the larger, so a
+// noisy start can never lower the peak; once cached, start-up costs one 20 ms check.
 #pragma once
+#include <string>
 
 namespace troupe {
 
-// Peak fp32 FLOP/s of `threads` cores, measured by a register-resident FMA loop with the
-// widest vectors this build targets (about 50 ms). Used as the denominator of MFU
-// (model FLOPs utilisation, PaLM appendix B: achieved model FLOP/s / peak FLOP/s).
+struct CpuInfo {
+  std::string model;  // /proc/cpuinfo "model name", e.g. "AMD EPYC 7B13"
+  int logical_cores = 1;
+  std::string isa;    // the multiply-add loop used: "avx512f", "avx2+fma" or "sse2"
+  bool avx512_bf16 = false;
+};
+
+// This CPU, from /proc/cpuinfo and the compiler's cpuid checks.
+CpuInfo cpu_info();
+
+struct Peak {
+  double per_thread = 0;  // FLOP/s of one core
+  double flops = 0;       // per_thread x threads
+  int threads = 1;
+  std::string kind;       // the loop that gave it: "fp32", "bf16", or "fp32 (faster than bf16 dot products here)"
+  std::string source;     // "measured", "cached" or "measured, cache raised"
+};
+
+// Peak FLOP/s of `threads` cores for `kind` = "fp32" (FMA) or "bf16": the larger of the
+// bf16 dot-product rate (where the CPU has AVX-512 BF16) and the fp32 FMA rate, since bf16
+// products are exact in fp32 and a bf16 GEMM may run on either unit.
+// Takes about 0.2 s the first time on a machine, 20 ms after. Never throws: an unwritable
+// cache is skipped.
+Peak peak_flops(int threads, const std::string& kind = "fp32");
+
+// The fp32 peak of `threads` cores (peak_flops(threads).flops).
 double measure_peak_flops(int threads);
+
+// The cache rule, pure: the per-core peak to use given a cached value (0 = none) and a
+// fresh measurement: the larger of the two.
+double merge_peak(double cached, double measured);
 
 }  // namespace troupe

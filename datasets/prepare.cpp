@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,21 +40,30 @@ std::string fmt_mb(uint64_t bytes) {
   return buf;
 }
 
-// Holds an exclusive flock on <dir>/.lock for its lifetime.
+// Holds an exclusive flock on <dir>/.lock for its lifetime, and removes the file as it lets
+// go (no litter). A waiter that then holds a lock on the removed file opens the new one.
 class DirLock {
  public:
-  DirLock(const std::string& dir, const DataLogFn& log) {
-    const std::string path = dir + "/.lock";
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path << "': " << std::strerror(errno)
-                                << "; check permissions or set data.cache_dir";
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (log) log("waiting for another process preparing " + dir);
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  DirLock(const std::string& dir, const DataLogFn& log) : path_(dir + "/.lock") {
+    for (bool said = false;;) {
+      fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+      TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(errno)
+                                  << "; check permissions or set data.cache_dir";
+      if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        if (log && !said) log("waiting for another process preparing " + dir);
+        said = true;
+        while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+        }
       }
+      struct stat held {}, now {};
+      if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+          held.st_dev == now.st_dev)
+        return;
+      ::close(fd_);  // the holder before removed it: lock the file that is there now
     }
   }
   ~DirLock() {
+    ::unlink(path_.c_str());
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
@@ -61,6 +71,7 @@ class DirLock {
   DirLock& operator=(const DirLock&) = delete;
 
  private:
+  std::string path_;
   int fd_ = -1;
 };
 
@@ -258,14 +269,18 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
   return "";
 }
 
-void remove_litter(const std::string& dir) {
+// Uncommits the folder and removes what an interrupted or outdated preparation left (this
+// process holds the folder's lock), naming it.
+void remove_litter(const std::string& dir, const DataLogFn& log) {
   std::error_code ec;
   fs::remove(dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const std::string f = it->path().filename().string();
-    if (f.find(".tmp.") != std::string::npos || (f.size() > 8 && f.compare(f.size() - 8, 8, ".scratch") == 0))
-      fs::remove(it->path(), ec);
-  }
+  std::vector<fs::path> old;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename() != ".lock") old.push_back(it->path());
+  std::string left;
+  for (const auto& f : old)
+    if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
+  if (!left.empty() && log) log("data: removed " + left + " (left by an interrupted or outdated preparation) in " + dir);
 }
 
 // Pass 1 over every source, the tokenizer, pass 2; fills p (not its unigram entropy).
@@ -366,7 +381,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     p.from_cache = true;
   } else {
     say("data: preparing " + p.dir + " from " + std::to_string(blend.size()) + " source(s)");
-    remove_litter(p.dir);
+    remove_litter(p.dir, log);
     build(p, cfg, blend, special, vocab_size, log);
   }
   // the blend's unigram entropy: all train tokens against all val tokens

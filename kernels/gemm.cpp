@@ -1,5 +1,5 @@
-// matmul: the linear layer, through oneDNN's sgemm (chosen by measurement: bench/gemm_bench,
-// docs/PERFORMANCE.md).
+// matmul: the linear layer, through the GEMM library chosen for this CPU at run time
+// (kernels/gemm_libs.h: oneDNN on AVX-512, BLIS elsewhere; bench/gemm_bench, docs/PERFORMANCE.md).
 //   forward : out (BT,OC) = inp (BT,C) · weight (OC,C)^T + bias (OC)
 //   backward: dinp (BT,C) = dout (BT,OC) · weight        (assigned)
 //             dweight (OC,C) += dout^T · inp              (accumulated)
@@ -19,12 +19,9 @@
 
 #include "core/dtype.h"
 
-#if defined(TROUPE_GEMM_DNNL)
-#include <dnnl.h>
 #include <dnnl.hpp>
-#else
-#include <cblas.h>
-#endif
+
+#include "kernels/gemm_libs.h"
 
 namespace troupe::kernels {
 namespace {
@@ -35,14 +32,7 @@ constexpr int64_t kOcBlock = 64;
 // Row-major C (M,N) = op(A) · op(B) + beta*C, single-threaded.
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* Cm, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-#if defined(TROUPE_GEMM_DNNL)
-  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
-  TROUPE_CHECK(st == dnnl_success) << "dnnl_sgemm failed with status " << int(st);
-#else
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda,
-              B, ldb, beta, Cm, ldc);
-#endif
+  gemm_choice().sgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, Cm, ldc);
 }
 
 // out rows (rows, OC) += bias (OC).
@@ -64,15 +54,36 @@ void dbias_block(float* dbias, const float* dout, int64_t BT, int OC, int64_t o0
   }
 }
 
+// dst (n) = the bf16 values of src as fp32: src fp32 rounded to bf16 (round to nearest
+// even, as f32_to_bf16) and widened, or src bf16 bits widened. Exact: a bf16 value is an fp32.
+void widen_bf16(std::vector<float>& dst, const float* src, int64_t n) {
+  dst.resize((size_t)n);
+  constexpr int64_t kChunk = 1 << 14;
+  parallel_for((n + kChunk - 1) / kChunk, [&](int64_t b) {
+    const int64_t i0 = b * kChunk, len = std::min(kChunk, n - i0);
+    uint16_t tmp[kChunk];
+    f32_to_bf16(src + i0, tmp, (size_t)len);
+    bf16_to_f32(tmp, dst.data() + i0, (size_t)len);
+  });
+}
+void widen_bf16(std::vector<float>& dst, const uint16_t* src, int64_t n) {
+  dst.resize((size_t)n);
+  constexpr int64_t kChunk = 1 << 14;
+  parallel_for((n + kChunk - 1) / kChunk, [&](int64_t b) {
+    const int64_t i0 = b * kChunk;
+    bf16_to_f32(src + i0, dst.data() + i0, (size_t)std::min(kChunk, n - i0));
+  });
+}
+
 // ---- bf16 GEMMs ------------------------------------------------------------------------
 // Row-major C (M,N) (+)= A (M,K) · B (K,N) with bf16 A and B and fp32 accumulation and
 // output, single-threaded. A is plain row-major (lda); B is row-major (K,N) (ldb) or, with
 // b_nk, stored as (N,K) (ldb) and read transposed. oneDNN's matmul primitive (2.6 has no
-// bf16 GEMM function); primitives are created once per shape and thread.
+// bf16 GEMM function); primitives are created once per shape and thread. Only where
+// gemm_choice().bf16_native; elsewhere the callers run the widened fp32 path.
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, bool a_km, const uint16_t* B,
                int64_t ldb, bool b_nk, bool accumulate, float* Cm, int64_t ldc) {
   if (M == 0 || N == 0) return;
-#if defined(TROUPE_GEMM_DNNL)
   using namespace dnnl;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t, bool, bool, int64_t>;
   struct Ctx {
@@ -93,24 +104,19 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
-    matmul prim(matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), attr, ctx.eng));
+    matmul prim;
+    try {
+      prim = matmul(matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), attr, ctx.eng));
+    } catch (const dnnl::error& e) {
+      TROUPE_FAIL() << "oneDNN could not create a bf16 matmul for (" << M << "," << K << ")x(" << K << "," << N
+                    << ") on this CPU (" << e.what() << "); please report it with the log's cpu: and GEMM: lines";
+    }
     it = ctx.prims.emplace(key, std::make_tuple(prim, a_md, b_md, c_md)).first;
   }
   auto& [prim, a_md, b_md, c_md] = it->second;
   memory a(a_md, ctx.eng, const_cast<uint16_t*>(A)), b(b_md, ctx.eng, const_cast<uint16_t*>(B)), c(c_md, ctx.eng, Cm);
   prim.execute(ctx.strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   ctx.strm.wait();
-#else
-  // Without oneDNN: widen to fp32 (exact) and use sgemm; bf16 products are exact in fp32.
-  thread_local std::vector<float> a32, b32;
-  const int64_t am = a_km ? K : M, ak = a_km ? M : K;
-  a32.resize((size_t)am * ak);
-  const int64_t bk = b_nk ? N : K, bn = b_nk ? K : N;
-  b32.resize((size_t)bk * bn);
-  for (int64_t i = 0; i < am; ++i) bf16_to_f32(A + i * lda, a32.data() + i * ak, (size_t)ak);
-  for (int64_t i = 0; i < bk; ++i) bf16_to_f32(B + i * ldb, b32.data() + i * bn, (size_t)bn);
-  sgemm(a_km, b_nk, M, N, K, a32.data(), ak, b32.data(), bn, accumulate ? 1.0f : 0.0f, Cm, ldc);
-#endif
 }
 
 }  // namespace
@@ -118,6 +124,13 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16, const float* bias, int64_t BT, int C,
                          int OC) {
   TROUPE_CHECK(BT >= 0 && C > 0 && OC > 0);
+  if (!gemm_choice().bf16_native) {  // the same math in fp32: bf16 values widened exactly
+    thread_local std::vector<float> x32, w32;
+    widen_bf16(x32, inp, BT * C);
+    widen_bf16(w32, weight16, (int64_t)OC * C);
+    matmul_forward(out, x32.data(), w32.data(), bias, BT, C, OC);
+    return;
+  }
   const int64_t nblk = (BT + kRowBlock - 1) / kRowBlock;
   parallel_for(nblk, [&](int64_t b) {
     int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
@@ -133,6 +146,22 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const uint16_t* weight16, int64_t BT, int C, int OC) {
   TROUPE_CHECK(BT >= 0 && C > 0 && OC > 0);
+  if (!gemm_choice().bf16_native) {  // the same math in fp32: bf16 values widened exactly
+    thread_local std::vector<float> d32, x32, w32;
+    widen_bf16(d32, dout, BT * OC);
+    if (dweight) widen_bf16(x32, inp, BT * C);
+    widen_bf16(w32, weight16, (int64_t)OC * C);
+    // dbias sums the unrounded dout, as the native path does
+    matmul_backward(dinp, dweight, nullptr, d32.data(), x32.data(), w32.data(), BT, C, OC);
+    if (dbias) {
+      const int64_t noc = (OC + kOcBlock - 1) / kOcBlock;
+      parallel_for(noc, [&](int64_t b) {
+        int64_t o0 = b * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
+        dbias_block(dbias, dout, BT, OC, o0, ocs);
+      });
+    }
+    return;
+  }
   const int64_t nrow = (BT + kRowBlock - 1) / kRowBlock;
   const int64_t noc = (dweight || dbias) ? (OC + kOcBlock - 1) / kOcBlock : 0;
   const int64_t n_dinp = dinp ? nrow : 0;

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace troupe {
 namespace {
@@ -15,6 +17,7 @@ void check_common(const char* name, int P, int M, int V) {
   TROUPE_USER_CHECK(P >= 1) << "schedule " << name << ": the number of stages must be >= 1 (got " << P << ")";
   TROUPE_USER_CHECK(M >= 1) << "schedule " << name << ": the number of microbatches must be >= 1 (got " << M << ")";
   TROUPE_USER_CHECK(V >= 1) << "schedule " << name << ": parallel.chunks must be >= 1 (got " << V << ")";
+  check_schedule_size(std::string("schedule ") + name, P, M, V);
 }
 
 Schedule make(const char* name, int P, int M, int V) {
@@ -134,6 +137,19 @@ Schedule schedule_zb_h1(int P, int M) {
     }
   }
   return s;
+}
+
+void check_schedule_size(const std::string& what, int64_t P, int64_t M, int64_t V) {
+  TROUPE_USER_CHECK(P <= kMaxStages) << what << ": " << P << " stages exceed the limit of " << kMaxStages
+                                     << "; use fewer stages";
+  TROUPE_USER_CHECK(M <= kMaxMicrobatches) << what << ": " << M << " microbatches exceed the limit of "
+                                           << kMaxMicrobatches << "; use fewer microbatches";
+  TROUPE_USER_CHECK(V <= kMaxChunks) << what << ": " << V << " chunks exceed the limit of " << kMaxChunks
+                                     << "; use fewer chunks";
+  TROUPE_USER_CHECK(P * M * V <= kMaxScheduleCells)
+      << what << ": " << P << " stages x " << M << " microbatches x " << V << " chunk(s) = " << P * M * V
+      << " (stage, microbatch, chunk) cells exceed the limit of " << kMaxScheduleCells
+      << "; use fewer stages or microbatches";
 }
 
 Schedule make_schedule(const std::string& name, int P, int M, int V) {
@@ -304,8 +320,8 @@ Schedule parse_schedule(const std::string& text, const std::string& name) {
           ok = ok && nc > 0 && i == cell.size();
         }
       }
-      TROUPE_USER_CHECK(ok) << "schedule file " << name << " line " << lineno << ": cannot read cell '" << cell
-                            << "'; write F<m>, B<m> or W<m>, with c<chunk> for chunks > 0 (e.g. F3, B2c1)";
+      TROUPE_USER_CHECK(ok) << "schedule file " << name << " line " << lineno << ": cannot read cell '"
+                            << printable(cell, false, 32) << "'; write F<m>, B<m> or W<m>, with c<chunk> for chunks > 0 (e.g. F3, B2c1)";
       a.kind = (Action::Kind)k;
       if (k == 'W') s.split_backward = true;
       maxm = std::max(maxm, a.mb);
@@ -313,6 +329,7 @@ Schedule parse_schedule(const std::string& text, const std::string& name) {
       row.push_back(a);
     }
     s.stages.push_back(std::move(row));
+    check_schedule_size("schedule file " + name, (int64_t)s.stages.size(), maxm + 1, maxc + 1);
   }
   TROUPE_USER_CHECK(!s.stages.empty()) << "schedule file " << name << " has no rows; write one row of actions per stage";
   s.P = (int)s.stages.size();
@@ -323,9 +340,19 @@ Schedule parse_schedule(const std::string& text, const std::string& name) {
 }
 
 Schedule read_schedule(const std::string& path) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec))
+      << "schedule file '" << printable(path, false, 200) << "' is not a regular file; pass a file written by "
+      << "`troupe simulate --schedule 1f1b ... --dump FILE`";
   std::ifstream in(path);
   TROUPE_USER_CHECK(in.good()) << "schedule file '" << path
                                << "' cannot be read; write one with `troupe simulate --schedule 1f1b ... --dump FILE`";
+  in.seekg(0, std::ios::end);
+  const auto size = (int64_t)in.tellg();
+  in.seekg(0);
+  TROUPE_USER_CHECK(size <= (64 << 20)) << "schedule file '" << printable(path, false, 200) << "' has " << size
+                                        << " bytes, more than a schedule within the limits needs (64 MiB); pass a "
+                                           "schedule file written by troupe simulate --dump";
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_schedule(ss.str(), path);

@@ -15,6 +15,7 @@
 //            otherwise it also accumulates the weight gradients.
 //   W(m, c)  weight gradients of m through chunk c; needs B(m, c) done here.
 #pragma once
+#include <cstdint>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -51,6 +52,15 @@ Schedule schedule_interleaved(int P, int M, int V);
 // microbatches between F and B). V = 1. With F = B = W costs its bubble is about a third
 // of 1F1B's.
 Schedule schedule_zb_h1(int P, int M);
+// The largest schedule troupe builds, simulates or reads (stages P, microbatches M,
+// chunks V, and P x M x V); beyond these make_schedule and read_schedule throw UserError
+// naming the limit, before any memory is taken for the lists.
+constexpr int kMaxStages = 1024;
+constexpr int kMaxMicrobatches = 16384;
+constexpr int kMaxChunks = 64;
+constexpr int64_t kMaxScheduleCells = 1 << 20;
+// Throws UserError when (P, M, V) is beyond the limits above; `what` names the schedule.
+void check_schedule_size(const std::string& what, int64_t P, int64_t M, int64_t V);
 // By name: gpipe | 1f1b | interleaved | zb-h1, or a path to a schedule file (read_schedule).
 Schedule make_schedule(const std::string& name_or_path, int P, int M, int V);
 // Forward only (evaluation, inference) for one stage with V chunks: F(m, c) in virtual-stage order.

@@ -1,6 +1,9 @@
 // tests/cli_helpers.h — what the tests that run the `troupe` binary share: where the binary
-// is, reading a file whole, and a scratch folder per test.
+// is, reading a file whole, a scratch folder per test, running troupe under a deadline and
+// checking its one-line errors.
 #pragma once
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -45,5 +48,41 @@ struct Scratch {
     return path(f);
   }
 };
+
+struct Run {
+  int rc;
+  std::string err;
+};
+
+// Runs troupe `args` from the source dir (so relative paths in configs resolve) under
+// `timeout`, after the shell words in `prefix` (e.g. "env X=1"); stdout and stderr go to
+// stdout.txt and stderr.txt in the scratch folder.
+inline Run run_troupe(const std::string& args, const Scratch& s, int timeout_s = 120, const std::string& prefix = "") {
+  std::string err = s.path("stderr.txt");
+  std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && " + prefix + " timeout " +
+                    std::to_string(timeout_s) + " '" + troupe_bin() + "' " + args + " > '" + s.path("stdout.txt") +
+                    "' 2> '" + err + "'";
+  int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err)};
+}
+
+// Exit 2 and exactly one "error:" line, containing every `needle`.
+inline void expect_user_error(const Run& r, std::initializer_list<const char*> needles) {
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 2);
+  size_t n = 0;
+  std::string line;
+  std::istringstream is(r.err);
+  for (std::string l; std::getline(is, l);)
+    if (l.rfind("error: ", 0) == 0) ++n, line = l;
+  CHECK(n == 1);
+  for (auto* needle : needles) CHECK(line.find(needle) != std::string::npos);
+}
+
+// The exit status of `command` run by the shell (-1 when it did not exit normally).
+inline int shell_status(const std::string& command) {
+  const int st = std::system(command.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 }  // namespace troupe::test

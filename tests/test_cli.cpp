@@ -26,19 +26,9 @@ struct Scratch : troupe::test::Scratch {
   explicit Scratch(const std::string& name) : troupe::test::Scratch("cli", name) {}
 };
 
-struct Run {
-  int rc;
-  std::string err;
-};
-
-// Runs troupe (from the source dir, so relative paths in configs resolve) with a deadline.
-Run run_troupe(const std::string& args, const Scratch& s, int timeout_s = 120) {
-  std::string err = s.path("stderr.txt");
-  std::string cmd = "cd '" + kSrc + "' && timeout " + std::to_string(timeout_s) + " '" + troupe_bin() + "' " + args +
-                    " > '" + s.path("stdout.txt") + "' 2> '" + err + "'";
-  int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err)};
-}
+using troupe::test::expect_user_error;
+using troupe::test::Run;
+using troupe::test::run_troupe;
 
 // The tiny config with the data cache inside the scratch folder.
 std::string tiny_config(const Scratch& s, const std::string& extra = "") {
@@ -51,19 +41,6 @@ std::string sets(const Scratch& s) {
   return " --set data.cache_dir='" + s.path("cache") + "' --set train.steps=2 --set train.sample_tokens=0";
 }
 
-// Exactly one "error:" line, containing every `needle`.
-void expect_user_error(const Run& r, std::initializer_list<const char*> needles) {
-  INFO("stderr: " << r.err);
-  CHECK(r.rc == 2);
-  size_t n = 0, pos = 0;
-  std::string line;
-  std::istringstream is(r.err);
-  for (std::string l; std::getline(is, l);)
-    if (l.rfind("error: ", 0) == 0) ++n, line = l;
-  (void)pos;
-  CHECK(n == 1);
-  for (auto* needle : needles) CHECK(line.find(needle) != std::string::npos);
-}
 }  // namespace
 
 TEST_CASE("bad config input exits 2 with one line naming the problem", "[cli]") {
@@ -200,7 +177,7 @@ TEST_CASE("the tiny job ends more than 1 nat below the unigram entropy", "[cli][
   CHECK(fs::exists(s.path("run/config.toml")));
 }
 
-TEST_CASE("fp16 step records carry skipped and loss_scale; bf16 runs from the command line", "[cli][precision]") {
+TEST_CASE("fp16 step records carry skipped and loss_scale, bf16 runs from the command line", "[cli][precision]") {
   Scratch s("fp16");
   std::string cfg = tiny_config(s);
   // Megatron's initial scale 2^32 overflows fp16 on the first steps: skipped, then backed
@@ -300,7 +277,7 @@ TEST_CASE("snapshots from the command line: a writer killed mid-save, resume lat
   }
 }
 
-TEST_CASE("export writes GPT-2's safetensors layout; generate samples from a snapshot", "[cli][checkpoint][export]") {
+TEST_CASE("export writes GPT-2's safetensors layout, generate samples from a snapshot", "[cli][checkpoint][export]") {
   Scratch s("export");
   std::string cfg = tiny_config(s);
   Run t = run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("run") + "' --set data.cache_dir='" +

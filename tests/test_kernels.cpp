@@ -233,7 +233,7 @@ TEST_CASE("every kernel gives the same bits with 1 and 2 threads", "[kernels][de
   }
 }
 
-TEST_CASE("attention with dropout: backward matches finite differences; masks are keyed, not drawn", "[kernels][dropout]") {
+TEST_CASE("attention with dropout: backward matches finite differences, masks are keyed, not drawn", "[kernels][dropout]") {
   const int B = 2, T = 5, C = 8, NH = 2;
   auto x = randn(B * T * 3 * C, 1), r = randn(B * T * C, 2);
   std::vector<float> out(B * T * C), att(B * NH * T * T), datt(att.size()), dx(x.size());

@@ -49,7 +49,7 @@ TEST_CASE("memory store: a step is complete once its counters and every expected
   CHECK(m.bytes() == 2 * 4 * sizeof(float));
 }
 
-TEST_CASE("memory store: the previous complete step stays until a newer one completes; older ones go", "[memory]") {
+TEST_CASE("memory store: the previous complete step stays until a newer one completes, older ones go", "[memory]") {
   MemoryStore m;
   for (int64_t k : {1, 2, 3}) {
     m.expect(k, info(k), {0, 1});
@@ -184,7 +184,7 @@ TEST_CASE("a state rebuilt from shards in memory equals the same shards loaded f
   CHECK_THROWS_WITH(assemble_state(info, mem, c, "memory"), Catch::Contains("lacks"));
 }
 
-TEST_CASE("a shard encoded for the data plane decodes to the same bits; damaged buffers are refused", "[memory]") {
+TEST_CASE("a shard encoded for the data plane decodes to the same bits, damaged buffers are refused", "[memory]") {
   ShardData sd;
   sd.dp = 1, sd.pp = 2, sd.tp = 3;
   sd.records.push_back(ShardRecord{"h.0.attn.c_attn.weight", StateField::adam_v, 1, 5, 20, {1.5f, -0.0f, 3e-42f}});

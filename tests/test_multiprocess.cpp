@@ -401,7 +401,81 @@ TEST_CASE("processes with another config, another binary or without the job secr
     CHECK(e0.find("authentication tag is wrong") != std::string::npos);
     CHECK(e0.find("did not join") != std::string::npos);
     CHECK(e0.find("failed authentication") != std::string::npos);
+    CHECK(r1 == 2);  // told at once (tests/test_multiprocess.cpp "told at once" checks the timing)
+    CHECK(e1.find("wrong job secret") != std::string::npos);
   }
+  CHECK(survivors(s) == 0);
+}
+
+TEST_CASE("a process with the wrong job secret is told at once, one that does not listen is cut off, the job goes on, "
+          "the job listens only on the coordinator's address",
+          "[multiprocess][hostile]") {
+  Scratch s("intruder");
+  const std::string port = std::to_string(20000 + ((::getpid() + 7919) % 20000));
+  auto env = [&](int rank, const std::string& secret) {
+    return "env TROUPE_RANK=" + std::to_string(rank) + " TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:" + port +
+           " TROUPE_JOB_SECRET=" + secret + " ";
+  };
+  const std::string good = "0123456789abcdef0123456789abcdef", bad = "fedcba9876543210fedcba9876543210";
+  const std::string args = train_args(s, "run", "--set parallel.pp=2 --set train.threads=1 --set fault.join_timeout_s=90");
+  REQUIRE(sh("'" + troupe_bin() + "' tokenize --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") + "'",
+             s, "tokenize")
+              .rc == 0);
+  const std::string bin = "timeout -k 5 120 '" + troupe_bin() + "' ";
+  auto timed = [&](const std::string& tag, const std::string& cmd) {  // rc and milliseconds into files
+    return "t0=$(date +%s%N); " + cmd + " > /dev/null 2> '" + s.path(tag + ".err") + "'; echo $? > '" +
+           s.path(tag + ".rc") + "'; echo $(( ($(date +%s%N) - t0) / 1000000 )) > '" + s.path(tag + ".ms") + "'\n";
+  };
+  std::string script = "cd '" + kSrc + "'\n( " + env(0, good) + bin + args + " > /dev/null 2> '" + s.path("p0.err") +
+                       "'; echo $? > '" + s.path("p0.rc") + "' ) &\n"
+                       // process 0's own listening sockets, once its transport is up (it waits for process 1)
+                       "for i in $(seq 1 600); do for p in $(pgrep -f -- '" + s.path("run") +
+                       "'); do [ \"$(cat /proc/$p/comm 2>/dev/null)\" = troupe ] && ss -ltnpH | grep \"pid=$p,\" > '" +
+                       s.path("listen.txt") + "'; done; [ $(cat '" + s.path("listen.txt") +
+                       "' 2>/dev/null | wc -l) -ge 2 ] && break; sleep 0.1; done\n" +
+                       timed("wrong", env(1, bad) + bin + args) +
+                       timed("deaf", env(1, bad) + "TROUPE_FAULT_IGNORE_REFUSAL=1 " + bin + args) + "( " + env(1, good) +
+                       bin + args + " > /dev/null 2> '" + s.path("p1.err") + "'; echo $? > '" + s.path("p1.rc") +
+                       "' ) &\nwait\n";
+  std::ofstream(s.path("run.sh")) << script;
+  std::system(("timeout -k 5 200 sh '" + s.path("run.sh") + "'").c_str());
+  auto num = [&](const std::string& f) { return std::atoi(slurp(s.path(f)).c_str()); };
+  const std::string p0 = slurp(s.path("p0.err")), wrong = slurp(s.path("wrong.err")), deaf = slurp(s.path("deaf.err"));
+  INFO("process 0:\n" << p0 << "\n--- wrong secret:\n" << wrong << "\n--- deaf:\n" << deaf << "\n--- process 1:\n"
+                       << slurp(s.path("p1.err")));
+  // told at once: exit 2 naming the cause, long before fault.join_timeout_s = 90
+  CHECK(num("wrong.rc") == 2);
+  CHECK(wrong.find("wrong job secret") != std::string::npos);
+  CHECK(num("wrong.ms") < 20000);
+  // one that ignores the notice is cut off by the job (its connection closed), also at once
+  CHECK(num("deaf.rc") == 2);  // a job it could not join
+  CHECK(deaf.find("closed the connection before this process joined") != std::string::npos);
+  CHECK(num("deaf.ms") < 25000);
+  CHECK(p0.find("closed the connection from 127.0.0.1:") != std::string::npos);
+  // the job's log: refusals at a bounded rate, counted
+  int lines = 0;
+  std::istringstream is(p0);
+  for (std::string l; std::getline(is, l);) lines += l.find("dropped a message") != std::string::npos;
+  CHECK(lines >= 1);
+  CHECK(lines <= 2);
+  const size_t at = p0.find(" message(s) from processes without this job's secret were refused");
+  REQUIRE(at != std::string::npos);
+  const size_t from = p0.rfind(' ', at - 1) + 1;
+  CHECK(std::atoi(p0.c_str() + from) >= 3);  // both joins and the deaf one's heartbeats
+  // the job itself was not harmed
+  CHECK(num("p0.rc") == 0);
+  CHECK(num("p1.rc") == 0);
+  // process 0 listens on the coordinator's address only: the control plane and the UCX data
+  // plane (which listened on every interface before)
+  const std::string listen = slurp(s.path("listen.txt"));
+  INFO("listening sockets of process 0:\n" << listen);
+  int sockets = 0;
+  std::istringstream ls(listen);
+  for (std::string l; std::getline(ls, l);) {
+    ++sockets;
+    CHECK(l.find("127.0.0.1:") != std::string::npos);
+  }
+  CHECK(sockets >= 2);
   CHECK(survivors(s) == 0);
 }
 

@@ -13,6 +13,7 @@
 //      (and waiting costs no CPU);
 //   5. abort() wakes blocked recvs at once (remote and local) and fails later calls;
 //   6. on_arrival gets a Tensor of the header's shape with the payload, remote and local.
+// (Where the transport listens: tests/test_hostile.cpp.)
 #include <catch2/catch.hpp>
 
 #include <poll.h>

@@ -1,0 +1,29 @@
+// checkpoint/disk.h — the disk under a checkpoint directory: free space, the size of one
+// snapshot, and the leftovers of snapshot writers that were killed.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace troupe {
+
+// Bytes free to an unprivileged user (statvfs f_bavail) on the filesystem holding `path`,
+// or its nearest existing parent; UINT64_MAX when that cannot be read.
+uint64_t free_space(const std::string& path);
+
+// About how many bytes one snapshot of this config takes on disk (a little more than it
+// does): parameters and both AdamW moments in fp32, plus fp32 master weights in mixed
+// precision (12 or 16 bytes per parameter, the tied embedding twice when it is split over
+// stages), plus 1 MiB for the manifest and the tokenizer copy.
+uint64_t snapshot_bytes(const Config& c);
+
+// The unfinished snapshot folders (step-<k>.tmp-<pid>) in ckpt_dir that were last changed
+// before `before` (unix seconds) by a writer that no longer runs on this host: they are
+// removed and their names returned. Those of a live process stay, named in `kept`.
+// Errors: none (a folder that cannot be removed is named in `kept`).
+std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir, double before,
+                                                     std::vector<std::string>* kept);
+
+}  // namespace troupe

@@ -1,0 +1,54 @@
+// core/text.cpp — see text.h.
+#include "core/text.h"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace troupe {
+namespace {
+// Length of the valid UTF-8 sequence starting at s[i] (1..4), or 0 when it is not one.
+size_t utf8_len(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return (uint8_t)s[k]; };
+  const uint8_t c = b(i);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (b(i + k) & 0x3F);
+  const bool overlong = (n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
+  if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  if (cp >= 0x80 && cp <= 0x9F) return 0;  // C1 controls (a terminal's CSI is U+009B)
+  return n;
+}
+}  // namespace
+
+std::string printable(std::string_view s, bool keep_newlines, size_t max_bytes) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t c = (uint8_t)s[i];
+    const size_t n = utf8_len(s, i);
+    std::string piece;
+    if (n == 1 && (c >= 0x20 && c != 0x7F)) {
+      piece.assign(1, (char)c);
+    } else if (n == 1 && keep_newlines && (c == '\n' || c == '\t')) {
+      piece.assign(1, (char)c);
+    } else if (n > 1) {
+      piece.assign(s.substr(i, n));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      piece = buf;
+    }
+    if (out.size() + piece.size() > max_bytes) {
+      out += "...";
+      return out;
+    }
+    out += piece;
+    i += n ? n : 1;
+  }
+  return out;
+}
+
+}  // namespace troupe

@@ -1,0 +1,16 @@
+// core/text.h — text that came from outside (files, flags, peers) made safe to show on a
+// terminal or in a log line.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace troupe {
+
+// `s` with every byte a terminal could act on written as \xNN: C0 controls (except
+// newline and tab when keep_newlines), DEL, C1 controls (U+0080..U+009F) and bytes
+// that are not valid UTF-8. Valid printable UTF-8 passes unchanged. When the result
+// would exceed max_bytes, it is cut at a character boundary and "..." is appended.
+std::string printable(std::string_view s, bool keep_newlines = true, size_t max_bytes = std::string::npos);
+
+}  // namespace troupe
