@@ -3,7 +3,7 @@ BUILD ?= build
 CONFIG ?= configs/sotu.toml
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build data train test bench clean
+.PHONY: setup build data data-blend train test bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -16,7 +16,11 @@ build: setup $(BUILD)/build.ninja
 
 data: build
 	bash scripts/get-corpus.sh data/sotu.txt
-	$(BUILD)/troupe tokenize --config $(CONFIG)
+	$(BUILD)/troupe prepare --config $(CONFIG)
+
+data-blend: build
+	bash scripts/get-sources.sh
+	$(BUILD)/troupe prepare --config configs/blend.toml --report data/blend-report.json
 
 train: data
 	$(BUILD)/troupe train --config $(CONFIG)

@@ -268,8 +268,12 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
   };
   // The hub's checks of a joining process.
   auto check_join = [=](int32_t p, int32_t world, const std::string& bin, const std::string& toml,
-                        const std::string& resume) -> std::string {
+                        const std::string& resume, const std::string& tokenizer) -> std::string {
     auto& s = self->state;
+    if (tokenizer != s.impl->o.tokenizer_hash)
+      return fmt::format("process {} prepared its data with tokenizer {} but process 0 with {}: the nodes disagree on "
+                         "token ids; give every process the same sources and data.tokenizer (or the same data.cache_dir)",
+                         p, tokenizer, s.impl->o.tokenizer_hash);
     if (resume != s.impl->o.resume)
       return fmt::format("process {} continues from {} but process 0 from {}; give every process the same --resume", p,
                          resume.empty() ? std::string("no snapshot (a fresh start)") : resume,
@@ -289,7 +293,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
     }
     auto a = s.impl->o.cfg.key_values(), b = theirs.key_values();
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      if (a[i].first == "train.threads" || a[i].first == "data.cache_dir") continue;  // may differ per host
+      if (a[i].first == "train.threads" || a[i].first == "data.cache_dir" || a[i].first == "data.threads") continue;  // may differ per host
       if (a[i].second != b[i].second)
         return fmt::format("process {} has {} = {} but process 0 has {}; start every process with the same config", p,
                            a[i].first, b[i].second, a[i].second);
@@ -386,7 +390,7 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
         index = msg.get_as<int32_t>(1);
         inner = msg.get_as<caf::message>(2);
         using JoinMsg = caf::detail::type_list<join_atom, int32_t, int32_t, std::string, std::string, std::vector<char>,
-                                               std::string, int32_t, std::string, std::vector<int64_t>>;
+                                               std::string, int32_t, std::string, std::vector<int64_t>, std::string>;
         const bool is_join = kind == kAgentKind && inner.match_elements(JoinMsg{});
         const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
         auto reply_direct = [&](caf::message m) {  // to a process that is not (yet) a peer
@@ -444,7 +448,8 @@ caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<
           s.peers[from] = caf::actor_cast<caf::actor>(self->current_sender());
           self->monitor(s.peers[from]);
           s.live[from] = true;
-          const std::string why = check_join(from, world, bin, toml, inner.get_as<std::string>(8));
+          const std::string why = check_join(from, world, bin, toml, inner.get_as<std::string>(8),
+                                             inner.get_as<std::string>(10));
           if (!why.empty()) {
             post(from, kAgentKind, 0, caf::make_message(refuse_atom::value, why));
             std::lock_guard<std::mutex> lk(s.impl->mu);
@@ -786,7 +791,8 @@ void Cluster::join() {
     }
     caf::anon_send(im.agent, hub_atom::value, hub,
                    caf::make_message(join_atom::value, (int32_t)me, (int32_t)n, executable_hash(), im.o.cfg.to_toml(),
-                                     im.addresses[me], hostname(), (int32_t)getpid(), im.o.resume, im.o.offer));
+                                     im.addresses[me], hostname(), (int32_t)getpid(), im.o.resume, im.o.offer,
+                                     im.o.tokenizer_hash));
     wait([&] { return im.have_table || im.busy || im.hub_gone; },
          [&] { return std::string("the coordinator did not send the process table"); });
     if (im.have_table) break;

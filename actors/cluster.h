@@ -53,6 +53,7 @@ struct ClusterOptions {
   std::vector<std::vector<int>> placement;  // process -> its global ranks (core/topology.h place)
   int ranks = 1;           // global ranks (workers) in the job
   std::string resume;      // the snapshot this process continues from ("" = a fresh start); compared at join
+  std::string tokenizer_hash;  // of this process's data (datasets/prepare.h); compared at join, so all agree on token ids
   // An in-place recovery (fault.policy = restart under troupe launch --respawn process):
   // the processes agree at join on the state to continue from. `offer` lists the memory
   // snapshots this process holds, newest first, as [step, n, rank_1 .. rank_n]...

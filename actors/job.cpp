@@ -157,6 +157,7 @@ class Coordinator {
       co.env = ctx_.launch;
       co.secret = ctx_.job_secret;
       co.cfg = cfg_;
+      co.tokenizer_hash = ctx_.tokenizer_hash;
       co.placement = placement;
       co.ranks = topo.world();
       if (ctx_.resume)
@@ -550,7 +551,18 @@ class Coordinator {
         if (!ctx_.quiet)
           spdlog::info("step {:>5}/{} | val loss {:.4f} | unigram entropy {:.4f} | {:+.4f} nats vs unigram", k, steps,
                        vl, ctx_.unigram_entropy, vl - ctx_.unigram_entropy);
-        emit({{"step", k}, {"val_loss", vl}});
+        if (ctx_.val_sources.empty()) {
+          emit({{"step", k}, {"val_loss", vl}});
+        } else {
+          nlohmann::json per = nlohmann::json::object();
+          for (size_t s = 0; s < ctx_.val_sources.size(); ++s) per[ctx_.val_sources[s]] = val_source_losses_[s];
+          if (!ctx_.quiet)
+            for (size_t s = 0; s < ctx_.val_sources.size(); ++s)
+              spdlog::info("step {:>5}/{} | val loss {:.4f} | source {}", k, steps, val_source_losses_[s],
+                           ctx_.val_sources[s]);
+          emit({{"step", k}, {"val_loss", vl}, {"val_loss_sources", per}});
+        }
+        res.val_source_losses = val_source_losses_;
       }
       res.last_step = k;
       last_done_step() = k;
@@ -671,16 +683,25 @@ class Coordinator {
     return total;
   }
 
+  // The validation loss: over one split, or (a blend) the mean of every source's, each kept
+  // in val_source_losses_.
   double evaluate() {
     // Validation batches run as forward-only steps with negative ids.
     const int nb = cfg_.train.eval_batches;
-    for (int j = 0; j < nb; ++j) {
-      int64_t k = -(++eval_counter_);
-      for (auto& da : datas_) (*self_)->send(da, batch_atom::value, k, 1, (int64_t)j);
-      for (auto& w : workers_) (*self_)->send(w, step_atom::value, k, 1);
+    const int S = std::max<int>(1, (int)ctx_.val_sources.size());
+    val_source_losses_.clear();
+    double sum = 0;
+    for (int s = 0; s < S; ++s) {
+      for (int j = 0; j < nb; ++j) {
+        int64_t k = -(++eval_counter_);
+        for (auto& da : datas_) (*self_)->send(da, batch_atom::value, k, 1 + s, (int64_t)j);
+        for (auto& w : workers_) (*self_)->send(w, step_atom::value, k, 1);
+      }
+      auto total = collect_done(0, "validation", nb * P_ * TP_ * DP_);
+      val_source_losses_.push_back(total.loss_sum / (double)total.tokens);
+      sum += val_source_losses_.back();
     }
-    auto total = collect_done(0, "validation", nb * P_ * TP_ * DP_);
-    return total.loss_sum / (double)total.tokens;
+    return S == 1 ? val_source_losses_[0] : sum / S;
   }
 
   std::string sample(int n, JobResult& res) {
@@ -1186,6 +1207,7 @@ class Coordinator {
   std::vector<TraceEvent> trace_;
   Clock::time_point origin_ = Clock::now();
   int64_t eval_counter_ = 0;
+  std::vector<double> val_source_losses_;  // of the last evaluate(), per ctx_.val_sources
   bool stopped_ = false;
 };
 

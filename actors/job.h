@@ -19,7 +19,11 @@ struct JobContext {
   // Fills one global batch: B sequences of T tokens (inputs) and next tokens (targets; -1
   // marks a position to ignore, e.g. padding: the loss is the mean over real targets),
   // for `index` of split `kind` (0 = train: index = step; 1 = validation: index = batch).
+  // With val_sources set, kind 1 + s is the validation split of source s.
   std::function<void(int kind, int64_t index, int B, int T, int32_t* inputs, int32_t* targets)> fill_batch;
+  // Names of the sources of a blend (datasets/loader.h BlendLoader), each evaluated on its own
+  // (train.eval_batches batches each; val_loss is their mean). Empty: one validation split.
+  std::vector<std::string> val_sources;
   // Token ids -> text, for the sample printed at the end (optional).
   std::function<std::string(const std::vector<int32_t>&)> decode;
   int32_t sample_start_token = 0;  // the end-of-text id starts the sample
@@ -94,6 +98,7 @@ struct JobResult {
   double flops_per_token = 0;      // 6 N + 12 L T C
   std::vector<std::pair<int, double>> val_losses;  // (step, loss)
   double final_val_loss = 0;
+  std::vector<double> val_source_losses;  // the last evaluation's, per JobContext::val_sources
   double tokens_per_s = 0;         // training tokens per second over all steps
   double ms_per_step = 0;
   std::string sample;               // the generated continuation (decoded)

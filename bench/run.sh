@@ -78,6 +78,8 @@ for n in 1 2; do
   if [[ $n == 1 ]]; then "${JOB[@]}" > /dev/null 2>&1; else "$BUILD/troupe" launch --nprocs 2 -- "${JOB[@]}" > /dev/null 2>&1; fi
   tail -1 "$OUT/mp-run-$n/metrics.jsonl" | tee "$OUT/mp-$n.json"
 done
+echo "== data: troupe prepare on ~1 GiB vs spm_encode on the same text, 2 cores (bench/data_bench.sh)"
+BUILD="$BUILD" OUT="$OUT" bash bench/data_bench.sh | tee "$OUT/data.jsonl"
 
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
@@ -178,6 +180,11 @@ add("recovery_in_place_kill_to_first_step_s", rec["process-memory"]["first_step_
 mo = rec["memory_snapshot_overhead"]
 add("tokens_per_s_memory_snapshot_every_step", mo["tokens_per_s_memory_every_step"], "tokens/s", True,
     "no-memory-snapshots", mo["tokens_per_s_none"])
+da = {}
+for line in open(f"{out}/data.jsonl"):
+    j = json.loads(line); da[j["name"]] = j
+add("prepare_1GiB_mb_s", da["prepare"]["mb_s"], "MB/s", True, "spm_encode-0.1.97-2-processes", da["spm_encode"]["mb_s"])
+add("prepare_1GiB_peak_rss_mb", da["prepare"]["peak_rss_mb"], "MB", False, "limit-2GiB", 2048.0)
 json.dump(res, open(f"{out}/results.json", "w"), indent=2)
 print()
 print(f"{'benchmark':40} {'value':>10} {'unit':>16}   {'reference':38} {'ref value':>10} {'ratio':>7}")

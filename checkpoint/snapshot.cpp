@@ -206,6 +206,7 @@ bool resume_may_differ(const std::string& key) {
   static const std::set<std::string> run_options = {
       "train.steps",        "train.eval_interval", "train.eval_batches", "train.threads",
       "train.sample_tokens", "train.timeout_s",    "data.cache_dir",      "train.tensorboard_dir",
+      "data.threads",
   };
   return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("fault.", 0) == 0 ||
          run_options.count(key) > 0;

@@ -268,12 +268,5 @@ std::string default_run_dir() {
   return dir;
 }
 
-int cmd_tokenize(const Config& c) {
-  setup_logging("");
-  auto d = prepare(c);
-  spdlog::info("data ready in {}: {} train tokens, {} val tokens, vocab {}, unigram entropy {:.4f} nats/token", d.dir,
-               d.train_tokens, d.val_tokens, d.vocab_size, d.unigram_entropy);
-  return 0;
-}
 
 }  // namespace troupe::cli

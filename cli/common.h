@@ -55,7 +55,9 @@ std::string default_run_dir();
 
 // Subcommands (cli/train.cpp, cli/tools.cpp).
 int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt);
-int cmd_tokenize(const Config& c);
+// troupe prepare (and its alias tokenize): cli/prepare.cpp. `report` ("" = none) gets
+// report.json's content; the table goes to stdout.
+int cmd_prepare(const Config& c, const std::string& report);
 int cmd_export(const std::string& dir, const std::string& format, const std::string& out);
 struct GenerateOptions {
   std::string dir, prompt, logits_out;

@@ -1,6 +1,7 @@
 // troupe — the command line.
 //   troupe train    --config FILE [--set section.key=value ...] [--run-dir DIR]
-//   troupe tokenize --config FILE [--set ...]      corpus -> tokenizer + token files (cached)
+//   troupe prepare  --config FILE [--set ...] [--report FILE.json]   sources -> cleaned token files (cached)
+//   troupe tokenize ...                            an alias of prepare
 //   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <unistd.h>
@@ -53,9 +54,14 @@ int main(int argc, char** argv) {
   train->add_option("--run-dir", run_dir, "run directory (default runs/<timestamp>)");
   std::string resume;
   train->add_option("--resume", resume, "continue from a snapshot: its directory, or 'latest' (newest valid in checkpoint.dir)");
-  auto* tokenize = app.add_subcommand("tokenize", "prepare the corpus: tokenizer + token files");
-  tokenize->add_option("--config", config_path, "TOML config file")->required();
-  tokenize->add_option("--set", sets, "override a key: section.key=value (repeatable)");
+  std::string report;
+  auto* prepare_cmd = app.add_subcommand("prepare", "prepare the data: clean, deduplicate, tokenize, index (cached)");
+  auto* tokenize = app.add_subcommand("tokenize", "an alias of prepare");
+  for (auto* sub : {prepare_cmd, tokenize}) {
+    sub->add_option("--config", config_path, "TOML config file")->required();
+    sub->add_option("--set", sets, "override a key: section.key=value (repeatable)");
+    sub->add_option("--report", report, "also write the cleaning report as JSON to this file");
+  }
   SimulateOptions so;
   auto* simulate_cmd = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
   simulate_cmd->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
@@ -106,10 +112,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
-    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate" &&
-        cmd != "plot" && cmd != "plan") {
+    if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" &&
+        cmd != "generate" && cmd != "plot" && cmd != "plan") {
       print_error("unknown command '" + cmd +
-                  "'; use train, launch, tokenize, simulate, plan, export, generate or plot (see troupe --help)");
+                  "'; use train, launch, prepare, tokenize, simulate, plan, export, generate or plot (see troupe --help)");
       return 2;
     }
   }
@@ -139,7 +145,7 @@ int main(int argc, char** argv) {
     Config c = load_config(config_path, sets);
     if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
     if (train->parsed()) return cmd_train(c, run_dir, resume);
-    if (tokenize->parsed()) return cmd_tokenize(c);
+    if (prepare_cmd->parsed() || tokenize->parsed()) return cmd_prepare(c, report);
     if (plan_cmd->parsed()) return cmd_plan(c, pc);
   } catch (const UserError& e) {
     print_error(log_prefix_ + e.what());

@@ -161,19 +161,23 @@ void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
 }
 
 // Token files, tokenizer and snapshot agree with the model (UserError naming the fix otherwise).
-void check_data(const Config& c, const PreparedData& d, const BatchLoader& loader, const Tokenizer& tok,
+void check_data(const Config& c, const PreparedData& d, const BlendLoader& loader, const Tokenizer& tok,
                 const TrainState* state) {
   // Token files are checked against the model before anything trains.
-  for (const TokenFile* f : {&loader.train(), &loader.val()}) {
-    f->check_tokenizer(d.tokenizer_hash);
-    f->validate(c.model.vocab_size);
+  for (size_t s = 0; s < loader.size(); ++s) {
+    const auto& src = loader.source(s);
+    for (const TokenFile* f : {src.train.get(), src.val.get()}) {
+      f->check_tokenizer(d.tokenizer_hash);
+      f->validate(c.model.vocab_size);
+    }
+    TROUPE_USER_CHECK(src.train->size() >= (uint64_t)c.train.seq_len + 1)
+        << "the train split has " << src.train->size() << " tokens in source '" << src.name << "', fewer than train.seq_len + 1 = "
+        << c.train.seq_len + 1 << "; use a bigger corpus or a smaller train.seq_len";
+    TROUPE_USER_CHECK(src.val->size() >= (uint64_t)c.train.seq_len + 1)
+        << "the validation split has " << src.val->size() << " tokens in source '" << src.name
+        << "', fewer than train.seq_len + 1 = " << c.train.seq_len + 1
+        << "; raise data.val_fraction or lower train.seq_len";
   }
-  TROUPE_USER_CHECK(loader.train().size() >= (uint64_t)c.train.seq_len + 1)
-      << "the train split has " << loader.train().size() << " tokens, fewer than train.seq_len + 1 = "
-      << c.train.seq_len + 1 << "; use a bigger corpus or a smaller train.seq_len";
-  TROUPE_USER_CHECK(loader.val().size() >= (uint64_t)c.train.seq_len + 1)
-      << "the validation split has " << loader.val().size() << " tokens, fewer than train.seq_len + 1 = "
-      << c.train.seq_len + 1 << "; raise data.val_fraction or lower train.seq_len";
   if (state && !state->tokenizer_hash.empty()) {
     TROUPE_USER_CHECK(state->tokenizer_hash == std::to_string(d.tokenizer_hash))
         << "snapshot " << state->dir << " was trained with another tokenizer (hash " << state->tokenizer_hash
@@ -261,15 +265,17 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
 }
 
 // The data side of a job: batches from the loader, text from the tokenizer.
-void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shared_ptr<BatchLoader> loader,
+void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shared_ptr<BlendLoader> loader,
               std::shared_ptr<Tokenizer> tok) {
   const uint64_t seed = c.train.seed;
   ctx.fill_batch = [loader, seed](int kind, int64_t index, int B, int T, int32_t* in, int32_t* tg) {
     if (kind == 0)
       loader->get_train_batch(seed, index, B, T, in, tg);
-    else
-      loader->get_val_batch(index, B, T, in, tg);
+    else  // kind 1 + s: validation of source s
+      loader->get_val_batch((size_t)(kind - 1), index, B, T, in, tg);
   };
+  if (loader->size() > 1)
+    for (size_t s = 0; s < loader->size(); ++s) ctx.val_sources.push_back(loader->source(s).name);
   ctx.decode = [tok](const std::vector<int32_t>& ids) {
     // a sample can stop inside a multi-byte character (byte-fallback pieces): show U+FFFD
     std::string text = tok->decode(ids), out;
@@ -409,7 +415,11 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                  c.train.threads, workers, workers);
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
-  auto loader = std::make_shared<BatchLoader>(d.train_path, d.val_path);
+  std::vector<BlendLoader::Source> sources;
+  for (const PreparedSource& s : d.sources)
+    sources.push_back({s.name, s.weight, std::make_shared<const TokenFile>(s.train_path),
+                       std::make_shared<const TokenFile>(s.val_path)});
+  auto loader = std::make_shared<BlendLoader>(std::move(sources));
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
   check_data(c, d, *loader, *tok, state.get());
   const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

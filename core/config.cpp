@@ -5,7 +5,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <toml++/toml.h>
 #include <variant>
@@ -33,6 +35,7 @@ const std::vector<Key>& key_table() {
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
+      K(data, tokenizer_sample_mb), K(data, special_tokens), K(data, threads),
       K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last), K(checkpoint, max_failures), K(checkpoint, memory_interval),
       K(fault, policy),         K(fault, max_restarts),    K(fault, timeout_s),       K(fault, heartbeat_s),   K(fault, join_timeout_s),
       K(cluster, gpu),          K(cluster, gpus_per_node), K(cluster, nodes),     K(cluster, intra_node_gbps),
@@ -96,7 +99,97 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
   }
 }
 
+// The keys of one [[data.sources]] entry, each with its field.
+using SourceRef = std::variant<std::string DataSource::*, double DataSource::*, bool DataSource::*>;
+const std::vector<std::pair<std::string, SourceRef>>& source_keys() {
+  static const std::vector<std::pair<std::string, SourceRef>> t = {
+      {"name", &DataSource::name},     {"path", &DataSource::path},
+      {"format", &DataSource::format}, {"field", &DataSource::field},
+      {"glob", &DataSource::glob},     {"weight", &DataSource::weight},
+      {"utf8", &DataSource::utf8},     {"normalize", &DataSource::normalize},
+      {"dedup", &DataSource::dedup},   {"near_dedup", &DataSource::near_dedup},
+      {"near_threshold", &DataSource::near_threshold}, {"quality", &DataSource::quality},
+  };
+  return t;
+}
+
+// [[data.sources]]: an array of tables, each with the keys of source_keys().
+std::vector<DataSource> parse_sources(const toml::node& node, const std::string& path) {
+  const auto* arr = node.as_array();
+  TROUPE_USER_CHECK(arr != nullptr) << "data.sources in " << path
+                                    << " must be an array of tables: write each source as [[data.sources]]";
+  std::vector<DataSource> out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const auto* t = arr->get(i)->as_table();
+    const std::string where = fmt::format("data.sources[{}] (line {} of {})", i, arr->get(i)->source().begin.line, path);
+    TROUPE_USER_CHECK(t != nullptr) << where << " is not a table; write each source as [[data.sources]]";
+    DataSource s;
+    for (auto&& [key, val] : *t) {
+      const std::string k(key.str());
+      const auto it = std::find_if(source_keys().begin(), source_keys().end(), [&](auto& e) { return e.first == k; });
+      if (it == source_keys().end()) {
+        std::string known;
+        for (auto& e : source_keys()) known += (known.empty() ? "" : ", ") + e.first;
+        throw UserError("unknown key '" + k + "' in " + where + "; use one of: " + known);
+      }
+      std::visit(
+          [&](auto member) {
+            using T = std::remove_reference_t<decltype(s.*member)>;
+            auto v = val.template value<T>();
+            const bool ok = v && (std::is_same_v<T, double> ? val.is_number()
+                                  : std::is_same_v<T, bool> ? val.is_boolean()
+                                                            : val.is_string());
+            TROUPE_USER_CHECK(ok) << where << " key '" << k << "' must be "
+                                  << (std::is_same_v<T, double> ? "a number" : std::is_same_v<T, bool> ? "true or false" : "a string");
+            s.*member = *v;
+          },
+          it->second);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The blend as one line of TOML (inline tables), so that key_values() compares it as one key.
+std::string sources_text(const std::vector<DataSource>& sources) {
+  std::string out = "[";
+  for (size_t i = 0; i < sources.size(); ++i) {
+    out += i ? ", {" : "{";
+    bool first = true;
+    for (auto& [k, ref] : source_keys()) {
+      out += (first ? " " : ", ") + k + " = ";
+      first = false;
+      std::visit(
+          [&](auto member) {
+            using T = std::remove_reference_t<decltype(sources[i].*member)>;
+            const auto& v = sources[i].*member;
+            if constexpr (std::is_same_v<T, std::string>) {
+              std::ostringstream os;
+              os << toml::value<std::string>(v);
+              out += os.str();
+            } else if constexpr (std::is_same_v<T, bool>) {
+              out += v ? "true" : "false";
+            } else {
+              out += fmt::format("{}", v);
+            }
+          },
+          ref);
+    }
+    out += " }";
+  }
+  return out + "]";
+}
+
 }  // namespace
+
+std::vector<DataSource> DataConfig::blend() const {
+  if (!sources.empty()) return sources;
+  DataSource s;  // the old keys read the corpus as before: no step that could drop a document
+  s.name = "corpus";
+  s.path = corpus;
+  s.normalize = s.dedup = s.near_dedup = s.quality = false;
+  return {s};
+}
 
 std::vector<std::string> Config::keys() {
   std::vector<std::string> out;
@@ -133,6 +226,10 @@ Config Config::parse(const std::string& text, const std::string& path) {
     if (!t) unknown_key(std::string(sec.str()), where);
     for (auto&& [key, val] : *t) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());
+      if (name == "data.sources") {
+        c.data.sources = parse_sources(val, path);
+        continue;
+      }
       const Key* k = find_key(name);
       if (!k) unknown_key(name, where);
       assign(c, *k, val, where);
@@ -146,6 +243,8 @@ void Config::set(const std::string& assignment) {
   TROUPE_USER_CHECK(eq != std::string::npos && eq > 0)
       << "--set '" << assignment << "' must look like section.key=value (e.g. --set train.steps=10)";
   std::string name = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  TROUPE_USER_CHECK(name.rfind("data.sources", 0) != 0)
+      << "--set cannot change data.sources; edit the [[data.sources]] tables of the config file";
   const Key* k = find_key(name);
   if (!k) unknown_key(name, " (from --set)");
   // Parse the value as TOML; a bare word is taken as a string.
@@ -298,6 +397,28 @@ void Config::validate() const {
   TROUPE_USER_CHECK(data.val_fraction > 0 && data.val_fraction < 1)
       << "data.val_fraction = " << data.val_fraction << " must be in (0, 1), e.g. 0.05";
   TROUPE_USER_CHECK(!data.corpus.empty()) << "data.corpus is empty; set it to a UTF-8 text file (make data writes data/sotu.txt)";
+  TROUPE_USER_CHECK(data.tokenizer_sample_mb >= 1)
+      << "data.tokenizer_sample_mb = " << data.tokenizer_sample_mb << "; use at least 1 (MB of text the tokenizer trains on)";
+  TROUPE_USER_CHECK(data.threads >= 0) << "data.threads must be >= 0 (0 = all cores)";
+  std::set<std::string> names;
+  for (size_t i = 0; i < data.sources.size(); ++i) {
+    const DataSource& s = data.sources[i];
+    const std::string at = fmt::format("data.sources[{}]", i);
+    TROUPE_USER_CHECK(!s.name.empty() && s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos)
+        << at << " has name = \"" << s.name << "\"; give each source a name of letters, digits, '_' or '-'";
+    TROUPE_USER_CHECK(names.insert(s.name).second) << at << ": the name \"" << s.name
+                                                   << "\" is used twice; give each source its own name";
+    TROUPE_USER_CHECK(!s.path.empty()) << "source '" << s.name << "' has no path; set path = a file or folder";
+    TROUPE_USER_CHECK(s.format == "text" || s.format == "jsonl" || s.format == "dir")
+        << "source '" << s.name << "' has format = \"" << s.format << "\"; use \"text\", \"jsonl\" or \"dir\"";
+    TROUPE_USER_CHECK(s.weight > 0 && std::isfinite(s.weight))
+        << "source '" << s.name << "' has weight = " << s.weight
+        << "; a weight is the source's share of training samples and must be > 0 (remove the source to leave it out)";
+    TROUPE_USER_CHECK(s.utf8 == "refuse" || s.utf8 == "drop" || s.utf8 == "replace")
+        << "source '" << s.name << "' has utf8 = \"" << s.utf8 << "\"; use \"refuse\", \"drop\" or \"replace\"";
+    TROUPE_USER_CHECK(s.near_threshold > 0 && s.near_threshold <= 1)
+        << "source '" << s.name << "' has near_threshold = " << s.near_threshold << "; use a Jaccard similarity in (0, 1], e.g. 0.8";
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> Config::key_values() const {
@@ -319,6 +440,7 @@ std::vector<std::pair<std::string, std::string>> Config::key_values() const {
         k.ref(c));
     out.emplace_back(k.name, v);
   }
+  out.emplace_back("data.sources", sources_text(data.sources));
   return out;
 }
 
@@ -342,6 +464,13 @@ std::string Config::to_toml() const {
   }
   std::ostringstream os;
   os << root << "\n";
+  if (!data.sources.empty()) {  // the blend, as [[data.sources]] tables after the flat keys
+    for (const auto& src : data.sources) {
+      toml::table t;
+      for (auto& [k, ref] : source_keys()) std::visit([&](auto member) { t.insert(k, src.*member); }, ref);
+      os << "\n[[data.sources]]\n" << t << "\n";
+    }
+  }
   return os.str();
 }
 

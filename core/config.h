@@ -77,11 +77,36 @@ struct OptimConfig {
   double eps = 1e-8;
 };
 
+// One source of a data blend ([[data.sources]] in TOML; datasets/prepare.h reads it).
+// Cleaning steps are switchable per source (datasets/clean.h).
+struct DataSource {
+  std::string name;              // [A-Za-z0-9_-]+, unique in the blend; names files and report rows
+  std::string path;              // a text file, a JSONL file, or a folder (format = "dir")
+  std::string format = "text";   // text (blank-line separated documents) | jsonl | dir (one file = one document)
+  std::string field = "text";    // jsonl: the string field holding a document
+  std::string glob = "*";        // dir: files whose path relative to `path` matches (fnmatch), sorted
+  double weight = 1.0;           // share of training samples drawn from this source (normalised over the blend)
+  std::string utf8 = "refuse";   // invalid UTF-8: refuse (exit 2 naming the line) | drop (the bytes) | replace (U+FFFD)
+  bool normalize = true;         // Unicode NFC (ICU)
+  bool dedup = true;             // exact duplicates of the normalised text removed
+  bool near_dedup = true;        // near duplicates (MinHash + LSH, Jaccard >= near_threshold) removed
+  double near_threshold = 0.8;   // Jaccard similarity of word sets above which a document is a near duplicate
+  bool quality = true;           // Gopher quality filters (Rae et al. 2021)
+};
+
 struct DataConfig {
   std::string corpus = "data/sotu.txt";   // UTF-8 text, documents separated by a blank line
   double val_fraction = 0.05;             // last fraction of documents = validation split
   std::string tokenizer;                  // optional path to a SentencePiece .model
   std::string cache_dir = "data/cache";   // tokenizer + token files, keyed by corpus hash
+  // The blend. Empty: one source {name = "corpus", path = corpus, format = "text"} that
+  // reads the corpus as earlier versions did (UTF-8 refused; no NFC, dedup or filters).
+  std::vector<DataSource> sources;
+  int tokenizer_sample_mb = 256;          // the tokenizer trains on about this many MB sampled from the train splits
+  std::string special_tokens;             // user-defined special tokens, comma-separated (e.g. "<|user|>,<|bot|>")
+  int threads = 0;                        // prepare's threads (0 = all cores); results do not depend on it
+  // The sources of the blend: `sources`, or the one-source blend of `corpus`.
+  std::vector<DataSource> blend() const;
 };
 
 // Snapshots (checkpoint/snapshot.h): where, how often, how many are kept.

@@ -50,6 +50,15 @@ CorpusSplit split_documents(std::vector<std::string> docs, double val_fraction);
 inline constexpr uint64_t kFnv1aOffset = 0xcbf29ce484222325ull;
 uint64_t fnv1a64(std::string_view bytes, uint64_t h = kFnv1aOffset);
 
+// SplitMix64's finaliser (Steele et al. 2014): a bijective 64-bit mix, the counter-based
+// generator of the loader and the hash of the MinHash permutations.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 // FNV-1a 64 of a whole file's bytes. Errors: UserError when the file cannot be read.
 uint64_t hash_file(const std::string& path);
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "datasets/token_file.h"
 
@@ -63,6 +64,50 @@ class BatchLoader {
  private:
   std::shared_ptr<const TokenFile> train_;
   std::shared_ptr<const TokenFile> val_;
+};
+
+// A weighted blend of sources (prepare.h), each with its train and val token files.
+//
+// Training: sample i of step k draws its source from the weights, then its window inside
+// that source's train file, both from the counter-based key r = batch_sample_key(seed, k, i):
+//   source = the first s with  u < floor(2^64 * (w_0 + .. + w_s) / W),  u = splitmix64(r ^ 0xb1e4d),
+//   start  = batch_sample_start(seed, k, i, n_s, seq_len)   (as BatchLoader, in source s).
+// So the loader has no state beyond (seed, step): the snapshot's step is its position, and
+// resuming at step k gives bitwise the batches of the uninterrupted run, for any thread,
+// process or data-parallel layout. With one source the batches are BatchLoader's.
+// Validation: batch b of source s = BatchLoader's val batch b over that source's val file.
+// Token files are memory-mapped: no corpus is ever read into memory.
+class BlendLoader {
+ public:
+  struct Source {
+    std::string name;
+    double weight = 1.0;
+    std::shared_ptr<const TokenFile> train, val;
+  };
+  // Errors: Error for no source or a weight <= 0 (the config refuses those first).
+  explicit BlendLoader(std::vector<Source> sources);
+
+  size_t size() const { return sources_.size(); }
+  const Source& source(size_t s) const { return sources_[s]; }
+  // The source sample `sample` of `step` is drawn from.
+  size_t sample_source(uint64_t seed, int64_t step, int64_t sample) const;
+
+  // As BatchLoader::get_train_samples, over the blend. Errors: UserError when a source's
+  // train split has fewer than seq_len + 1 tokens (names the source and the fix).
+  void get_train_samples(uint64_t seed, int64_t step, int64_t first_sample, int count, int seq_len, int32_t* inputs,
+                         int32_t* targets) const;
+  void get_train_batch(uint64_t seed, int64_t step, int batch_size, int seq_len, int32_t* inputs,
+                       int32_t* targets) const {
+    get_train_samples(seed, step, 0, batch_size, seq_len, inputs, targets);
+  }
+  // Validation batch `batch_index` of source `s` (BatchLoader::get_val_batch on its val file).
+  void get_val_batch(size_t s, int64_t batch_index, int batch_size, int seq_len, int32_t* inputs,
+                     int32_t* targets) const;
+
+ private:
+  std::vector<Source> sources_;
+  std::vector<BatchLoader> loaders_;       // one per source (sharing the mapped files)
+  std::vector<unsigned __int128> cum_;     // cumulative weight thresholds, the last = 2^64
 };
 
 }  // namespace troupe

@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "datasets/pipeline.h"
+#include "datasets/sources.h"
 #include "datasets/token_file.h"
 #include "datasets/tokenizer.h"
 
@@ -30,7 +32,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Bump when the meaning of the cached files changes (how documents are joined, ...).
-constexpr int kCacheFormat = 1;
+constexpr int kCacheFormat = 2;
 
 std::string fmt_mb(uint64_t bytes) {
   char buf[32];
@@ -72,39 +74,6 @@ class DirLock {
   std::string path_;
   int fd_ = -1;
 };
-
-// What meta.json records; `problem` explains why a cache cannot be reused ("" = reusable).
-struct CacheKey {
-  std::string corpus_hash;
-  int vocab_size;
-  double val_fraction;
-  std::string tokenizer_source;  // "trained" or "file"
-  std::string user_tokenizer_hash;  // hash of data.tokenizer when source == "file"
-};
-
-std::string reuse_problem(const PreparedData& p, const CacheKey& key, nlohmann::json* meta_out) {
-  const std::string meta_path = p.dir + "/meta.json";
-  if (!fs::exists(meta_path)) return "no cache yet";
-  nlohmann::json meta;
-  try {
-    std::ifstream in(meta_path);
-    meta = nlohmann::json::parse(in);
-    if (meta.value("format", 0) != kCacheFormat) return "cache format changed";
-    if (meta.at("corpus_hash").get<std::string>() != key.corpus_hash) return "corpus changed";
-    if (meta.at("vocab_size").get<int>() != key.vocab_size) return "vocab size changed";
-    if (meta.at("val_fraction").get<double>() != key.val_fraction) return "data.val_fraction changed";
-    if (meta.at("tokenizer_source").get<std::string>() != key.tokenizer_source) return "data.tokenizer changed";
-    if (key.tokenizer_source == "file" &&
-        meta.at("tokenizer_hash").get<std::string>() != key.user_tokenizer_hash)
-      return "data.tokenizer changed";
-  } catch (const std::exception& e) {
-    return std::string("meta.json unreadable (") + e.what() + ")";
-  }
-  for (const auto* f : {&p.tokenizer_path, &p.train_path, &p.val_path})
-    if (!fs::exists(*f)) return fs::path(*f).filename().string() + " missing";
-  *meta_out = std::move(meta);
-  return "";
-}
 
 }  // namespace
 
@@ -198,6 +167,176 @@ double unigram_cross_entropy(std::span<const int32_t> train_tokens,
   return unigram_cross_entropy(tc, vc);
 }
 
+// ---- prepare_data: the key, reuse, build, commit -------------------------------------
+
+namespace {
+
+// What the cache folder is made from (everything but the weights); its hash names the folder.
+nlohmann::json cache_key(const DataConfig& cfg, int vocab_size, const std::vector<DataSource>& blend,
+                         const std::vector<std::string>& special, const std::string& user_tokenizer_hash) {
+  nlohmann::json sources = nlohmann::json::array();
+  for (const DataSource& s : blend)
+    sources.push_back({{"name", s.name}, {"format", s.format}, {"field", s.field}, {"glob", s.glob},
+                       {"bytes_hash", hash_hex(source_fingerprint(s))}, {"utf8", s.utf8}, {"normalize", s.normalize},
+                       {"dedup", s.dedup}, {"near_dedup", s.near_dedup}, {"near_threshold", s.near_threshold},
+                       {"quality", s.quality}});
+  return {{"format", kCacheFormat},
+          {"vocab_size", vocab_size},
+          {"val_fraction", cfg.val_fraction},
+          {"tokenizer", user_tokenizer_hash.empty() ? std::string("trained") : user_tokenizer_hash},
+          {"tokenizer_sample_mb", user_tokenizer_hash.empty() ? cfg.tokenizer_sample_mb : 0},
+          {"special_tokens", special},
+          {"sources", sources}};
+}
+
+void set_paths(PreparedData& p, const std::vector<DataSource>& blend) {
+  p.tokenizer_path = p.dir + "/tokenizer.model";
+  p.report_path = p.dir + "/report.json";
+  p.removed_path = p.dir + "/removed.jsonl";
+  p.sources.clear();
+  for (const DataSource& s : blend) {
+    PreparedSource ps;
+    ps.name = s.name;
+    ps.weight = s.weight;
+    ps.train_path = p.dir + "/" + s.name + ".train.bin";
+    ps.val_path = p.dir + "/" + s.name + ".val.bin";
+    ps.train_idx = p.dir + "/" + s.name + ".train.idx";
+    ps.val_idx = p.dir + "/" + s.name + ".val.idx";
+    p.sources.push_back(ps);
+  }
+}
+
+nlohmann::json source_report_json(const SourceReport& r) {
+  nlohmann::json filtered = nlohmann::json::object();
+  for (int f = 0; f < kNumQualityFilters; ++f) filtered[kQualityFilters[f]] = r.filtered[static_cast<size_t>(f)];
+  return {{"name", r.name}, {"docs_in", r.docs_in}, {"bytes_in", r.bytes_in},
+          {"invalid_utf8_bytes", r.invalid_utf8_bytes}, {"normalized", r.normalized},
+          {"exact_duplicates", r.exact_duplicates}, {"near_duplicates", r.near_duplicates},
+          {"filtered", filtered}, {"docs_kept", r.docs_kept}, {"bytes_kept", r.bytes_kept}};
+}
+
+SourceReport source_report_from(const nlohmann::json& j) {
+  SourceReport r;
+  r.name = j.at("name").get<std::string>();
+  for (auto [k, v] : {std::pair<const char*, uint64_t*>{"docs_in", &r.docs_in}, {"bytes_in", &r.bytes_in},
+                      {"invalid_utf8_bytes", &r.invalid_utf8_bytes}, {"normalized", &r.normalized},
+                      {"exact_duplicates", &r.exact_duplicates}, {"near_duplicates", &r.near_duplicates},
+                      {"docs_kept", &r.docs_kept}, {"bytes_kept", &r.bytes_kept}})
+    *v = j.at(k).get<uint64_t>();
+  for (int f = 0; f < kNumQualityFilters; ++f)
+    r.filtered[static_cast<size_t>(f)] = j.at("filtered").at(kQualityFilters[f]).get<uint64_t>();
+  return r;
+}
+
+// Why the committed folder cannot be reused ("" = it can), filling p from meta.json.
+std::string check_committed(PreparedData& p, const nlohmann::json& key, int vocab_size) {
+  nlohmann::json meta;
+  try {
+    std::ifstream in(p.dir + "/meta.json");
+    meta = nlohmann::json::parse(in);
+    if (meta.at("key") != key) return "meta.json was made from other inputs";
+    const Tokenizer tok = Tokenizer::load(p.tokenizer_path);
+    if (hash_hex(tok.hash()) != meta.at("tokenizer_hash").get<std::string>() || tok.vocab_size() != vocab_size)
+      return "tokenizer.model is not the tokenizer the token files were made with (another blend's?)";
+    p.tokenizer_hash = tok.hash();
+    p.eot_id = tok.eot_id();
+    for (size_t i = 0; i < p.sources.size(); ++i) {
+      PreparedSource& s = p.sources[i];
+      const auto& m = meta.at("sources").at(i);
+      s.report = source_report_from(m.at("report"));
+      for (int split = 0; split < 2; ++split) {
+        const std::string& bin = split == 0 ? s.train_path : s.val_path;
+        const TokenFile f(bin);
+        const DocIndex idx = read_doc_index(split == 0 ? s.train_idx : s.val_idx);
+        f.check_tokenizer(tok.hash());
+        TROUPE_USER_CHECK(idx.tokenizer_hash == tok.hash())
+            << "document index '" << (split == 0 ? s.train_idx : s.val_idx) << "' was written with tokenizer "
+            << hash_hex(idx.tokenizer_hash) << ", not " << hash_hex(tok.hash());
+        const uint64_t want = m.at(split == 0 ? "train_tokens" : "val_tokens").get<uint64_t>();
+        if (f.size() != want || idx.tokens() != want)
+          return fs::path(bin).filename().string() + " does not hold the " + std::to_string(want) +
+                 " tokens meta.json records";
+        f.validate(vocab_size);
+        (split == 0 ? s.train_tokens : s.val_tokens) = want;
+        (split == 0 ? s.train_docs : s.val_docs) = idx.docs();
+      }
+    }
+    p.unigram_entropy = meta.at("unigram_entropy").get<double>();
+    p.tokenizer_sample_bytes = meta.at("tokenizer_sample_bytes").get<uint64_t>();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Uncommits the folder and removes what an interrupted or outdated preparation left (this
+// process holds the folder's lock), naming it.
+void remove_litter(const std::string& dir, const DataLogFn& log) {
+  std::error_code ec;
+  fs::remove(dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
+  std::vector<fs::path> old;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename() != ".lock") old.push_back(it->path());
+  std::string left;
+  for (const auto& f : old)
+    if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
+  if (!left.empty() && log) log("data: removed " + left + " (left by an interrupted or outdated preparation) in " + dir);
+}
+
+// Pass 1 over every source, the tokenizer, pass 2; fills p (not its unigram entropy).
+void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>& blend,
+           const std::vector<std::string>& special, int vocab_size, const DataLogFn& log) {
+  const int threads = resolve_threads(cfg.threads);
+  uint64_t total = 0;
+  for (const DataSource& s : blend) total += source_bytes(s);
+  const double rate = static_cast<double>(cfg.tokenizer_sample_mb) * 1e6 / std::max<double>(1.0, static_cast<double>(total));
+  std::vector<std::string> sample;
+  std::vector<uint64_t> n_train(blend.size());
+  std::string removed;
+  for (size_t i = 0; i < blend.size(); ++i) {
+    CleanOutput c = clean_source(blend[i], p.dir + "/" + blend[i].name + ".scratch", threads, rate, log);
+    const uint64_t n = c.report.docs_kept;
+    TROUPE_USER_CHECK(n >= 2) << "source '" << blend[i].name << "' keeps " << n << " document(s) after cleaning ("
+                              << c.report.docs_in << " read), but a train and a validation split need at least 2; "
+                              << "add documents, or turn off the cleaning steps that removed them (see the report)";
+    const auto n_val = std::clamp<uint64_t>(static_cast<uint64_t>(std::llround(cfg.val_fraction * static_cast<double>(n))), 1, n - 1);
+    n_train[i] = n - n_val;
+    for (auto& d : c.sample)
+      if (d.index < n_train[i]) sample.push_back(std::move(d.text));
+    for (const auto& r : c.removed)
+      removed += nlohmann::json{{"source", r.source}, {"reason", r.reason}, {"file", r.file}, {"line", r.line},
+                                {"text", r.text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    p.sources[i].report = std::move(c.report);
+  }
+  if (cfg.tokenizer.empty()) {
+    for (const auto& d : sample) p.tokenizer_sample_bytes += d.size();
+    Tokenizer::train(sample, vocab_size, p.dir + "/tokenizer", log, special);
+  } else {
+    write_file_atomic(p.tokenizer_path, read_file_bytes(cfg.tokenizer, "tokenizer model"));
+  }
+  std::vector<std::string>().swap(sample);
+  const Tokenizer tok = Tokenizer::load(p.tokenizer_path);
+  TROUPE_CHECK(tok.vocab_size() == vocab_size) << "tokenizer has " << tok.vocab_size() << " pieces";
+  p.tokenizer_hash = tok.hash();
+  p.eot_id = tok.eot_id();
+  for (size_t i = 0; i < blend.size(); ++i) {
+    PreparedSource& s = p.sources[i];
+    const std::string scratch = p.dir + "/" + s.name + ".scratch";
+    TokenFileWriter train(s.train_path, s.train_idx, vocab_size, tok.hash());
+    TokenFileWriter val(s.val_path, s.val_idx, vocab_size, tok.hash());
+    tokenize_scratch(tok, scratch, n_train[i], train, val, threads, s.name, log);
+    train.commit();
+    val.commit();
+    s.train_docs = train.docs(), s.val_docs = val.docs();
+    s.train_tokens = train.tokens(), s.val_tokens = val.tokens();
+    std::error_code ec;
+    fs::remove(scratch, ec);
+  }
+  write_file_atomic(p.removed_path, removed);
+}
+
+}  // namespace
+
 PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn& log) {
   auto say = [&](const std::string& s) {
     if (log) log(s);
@@ -205,18 +344,9 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   TROUPE_USER_CHECK(vocab_size >= Tokenizer::kMinVocabSize)
       << "model.vocab_size = " << vocab_size << " is too small: the tokenizer needs at least "
       << Tokenizer::kMinVocabSize << " (2 special + 256 byte pieces + the corpus's characters)";
-
-  PreparedData p;
-  uint64_t corpus_hash = 0;
-  std::vector<std::string> docs = read_corpus(cfg.corpus, &corpus_hash);
-  for (const auto& d : docs) p.corpus_bytes += d.size();
-  p.corpus_hash = hash_hex(corpus_hash);
-  CorpusSplit split = split_documents(std::move(docs), cfg.val_fraction);
-  p.train_docs = split.train.size();
-  p.val_docs = split.val.size();
-  p.vocab_size = vocab_size;
-
-  CacheKey key{p.corpus_hash, vocab_size, cfg.val_fraction, "trained", ""};
+  const std::vector<DataSource> blend = cfg.blend();
+  const std::vector<std::string> special = parse_special_tokens(cfg.special_tokens);
+  std::string user_hash;
   if (!cfg.tokenizer.empty()) {
     const Tokenizer user = Tokenizer::load(cfg.tokenizer);
     TROUPE_USER_CHECK(user.vocab_size() == vocab_size)
@@ -224,14 +354,14 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
         << " pieces but model.vocab_size = " << vocab_size << "; set model.vocab_size = "
         << user.vocab_size() << ", or leave data.tokenizer empty to train a tokenizer of "
         << vocab_size << " pieces";
-    key.tokenizer_source = "file";
-    key.user_tokenizer_hash = hash_hex(user.hash());
+    user_hash = hash_hex(user.hash());
   }
-
-  p.dir = (fs::path(cfg.cache_dir) / (p.corpus_hash + "-v" + std::to_string(vocab_size))).string();
-  p.tokenizer_path = p.dir + "/tokenizer.model";
-  p.train_path = p.dir + "/train.bin";
-  p.val_path = p.dir + "/val.bin";
+  const nlohmann::json key = cache_key(cfg, vocab_size, blend, special, user_hash);
+  PreparedData p;
+  p.vocab_size = vocab_size;
+  p.key = hash_hex(fnv1a64(key.dump()));
+  p.dir = (fs::path(cfg.cache_dir) / (p.key + "-v" + std::to_string(vocab_size))).string();
+  set_paths(p, blend);
   {
     std::error_code ec;
     fs::create_directories(p.dir, ec);
@@ -240,101 +370,74 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
         << "; check permissions or set data.cache_dir";
   }
   DirLock lock(p.dir, log);
-
-  nlohmann::json meta;
-  std::string problem = reuse_problem(p, key, &meta);
-  if (problem.empty()) {
-    try {  // the cheap checks passed: now the files themselves
-      const Tokenizer tok = Tokenizer::load(p.tokenizer_path);
-      const TokenFile train(p.train_path), val(p.val_path);
-      if (hash_hex(tok.hash()) != meta.at("tokenizer_hash").get<std::string>() ||
-          tok.vocab_size() != vocab_size)
-        problem = "tokenizer.model changed";
-      else if (train.size() != meta.at("train_tokens").get<uint64_t>() ||
-               val.size() != meta.at("val_tokens").get<uint64_t>())
-        problem = "token counts differ from meta.json";
-      else if (train.tokenizer_hash() != tok.hash() || val.tokenizer_hash() != tok.hash())
-        problem = "token files were written by another tokenizer";
-      if (problem.empty()) {
-        train.validate(vocab_size);
-        val.validate(vocab_size);
-      }
-    } catch (const std::exception& e) {
-      problem = e.what();
-    }
+  if (fs::exists(p.dir + "/meta.json")) {
+    const std::string problem = check_committed(p, key, vocab_size);
     // A committed cache whose files do not match its meta.json was damaged after it was
     // written: refuse (naming the file) rather than silently rewrite what is there.
     if (!problem.empty())
       throw UserError("the data cache " + p.dir + " is damaged: " + problem +
                       (problem.find("delete") == std::string::npos ? "; delete that folder to rebuild it" : ""));
-  }
-
-  if (problem.empty()) {
     say("data: reusing " + p.dir);
     p.from_cache = true;
   } else {
-    say("data: preparing " + p.dir + " (" + problem + ")");
-    std::error_code ec;
-    fs::remove(p.dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
-    // what an interrupted preparation left (this process holds the folder's lock)
-    std::vector<fs::path> old;
-    for (fs::directory_iterator it(p.dir, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().filename() != ".lock") old.push_back(it->path());
-    std::string left;
-    for (const auto& f : old)
-      if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
-    if (!left.empty()) say("data: removed " + left + " (left by an interrupted or outdated preparation) in " + p.dir);
-    if (cfg.tokenizer.empty()) {
-      Tokenizer::train(split.train, vocab_size, p.dir + "/tokenizer", log);
-    } else {
-      write_file_atomic(p.tokenizer_path, read_file_bytes(cfg.tokenizer, "tokenizer model"));
-    }
-    const Tokenizer tok = Tokenizer::load(p.tokenizer_path);
-    TROUPE_CHECK(tok.vocab_size() == vocab_size) << "tokenizer has " << tok.vocab_size() << " pieces";
-    for (int s = 0; s < 2; ++s) {
-      const auto& docs_s = s == 0 ? split.train : split.val;
-      const std::string name = s == 0 ? "train" : "val";
-      const std::vector<int32_t> tokens = tokenize_documents(tok, docs_s, 0, log, name);
-      write_token_file(s == 0 ? p.train_path : p.val_path, tokens, vocab_size, tok.hash());
-    }
-    const TokenFile train(p.train_path), val(p.val_path);
-    meta = nlohmann::json{
-        {"format", kCacheFormat},
-        {"corpus", cfg.corpus},
-        {"corpus_hash", p.corpus_hash},
-        {"corpus_bytes", p.corpus_bytes},
-        {"val_fraction", cfg.val_fraction},
-        {"vocab_size", vocab_size},
-        {"tokenizer_source", key.tokenizer_source},
-        {"tokenizer_file", cfg.tokenizer},
-        {"tokenizer_hash", hash_hex(tok.hash())},
-        {"eot_id", tok.eot_id()},
-        {"train_docs", p.train_docs},
-        {"val_docs", p.val_docs},
-        {"train_tokens", train.size()},
-        {"val_tokens", val.size()},
-    };
+    say("data: preparing " + p.dir + " from " + std::to_string(blend.size()) + " source(s)");
+    remove_litter(p.dir, log);
+    build(p, cfg, blend, special, vocab_size, log);
   }
-
-  const Tokenizer tok = Tokenizer::load(p.tokenizer_path);
-  const TokenFile train(p.train_path), val(p.val_path);
-  p.tokenizer_hash = tok.hash();
-  p.eot_id = tok.eot_id();
-  p.train_tokens = train.size();
-  p.val_tokens = val.size();
-  p.unigram_entropy = unigram_cross_entropy(train.counts(vocab_size), val.counts(vocab_size));
+  // the blend's unigram entropy: all train tokens against all val tokens
+  std::vector<uint64_t> tc(static_cast<size_t>(vocab_size), 0), vc(tc.size(), 0);
+  for (const PreparedSource& s : p.sources) {
+    p.train_docs += s.train_docs, p.val_docs += s.val_docs;
+    p.train_tokens += s.train_tokens, p.val_tokens += s.val_tokens;
+    if (p.from_cache) continue;
+    const auto a = TokenFile(s.train_path).counts(vocab_size), b = TokenFile(s.val_path).counts(vocab_size);
+    for (size_t v = 0; v < tc.size(); ++v) tc[v] += a[v], vc[v] += b[v];
+  }
   if (!p.from_cache) {
-    meta["unigram_entropy"] = p.unigram_entropy;
-    write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");
+    p.unigram_entropy = unigram_cross_entropy(tc, vc);
+    write_file_atomic(p.report_path, report_json(p, special));
+    nlohmann::json sources = nlohmann::json::array();
+    for (const PreparedSource& s : p.sources)
+      sources.push_back({{"name", s.name}, {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens},
+                         {"report", source_report_json(s.report)}});
+    const nlohmann::json meta = {{"key", key},
+                                 {"tokenizer_hash", hash_hex(p.tokenizer_hash)},
+                                 {"tokenizer_sample_bytes", p.tokenizer_sample_bytes},
+                                 {"eot_id", p.eot_id},
+                                 {"unigram_entropy", p.unigram_entropy},
+                                 {"sources", sources}};
+    write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
   }
   char line[256];
   std::snprintf(line, sizeof line,
-                "data: %zu train docs -> %llu tokens, %zu val docs -> %llu tokens, vocab %d, "
+                "data: %zu source(s), %zu train docs -> %llu tokens, %zu val docs -> %llu tokens, vocab %d, "
                 "unigram entropy %.4f nats/token",
-                p.train_docs, static_cast<unsigned long long>(p.train_tokens), p.val_docs,
+                p.sources.size(), p.train_docs, static_cast<unsigned long long>(p.train_tokens), p.val_docs,
                 static_cast<unsigned long long>(p.val_tokens), vocab_size, p.unigram_entropy);
   say(line);
   return p;
+}
+
+std::vector<std::string> parse_special_tokens(const std::string& list) {
+  std::vector<std::string> out;
+  if (list.find_first_not_of(" \t") == std::string::npos) return out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string t = list.substr(pos, end - pos);
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t") + 1);
+    TROUPE_USER_CHECK(!t.empty()) << "data.special_tokens = \"" << list
+                                  << "\" has an empty entry; list tokens separated by commas, e.g. \"<|user|>,<|bot|>\"";
+    TROUPE_USER_CHECK(t != "<|endoftext|>" && t != "<unk>" && !(t.size() == 6 && t.rfind("<0x", 0) == 0))
+        << "data.special_tokens: \"" << t << "\" is already a piece of every tokenizer; remove it";
+    TROUPE_USER_CHECK(std::find(out.begin(), out.end(), t) == out.end())
+        << "data.special_tokens lists \"" << t << "\" twice; list each token once";
+    out.push_back(t);
+    pos = end + 1;
+  }
+  return out;
 }
 
 }  // namespace troupe

@@ -208,3 +208,131 @@ void TokenFile::check_tokenizer(uint64_t tokenizer_hash) const {
 }
 
 }  // namespace troupe
+
+namespace troupe {
+
+namespace {
+
+struct IndexHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t zero0;
+  uint64_t n_docs;
+  uint64_t n_tokens;
+  uint64_t tokenizer_hash;
+  uint32_t vocab_size;
+  uint8_t zero[20];
+};
+static_assert(sizeof(IndexHeader) == 64);
+
+// Writes all of [p, p + n) at the file position; returns 0 or errno.
+int write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+}  // namespace
+
+DocIndex read_doc_index(const std::string& path) {
+  const std::string bytes = read_file_bytes(path, "document index");
+  IndexHeader h{};
+  TROUPE_USER_CHECK(bytes.size() >= sizeof h) << "document index '" << path << "' is truncated; " << fix_for(path);
+  std::memcpy(&h, bytes.data(), sizeof h);
+  TROUPE_USER_CHECK(std::memcmp(h.magic, kDocIndexMagic, 8) == 0 && h.version == kDocIndexVersion)
+      << "'" << path << "' is not a troupe document index of version " << kDocIndexVersion << "; " << fix_for(path);
+  TROUPE_USER_CHECK(h.n_docs < (1ull << 40) && bytes.size() == sizeof h + (h.n_docs + 1) * 8)
+      << "document index '" << path << "' is truncated or corrupt (" << bytes.size() << " bytes for " << h.n_docs
+      << " documents); " << fix_for(path);
+  DocIndex idx;
+  idx.offsets.resize(h.n_docs + 1);
+  std::memcpy(idx.offsets.data(), bytes.data() + sizeof h, idx.offsets.size() * 8);
+  idx.tokenizer_hash = h.tokenizer_hash;
+  idx.vocab_size = static_cast<int>(h.vocab_size);
+  bool ok = idx.offsets.front() == 0 && idx.offsets.back() == h.n_tokens;
+  for (size_t i = 1; ok && i < idx.offsets.size(); ++i) ok = idx.offsets[i] > idx.offsets[i - 1];
+  TROUPE_USER_CHECK(ok) << "document index '" << path << "' has offsets out of order; " << fix_for(path);
+  return idx;
+}
+
+TokenFileWriter::TokenFileWriter(std::string bin_path, std::string idx_path, int vocab_size, uint64_t tokenizer_hash)
+    : bin_path_(std::move(bin_path)), idx_path_(std::move(idx_path)), vocab_size_(vocab_size),
+      tokenizer_hash_(tokenizer_hash), small_(vocab_size <= 65536) {
+  TROUPE_CHECK(vocab_size > 0) << "vocab_size " << vocab_size;
+  bin_tmp_ = bin_path_ + ".tmp.XXXXXX";
+  fd_ = ::mkstemp(bin_tmp_.data());
+  TROUPE_USER_CHECK(fd_ >= 0) << "cannot create a file next to '" << bin_path_ << "': " << std::strerror(errno)
+                              << "; check the folder's permissions";
+  const std::string zeros(kTokenFileHeaderBytes, '\0');  // the header is written by commit()
+  const int err = write_all(fd_, zeros.data(), zeros.size());
+  TROUPE_USER_CHECK(err == 0) << "cannot write '" << bin_path_ << "': " << std::strerror(err);
+  buf_.reserve(1 << 20);
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) {
+    ::unlink(bin_tmp_.c_str());
+    if (!idx_tmp_.empty()) ::unlink(idx_tmp_.c_str());
+  }
+}
+
+void TokenFileWriter::flush() {
+  const int err = write_all(fd_, buf_.data(), buf_.size());
+  TROUPE_USER_CHECK(err == 0) << "cannot write '" << bin_path_ << "': " << std::strerror(err)
+                              << "; check free disk space";
+  buf_.clear();
+}
+
+void TokenFileWriter::add_document(std::span<const int32_t> tokens) {
+  TROUPE_CHECK(!committed_ && !tokens.empty()) << "add_document on " << bin_path_;
+  const size_t elem = small_ ? 2 : 4;
+  for (const int32_t t : tokens) {
+    TROUPE_CHECK(t >= 0 && t < vocab_size_) << "token " << t << " outside [0, " << vocab_size_ << ") writing " << bin_path_;
+    const auto v32 = static_cast<uint32_t>(t);
+    const auto v16 = static_cast<uint16_t>(t);
+    buf_.append(small_ ? reinterpret_cast<const char*>(&v16) : reinterpret_cast<const char*>(&v32), elem);
+  }
+  offsets_.push_back(offsets_.back() + tokens.size());
+  if (buf_.size() >= (1 << 20)) flush();
+}
+
+void TokenFileWriter::commit() {
+  flush();
+  Header h{};
+  std::memcpy(h.magic, kTokenFileMagic, sizeof h.magic);
+  h.version = kTokenFileVersion;
+  h.dtype = static_cast<uint32_t>(small_ ? TokenDType::u16 : TokenDType::u32);
+  h.count = tokens();
+  h.tokenizer_hash = tokenizer_hash_;
+  h.vocab_size = static_cast<uint32_t>(vocab_size_);
+  int err = ::lseek(fd_, 0, SEEK_SET) == 0 ? write_all(fd_, reinterpret_cast<const char*>(&h), sizeof h) : errno;
+  if (err == 0 && ::fsync(fd_) != 0) err = errno;
+  if (err == 0) ::fchmod(fd_, 0644);
+  if (::close(fd_) != 0 && err == 0) err = errno;
+  fd_ = -1;
+  TROUPE_USER_CHECK(err == 0) << "cannot write '" << bin_path_ << "': " << std::strerror(err) << "; check free disk space";
+  IndexHeader ih{};
+  std::memcpy(ih.magic, kDocIndexMagic, 8);
+  ih.version = kDocIndexVersion;
+  ih.n_docs = docs();
+  ih.n_tokens = tokens();
+  ih.tokenizer_hash = tokenizer_hash_;
+  ih.vocab_size = static_cast<uint32_t>(vocab_size_);
+  std::string idx(sizeof ih + offsets_.size() * 8, '\0');
+  std::memcpy(idx.data(), &ih, sizeof ih);
+  std::memcpy(idx.data() + sizeof ih, offsets_.data(), offsets_.size() * 8);
+  write_file_atomic(idx_path_, idx);  // the index first: the token file's rename completes the pair
+  TROUPE_USER_CHECK(std::rename(bin_tmp_.c_str(), bin_path_.c_str()) == 0)
+      << "cannot rename '" << bin_tmp_ << "' to '" << bin_path_ << "': " << std::strerror(errno);
+  committed_ = true;
+}
+
+}  // namespace troupe

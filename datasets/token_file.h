@@ -33,6 +33,65 @@ enum class TokenDType : uint32_t { u16 = 0, u32 = 1 };
 void write_token_file(const std::string& path, std::span<const int32_t> tokens, int vocab_size,
                       uint64_t tokenizer_hash);
 
+// The document index beside a token file (<name>.idx, like Megatron's .bin/.idx pair).
+// Layout (little-endian), a 64-byte header then n_docs + 1 offsets:
+//   offset  size  field
+//        0     8  magic "TRPIDX\0\0"
+//        8     4  u32 version = 1
+//       12     4  zero
+//       16     8  u64 n_docs
+//       24     8  u64 n_tokens (= the token file's count)
+//       32     8  u64 tokenizer hash (as in the token file)
+//       40     4  u32 vocab_size
+//       44    20  zero
+//       64     -  (n_docs + 1) u64 token offsets: document i is tokens [off[i], off[i+1]) of
+//                 the token file, its end-of-text id included; off[0] = 0, off[n_docs] = n_tokens
+inline constexpr char kDocIndexMagic[8] = {'T', 'R', 'P', 'I', 'D', 'X', '\0', '\0'};
+inline constexpr uint32_t kDocIndexVersion = 1;
+
+struct DocIndex {
+  std::vector<uint64_t> offsets;  // n_docs + 1
+  uint64_t tokenizer_hash = 0;
+  int vocab_size = 0;
+  uint64_t docs() const { return offsets.empty() ? 0 : offsets.size() - 1; }
+  uint64_t tokens() const { return offsets.empty() ? 0 : offsets.back(); }
+};
+
+// Reads and checks a document index (magic, version, size, offsets ascending and ending at
+// n_tokens). Errors: UserError naming the file and the fix (delete the cache folder).
+DocIndex read_doc_index(const std::string& path);
+
+// Writes a token file and its document index as documents stream in, with bounded memory
+// (a 1 MB buffer plus 8 bytes per document). Both go to temporary files; commit() writes the
+// headers, syncs and renames them into place. Destroyed without commit(), it removes them,
+// so a killed or failed prepare never leaves a half-written file under the final names.
+class TokenFileWriter {
+ public:
+  // Errors: UserError naming the file when it cannot be created.
+  TokenFileWriter(std::string bin_path, std::string idx_path, int vocab_size, uint64_t tokenizer_hash);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+  // Appends one document's tokens (its end-of-text id included). Errors: Error for an id
+  // outside [0, vocab_size); UserError when writing fails (disk full).
+  void add_document(std::span<const int32_t> tokens);
+  // Finishes both files. Errors: UserError when writing or renaming fails.
+  void commit();
+  uint64_t tokens() const { return offsets_.back(); }
+  uint64_t docs() const { return offsets_.size() - 1; }
+
+ private:
+  void flush();
+  std::string bin_path_, idx_path_, bin_tmp_, idx_tmp_;
+  int fd_ = -1;
+  int vocab_size_;
+  uint64_t tokenizer_hash_;
+  bool small_;
+  std::string buf_;
+  std::vector<uint64_t> offsets_{0};
+  bool committed_ = false;
+};
+
 // A token file, memory-mapped read-only. Move-only; unmaps on destruction. Reads are
 // thread-safe.
 class TokenFile {

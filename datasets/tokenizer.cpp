@@ -125,7 +125,8 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size,
-                      const std::string& model_prefix, const DataLogFn& progress) {
+                      const std::string& model_prefix, const DataLogFn& progress,
+                      const std::vector<std::string>& special) {
   for (const auto& d : train_docs) {
     const size_t bad = find_invalid_utf8(d);
     TROUPE_USER_CHECK(bad == std::string::npos)
@@ -135,11 +136,14 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
   const size_t chars = distinct_chars(train_docs);
   TROUPE_USER_CHECK(chars > 0) << "the tokenizer's training split holds no text; use a corpus "
                                << "with text in it (data.corpus)";
-  const int min_vocab = std::max<int>(kMinVocabSize, 2 + 256 + static_cast<int>(chars));
+  const int n_special = 2 + static_cast<int>(special.size());
+  const int min_vocab = std::max<int>(kMinVocabSize + n_special - 2, n_special + 256 + static_cast<int>(chars));
   TROUPE_USER_CHECK(vocab_size >= min_vocab)
       << "model.vocab_size = " << vocab_size << " is too small for this corpus: the tokenizer "
-      << "needs at least " << min_vocab << " pieces (2 special + 256 byte-fallback + " << chars
+      << "needs at least " << min_vocab << " pieces (" << n_special << " special + 256 byte-fallback + " << chars
       << " distinct characters); set model.vocab_size >= " << min_vocab;
+  std::string user_symbols;
+  for (const auto& t : special) user_symbols += (user_symbols.empty() ? "" : ",") + t;
 
   std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
@@ -162,6 +166,7 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
       {"num_threads", "2"},
       {"hard_vocab_limit", "true"},
   };
+  if (!user_symbols.empty()) args["user_defined_symbols"] = user_symbols;
 
   DocSentenceIterator it(train_docs);
   std::string model;
@@ -248,6 +253,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
         << "tokenizer model '" << path << "' has no byte-fallback piece for byte " << b
         << ", so text would not round-trip exactly; train it with byte_fallback=true, or leave "
         << "data.tokenizer empty to train one";
+  t.word_local_ = true;
+  for (int id = 0; id < n && t.word_local_; ++id)
+    if (t.pieces_[id].find(kSpaceSymbol, 1) != std::string::npos) t.word_local_ = false;
   t.eot_id_ = t.sp_->eos_id();
   TROUPE_USER_CHECK(t.eot_id_ >= 0 && t.eot_id_ < n)
       << "tokenizer model '" << path << "' has no end-of-text (eos) piece; train it with "
@@ -269,21 +277,49 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       << "text to encode is not valid UTF-8 (bad byte at offset " << bad << ")";
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 16);
-  std::vector<int> ids;
   // SentencePiece would decode a literal '▁' as ' ': send it through byte pieces instead.
   while (!text.empty()) {
     const size_t at = text.find(kSpaceSymbol);
     const std::string_view seg = text.substr(0, at);
-    if (!seg.empty()) {
-      const auto status = sp_->Encode(seg, &ids);
-      TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
-      out.insert(out.end(), ids.begin(), ids.end());
-    }
+    if (!seg.empty()) encode_segment(seg, out);
     if (at == std::string_view::npos) break;
     for (char c : kSpaceSymbol) out.push_back(byte_id_[static_cast<unsigned char>(c)]);
     text.remove_prefix(at + kSpaceSymbol.size());
   }
   return out;
+}
+
+void Tokenizer::encode_segment(std::string_view seg, std::vector<int32_t>& out) const {
+  std::vector<int> ids;
+  if (!word_local_) {
+    const auto status = sp_->Encode(seg, &ids);
+    TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  struct WordCache {
+    uint64_t model = 0;
+    std::unordered_map<std::string, std::vector<int32_t>> ids;
+  };
+  thread_local WordCache cache;
+  if (cache.model != hash_ || cache.ids.size() > (1u << 19)) {  // another model, or full: start again
+    cache.ids.clear();
+    cache.model = hash_;
+  }
+  thread_local std::string key;
+  for (size_t b = 0; b < seg.size();) {
+    size_t e = seg.find(' ', b + 1);
+    if (e == std::string_view::npos) e = seg.size();
+    key.assign(seg.substr(b, e - b));
+    auto it = cache.ids.find(key);
+    if (it == cache.ids.end()) {
+      const auto status = sp_->Encode(key, &ids);
+      TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
+      it = cache.ids.emplace(key, std::vector<int32_t>(ids.begin(), ids.end())).first;
+    }
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    b = e;
+  }
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {

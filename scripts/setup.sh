@@ -9,7 +9,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config ccache
   libcaf-dev libucx-dev ucx-utils libcapnp-dev capnproto
   libspdlog-dev libfmt-dev catch2
-  libsentencepiece-dev sentencepiece
+  libsentencepiece-dev sentencepiece libicu-dev
   libopenblas-dev libblis-dev libdnnl-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libprotobuf-dev protobuf-compiler gnuplot-nox

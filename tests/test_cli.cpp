@@ -100,7 +100,7 @@ TEST_CASE("tokenizer/model vocabulary mismatch and bad token files exit 2", "[cl
   std::string model, train_bin;
   for (auto& e : fs::recursive_directory_iterator(s.path("cache"))) {
     if (e.path().filename() == "tokenizer.model") model = e.path().string();
-    if (e.path().filename() == "train.bin") train_bin = e.path().string();
+    if (e.path().filename() == "corpus.train.bin") train_bin = e.path().string();
   }
   REQUIRE(!model.empty());
   REQUIRE(!train_bin.empty());

@@ -455,7 +455,9 @@ TEST_CASE("prepare: tokenizer + token files, cached and reused", "[datasets]") {
   std::vector<std::string> log;
   const auto p = troupe::prepare_data(cfg, 512, [&](const std::string& s) { log.push_back(s); });
   CHECK_FALSE(p.from_cache);
-  CHECK(p.dir == cfg.cache_dir + "/" + troupe::hash_hex(troupe::hash_file(kTinyCorpus)) + "-v512");
+  CHECK(p.dir == cfg.cache_dir + "/" + p.key + "-v512");
+  REQUIRE(p.sources.size() == 1);
+  const auto& src = p.sources[0];
   CHECK(p.train_docs == 10);
   CHECK(p.val_docs == 1);
   CHECK(p.eot_id == 1);
@@ -464,7 +466,7 @@ TEST_CASE("prepare: tokenizer + token files, cached and reused", "[datasets]") {
   const auto docs = troupe::read_corpus(kTinyCorpus);
   const auto tok = troupe::Tokenizer::load(p.tokenizer_path);
   CHECK(tok.hash() == p.tokenizer_hash);
-  const troupe::TokenFile train(p.train_path), val(p.val_path);
+  const troupe::TokenFile train(src.train_path), val(src.val_path);
   CHECK(train.size() == p.train_tokens);
   CHECK(val.size() == p.val_tokens);
   CHECK(train.tokenizer_hash() == p.tokenizer_hash);
@@ -478,7 +480,7 @@ TEST_CASE("prepare: tokenizer + token files, cached and reused", "[datasets]") {
   CHECK(h > 3.0);
   CHECK(h < std::log(512.0));
   CHECK(std::any_of(log.begin(), log.end(), [](const std::string& s) {
-    return s.find("tokenizing train: 100%") != std::string::npos;
+    return s.find("tokenizing corpus: done") != std::string::npos;
   }));
 
   // Second run: reused, same numbers.
@@ -492,7 +494,7 @@ TEST_CASE("prepare: tokenizer + token files, cached and reused", "[datasets]") {
   // silently rewritten); deleting the folder rebuilds identical content. (Copy the tokens
   // first: `train` maps the very inode that resize_file shortens.)
   const std::vector<int32_t> train_tokens = train.to_vector();
-  fs::resize_file(p.train_path, fs::file_size(p.train_path) - 2);
+  fs::resize_file(src.train_path, fs::file_size(src.train_path) - 2);
   try {
     troupe::prepare_data(cfg, 512);
     FAIL("a damaged cache was accepted");
@@ -504,7 +506,7 @@ TEST_CASE("prepare: tokenizer + token files, cached and reused", "[datasets]") {
   const auto rebuilt = troupe::prepare_data(cfg, 512);
   CHECK_FALSE(rebuilt.from_cache);
   CHECK(rebuilt.tokenizer_hash == p.tokenizer_hash);  // training is deterministic
-  CHECK(troupe::TokenFile(p.train_path).to_vector() == train_tokens);
+  CHECK(troupe::TokenFile(src.train_path).to_vector() == train_tokens);
 
   // Another val_fraction is another split: rebuilt.
   cfg.val_fraction = 0.3;
@@ -524,7 +526,7 @@ TEST_CASE("prepare: data.tokenizer is used as given and its size must match", "[
   CHECK_THROWS_AS(troupe::prepare_data(cfg, 1024), UserError);
   const auto p = troupe::prepare_data(cfg, 512);
   CHECK(p.tokenizer_hash == tiny_tokenizer().hash());
-  CHECK(troupe::TokenFile(p.train_path).tokenizer_hash() == tiny_tokenizer().hash());
+  CHECK(troupe::TokenFile(p.sources[0].train_path).tokenizer_hash() == tiny_tokenizer().hash());
 
   cfg.tokenizer.clear();
   cfg.corpus = scratch("no_such_corpus.txt").string();

@@ -1,0 +1,212 @@
+// datasets/sources.cpp — see sources.h.
+#include "datasets/sources.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/error.h"
+#include "datasets/corpus.h"
+
+namespace troupe {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string src_name(const DataSource& s) { return "source '" + s.name + "'"; }
+
+bool is_blank(std::string_view line) {
+  for (char c : line)
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  return true;
+}
+
+// The matching files of a dir source, relative paths in byte order.
+std::vector<std::string> dir_files(const DataSource& s) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(s.path, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const std::string rel = fs::relative(it->path(), s.path, ec).string();
+    if (::fnmatch(s.glob.c_str(), rel.c_str(), 0) == 0) out.push_back(rel);
+  }
+  TROUPE_USER_CHECK(!ec) << src_name(s) << ": cannot list folder '" << s.path << "': " << ec.message();
+  std::sort(out.begin(), out.end());
+  TROUPE_USER_CHECK(!out.empty()) << src_name(s) << ": no file under '" << s.path << "' matches glob = \"" << s.glob
+                                  << "\"; fix path or glob";
+  return out;
+}
+
+void check_path(const DataSource& s) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(fs::exists(s.path, ec))
+      << src_name(s) << ": '" << s.path << "' does not exist; fetch it (make data, scripts/get-sources.sh) or fix its "
+      << "path (paths are relative to the current directory)";
+  if (s.format == "dir")
+    TROUPE_USER_CHECK(fs::is_directory(s.path, ec)) << src_name(s) << ": '" << s.path
+                                                    << "' is not a folder, but format = \"dir\"; use format = \"text\" or \"jsonl\"";
+  else
+    TROUPE_USER_CHECK(fs::is_regular_file(s.path, ec))
+        << src_name(s) << ": '" << s.path << "' is not a regular file; use format = \"dir\" for a folder";
+}
+
+// Reads a file line by line with a 1 MB buffer; lines keep no '\n'.
+class LineFile {
+ public:
+  LineFile(const std::string& path) : in_(path, std::ios::binary) {
+    TROUPE_USER_CHECK(in_.good()) << "cannot open '" << path << "'";
+    in_.rdbuf()->pubsetbuf(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+  }
+  bool getline(std::string& line) {
+    if (!std::getline(in_, line)) return false;
+    ++line_no_;
+    bytes_ += line.size() + 1;
+    return true;
+  }
+  uint64_t line_no() const { return line_no_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<char> buf_ = std::vector<char>(1 << 20);
+  std::ifstream in_;
+  uint64_t line_no_ = 0, bytes_ = 0;
+};
+
+class TextReader : public DocReader {
+ public:
+  TextReader(const DataSource& s) : DocReader(s), in_(s.path) { bytes_total_ = fs::file_size(s.path); }
+  bool next(RawDoc& d) override {
+    d.text.clear();
+    d.file = source_.path;
+    bool in_doc = false;
+    std::string line;
+    while (in_.getline(line)) {
+      bytes_read_ = in_.bytes();
+      if (in_.line_no() == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (is_blank(line)) {
+        if (in_doc) break;
+        continue;
+      }
+      if (!in_doc) d.line = in_.line_no();
+      if (in_doc) d.text.push_back('\n');
+      d.text += line;
+      in_doc = true;
+    }
+    if (!in_doc) return false;
+    check_utf8(d.text, d.file, d.line);
+    return true;
+  }
+
+ private:
+  LineFile in_;
+};
+
+class JsonlReader : public DocReader {
+ public:
+  JsonlReader(const DataSource& s) : DocReader(s), in_(s.path) { bytes_total_ = fs::file_size(s.path); }
+  bool next(RawDoc& d) override {
+    std::string line;
+    while (in_.getline(line)) {
+      bytes_read_ = in_.bytes();
+      if (is_blank(line)) continue;
+      d.file = source_.path;
+      d.line = in_.line_no();
+      check_utf8(line, d.file, d.line);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const std::exception& e) {
+        throw UserError(src_name(source_) + ": line " + std::to_string(d.line) + " of '" + d.file +
+                        "' is not JSON (" + e.what() + "); write one JSON object per line");
+      }
+      TROUPE_USER_CHECK(j.is_object() && j.contains(source_.field) && j[source_.field].is_string())
+          << src_name(source_) << ": line " << d.line << " of '" << d.file << "' has no string field \""
+          << source_.field << "\"; set field = the key that holds the text, or fix the line";
+      d.text = j[source_.field].get<std::string>();
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  LineFile in_;
+};
+
+class DirReader : public DocReader {
+ public:
+  DirReader(const DataSource& s) : DocReader(s), files_(dir_files(s)) {
+    for (auto& f : files_) bytes_total_ += fs::file_size(fs::path(s.path) / f);
+  }
+  bool next(RawDoc& d) override {
+    while (i_ < files_.size()) {
+      d.file = (fs::path(source_.path) / files_[i_++]).string();
+      d.line = 1;
+      d.text = read_file_bytes(d.file, "source");
+      bytes_read_ += d.text.size();
+      while (!d.text.empty() && (d.text.back() == '\n' || d.text.back() == ' ' || d.text.back() == '\t' ||
+                                 d.text.back() == '\r'))
+        d.text.pop_back();
+      if (d.text.empty()) continue;
+      check_utf8(d.text, d.file, d.line);
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<std::string> files_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+void DocReader::check_utf8(std::string& text, const std::string& file, uint64_t line) {
+  if (policy_ == Utf8Policy::refuse) {
+    const size_t bad = find_invalid_utf8(text);
+    if (bad == std::string::npos) return;
+    const uint64_t at = line + static_cast<uint64_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(bad), '\n'));
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[bad])));
+    throw UserError(src_name(source_) + ": line " + std::to_string(at) + " of '" + file + "' is not valid UTF-8 (byte " +
+                    hex + "); convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8), or set utf8 = \"drop\" or " +
+                    "\"replace\" for this source");
+  }
+  invalid_bytes_ += repair_utf8(text, policy_);
+}
+
+std::unique_ptr<DocReader> DocReader::open(const DataSource& s) {
+  check_path(s);
+  if (s.format == "jsonl") return std::make_unique<JsonlReader>(s);
+  if (s.format == "dir") return std::make_unique<DirReader>(s);
+  return std::make_unique<TextReader>(s);
+}
+
+uint64_t source_bytes(const DataSource& s) {
+  check_path(s);
+  if (s.format != "dir") return fs::file_size(s.path);
+  uint64_t n = 0;
+  for (const auto& rel : dir_files(s)) n += fs::file_size(fs::path(s.path) / rel);
+  return n;
+}
+
+uint64_t source_fingerprint(const DataSource& s) {
+  check_path(s);
+  if (s.format != "dir") return hash_file(s.path);
+  uint64_t h = kFnv1aOffset;
+  for (const auto& rel : dir_files(s)) {
+    h = fnv1a64(rel, h);
+    h = fnv1a64(std::string_view("\0", 1), h);
+    h ^= hash_file((fs::path(s.path) / rel).string());
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace troupe
