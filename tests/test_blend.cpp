@@ -442,7 +442,7 @@ std::string src(const std::string& name, const std::string& path, const std::str
 
 }  // namespace
 
-TEST_CASE("troupe prepare: report and table; bad sources exit 2 naming the source and line", "[datasets][blend][cli]") {
+TEST_CASE("troupe prepare: report and table, and bad sources exit 2 naming the source and line", "[datasets][blend][cli]") {
   Scratch s("blend", "cli");
   std::mt19937_64 rng(5);
   const auto vocab = word_list(2000, 9);
