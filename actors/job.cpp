@@ -25,6 +25,7 @@
 #include "actors/wire_types.h"
 #include <caf/io/all.hpp>
 #include "actors/messages.h"
+#include "actors/metrics_log.h"
 #include "actors/optimizer_actor.h"
 #include "actors/worker.h"
 #include "checkpoint/disk.h"
@@ -425,18 +426,8 @@ class Coordinator {
     }
     const double flops_per_token = 6.0 * gpt_.n_params_no_wpe() + 12.0 * m.n_layer * T * m.n_embd;
 
-    std::ofstream metrics;
-    if (!ctx_.run_dir.empty()) {
-      metrics.open(ctx_.run_dir + "/metrics.jsonl", std::ios::app);
-      TROUPE_USER_CHECK(metrics.good()) << "cannot append to " << ctx_.run_dir
-                                        << "/metrics.jsonl; choose a writable --run-dir";
-    }
-    auto emit = [&](const nlohmann::json& j) {
-      if (metrics.is_open()) {
-        metrics << j.dump() << "\n";
-        metrics.flush();
-      }
-    };
+    MetricsLog metrics(ctx_.run_dir, ctx_.run_dir.empty() ? "" : cfg_.train.tensorboard_dir);
+    auto emit = [&](const nlohmann::json& j) { metrics.write(j); };
 
     JobResult res;
     res_ = &res;
@@ -457,7 +448,9 @@ class Coordinator {
     if (ctx_.generation > 0 && !ctx_.resume)  // a restart with no snapshot anywhere: step 1 again
       emit({{"restarted_from_scratch", true}, {"restart", ctx_.generation}, {"step", 0}});
     if (ctx_.resume) {
-      emit({{"resumed_from", ctx_.resume->dir}, {"step", ctx_.resume->step}});  // later records continue from here
+      nlohmann::json mark = {{"resumed_from", ctx_.resume->dir}, {"step", ctx_.resume->step}};  // later records continue from here
+      if (ctx_.generation > 0) mark["recovery"] = ctx_.generation;  // after a failure (fault.policy = restart)
+      emit(mark);
       if (!ctx_.quiet)
         spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {:g})", ctx_.resume->dir,
                      ctx_.resume->step, ctx_.resume->updates, ctx_.resume->loss_scale);
@@ -546,7 +539,8 @@ class Coordinator {
         }
       }
       emit({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},
-            {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale}});
+            {"tokens_per_s", tps}, {"ms_per_step", dt * 1e3}, {"skipped", skip}, {"loss_scale", done.loss_scale},
+            {"mfu", mfu}});
       const int ev = cfg_.train.eval_interval;
       if ((ev > 0 && k % ev == 0) || k == steps) {
         double vl = evaluate();

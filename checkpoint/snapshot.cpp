@@ -205,7 +205,7 @@ std::string shard_file_name(int dp, int pp, int tp) { return fmt::format("shard-
 bool resume_may_differ(const std::string& key) {
   static const std::set<std::string> run_options = {
       "train.steps",        "train.eval_interval", "train.eval_batches", "train.threads",
-      "train.sample_tokens", "train.timeout_s",    "data.cache_dir",
+      "train.sample_tokens", "train.timeout_s",    "data.cache_dir",      "train.tensorboard_dir",
   };
   return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("fault.", 0) == 0 ||
          run_options.count(key) > 0;

@@ -51,6 +51,7 @@ namespace fs = std::filesystem;
 namespace troupe::cli {
 
 std::string trace_path_;
+std::string trace_png_;
 std::string log_prefix_;
 std::shared_ptr<spdlog::logger> file_log_;
 
@@ -77,22 +78,22 @@ std::string timestamp() {
 }
 
 // Checks, without creating anything, that the run directory can be created or written.
-void check_run_dir(const std::string& dir) {
+void check_run_dir(const std::string& dir, const std::string& what, const std::string& flag) {
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
   if (fs::exists(p, ec)) {
-    TROUPE_USER_CHECK(fs::is_directory(p, ec)) << "run directory '" << dir
-                                               << "' exists and is not a directory; pass --run-dir with a folder";
+    TROUPE_USER_CHECK(fs::is_directory(p, ec)) << what << " '" << dir
+                                               << "' exists and is not a directory; pass " << flag << " with a folder";
     TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0)
-        << "run directory '" << dir << "' is not writable; pass --run-dir with a writable folder";
+        << what << " '" << dir << "' is not writable; pass " << flag << " with a writable folder";
     return;
   }
   fs::path parent = p.parent_path();
   while (!parent.empty() && !fs::exists(parent, ec)) parent = parent.parent_path();
   TROUPE_USER_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0)
-      << "cannot create run directory '" << dir << "': " << parent.string()
+      << "cannot create " << what << " '" << dir << "': " << parent.string()
       << (fs::is_directory(parent, ec) ? " is not writable" : " is not a directory")
-      << "; pass --run-dir with a writable folder";
+      << "; pass " << flag << " with a writable folder";
 }
 
 // Creates the run directory and takes its lock: one troupe process per run directory.

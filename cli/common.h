@@ -15,6 +15,7 @@
 namespace troupe::cli {
 
 extern std::string trace_path_;  // train --trace FILE.json
+extern std::string trace_png_;   // train --trace-png FILE.png (the measured timeline of the last step)
 extern std::string log_prefix_;  // "[process r] " in a job of several processes
 extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: the console gets them from main)
 
@@ -26,7 +27,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& sets
 // Local time as YYYYmmdd-HHMMSS.
 std::string timestamp();
 // Checks, without creating anything, that the run directory can be created or written. Throws UserError.
-void check_run_dir(const std::string& dir);
+// `what` and `flag` name the folder in the error ("run directory", "--run-dir").
+void check_run_dir(const std::string& dir, const std::string& what = "run directory", const std::string& flag = "--run-dir");
 // Creates the run directory and takes its lock (.lock, flock): one troupe process per run
 // directory. Returns the lock's file descriptor, held until exit. Throws UserError.
 int make_run_dir(const std::string& dir);
@@ -63,10 +65,13 @@ struct GenerateOptions {
 };
 int cmd_generate(const GenerateOptions& o);
 struct SimulateOptions {
-  std::string schedule = "1f1b", cost = "", trace, dump, config;
+  std::string schedule = "1f1b", cost = "", trace, dump, config, png;
   int P = 4, M = 8, V = 1;
   bool quiet = false;
 };
 int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set);
+// troupe plot (cli/plot.cpp): RUN_DIR's curves as a PNG (default RUN_DIR/plot.png), titled
+// `title` (default: RUN_DIR).
+int cmd_plot(const std::string& run_dir, std::string out, const std::string& title);
 
 }  // namespace troupe::cli

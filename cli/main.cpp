@@ -1,6 +1,8 @@
 // troupe — the command line.
 //   troupe train    --config FILE [--set section.key=value ...] [--run-dir DIR]
 //   troupe tokenize --config FILE [--set ...]      corpus -> tokenizer + token files (cached)
+//   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
+//   troupe plan     --config FILE [--search KEYS]  memory and iteration time on a cluster (cli/plan.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <CLI/CLI.hpp>
 
@@ -45,6 +47,12 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
   simulate_cmd->add_option("--config", so.config, "model config for activation bytes");
   simulate_cmd->add_flag("--quiet", so.quiet, "no ASCII timeline");
+  simulate_cmd->add_option("--png", so.png, "draw the timeline per stage as a PNG (gnuplot)");
+  std::string plot_dir, plot_out, plot_title;
+  auto* plot_cmd = app.add_subcommand("plot", "draw a run's curves (loss, val loss, lr, throughput, MFU) as a PNG");
+  plot_cmd->add_option("run_dir", plot_dir, "run directory (holds metrics.jsonl)")->required();
+  plot_cmd->add_option("--out", plot_out, "PNG file (default RUN_DIR/plot.png)");
+  plot_cmd->add_option("--title", plot_title, "the picture's title (default RUN_DIR)");
   std::string export_dir, export_format = "safetensors", export_out;
   auto* export_cmd = app.add_subcommand("export", "write a snapshot's model as safetensors (GPT-2 Hugging Face names)");
   export_cmd->add_option("snapshot", export_dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
@@ -72,11 +80,16 @@ int main(int argc, char** argv) {
                                "(troupe launch --help; docs/launch.md)")
       ->allow_extras();
   train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
+  train->add_option("--trace-png", trace_png_, "with --trace: draw the last step's measured timeline as a PNG");
+  std::string tensorboard;
+  train->add_option("--tensorboard", tensorboard, "write TensorBoard event files (scalars) to DIR (train.tensorboard_dir)");
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
-    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate" && cmd != "plan") {
-      print_error("unknown command '" + cmd + "'; use train, launch, tokenize, simulate, plan, export or generate (see troupe --help)");
+    if (cmd != "train" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" && cmd != "generate" &&
+        cmd != "plot" && cmd != "plan") {
+      print_error("unknown command '" + cmd +
+                  "'; use train, launch, tokenize, simulate, plan, export, generate or plot (see troupe --help)");
       return 2;
     }
   }
@@ -102,7 +115,9 @@ int main(int argc, char** argv) {
                           simulate_cmd->get_option("--chunks")->count() > 0);
     if (export_cmd->parsed()) return cmd_export(export_dir, export_format, export_out);
     if (generate_cmd->parsed()) return cmd_generate(go);
+    if (plot_cmd->parsed()) return cmd_plot(plot_dir, plot_out, plot_title);
     Config c = load_config(config_path, sets);
+    if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
     if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (tokenize->parsed()) return cmd_tokenize(c);
     if (plan_cmd->parsed()) return cmd_plan(c, pc);

@@ -41,6 +41,7 @@
 #include "stages/simulator.h"
 #include "stages/stage.h"
 #include "cli/common.h"
+#include "cli/figures.h"
 
 namespace fs = std::filesystem;
 
@@ -219,6 +220,15 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   std::printf("(activation bytes for %d layers, n_embd %d, %d heads, %d sequences x %d tokens per microbatch%s)\n", g.L,
               g.C, g.NH, mbB, cfg.train.seq_len, o.config.empty() ? ", the default model; --config to change" : "");
   if (!o.quiet) std::cout << ascii_timeline(s, r);
+  if (!o.png.empty()) {
+    std::vector<TimelineBar> bars;
+    for (auto& a : r.timeline) bars.push_back({a.stage, (char)a.action.kind, a.action.mb, a.action.chunk, a.start, a.end});
+    draw_timeline(bars, s.P,
+                  fmt::format("{}: P={} stages, M={} microbatches, V={}; costs f={:g} b={:g} w={:g} p2p={:g}; bubble {:.1f}%",
+                              s.name, s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, 100 * r.bubble_overall),
+                  "time units (simulated)", o.png);
+    std::printf("wrote %s\n", o.png.c_str());
+  }
   if (!o.trace.empty()) {
     write_output_file(o.trace, chrome_trace(s, r), "--trace");
     std::printf("wrote %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace.c_str());

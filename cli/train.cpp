@@ -30,10 +30,12 @@
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
 #include "core/launch_env.h"
+#include "cli/figures.h"
 #include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/tensorboard.h"
 #include "datasets/corpus.h"
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
@@ -392,6 +394,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   check_memory(c);
   if (!trace_path_.empty()) check_output_file(trace_path_, "--trace");  // refused now, not after training
   check_machine_fits(c, launch);
+  TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
+      << "--trace-png draws the measured trace: pass --trace FILE.json too";
+  if (!c.train.tensorboard_dir.empty() && !follower)
+    check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
   setup_logging("");
   if (!follower && !ckpt_dir.empty()) check_snapshot_space(c, ckpt_dir);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -408,6 +414,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   check_data(c, d, *loader, *tok, state.get());
   const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Now the run directory: created, locked, config saved, log file opened.
+  // the first thing written: nothing else exists yet if it fails
+  if (!follower && !c.train.tensorboard_dir.empty()) create_event_dir(c.train.tensorboard_dir);
   if (!follower) {
     const int lock_fd = make_run_dir(run_dir);
     (void)lock_fd;
@@ -457,6 +465,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     report_signal_stop(r, ckpt_dir, state ? state->step : 0);
     return 0;
   }
+  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_);
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
   return 0;

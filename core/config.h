@@ -62,6 +62,7 @@ struct TrainConfig {
   double min_loss_scale = 1.0;
   int loss_scale_window = 1000;  // clean steps before the scale grows by 2
   int hysteresis = 2;            // overflowing steps tolerated before the scale halves
+  std::string tensorboard_dir;   // TensorBoard event files of the metrics go here ("" = none; --tensorboard)
 };
 
 struct OptimConfig {

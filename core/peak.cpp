@@ -62,7 +62,11 @@ __attribute__((target("avx512f,avx512bf16"))) double loop_bf16(long iters, float
     for (int j = 0; j < 12; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
   }
   volatile float sink = 0;
-  for (int j = 0; j < 12; ++j) sink = sink + _mm512_reduce_add_ps(acc[j]);
+  alignas(64) float lanes[16];
+  for (int j = 0; j < 12; ++j) {
+    _mm512_store_ps(lanes, acc[j]);
+    sink = sink + lanes[0];
+  }
   return 64.0 * 12 * (double)iters;
 }
 

@@ -12,6 +12,7 @@ PKGS=(
   libsentencepiece-dev sentencepiece
   libopenblas-dev libblis-dev libdnnl-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libssl-dev
+  libprotobuf-dev protobuf-compiler gnuplot-nox
   npm
 )
 if [[ "${1:-}" == "--reference" ]]; then

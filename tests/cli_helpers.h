@@ -79,4 +79,10 @@ inline void expect_user_error(const Run& r, std::initializer_list<const char*> n
   for (auto* needle : needles) CHECK(line.find(needle) != std::string::npos);
 }
 
+// The exit status of `command` run by the shell (-1 when it did not exit normally).
+inline int shell_status(const std::string& command) {
+  const int st = std::system(command.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 }  // namespace troupe::test

@@ -33,8 +33,14 @@ using test::by_name;
 using test::rel_diff;
 // The tolerance of a parameter after 3 AdamW steps: attn.qkv.bias's key part has an
 // exactly-zero gradient in exact arithmetic (softmax is shift-invariant), so its gradient
-// is rounding noise that AdamW normalises into +-lr steps; it gets a looser bound.
-double param_tol(const std::string& name) { return name.find("attn.qkv.bias") != std::string::npos ? 5e-4 : 1e-5; }
+// is rounding noise that AdamW normalises into +-lr steps; it gets a looser bound. Every
+// other parameter: 2e-5. A TP shard's GEMM has another shape, which the GEMM library may
+// block (sum) differently: with oneDNN's AVX-512 kernels on a Sapphire Rapids Xeon the
+// MLP's fc weight and bias differ by 1.07e-5 and 1.38e-5 at TP=2 after 3 steps (AdamW's
+// first steps are near +-lr for every element, so a rounding-level gradient difference
+// moves an element whose gradient is near zero); 1e-5 held on a Zen 4 EPYC. Losses (1e-5)
+// and gradient norms (1e-6) keep their bounds.
+double param_tol(const std::string& name) { return name.find("attn.qkv.bias") != std::string::npos ? 5e-4 : 2e-5; }
 }  // namespace
 
 TEST_CASE("PP in {1,2,4} gives bitwise-identical losses and parameters", "[pipeline][actors]") {

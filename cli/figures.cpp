@@ -1,0 +1,155 @@
+#include "cli/figures.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::cli {
+
+std::string gp_quote(const std::string& text) {
+  std::string out = "'";
+  for (char ch : text) {
+    if (ch == '\'') out += '\'';
+    out += ch;
+  }
+  return out + "'";
+}
+
+void render_png(const std::string& script, const std::string& out) {
+  TROUPE_USER_CHECK(std::system("command -v gnuplot >/dev/null 2>&1") == 0)
+      << "gnuplot is not installed; run scripts/setup.sh (it installs gnuplot-nox)";
+  std::error_code ec;
+  const fs::path target = fs::absolute(out, ec);
+  TROUPE_USER_CHECK(fs::is_directory(target.parent_path(), ec) && ::access(target.parent_path().c_str(), W_OK) == 0)
+      << "cannot write the picture " << out << ": its folder does not exist or is not writable; pass a writable path";
+  char tmpl[] = "/tmp/troupe-gnuplot-XXXXXX";
+  TROUPE_CHECK(::mkdtemp(tmpl) != nullptr) << "cannot create a temporary folder for gnuplot";
+  const std::string dir = tmpl, script_path = dir + "/figure.gp", err_path = dir + "/stderr.txt";
+  {
+    std::ofstream f(script_path);
+    f << script;
+    TROUPE_CHECK(f.good()) << "cannot write " << script_path;
+  }
+  const int rc = std::system(("gnuplot " + gp_quote(script_path) + " 2>" + gp_quote(err_path)).c_str());
+  std::ifstream ef(err_path);
+  std::stringstream err;
+  err << ef.rdbuf();
+  fs::remove_all(dir, ec);
+  const std::string tmp = out + ".tmp";
+  if (rc != 0 || !fs::exists(tmp, ec) || fs::file_size(tmp, ec) == 0) {
+    fs::remove(tmp, ec);
+    throw Error("gnuplot failed drawing " + out + ": " + err.str());
+  }
+  fs::rename(tmp, out, ec);
+  TROUPE_CHECK(!ec) << "cannot rename " << tmp << " to " << out << ": " << ec.message();
+}
+
+void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::string& title, const std::string& unit,
+                   const std::string& out) {
+  double t_end = 0;
+  for (auto& b : bars) t_end = std::max(t_end, b.t1);
+  const char* colour[3] = {"#4c72b0", "#dd8452", "#55a868"};  // F, B, W
+  const uint32_t rgb[3] = {0x4c72b0, 0xdd8452, 0x55a868};
+  // chunk c > 0 of an interleaved schedule: the kind's colour, lighter
+  auto colour_of = [&](char k, int chunk) {
+    const uint32_t c = rgb[k == 'F' ? 0 : k == 'B' ? 1 : 2];
+    const double mix = chunk > 0 ? 0.4 : 0.0;
+    uint32_t out = 0;
+    for (int sh = 0; sh <= 16; sh += 8) {
+      const double v = ((c >> sh) & 0xff) * (1 - mix) + 255 * mix;
+      out |= (uint32_t)(v + 0.5) << sh;
+    }
+    return out;
+  };
+  std::string data;
+  for (auto& b : bars) {
+    const std::string text = b.chunk > 0 ? fmt::format("{}c{}", b.mb, b.chunk) : std::to_string(b.mb);
+    const double px = 1000.0 * (b.t1 - b.t0) / std::max(t_end, 1e-30);  // the plot is about 1000 pixels wide
+    const std::string label = px > 7.0 * text.size() + 4 ? text : std::string("\"\"");
+    data += fmt::format("{} {} {} {} {:#08x} {}\n", 0.5 * (b.t0 + b.t1), b.stage, 0.5 * (b.t1 - b.t0), 0.38,
+                        colour_of(b.kind, b.chunk), label);
+  }
+  std::string ytics;
+  for (int s = 0; s < stages; ++s) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
+  std::string gp;
+  gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10'\n", 170 + 55 * stages);
+  gp += "set output " + gp_quote(out + ".tmp") + "\n";
+  gp += "$bars << EOD\n" + data + "EOD\n";
+  gp += "set title " + gp_quote(title) + "\n";
+  gp += "set xlabel " + gp_quote(unit) + "\n";
+  gp += fmt::format("set xrange [0:{}]\nset yrange [{}:-0.6]\n", t_end * 1.001, stages - 0.4);
+  gp += "set ytics (" + ytics + ")\nset grid xtics lc rgb '#dddddd'\n";
+  gp += "set key below horizontal\nset style fill solid 1.0 border rgb 'white'\n";
+  gp += "plot $bars using 1:2:3:4:5 with boxxyerror lc rgb variable notitle";
+  if (bars.size() <= 400) gp += ", $bars using 1:2:6 with labels tc rgb 'white' font 'sans,9' notitle";
+  gp += fmt::format(", NaN with boxes lc rgb '{}' title 'F (forward)', NaN with boxes lc rgb '{}' title 'B (backward)'",
+                    colour[0], colour[1]);
+  if (std::any_of(bars.begin(), bars.end(), [](const TimelineBar& b) { return b.kind == 'W'; }))
+    gp += fmt::format(", NaN with boxes lc rgb '{}' title 'W (weight grad)'", colour[2]);
+  if (std::any_of(bars.begin(), bars.end(), [](const TimelineBar& b) { return b.chunk > 0; }))
+    gp += fmt::format(", NaN with boxes lc rgb '{:#08x}' title 'lighter: chunk > 0'", colour_of('F', 1));
+  gp += ", NaN with boxes fs empty lc rgb '#999999' title 'idle (the bubble)'\n";
+  render_png(gp, out);
+}
+
+std::vector<TimelineBar> trace_step_bars(const std::string& trace_json, int64_t step, int64_t* which) {
+  std::ifstream in(trace_json);
+  TROUPE_USER_CHECK(in.good()) << "cannot read the trace " << trace_json << "; pass the file train --trace wrote";
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  TROUPE_USER_CHECK(!j.is_discarded() && j.contains("traceEvents"))
+      << trace_json << " is not a Chrome trace; pass the file train --trace wrote";
+  int64_t last = -1;
+  for (auto& e : j["traceEvents"])
+    if (e.value("ph", "") == "X" && e.contains("args")) last = std::max(last, e["args"].value("step", (int64_t)-1));
+  if (step < 0) step = last;
+  std::vector<TimelineBar> bars;
+  double t0 = 1e300;
+  for (auto& e : j["traceEvents"]) {
+    const std::string cat = e.value("cat", "");
+    if (e.value("ph", "") != "X" || (cat != "F" && cat != "B" && cat != "W") || !e.contains("args") ||
+        e["args"].value("step", (int64_t)-1) != step)
+      continue;
+    const double ts = e.value("ts", 0.0) / 1e3, dur = e.value("dur", 0.0) / 1e3;
+    bars.push_back({e.value("tid", 0), cat[0], e["args"].value("microbatch", 0), e["args"].value("chunk", 0), ts, ts + dur});
+    t0 = std::min(t0, ts);
+  }
+  TROUPE_USER_CHECK(!bars.empty()) << trace_json << " holds no F/B/W spans of step " << step
+                                   << "; pass a trace of a run that trained that step";
+  for (auto& b : bars) {
+    b.t0 -= t0;
+    b.t1 -= t0;
+  }
+  if (which) *which = step;
+  return bars;
+}
+
+void draw_trace_png(const std::string& trace_json, const std::string& out) {
+  int64_t step = -1;
+  auto bars = trace_step_bars(trace_json, -1, &step);
+  int stages = 0;
+  double busy = 0, span = 0;
+  for (auto& b : bars) {
+    stages = std::max(stages, b.stage + 1);
+    busy += b.t1 - b.t0;
+    span = std::max(span, b.t1);
+  }
+  const double bubble = span > 0 ? 1.0 - busy / (stages * span) : 0;
+  draw_timeline(bars, stages,
+                fmt::format("measured step {} ({}): {:.1f} ms, bubble {:.1f}% (white: idle, waiting, sending)", step,
+                            fs::path(trace_json).filename().string(), span, 100 * bubble),
+                "ms since the step's first action", out);
+  std::printf("wrote %s (measured timeline of step %lld)\n", out.c_str(), (long long)step);
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,161 @@
+// cli/plot.cpp — `troupe plot RUN_DIR [--out FILE.png]`: a run's curves from its
+// metrics.jsonl (README "metrics.jsonl"), drawn with gnuplot (cli/figures.h): loss and
+// validation loss against steps and against tokens, learning rate, gradient norm,
+// throughput and MFU; every resume (a "resumed_from" record) is marked by a dashed blue
+// line, every recovery after a failure (a resume with "recovery", or
+// "restarted_from_scratch") by a red one. Lines break at each mark, since a resume from an
+// older snapshot repeats step numbers.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "cli/common.h"
+#include "cli/figures.h"
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::cli {
+namespace {
+
+struct Mark {
+  int64_t step;
+  double tokens;  // tokens trained by that step
+  bool recovery;
+};
+
+struct RunCurves {
+  std::string train, val;  // gnuplot data: "step tokens loss lr grad_norm tokens/s mfu%", "step tokens val_loss"
+  std::vector<Mark> marks;
+  int64_t step_records = 0;
+  double tokens_per_step = 0;
+  bool has[8] = {};  // per column of `train`: any finite value
+};
+
+std::string num(const nlohmann::json& j, const char* key, double scale = 1) {
+  if (!j.contains(key) || !j[key].is_number()) return "NaN";
+  return fmt::format("{}", j[key].get<double>() * scale);
+}
+
+// Batch tokens per step from the run's saved config (B x T), 0 when unknown.
+double tokens_per_step(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::exists(run_dir + "/config.toml", ec)) return 0;
+  try {
+    Config c = Config::load(run_dir + "/config.toml");
+    return (double)c.train.batch_size * c.train.seq_len;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+RunCurves read_run(const std::string& run_dir) {
+  RunCurves rc;
+  rc.tokens_per_step = tokens_per_step(run_dir);
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  double tps = rc.tokens_per_step;  // tokens per step (from the config, else from the records)
+  for (size_t line_no = 1; line_no <= lines.size(); ++line_no) {
+    const std::string& line = lines[line_no - 1];
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() && line_no == lines.size()) break;  // a run still writing its last line
+    TROUPE_USER_CHECK(!j.is_discarded() && j.is_object())
+        << run_dir << "/metrics.jsonl line " << line_no << " is not a JSON object; pass the run directory of a troupe train run";
+    if (!j.contains("step") || !j["step"].is_number_integer() || j.contains("summary")) continue;
+    const int64_t k = j["step"].get<int64_t>();
+    if (j.contains("resumed_from") || j.contains("restarted_from_scratch")) {
+      rc.marks.push_back({k, k * tps, j.contains("recovery") || j.contains("restarted_from_scratch")});
+      rc.train += "\n";  // break the lines: the steps after a mark may repeat earlier ones
+      rc.val += "\n";
+      continue;
+    }
+    if (rc.tokens_per_step == 0 && j.contains("tokens_per_s") && j["tokens_per_s"].is_number() && j["ms_per_step"].is_number())
+      tps = j["tokens_per_s"].get<double>() * j["ms_per_step"].get<double>() / 1e3;
+    const std::string tokens = fmt::format("{}", k * tps);
+    if (j.contains("loss")) {
+      ++rc.step_records;
+      const std::string cols[] = {num(j, "loss"), num(j, "lr"), num(j, "grad_norm"), num(j, "tokens_per_s"),
+                                  num(j, "mfu", 100)};
+      rc.train += fmt::format("{} {}", k, tokens);
+      for (int c = 0; c < 5; ++c) {
+        rc.train += " " + cols[c];
+        rc.has[c + 3] = rc.has[c + 3] || cols[c] != "NaN";
+      }
+      rc.train += "\n";
+    } else if (j.contains("val_loss")) {
+      rc.val += fmt::format("{} {} {}\n", k, tokens, num(j, "val_loss"));
+    }
+  }
+  return rc;
+}
+
+// One panel of `train`'s column `col` against the step ("no data" when it has none).
+std::string panel(const RunCurves& rc, int col, const std::string& title) {
+  if (!rc.has[col])
+    return "set title " + gp_quote(title) + "\nset label 99 'no data' at graph 0.5, graph 0.5 center\n"
+           "plot [0:1][0:1] NaN notitle\nunset label 99\n";
+  return "set title " + gp_quote(title) + fmt::format("\nplot $train using 1:{} with lines ls 1 notitle\n", col);
+}
+
+// Vertical marks for one panel: x is the step, or the tokens at that step.
+std::string marks_script(const RunCurves& rc, bool by_tokens) {
+  std::string s = "unset arrow\nunset label\n";
+  for (auto& m : rc.marks) {
+    const double x = by_tokens ? m.tokens : (double)m.step;
+    s += fmt::format("set arrow from {0}, graph 0 to {0}, graph 1 nohead dt 2 lw 1.5 lc rgb '{1}'\n", x,
+                     m.recovery ? "#c0392b" : "#2471a3");
+    s += fmt::format("set label '{}' at {}, graph 0.96 rotate by 90 right offset -0.6,0 tc rgb '{}' font 'sans,8'\n",
+                     m.recovery ? "recovery" : "resume", x, m.recovery ? "#c0392b" : "#2471a3");
+  }
+  return s;
+}
+
+}  // namespace
+
+int cmd_plot(const std::string& run_dir, std::string out, const std::string& title) {
+  std::error_code ec;
+  TROUPE_USER_CHECK(fs::is_directory(run_dir, ec) && fs::is_regular_file(run_dir + "/metrics.jsonl", ec))
+      << "'" << run_dir << "' is not a troupe run directory (it has no metrics.jsonl); pass the --run-dir of a "
+      << "troupe train run, e.g. runs/<timestamp>";
+  RunCurves rc = read_run(run_dir);
+  TROUPE_USER_CHECK(rc.step_records > 0) << run_dir << "/metrics.jsonl holds no step records yet; plot the run once it "
+                                         << "has trained a step";
+  if (out.empty()) out = run_dir + "/plot.png";
+  std::string gp = "set terminal pngcairo size 1400,800 font 'sans,10'\nset output " + gp_quote(out + ".tmp") + "\n";
+  gp += "$train << EOD\n" + rc.train + "EOD\n$val << EOD\n" + rc.val + "EOD\n";
+  const auto resumes = std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return !m.recovery; });
+  const auto recoveries = (long)rc.marks.size() - resumes;
+  std::string heading = title.empty() ? run_dir : title;
+  if (!rc.marks.empty())
+    heading += fmt::format(" ({} resume{}, {} recover{})", resumes, resumes == 1 ? "" : "s", recoveries,
+                           recoveries == 1 ? "y" : "ies");
+  gp += "set multiplot layout 2,3 title " + gp_quote(heading) + "\n";
+  gp += "set grid lc rgb '#dddddd'\nset key bottom left\nset xlabel 'step'\n";
+  gp += "set style line 1 lc rgb '#4c72b0' lw 1.5\nset style line 2 lc rgb '#dd8452' lw 2 pt 7 ps 0.6\n";
+  gp += marks_script(rc, false);
+  gp += "set title 'loss'\nplot $train using 1:3 with lines ls 1 title 'train', "
+        "$val using 1:3 with linespoints ls 2 title 'validation'\n";
+  gp += marks_script(rc, true);
+  gp += "set xlabel 'tokens'\nset title 'loss against tokens'\n"
+        "plot $train using 2:3 with lines ls 1 title 'train', $val using 2:3 with linespoints ls 2 title 'validation'\n";
+  gp += "set xlabel 'step'\n" + marks_script(rc, false);
+  gp += panel(rc, 4, "learning rate");
+  gp += panel(rc, 5, "gradient norm (before clipping)");
+  gp += panel(rc, 6, "throughput (tokens/s)");
+  gp += panel(rc, 7, "MFU (%, against the measured fp32 peak)");
+  gp += "unset multiplot\n";
+  render_png(gp, out);
+  std::string marked;
+  for (auto& m : rc.marks) marked += fmt::format("{}{} at step {}", marked.empty() ? "; marked: " : ", ",
+                                                 m.recovery ? "recovery" : "resume", m.step);
+  std::cout << "wrote " << out << " (" << rc.step_records << " step records" << marked << ")" << std::endl;
+  return 0;
+}
+
+}  // namespace troupe::cli
