@@ -185,7 +185,9 @@ class Coordinator {
     // (bf16 where the CPU has a native bf16 dot product that oneDNN's bf16 GEMM runs on)
     const bool bf16_peak = dtype_ == DType::bf16 && kernels::gemm_choice().bf16_native;
     const Peak pk = leader ? peak_flops(std::min(cores, per_worker * here), bf16_peak ? "bf16" : "fp32") : Peak{};
-    const double peak = leader ? pk.flops : 1.0;
+    // the job's tokens/s over the job's peak: every process runs as many worker threads as
+    // this one (processes of a job are alike), so the job's peak is this process's x world
+    const double peak = leader ? pk.flops * std::max(1, multi ? ctx_.launch.world : 1) : 1.0;
     auto bounds = partition_layers(gpt_, P_ * V);
     if (!quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,

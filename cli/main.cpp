@@ -4,6 +4,10 @@
 //   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
 //   troupe plan     --config FILE [--search KEYS]  memory and iteration time on a cluster (cli/plan.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -19,7 +23,24 @@
 using namespace troupe;
 using namespace troupe::cli;
 
+// libgomp makes a thread that waits at a barrier spin GOMP_SPINCOUNT rounds (300,000 when
+// it manages no more threads than CPUs) before it sleeps. On a machine that other work
+// shares, a team member then spins away the time slice its partner needs: generating 100
+// tokens took 15-20 s instead of 0.4-0.9 s at load average 10. libgomp reads the setting
+// once, when it loads, so troupe starts itself again with GOMP_SPINCOUNT=1000 unless the
+// user chose a wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT).
+void bound_openmp_spinning(char** argv) {
+  if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';  // the real path, so that the process keeps its name ("troupe", not "exe")
+  ::setenv("GOMP_SPINCOUNT", "1000", 1);
+  ::execv(self, argv);  // returns only on failure: go on with libgomp's default
+}
+
 int main(int argc, char** argv) {
+  bound_openmp_spinning(argv);
   CLI::App app{"troupe: GPT training with pipeline-stage actors"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +

@@ -122,15 +122,17 @@ const char* gemm_library_name(GemmLibrary lib) {
 }
 
 SgemmFn gemm_library_sgemm(GemmLibrary lib) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    g_openblas.fn = load_cblas("libopenblas.so.0", "openblas_set_num_threads");
-    g_blis.fn = load_cblas("libblis.so.4", "bli_thread_set_num_threads");
-  });
+  // each library is loaded only when asked for: OpenBLAS starts its own thread pool on load
+  static std::once_flag once_openblas, once_blis;
   switch (lib) {
-    case GemmLibrary::openblas: return g_openblas.fn ? &cblas_call<&g_openblas> : nullptr;
-    case GemmLibrary::blis: return g_blis.fn ? &cblas_call<&g_blis> : nullptr;
-    default: return &onednn_sgemm;
+    case GemmLibrary::openblas:
+      std::call_once(once_openblas, [] { g_openblas.fn = load_cblas("libopenblas.so.0", "openblas_set_num_threads"); });
+      return g_openblas.fn ? &cblas_call<&g_openblas> : nullptr;
+    case GemmLibrary::blis:
+      std::call_once(once_blis, [] { g_blis.fn = load_cblas("libblis.so.4", "bli_thread_set_num_threads"); });
+      return g_blis.fn ? &cblas_call<&g_blis> : nullptr;
+    default:
+      return &onednn_sgemm;
   }
 }
 
