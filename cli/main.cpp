@@ -3,6 +3,7 @@
 //   troupe prepare  --config FILE [--set ...] [--report FILE.json]   sources -> cleaned token files (cached)
 //   troupe tokenize ...                            an alias of prepare
 //   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
+//   troupe plan     --config FILE [--search KEYS]  memory and iteration time on a cluster (cli/plan.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <unistd.h>
 
