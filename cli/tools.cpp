@@ -187,6 +187,7 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   validate_schedule(s);
   if (!o.dump.empty() && o.dump != "-") check_output_file(o.dump, "--dump");
   if (!o.trace.empty()) check_output_file(o.trace, "--trace");
+  if (!o.png.empty()) check_png_output(o.png, "--png");  // refused before the report is printed
   if (!o.dump.empty()) {
     std::string text = format_schedule(s);
     if (o.dump == "-") {
@@ -226,7 +227,7 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
     draw_timeline(bars, s.P,
                   fmt::format("{}: P={} stages, M={} microbatches, V={}; costs f={:g} b={:g} w={:g} p2p={:g}; bubble {:.1f}%",
                               s.name, s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, 100 * r.bubble_overall),
-                  "time units (simulated)", o.png);
+                  "time units (simulated)", o.png, "--png");
     std::printf("wrote %s\n", o.png.c_str());
   }
   if (!o.trace.empty()) {

@@ -396,6 +396,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   check_machine_fits(c, launch);
   TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
       << "--trace-png draws the measured trace: pass --trace FILE.json too";
+  if (!trace_png_.empty()) check_png_output(trace_png_, "--trace-png");  // refused now, not after training
   if (!c.train.tensorboard_dir.empty() && !follower)
     check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
   setup_logging("");
@@ -465,7 +466,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     report_signal_stop(r, ckpt_dir, state ? state->step : 0);
     return 0;
   }
-  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_);
+  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_, "--trace-png");
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
   return 0;
