@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "cli_helpers.h"
+#include "datasets/corpus.h"
 #include "collectives/netif.h"
 #include "collectives/ucx.h"
 
@@ -193,6 +194,37 @@ TEST_CASE("snapshot tools: outputs probed first, failed writes leave nothing, cl
   CHECK(out.rfind("The", 0) == 0);
   CHECK(first_s >= 0);
   CHECK(first_s < 0.7 * total_s);  // unstreamed, everything came in the last moment
+  // 1000 tokens take seconds (re-decoding the history each token took 94 s), and what is
+  // printed is valid UTF-8 without control bytes other than newline and tab
+  CHECK(total_s < 30);
+  CHECK(troupe::find_invalid_utf8(out) == std::string_view::npos);
+  CHECK(std::none_of(out.begin(), out.end(), [](char ch) {
+    const auto c = (unsigned char)ch;
+    return (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f;
+  }));
+}
+
+TEST_CASE("Utf8Stream prints whole characters as they come, U+FFFD for bad and control bytes", "[hostile]") {
+  const std::string R = "\xEF\xBF\xBD";
+  troupe::Utf8Stream u;
+  CHECK(u.push("ab") == "ab");
+  CHECK(u.push("\xC3").empty());        // the first byte of é waits
+  CHECK(u.push("\xA9x") == "\xC3\xA9x");  // then comes whole
+  CHECK(u.push("\xE2\x82") .empty());
+  CHECK(u.push("\xAC") == "\xE2\x82\xAC");  // the euro sign over two pieces
+  CHECK(u.push("\xFFy") == R + "y");      // an invalid byte mid-text does not stop the stream
+  CHECK(u.push("\x1B[2J\x07\n\t") == R + "[2J" + R + "\n\t");  // ESC and BEL are not printed raw
+  CHECK(u.push("\xC2\x9B") == R);        // a C1 control (CSI)
+  CHECK(u.push("\xC3z") == R + "z");      // a lead byte whose continuation never came
+  CHECK(u.push("\xED\xA0\x80") == R + R + R);  // a surrogate is invalid
+  CHECK(u.push("\xF0\x9F") .empty());
+  CHECK(u.finish() == R + R);            // cut short at the end
+  CHECK(u.push("ok") == "ok");
+  // a long stream of bad bytes: bounded work per push, valid output
+  std::string all;
+  for (int i = 0; i < 100000; ++i) all += u.push(std::string(1, (char)(0x80 + i % 0x7f)));
+  all += u.finish();
+  CHECK(troupe::find_invalid_utf8(all) == std::string_view::npos);
 }
 
 TEST_CASE("error lines never carry raw control bytes, --version names the commit and build", "[cli][hostile]") {
