@@ -232,8 +232,20 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   p.tokenizer_path = p.dir + "/tokenizer.model";
   p.train_path = p.dir + "/train.bin";
   p.val_path = p.dir + "/val.bin";
+  // A preparation that fails (a full disk, a refused tokenizer) removes the folders it
+  // created itself: a refused command leaves no empty cache/<hash>-v<V>/ behind.
+  struct RemoveCreatedOnError {
+    fs::path first_new;  // the outermost folder this call created; empty: none
+    int exceptions = std::uncaught_exceptions();
+    ~RemoveCreatedOnError() {
+      std::error_code ec;
+      if (!first_new.empty() && std::uncaught_exceptions() > exceptions) fs::remove_all(first_new, ec);
+    }
+  } cleanup;
   {
     std::error_code ec;
+    fs::path q = fs::absolute(p.dir, ec);
+    for (; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) cleanup.first_new = q;
     fs::create_directories(p.dir, ec);
     TROUPE_USER_CHECK(!ec && fs::is_directory(p.dir))
         << "cannot create the data cache folder '" << p.dir << "': " << ec.message()

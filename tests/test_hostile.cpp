@@ -303,7 +303,7 @@ TEST_CASE("a full disk is refused before the run, a failed signal save says what
   // SIGTERM's save fails naming what is lost and the snapshot to continue from
   const std::string body =
       "set +e\n" + bin + tiny(s, "small") + " --set checkpoint.dir='" + mnt + "/ck' > /dev/null 2> '" + s.path("small.err") +
-      "'; echo $? > '" + s.path("small.rc") + "'\numount '" + mnt + "'\nmount -t tmpfs -o size=20m none '" + mnt + "'\n" +
+      "'; echo $? > '" + s.path("small.rc") + "'\nls -A '" + mnt + "' > '" + s.path("small.ls") + "'\numount '" + mnt + "'\nmount -t tmpfs -o size=20m none '" + mnt + "'\n" +
       bin + tiny(s, "full") + " --set train.steps=3000 --set checkpoint.interval=2 --set checkpoint.keep_last=1 --set checkpoint.max_failures=1000"
       " --set checkpoint.dir='" + mnt + "/ck' > /dev/null 2> '" + s.path("full.err") + "' &\npid=$!\n"
       "for i in $(seq 1 600); do [ -e '" + mnt + "/ck/step-00000002/manifest.capnp' ] && break; sleep 0.1; done\n"
@@ -320,6 +320,7 @@ TEST_CASE("a full disk is refused before the run, a failed signal save says what
   Run small{std::atoi(slurp(s.path("small.rc")).c_str()), slurp(s.path("small.err"))};
   expect_user_error(small, {"checkpoint.dir", "free", "another filesystem"});
   CHECK_FALSE(fs::exists(s.path("small")));
+  CHECK(slurp(s.path("small.ls")).empty());  // not even an empty ck/ folder
   const std::string full = slurp(s.path("full.err"));
   INFO(full);
   CHECK(std::atoi(slurp(s.path("full.rc")).c_str()) == 1);
@@ -409,4 +410,36 @@ TEST_CASE("ucx: the data plane listens only on the interface that reaches the co
     WARN("this machine has no interface but loopback: the unrestricted transport cannot show the difference");
   else
     CHECK(open > 0);
+}
+
+TEST_CASE("refused commands leave no folders: a data cache on a full disk, checkpoint.dir, --tensorboard",
+          "[cli][hostile]") {
+  Scratch s("leave-nothing");
+  // checkpoint.dir is probed early; a refusal after that (here --trace-png) leaves no ck/ folder
+  Run r = run_troupe(tiny(s, "run") + " --set checkpoint.dir='" + s.path("ck/a") + "' --trace '" + s.path("t.json") +
+                         "' --trace-png '" + s.path("") + "'", s);
+  expect_user_error(r, {"--trace-png", "is a directory"});
+  CHECK_FALSE(fs::exists(s.path("ck")));
+  CHECK_FALSE(fs::exists(s.path("run")));
+  // a TensorBoard folder where no file can be created (root passes access() on /sys):
+  // refused before the run directory exists
+  r = run_troupe(tiny(s, "run") + " --tensorboard /sys/kernel", s);
+  expect_user_error(r, {"TensorBoard directory", "/sys/kernel", "--tensorboard"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+  // tokenize onto a full filesystem: refused, and no empty cache/<hash>-v<V>/ stays
+  const std::string mnt = s.path("mnt");
+  const std::string body = "set +e\ndd if=/dev/zero of='" + mnt + "/fill' bs=64k > /dev/null 2>&1\n'" + troupe_bin() +
+                           "' tokenize --config configs/tiny.toml --set data.cache_dir='" + mnt + "/cache' > /dev/null 2> '" +
+                           s.path("tok.err") + "'; echo $? > '" + s.path("tok.rc") + "'\nls -A '" + mnt + "' > '" +
+                           s.path("tok.ls") + "'\n";
+  std::string why;
+  if (!run_on_tmpfs(s, mnt, 1, body, &why)) {
+    WARN("skipped: cannot mount a small tmpfs in a mount namespace here (needs root): " << why);
+    return;
+  }
+  INFO(slurp(s.path("tmpfs.log")));
+  Run tok{std::atoi(slurp(s.path("tok.rc")).c_str()), slurp(s.path("tok.err"))};
+  INFO(tok.err);
+  CHECK(tok.rc == 2);
+  CHECK(slurp(s.path("tok.ls")) == "fill\n");
 }
