@@ -108,6 +108,7 @@ int cmd_generate(const GenerateOptions& o) {
   TROUPE_USER_CHECK(o.temperature >= 0 && std::isfinite(o.temperature))
       << "--temperature " << o.temperature << " must be a finite number >= 0 (0 = greedy)";
   TROUPE_USER_CHECK(o.top_k >= 0) << "--top-k " << o.top_k << " must be >= 0 (0 = all tokens)";
+  TROUPE_USER_CHECK(o.seed >= 0) << "--seed " << o.seed << " must be a whole number >= 0";
   if (const size_t bad = find_invalid_utf8(o.prompt); bad != std::string_view::npos)
     TROUPE_USER_FAIL() << "--prompt is not valid UTF-8 (byte " << bad << "); pass UTF-8 text (e.g. iconv -t UTF-8)";
   TROUPE_USER_CHECK(o.prompt.size() <= (1u << 20)) << "--prompt has " << o.prompt.size()

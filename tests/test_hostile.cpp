@@ -443,3 +443,23 @@ TEST_CASE("refused commands leave no folders: a data cache on a full disk, check
   CHECK(tok.rc == 2);
   CHECK(slurp(s.path("tok.ls")) == "fill\n");
 }
+
+TEST_CASE("bad values are refused with a sentence: launch of a missing program, huge costs, a negative seed, "
+          "an empty --run-dir; troupe help prints the help", "[cli][hostile]") {
+  Scratch s("values");
+  expect_user_error(run_troupe("launch --nprocs 1 -- /nonexistent/cmd", s, 30), {"cannot run", "/nonexistent/cmd"});
+  expect_user_error(run_troupe("launch --nprocs 1 -- troupe-no-such-program-here", s, 30),
+                    {"troupe-no-such-program-here", "PATH"});
+  Run sim = run_troupe("simulate --quiet --cost f=1e308,b=1e308,w=1e308", s, 30);
+  expect_user_error(sim, {"--cost f", "finite"});
+  CHECK(slurp(s.path("stdout.txt")).find("inf") == std::string::npos);
+  expect_user_error(run_troupe("simulate --quiet --cost f=inf", s, 30), {"--cost f"});
+  CHECK(run_troupe("simulate --quiet --cost f=1e6,b=2e6", s, 30).rc == 0);
+  expect_user_error(run_troupe("generate '" + s.path("nope") + "' --seed -5", s, 30), {"--seed -5", ">= 0"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --run-dir ''", s, 30), {"--run-dir is empty"});
+  Run help = run_troupe("help", s, 30);
+  CHECK(help.rc == 0);
+  const std::string out = slurp(s.path("stdout.txt"));
+  CHECK(out.find("Subcommands") != std::string::npos);
+  CHECK(out.find("generate") != std::string::npos);
+}
