@@ -77,6 +77,17 @@ std::string timestamp() {
   return buf;
 }
 
+// Whether a file can really be created in `dir` (root passes access() on /proc and /sys):
+// a probe file, removed at once.
+bool can_create_file(const std::string& dir) {
+  const std::string probe = dir + "/.troupe-probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno == EEXIST;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return true;
+}
+
 // Checks, without creating anything, that the run directory can be created or written.
 void check_run_dir(const std::string& dir, const std::string& what, const std::string& flag) {
   std::error_code ec;
@@ -84,13 +95,14 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
   if (fs::exists(p, ec)) {
     TROUPE_USER_CHECK(fs::is_directory(p, ec)) << what << " '" << dir
                                                << "' exists and is not a directory; pass " << flag << " with a folder";
-    TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0)
+    TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0 && can_create_file(p.string()))
         << what << " '" << dir << "' is not writable; pass " << flag << " with a writable folder";
     return;
   }
   fs::path parent = p.parent_path();
   while (!parent.empty() && !fs::exists(parent, ec)) parent = parent.parent_path();
-  TROUPE_USER_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0)
+  TROUPE_USER_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0 &&
+                    can_create_file(parent.string()))
       << "cannot create " << what << " '" << dir << "': " << parent.string()
       << (fs::is_directory(parent, ec) ? " is not writable" : " is not a directory")
       << "; pass " << flag << " with a writable folder";

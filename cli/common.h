@@ -63,7 +63,7 @@ struct GenerateOptions {
   std::string dir, prompt, logits_out;
   int tokens = 64, top_k = 40;
   double temperature = 0.8;
-  uint64_t seed = 1;
+  int64_t seed = 1;  // >= 0 (checked: a negative one is refused, not wrapped)
 };
 int cmd_generate(const GenerateOptions& o);
 struct SimulateOptions {

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "cli/common.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -26,37 +28,62 @@ std::string gp_quote(const std::string& text) {
   return out + "'";
 }
 
-void render_png(const std::string& script, const std::string& out) {
+std::string png_tmp(const std::string& out) { return out + ".tmp-" + std::to_string(::getpid()); }
+
+void check_png_output(const std::string& out, const std::string& option) {
   TROUPE_USER_CHECK(std::system("command -v gnuplot >/dev/null 2>&1") == 0)
       << "gnuplot is not installed; run scripts/setup.sh (it installs gnuplot-nox)";
+  check_output_file(out, option);
+}
+
+void render_png(const std::string& script, const std::string& out, const std::string& option) {
+  check_png_output(out, option);
   std::error_code ec;
-  const fs::path target = fs::absolute(out, ec);
-  TROUPE_USER_CHECK(fs::is_directory(target.parent_path(), ec) && ::access(target.parent_path().c_str(), W_OK) == 0)
-      << "cannot write the picture " << out << ": its folder does not exist or is not writable; pass a writable path";
   char tmpl[] = "/tmp/troupe-gnuplot-XXXXXX";
-  TROUPE_CHECK(::mkdtemp(tmpl) != nullptr) << "cannot create a temporary folder for gnuplot";
+  TROUPE_USER_CHECK(::mkdtemp(tmpl) != nullptr) << "cannot create a temporary folder for gnuplot in /tmp ("
+                                                << std::strerror(errno) << "); free space in /tmp";
   const std::string dir = tmpl, script_path = dir + "/figure.gp", err_path = dir + "/stderr.txt";
+  bool script_ok = false;
   {
     std::ofstream f(script_path);
     f << script;
-    TROUPE_CHECK(f.good()) << "cannot write " << script_path;
+    f.close();
+    script_ok = f.good();
   }
-  const int rc = std::system(("gnuplot " + gp_quote(script_path) + " 2>" + gp_quote(err_path)).c_str());
-  std::ifstream ef(err_path);
-  std::stringstream err;
-  err << ef.rdbuf();
+  const int rc = script_ok ? std::system(("gnuplot " + gp_quote(script_path) + " 2>" + gp_quote(err_path)).c_str()) : -1;
+  // gnuplot's own message, reduced to one printable line (it is several lines with a caret)
+  std::string reason;
+  {
+    std::ifstream ef(err_path);
+    std::string line;
+    while (reason.empty() && std::getline(ef, line)) {
+      for (char ch : line)
+        if ((unsigned char)ch >= 0x20 && (unsigned char)ch < 0x7f) reason += ch;
+      while (!reason.empty() && (reason.back() == ' ' || reason.front() == ' '))
+        reason.erase(reason.back() == ' ' ? reason.size() - 1 : 0, 1);
+      if (reason.find_first_not_of("^ ") == std::string::npos) reason.clear();
+    }
+    if (reason.size() > 160) reason = reason.substr(0, 157) + "...";
+  }
   fs::remove_all(dir, ec);
-  const std::string tmp = out + ".tmp";
-  if (rc != 0 || !fs::exists(tmp, ec) || fs::file_size(tmp, ec) == 0) {
+  const std::string tmp = png_tmp(out);
+  if (!script_ok || rc != 0 || !fs::is_regular_file(tmp, ec) || fs::file_size(tmp, ec) == 0) {
     fs::remove(tmp, ec);
-    throw Error("gnuplot failed drawing " + out + ": " + err.str());
+    if (!script_ok) throw UserError("cannot write gnuplot's script in /tmp; free space in /tmp and draw " + out + " again");
+    throw UserError(fmt::format("gnuplot could not draw {} ({}); check that its folder has free space and is writable, "
+                                "or pass another {} path (scripts/setup.sh installs gnuplot-nox with pngcairo)",
+                                out, reason.empty() ? "it wrote an empty picture" : "gnuplot: " + reason, option));
   }
   fs::rename(tmp, out, ec);
-  TROUPE_CHECK(!ec) << "cannot rename " << tmp << " to " << out << ": " << ec.message();
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    throw UserError(fmt::format("cannot write {} ({}); pass a writable {} path", out, why, option));
+  }
 }
 
 void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::string& title, const std::string& unit,
-                   const std::string& out) {
+                   const std::string& out, const std::string& option) {
   double t_end = 0;
   for (auto& b : bars) t_end = std::max(t_end, b.t1);
   const char* colour[3] = {"#4c72b0", "#dd8452", "#55a868"};  // F, B, W
@@ -84,7 +111,7 @@ void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::
   for (int s = 0; s < stages; ++s) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
   std::string gp;
   gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10'\n", 170 + 55 * stages);
-  gp += "set output " + gp_quote(out + ".tmp") + "\n";
+  gp += "set output " + gp_quote(png_tmp(out)) + "\n";
   gp += "$bars << EOD\n" + data + "EOD\n";
   gp += "set title " + gp_quote(title) + "\n";
   gp += "set xlabel " + gp_quote(unit) + "\n";
@@ -100,7 +127,7 @@ void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::
   if (std::any_of(bars.begin(), bars.end(), [](const TimelineBar& b) { return b.chunk > 0; }))
     gp += fmt::format(", NaN with boxes lc rgb '{:#08x}' title 'lighter: chunk > 0'", colour_of('F', 1));
   gp += ", NaN with boxes fs empty lc rgb '#999999' title 'idle (the bubble)'\n";
-  render_png(gp, out);
+  render_png(gp, out, option);
 }
 
 std::vector<TimelineBar> trace_step_bars(const std::string& trace_json, int64_t step, int64_t* which) {
@@ -134,7 +161,7 @@ std::vector<TimelineBar> trace_step_bars(const std::string& trace_json, int64_t 
   return bars;
 }
 
-void draw_trace_png(const std::string& trace_json, const std::string& out) {
+void draw_trace_png(const std::string& trace_json, const std::string& out, const std::string& option) {
   int64_t step = -1;
   auto bars = trace_step_bars(trace_json, -1, &step);
   int stages = 0;
@@ -148,7 +175,7 @@ void draw_trace_png(const std::string& trace_json, const std::string& out) {
   draw_timeline(bars, stages,
                 fmt::format("measured step {} ({}): {:.1f} ms, bubble {:.1f}% (white: idle, waiting, sending)", step,
                             fs::path(trace_json).filename().string(), span, 100 * bubble),
-                "ms since the step's first action", out);
+                "ms since the step's first action", out, option);
   std::printf("wrote %s (measured timeline of step %lld)\n", out.c_str(), (long long)step);
 }
 

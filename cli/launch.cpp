@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,6 +80,26 @@ bool parse_int(const std::string& s, long lo, long hi, long* out) {
   if (*end != '\0' || errno != 0 || v < lo || v > hi) return false;
   *out = v;
   return true;
+}
+
+// Whether execvp would find `cmd` as an executable regular file: the path itself when it
+// holds a '/', otherwise the first match on PATH (the default search path when unset).
+bool is_executable(const std::string& cmd) {
+  auto ok = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (cmd.find('/') != std::string::npos) return ok(cmd);
+  const char* env = std::getenv("PATH");
+  const std::string path = env ? env : "/usr/local/bin:/bin:/usr/bin";
+  for (size_t start = 0;;) {
+    const size_t colon = path.find(':', start);
+    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (dir.empty()) dir = ".";
+    if (ok(dir + "/" + cmd)) return true;
+    if (colon == std::string::npos) return false;
+    start = colon + 1;
+  }
 }
 
 Options parse_args(int argc, char** argv) {
@@ -153,6 +174,11 @@ Options parse_args(int argc, char** argv) {
   TROUPE_USER_CHECK(have_dashdash) << "missing '--' and the command to run; usage: " << kUsage;
   TROUPE_USER_CHECK(i < argc && argv[i][0] != '\0') << "no command after '--'; usage: " << kUsage;
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  const std::string& cmd = o.command[0];
+  TROUPE_USER_CHECK(is_executable(cmd))
+      << "cannot run '" << cmd << "': "
+      << (cmd.find('/') != std::string::npos ? "no such executable file" : "it is not a program on PATH")
+      << "; pass the path of an executable after '--', e.g. build/troupe train --config configs/tiny.toml";
   return o;
 }
 

@@ -113,10 +113,14 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
+    if (cmd == "help" && argc == 2) {  // as --help
+      std::cout << app.help();
+      return 0;
+    }
     if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" &&
         cmd != "generate" && cmd != "plot" && cmd != "plan") {
       print_error("unknown command '" + cmd +
-                  "'; use train, launch, prepare, tokenize, simulate, plan, export, generate or plot (see troupe --help)");
+                  "'; use train, launch, prepare, tokenize, simulate, plan, export, generate or plot (see troupe help)");
       return 2;
     }
   }
@@ -143,6 +147,10 @@ int main(int argc, char** argv) {
     if (export_cmd->parsed()) return cmd_export(export_dir, export_format, export_out);
     if (generate_cmd->parsed()) return cmd_generate(go);
     if (plot_cmd->parsed()) return cmd_plot(plot_dir, plot_out, plot_title);
+    TROUPE_USER_CHECK(!train->parsed() || train->get_option("--run-dir")->count() == 0 || !run_dir.empty())
+        << "--run-dir is empty; pass a folder (e.g. --run-dir runs/mine) or leave it out for runs/<timestamp>";
+    TROUPE_USER_CHECK(!train->parsed() || train->get_option("--tensorboard")->count() == 0 || !tensorboard.empty())
+        << "--tensorboard is empty; pass a folder for the event files or leave it out";
     Config c = load_config(config_path, sets);
     if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
     if (train->parsed()) return cmd_train(c, run_dir, resume);

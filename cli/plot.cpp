@@ -127,7 +127,8 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   TROUPE_USER_CHECK(rc.step_records > 0) << run_dir << "/metrics.jsonl holds no step records yet; plot the run once it "
                                          << "has trained a step";
   if (out.empty()) out = run_dir + "/plot.png";
-  std::string gp = "set terminal pngcairo size 1400,800 font 'sans,10'\nset output " + gp_quote(out + ".tmp") + "\n";
+  check_png_output(out, "--out");
+  std::string gp = "set terminal pngcairo size 1400,800 font 'sans,10'\nset output " + gp_quote(png_tmp(out)) + "\n";
   gp += "$train << EOD\n" + rc.train + "EOD\n$val << EOD\n" + rc.val + "EOD\n";
   const auto resumes = std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return !m.recovery; });
   const auto recoveries = (long)rc.marks.size() - resumes;
@@ -150,7 +151,7 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   gp += panel(rc, 6, "throughput (tokens/s)");
   gp += panel(rc, 7, "MFU (%, against the measured fp32 peak)");
   gp += "unset multiplot\n";
-  render_png(gp, out);
+  render_png(gp, out, "--out");
   std::string marked;
   for (auto& m : rc.marks) marked += fmt::format("{}{} at step {}", marked.empty() ? "; marked: " : ", ",
                                                  m.recovery ? "recovery" : "resume", m.step);

@@ -85,33 +85,19 @@ int cmd_export(const std::string& dir, const std::string& format, const std::str
 
 
 namespace {
-// Prints a generation as it is drawn: each new token's text as soon as it decodes to whole
-// UTF-8 characters. The text is decoded over a window of recent tokens (SentencePiece
-// decoding is prefix-stable within it), so a long generation costs O(tokens), not O(tokens^2).
+// Prints a generation as it is drawn: each token's bytes go through a Utf8Stream, so every
+// complete character is printed at once, an invalid byte shows as U+FFFD (as train's
+// sample does) and no control byte but newline and tab reaches the terminal. Each token
+// costs the same whatever came before.
 struct TextStream {
   const Tokenizer* tok;
-  std::vector<int32_t> window;  // tokens since the window's start
-  size_t shown = 0;             // bytes of decode(window) already printed
+  Utf8Stream utf8;
   void push(int32_t id) {
-    window.push_back(id);
-    const std::string text = tok->decode(window);
-    size_t end = text.size();
-    if (end >= shown + 3 && text.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;  // maybe a partial byte sequence
-    auto whole = [&](size_t e) { return find_invalid_utf8(std::string_view(text).substr(shown, e - shown)) == std::string_view::npos; };
-    for (int k = 0; k < 3 && end > shown && !whole(end); ++k) --end;  // an incomplete character waits for its bytes
-    if (!whole(end)) end = shown;
-    if (end > shown) std::cout << text.substr(shown, end - shown) << std::flush;
-    shown = std::max(shown, end);
-    if (window.size() > 64 && shown == text.size()) {  // everything printed: start a new window
-      window.erase(window.begin(), window.end() - 8);
-      shown = tok->decode(window).size();
-    }
+    const int32_t one[1] = {id};
+    const std::string text = utf8.push(tok->decode(one));
+    if (!text.empty()) std::cout << text << std::flush;
   }
-  void finish() {
-    const std::string text = tok->decode(window);
-    if (text.size() > shown) std::cout << text.substr(shown);
-    std::cout << std::endl;
-  }
+  void finish() { std::cout << utf8.finish() << std::endl; }
 };
 }  // namespace
 
@@ -122,6 +108,7 @@ int cmd_generate(const GenerateOptions& o) {
   TROUPE_USER_CHECK(o.temperature >= 0 && std::isfinite(o.temperature))
       << "--temperature " << o.temperature << " must be a finite number >= 0 (0 = greedy)";
   TROUPE_USER_CHECK(o.top_k >= 0) << "--top-k " << o.top_k << " must be >= 0 (0 = all tokens)";
+  TROUPE_USER_CHECK(o.seed >= 0) << "--seed " << o.seed << " must be a whole number >= 0";
   if (const size_t bad = find_invalid_utf8(o.prompt); bad != std::string_view::npos)
     TROUPE_USER_FAIL() << "--prompt is not valid UTF-8 (byte " << bad << "); pass UTF-8 text (e.g. iconv -t UTF-8)";
   TROUPE_USER_CHECK(o.prompt.size() <= (1u << 20)) << "--prompt has " << o.prompt.size()
@@ -155,11 +142,14 @@ int cmd_generate(const GenerateOptions& o) {
   for (int32_t id : tok->encode(o.prompt)) ctx.prompt.push_back(id);
   ctx.temperature = o.temperature;
   ctx.top_k = o.top_k;
-  ctx.sample_seed = o.seed;
+  ctx.sample_seed = (uint64_t)o.seed;
   ctx.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   // the continuation is printed token by token, after the prompt
   auto stream = std::make_shared<TextStream>(TextStream{tok.get()});
-  std::cout << o.prompt << std::flush;
+  {
+    Utf8Stream shown;  // the prompt is valid UTF-8 (checked above) but may hold control bytes
+    std::cout << shown.push(o.prompt) << shown.finish() << std::flush;
+  }
   ctx.on_token = [stream](int32_t id) { stream->push(id); };
   ctx.fill_batch = [](int, int64_t, int B, int T, int32_t* in, int32_t* tg) {
     std::fill(in, in + (size_t)B * T, 0);
@@ -187,6 +177,7 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   validate_schedule(s);
   if (!o.dump.empty() && o.dump != "-") check_output_file(o.dump, "--dump");
   if (!o.trace.empty()) check_output_file(o.trace, "--trace");
+  if (!o.png.empty()) check_png_output(o.png, "--png");  // refused before the report is printed
   if (!o.dump.empty()) {
     std::string text = format_schedule(s);
     if (o.dump == "-") {
@@ -226,7 +217,7 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
     draw_timeline(bars, s.P,
                   fmt::format("{}: P={} stages, M={} microbatches, V={}; costs f={:g} b={:g} w={:g} p2p={:g}; bubble {:.1f}%",
                               s.name, s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, 100 * r.bubble_overall),
-                  "time units (simulated)", o.png);
+                  "time units (simulated)", o.png, "--png");
     std::printf("wrote %s\n", o.png.c_str());
   }
   if (!o.trace.empty()) {

@@ -111,8 +111,13 @@ void check_checkpoint_dir(const std::string& ckpt_dir) {
   TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
       << "checkpoint.dir = '" << ckpt_dir << "' cannot be created (" << p.string()
       << (fs::is_directory(p) ? " is not writable" : " is not a directory") << "); choose a writable directory";
-  // really try (root passes access() on /proc): create it and a probe file, then remove the probe
+  // really try (root passes access() on /proc): create it and a probe file, then remove the
+  // probe and the folders this check created (the checkpointer creates them when it saves),
+  // so a run refused later leaves no empty folder
   std::error_code ec;
+  fs::path first_new = fs::absolute(ckpt_dir, ec);  // the outermost folder that does not exist yet
+  for (fs::path q = first_new; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) first_new = q;
+  const bool created = !fs::exists(first_new, ec);
   fs::create_directories(ckpt_dir, ec);
   const std::string probe = ckpt_dir + "/.troupe-probe-" + std::to_string(::getpid());
   bool ok = !ec && fs::is_directory(ckpt_dir);
@@ -121,6 +126,7 @@ void check_checkpoint_dir(const std::string& ckpt_dir) {
     ok = f.good() && (f << "x").good();
   }
   fs::remove(probe, ec);
+  if (created) fs::remove_all(first_new, ec);
   TROUPE_USER_CHECK(ok) << "checkpoint.dir = '" << ckpt_dir
                         << "' cannot be created or written; choose a writable directory";
 }
@@ -402,6 +408,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   check_machine_fits(c, launch);
   TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
       << "--trace-png draws the measured trace: pass --trace FILE.json too";
+  if (!trace_png_.empty()) check_png_output(trace_png_, "--trace-png");  // refused now, not after training
   if (!c.train.tensorboard_dir.empty() && !follower)
     check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
   setup_logging("");
@@ -475,7 +482,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     report_signal_stop(r, ckpt_dir, state ? state->step : 0);
     return 0;
   }
-  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_);
+  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_, "--trace-png");
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
   return 0;

@@ -93,6 +93,56 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
   return bytes;
 }
 
+namespace {
+constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+}  // namespace
+
+std::string Utf8Stream::push(std::string_view bytes) {
+  pending_.append(bytes);
+  std::string out;
+  const auto* s = reinterpret_cast<const unsigned char*>(pending_.data());
+  const size_t n = pending_.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned c = s[i];
+    if (c < 0x80) {
+      const bool control = (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F;
+      if (control) out += kReplacement;
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte (as find_invalid_utf8)
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    bool valid = len > 0, complete = i + len <= n;
+    for (size_t k = 1; valid && k < len && i + k < n; ++k) {
+      const unsigned b = s[i + k];
+      valid = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    }
+    if (!valid) {  // one invalid byte: U+FFFD, then go on with the next byte
+      out += kReplacement;
+      ++i;
+      continue;
+    }
+    if (!complete) break;  // a valid start: wait for the rest
+    if (c == 0xC2 && s[i + 1] <= 0x9F) out += kReplacement;  // a C1 control character
+    else out.append(pending_, i, len);
+    i += len;
+  }
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string Utf8Stream::finish() {
+  std::string out;
+  for (size_t k = 0; k < pending_.size(); ++k) out += kReplacement;
+  pending_.clear();
+  return out;
+}
+
 std::vector<std::string> parse_corpus(std::string_view text, const std::string& name) {
   TROUPE_USER_CHECK(!text.empty())
       << "corpus '" << name << "' is empty: it must hold UTF-8 text, documents separated by a "

@@ -33,6 +33,21 @@ std::vector<std::string> parse_corpus(std::string_view text, const std::string& 
 // surrogates and code points above U+10FFFF are invalid), or npos when all is valid.
 size_t find_invalid_utf8(std::string_view text);
 
+// Turns bytes that arrive in pieces (a generation's tokens) into printable text as they
+// come: each complete character is returned at once, an incomplete one waits (at most 3
+// bytes) for its continuation, an invalid byte becomes U+FFFD, and control characters
+// other than newline and tab (C0, DEL, C1) become U+FFFD too. Work per push is bounded
+// by the piece's size, whatever came before.
+class Utf8Stream {
+ public:
+  std::string push(std::string_view bytes);
+  // what is left (an unfinished character): U+FFFD per byte
+  std::string finish();
+
+ private:
+  std::string pending_;
+};
+
 // The train/validation split of a corpus: the last documents are the validation split.
 struct CorpusSplit {
   std::vector<std::string> train;

@@ -362,8 +362,20 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   p.key = hash_hex(fnv1a64(key.dump()));
   p.dir = (fs::path(cfg.cache_dir) / (p.key + "-v" + std::to_string(vocab_size))).string();
   set_paths(p, blend);
+  // A preparation that fails (a full disk, a refused tokenizer) removes the folders it
+  // created itself: a refused command leaves no empty cache/<hash>-v<V>/ behind.
+  struct RemoveCreatedOnError {
+    fs::path first_new;  // the outermost folder this call created; empty: none
+    int exceptions = std::uncaught_exceptions();
+    ~RemoveCreatedOnError() {
+      std::error_code ec;
+      if (!first_new.empty() && std::uncaught_exceptions() > exceptions) fs::remove_all(first_new, ec);
+    }
+  } cleanup;
   {
     std::error_code ec;
+    fs::path q = fs::absolute(p.dir, ec);
+    for (; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) cleanup.first_new = q;
     fs::create_directories(p.dir, ec);
     TROUPE_USER_CHECK(!ec && fs::is_directory(p.dir))
         << "cannot create the data cache folder '" << p.dir << "': " << ec.message()

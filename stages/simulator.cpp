@@ -10,6 +10,10 @@
 
 namespace troupe {
 
+namespace {
+constexpr double kMaxCost = 1e12;
+}  // namespace
+
 Costs parse_costs(const std::string& spec) {
   Costs c;
   std::stringstream ss(spec);
@@ -28,7 +32,10 @@ Costs parse_costs(const std::string& spec) {
     } catch (const std::logic_error&) {
       throw UserError("--cost " + k + " = '" + item.substr(eq + 1) + "' is not a number");
     }
-    TROUPE_USER_CHECK(v >= 0 && std::isfinite(v)) << "--cost " << k << " must be >= 0";
+    // a schedule's makespan adds up to millions of costs: a bound keeps every sum finite
+    TROUPE_USER_CHECK(v >= 0 && std::isfinite(v) && v <= kMaxCost)
+        << "--cost " << k << " = " << item.substr(eq + 1) << " must be a finite number from 0 to " << kMaxCost
+        << " (costs are relative: e.g. f=1,b=2)";
     if (k == "f") c.f = v;
     else if (k == "b") c.b = v;
     else if (k == "w") c.w = v, w_set = true;

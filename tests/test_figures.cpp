@@ -3,6 +3,7 @@
 // the pictures `troupe plot` and `troupe simulate --png` draw with gnuplot.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -205,9 +206,39 @@ TEST_CASE("troupe simulate --png draws the timeline", "[plot][schedules]") {
                  60) == 0);
   CHECK(is_png(s.path("zb.png")));
   CHECK(slurp(s.path("stdout.txt")).find("wrote " + s.path("zb.png")) != std::string::npos);
-  // an unwritable destination is refused before gnuplot runs
-  CHECK(run_troupe(s, "simulate --quiet --png '" + s.path("missing/zb.png") + "'", 60) == 2);
-  CHECK(slurp(s.path("stderr.txt")).rfind("error: cannot write the picture", 0) == 0);
+  // an unwritable destination is refused before the report is printed or gnuplot runs
+  CHECK(run_troupe(s, "simulate --png '" + s.path("missing/zb.png") + "'", 60) == 2);
+  CHECK(slurp(s.path("stderr.txt")).rfind("error: cannot write", 0) == 0);
+  CHECK(slurp(s.path("stdout.txt")).empty());
+  // a directory: exit 2, one line naming the fix, no NAME.tmp* left beside it
+  fs::create_directories(s.path("dir"));
+  CHECK(run_troupe(s, "simulate --png '" + s.path("dir") + "'", 60) == 2);
+  const std::string err = slurp(s.path("stderr.txt"));
+  INFO(err);
+  CHECK(err.rfind("error: --png " + s.path("dir") + " is a directory; pass a file path", 0) == 0);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  CHECK(slurp(s.path("stdout.txt")).empty());
+  for (auto& e : fs::directory_iterator(s.path("")))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+}
+
+TEST_CASE("plot --out that gnuplot cannot write: one sentence, no temporary left", "[plot][cli]") {
+  Scratch s("plotfail");
+  fs::create_directories(s.path("run"));
+  s.write("run/metrics.jsonl", nlohmann::json({{"step", 1}, {"loss", 5.0}, {"lr", 1e-3}, {"grad_norm", 1.0},
+                                               {"tokens_per_s", 1000.0}, {"ms_per_step", 50.0}, {"mfu", 0.01}})
+                                       .dump() + "\n");
+  CHECK(run_troupe(s, "plot '" + s.path("run") + "' --out '" + s.path("run") + "'", 60) == 2);
+  std::string err = slurp(s.path("stderr.txt"));
+  CHECK(err.rfind("error: --out " + s.path("run") + " is a directory", 0) == 0);
+  // /proc accepts no new files: refused up front, exit 2, one line
+  CHECK(run_troupe(s, "plot '" + s.path("run") + "' --out /proc/troupe-test.png", 60) == 2);
+  err = slurp(s.path("stderr.txt"));
+  INFO(err);
+  CHECK(err.rfind("error: cannot write /proc/troupe-test.png", 0) == 0);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  for (auto& e : fs::directory_iterator(s.path("run")))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
 }
 
 TEST_CASE("train --trace-png draws the measured timeline of the last step", "[plot][cli]") {
@@ -223,4 +254,10 @@ TEST_CASE("train --trace-png draws the measured timeline of the last step", "[pl
                           s.path("u.png") + "'") == 2);
   CHECK(slurp(s.path("stderr.txt")).find("error: --trace-png draws the measured trace: pass --trace") != std::string::npos);
   CHECK_FALSE(fs::exists(s.path("run2")));
+  // a directory as --trace-png: refused before the run directory or the trace exists
+  CHECK(run_troupe(s, "train --config configs/tiny.toml --run-dir '" + s.path("run3") + "' --set data.cache_dir='" +
+                          s.path("cache") + "' --trace '" + s.path("t3.json") + "' --trace-png '" + s.path("") + "'") == 2);
+  CHECK(slurp(s.path("stderr.txt")).find("error: --trace-png ") == 0);
+  CHECK_FALSE(fs::exists(s.path("run3")));
+  CHECK_FALSE(fs::exists(s.path("t3.json")));
 }

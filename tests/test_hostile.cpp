@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "cli_helpers.h"
+#include "datasets/corpus.h"
 #include "collectives/netif.h"
 #include "collectives/ucx.h"
 
@@ -193,6 +194,37 @@ TEST_CASE("snapshot tools: outputs probed first, failed writes leave nothing, cl
   CHECK(out.rfind("The", 0) == 0);
   CHECK(first_s >= 0);
   CHECK(first_s < 0.7 * total_s);  // unstreamed, everything came in the last moment
+  // 1000 tokens take seconds (re-decoding the history each token took 94 s), and what is
+  // printed is valid UTF-8 without control bytes other than newline and tab
+  CHECK(total_s < 30);
+  CHECK(troupe::find_invalid_utf8(out) == std::string_view::npos);
+  CHECK(std::none_of(out.begin(), out.end(), [](char ch) {
+    const auto c = (unsigned char)ch;
+    return (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f;
+  }));
+}
+
+TEST_CASE("Utf8Stream prints whole characters as they come, U+FFFD for bad and control bytes", "[hostile]") {
+  const std::string R = "\xEF\xBF\xBD";
+  troupe::Utf8Stream u;
+  CHECK(u.push("ab") == "ab");
+  CHECK(u.push("\xC3").empty());        // the first byte of é waits
+  CHECK(u.push("\xA9x") == "\xC3\xA9x");  // then comes whole
+  CHECK(u.push("\xE2\x82") .empty());
+  CHECK(u.push("\xAC") == "\xE2\x82\xAC");  // the euro sign over two pieces
+  CHECK(u.push("\xFFy") == R + "y");      // an invalid byte mid-text does not stop the stream
+  CHECK(u.push("\x1B[2J\x07\n\t") == R + "[2J" + R + "\n\t");  // ESC and BEL are not printed raw
+  CHECK(u.push("\xC2\x9B") == R);        // a C1 control (CSI)
+  CHECK(u.push("\xC3z") == R + "z");      // a lead byte whose continuation never came
+  CHECK(u.push("\xED\xA0\x80") == R + R + R);  // a surrogate is invalid
+  CHECK(u.push("\xF0\x9F") .empty());
+  CHECK(u.finish() == R + R);            // cut short at the end
+  CHECK(u.push("ok") == "ok");
+  // a long stream of bad bytes: bounded work per push, valid output
+  std::string all;
+  for (int i = 0; i < 100000; ++i) all += u.push(std::string(1, (char)(0x80 + i % 0x7f)));
+  all += u.finish();
+  CHECK(troupe::find_invalid_utf8(all) == std::string_view::npos);
 }
 
 TEST_CASE("error lines never carry raw control bytes, --version names the commit and build", "[cli][hostile]") {
@@ -271,7 +303,7 @@ TEST_CASE("a full disk is refused before the run, a failed signal save says what
   // SIGTERM's save fails naming what is lost and the snapshot to continue from
   const std::string body =
       "set +e\n" + bin + tiny(s, "small") + " --set checkpoint.dir='" + mnt + "/ck' > /dev/null 2> '" + s.path("small.err") +
-      "'; echo $? > '" + s.path("small.rc") + "'\numount '" + mnt + "'\nmount -t tmpfs -o size=20m none '" + mnt + "'\n" +
+      "'; echo $? > '" + s.path("small.rc") + "'\nls -A '" + mnt + "' > '" + s.path("small.ls") + "'\numount '" + mnt + "'\nmount -t tmpfs -o size=20m none '" + mnt + "'\n" +
       bin + tiny(s, "full") + " --set train.steps=3000 --set checkpoint.interval=2 --set checkpoint.keep_last=1 --set checkpoint.max_failures=1000"
       " --set checkpoint.dir='" + mnt + "/ck' > /dev/null 2> '" + s.path("full.err") + "' &\npid=$!\n"
       "for i in $(seq 1 600); do [ -e '" + mnt + "/ck/step-00000002/manifest.capnp' ] && break; sleep 0.1; done\n"
@@ -288,6 +320,7 @@ TEST_CASE("a full disk is refused before the run, a failed signal save says what
   Run small{std::atoi(slurp(s.path("small.rc")).c_str()), slurp(s.path("small.err"))};
   expect_user_error(small, {"checkpoint.dir", "free", "another filesystem"});
   CHECK_FALSE(fs::exists(s.path("small")));
+  CHECK(slurp(s.path("small.ls")).empty());  // not even an empty ck/ folder
   const std::string full = slurp(s.path("full.err"));
   INFO(full);
   CHECK(std::atoi(slurp(s.path("full.rc")).c_str()) == 1);
@@ -377,4 +410,56 @@ TEST_CASE("ucx: the data plane listens only on the interface that reaches the co
     WARN("this machine has no interface but loopback: the unrestricted transport cannot show the difference");
   else
     CHECK(open > 0);
+}
+
+TEST_CASE("refused commands leave no folders: a data cache on a full disk, checkpoint.dir, --tensorboard",
+          "[cli][hostile]") {
+  Scratch s("leave-nothing");
+  // checkpoint.dir is probed early; a refusal after that (here --trace-png) leaves no ck/ folder
+  Run r = run_troupe(tiny(s, "run") + " --set checkpoint.dir='" + s.path("ck/a") + "' --trace '" + s.path("t.json") +
+                         "' --trace-png '" + s.path("") + "'", s);
+  expect_user_error(r, {"--trace-png", "is a directory"});
+  CHECK_FALSE(fs::exists(s.path("ck")));
+  CHECK_FALSE(fs::exists(s.path("run")));
+  // a TensorBoard folder where no file can be created (root passes access() on /sys):
+  // refused before the run directory exists
+  r = run_troupe(tiny(s, "run") + " --tensorboard /sys/kernel", s);
+  expect_user_error(r, {"TensorBoard directory", "/sys/kernel", "--tensorboard"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+  // tokenize onto a full filesystem: refused, and no empty cache/<hash>-v<V>/ stays
+  const std::string mnt = s.path("mnt");
+  const std::string body = "set +e\ndd if=/dev/zero of='" + mnt + "/fill' bs=64k > /dev/null 2>&1\n'" + troupe_bin() +
+                           "' tokenize --config configs/tiny.toml --set data.cache_dir='" + mnt + "/cache' > /dev/null 2> '" +
+                           s.path("tok.err") + "'; echo $? > '" + s.path("tok.rc") + "'\nls -A '" + mnt + "' > '" +
+                           s.path("tok.ls") + "'\n";
+  std::string why;
+  if (!run_on_tmpfs(s, mnt, 1, body, &why)) {
+    WARN("skipped: cannot mount a small tmpfs in a mount namespace here (needs root): " << why);
+    return;
+  }
+  INFO(slurp(s.path("tmpfs.log")));
+  Run tok{std::atoi(slurp(s.path("tok.rc")).c_str()), slurp(s.path("tok.err"))};
+  INFO(tok.err);
+  CHECK(tok.rc == 2);
+  CHECK(slurp(s.path("tok.ls")) == "fill\n");
+}
+
+TEST_CASE("bad values are refused with a sentence: launch of a missing program, huge costs, a negative seed, "
+          "an empty --run-dir; troupe help prints the help", "[cli][hostile]") {
+  Scratch s("values");
+  expect_user_error(run_troupe("launch --nprocs 1 -- /nonexistent/cmd", s, 30), {"cannot run", "/nonexistent/cmd"});
+  expect_user_error(run_troupe("launch --nprocs 1 -- troupe-no-such-program-here", s, 30),
+                    {"troupe-no-such-program-here", "PATH"});
+  Run sim = run_troupe("simulate --quiet --cost f=1e308,b=1e308,w=1e308", s, 30);
+  expect_user_error(sim, {"--cost f", "finite"});
+  CHECK(slurp(s.path("stdout.txt")).find("inf") == std::string::npos);
+  expect_user_error(run_troupe("simulate --quiet --cost f=inf", s, 30), {"--cost f"});
+  CHECK(run_troupe("simulate --quiet --cost f=1e6,b=2e6", s, 30).rc == 0);
+  expect_user_error(run_troupe("generate '" + s.path("nope") + "' --seed -5", s, 30), {"--seed -5", ">= 0"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --run-dir ''", s, 30), {"--run-dir is empty"});
+  Run help = run_troupe("help", s, 30);
+  CHECK(help.rc == 0);
+  const std::string out = slurp(s.path("stdout.txt"));
+  CHECK(out.find("Subcommands") != std::string::npos);
+  CHECK(out.find("generate") != std::string::npos);
 }

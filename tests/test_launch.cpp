@@ -316,12 +316,21 @@ TEST_CASE("launch: the launcher exits with the status of the first child that fa
     CHECK(r.err.find("launch: process 1 (pid ") != std::string::npos);
     CHECK(r.err.find(") killed by signal SIGKILL\n") != std::string::npos);
   }
-  SECTION("a command that cannot be executed: 127") {
+  SECTION("a command that does not exist: refused before anything starts (exit 2)") {
     Result r = launch({"--nprocs", "2", "--", "/nonexistent/troupe-launch-test", "x"}, s);
     INFO("stderr: " << r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.err.rfind("error: cannot run '/nonexistent/troupe-launch-test': no such executable file; pass", 0) == 0);
+    CHECK(r.err.find("launch: 2 processes") == std::string::npos);
+  }
+  SECTION("an executable file that exec still cannot run (a missing interpreter): 127") {
+    const std::string script = (s.dir / "bad-interp.sh").string();
+    std::ofstream(script) << "#!/nonexistent/troupe-interp\n";
+    fs::permissions(script, fs::perms::owner_all);
+    Result r = launch({"--nprocs", "2", "--", script}, s);
+    INFO("stderr: " << r.err);
     CHECK(r.rc == 127);
-    CHECK(r.err.find("launch: cannot run /nonexistent/troupe-launch-test: No such file or directory\n") !=
-          std::string::npos);
+    CHECK(r.err.find("launch: cannot run " + script + ": No such file or directory\n") != std::string::npos);
   }
 }
 
