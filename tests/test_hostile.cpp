@@ -445,7 +445,7 @@ TEST_CASE("refused commands leave no folders: a data cache on a full disk, check
 }
 
 TEST_CASE("bad values are refused with a sentence: launch of a missing program, huge costs, a negative seed, "
-          "an empty --run-dir; troupe help prints the help", "[cli][hostile]") {
+          "an empty --run-dir, and troupe help prints the help", "[cli][hostile]") {
   Scratch s("values");
   expect_user_error(run_troupe("launch --nprocs 1 -- /nonexistent/cmd", s, 30), {"cannot run", "/nonexistent/cmd"});
   expect_user_error(run_troupe("launch --nprocs 1 -- troupe-no-such-program-here", s, 30),
