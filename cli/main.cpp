@@ -140,6 +140,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // an option given an empty value (a path, a number) is a mistake, not "leave it out"
+    for (CLI::App* sub : app.get_subcommands())
+      for (const CLI::Option* opt : sub->get_options()) {
+        const std::string name = opt->get_name();
+        if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt" || name == "--title" ||
+            name == "--run-dir" || name == "--tensorboard")
+          continue;
+        for (const std::string& r : opt->results())
+          TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)
+                                        << " of troupe " << sub->get_name()
+                                        << " is empty; give it a value or leave it out (troupe help)";
+      }
     if (simulate_cmd->parsed())
       return cmd_simulate(so, simulate_cmd->get_option("--stages")->count() > 0,
                           simulate_cmd->get_option("--microbatches")->count() > 0,

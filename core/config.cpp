@@ -274,6 +274,14 @@ void Config::validate() const {
                        << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
                        << ", or an n_head that divides " << m.n_embd;
   }
+  // upper bounds: far above any model trained (MT-NLG 530B: 105 layers, n_embd 20480), low
+  // enough that parameter and activation counts cannot overflow 64-bit arithmetic
+  TROUPE_USER_CHECK(m.n_layer <= 16384) << "model.n_layer = " << m.n_layer << " exceeds 16384; use fewer layers";
+  TROUPE_USER_CHECK(m.n_embd <= 262144) << "model.n_embd = " << m.n_embd << " exceeds 262144; use a smaller width";
+  TROUPE_USER_CHECK(m.vocab_size <= (1 << 24)) << "model.vocab_size = " << m.vocab_size
+                                               << " exceeds 16777216; use a smaller vocabulary";
+  TROUPE_USER_CHECK(m.block_size <= (1 << 20)) << "model.block_size = " << m.block_size
+                                               << " exceeds 1048576; use a shorter context";
   TROUPE_USER_CHECK(m.block_size >= 1) << "model.block_size = " << m.block_size << " must be at least 1";
   TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << m.dropout
                                                     << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";

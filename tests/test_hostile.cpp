@@ -463,3 +463,15 @@ TEST_CASE("bad values are refused with a sentence: launch of a missing program, 
   CHECK(out.find("Subcommands") != std::string::npos);
   CHECK(out.find("generate") != std::string::npos);
 }
+
+TEST_CASE("model sizes that would overflow the counts, and empty option values, are refused", "[cli][hostile]") {
+  Scratch s("bounds2");
+  const std::string base = "train --config configs/tiny.toml --run-dir '" + s.path("run") + "'";
+  expect_user_error(run_troupe(base + " --set model.n_embd=1000000000", s), {"model.n_embd", "262144"});
+  expect_user_error(run_troupe(base + " --set model.n_layer=100000", s), {"model.n_layer", "16384"});
+  expect_user_error(run_troupe(base + " --set model.vocab_size=2000000000", s), {"model.vocab_size"});
+  expect_user_error(run_troupe(base + " --trace ''", s), {"--trace", "empty"});
+  expect_user_error(run_troupe(base + " --trace t.json --trace-png ''", s), {"--trace-png", "empty"});
+  expect_user_error(run_troupe("simulate --png ''", s), {"--png", "empty"});
+  CHECK_FALSE(fs::exists(s.path("run")));  // nothing written by any refusal
+}
