@@ -44,6 +44,7 @@
 #include "stages/schedule.h"
 #include "stages/simulator.h"
 #include "stages/stage.h"
+#include <cstring>
 #include "cli/common.h"
 
 namespace fs = std::filesystem;
@@ -432,6 +433,21 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Now the run directory: created, locked, config saved, log file opened.
   // the first thing written: nothing else exists yet if it fails
+  // an explicit checkpoint.dir is locked too: a second run resuming from it (--resume
+  // latest) would otherwise delete this run's snapshots by its keep_last retention
+  if (!follower && !c.checkpoint.dir.empty() &&
+      fs::absolute(ckpt_dir).lexically_normal() != fs::absolute(run_dir).lexically_normal()) {
+    std::error_code ec;
+    fs::create_directories(ckpt_dir, ec);
+    const std::string lock = (fs::path(ckpt_dir) / ".lock").string();
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno)
+                               << "); choose a writable checkpoint.dir";
+    TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0)
+        << "checkpoint.dir = '" << ckpt_dir << "' is in use by another troupe run (its snapshots would be "
+        << "removed by this run's checkpoint.keep_last); wait for that run or choose another checkpoint.dir";
+    // held until the process exits
+  }
   if (!follower && !c.train.tensorboard_dir.empty()) create_event_dir(c.train.tensorboard_dir);
   if (!follower) {
     const int lock_fd = make_run_dir(run_dir);

@@ -475,3 +475,31 @@ TEST_CASE("model sizes that would overflow the counts, and empty option values, 
   expect_user_error(run_troupe("simulate --png ''", s), {"--png", "empty"});
   CHECK_FALSE(fs::exists(s.path("run")));  // nothing written by any refusal
 }
+
+TEST_CASE("a second run cannot take a checkpoint.dir that a running job writes", "[cli][hostile][checkpoint]") {
+  Scratch s("ckptlock");
+  const std::string ck = s.path("ck");
+  const std::string job = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && exec timeout 120 '" + troupe_bin() +
+                          "' train --config configs/tiny.toml --set train.steps=100000 --set checkpoint.interval=5" +
+                          " --set checkpoint.dir='" + ck + "' --run-dir '" + s.path("a") + "' > /dev/null 2>&1";
+  FILE* first = popen(job.c_str(), "r");
+  REQUIRE(first);
+  // wait until the first run has written a snapshot (so --resume latest has one to take)
+  auto snapshots = [&] {
+    int n = 0;
+    std::error_code ec;
+    if (fs::is_directory(ck, ec))
+      for (auto& e : fs::directory_iterator(ck, ec)) n += e.path().filename().string().rfind("step-", 0) == 0;
+    return n;
+  };
+  for (int i = 0; i < 600 && snapshots() == 0; ++i) ::usleep(100000);
+  REQUIRE(snapshots() > 0);
+  Run second = run_troupe("train --config configs/tiny.toml --set train.steps=200000 --set checkpoint.interval=1 "
+                          "--set checkpoint.keep_last=1 --set checkpoint.dir='" + ck + "' --run-dir '" +
+                          s.path("b") + "' --resume latest", s);
+  expect_user_error(second, {"checkpoint.dir", "in use by another troupe run"});
+  CHECK_FALSE(fs::exists(s.path("b")));
+  CHECK(snapshots() > 0);  // the running job's snapshots are still there
+  std::system(("pkill -INT -f -- '" + s.path("a") + "'").c_str());
+  pclose(first);
+}
