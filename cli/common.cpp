@@ -89,6 +89,17 @@ bool can_create_file(const std::string& dir) {
 }
 
 // Checks, without creating anything, that the run directory can be created or written.
+// A filesystem without room for the logs (train.log, metrics.jsonl, events) is refused
+// before anything is written: a full disk used to let a run train with empty logs.
+void check_room(const std::string& existing, const std::string& dir, const std::string& what,
+                const std::string& flag) {
+  constexpr uint64_t kMinFree = 256 * 1024;
+  const uint64_t room = free_space(existing);
+  TROUPE_USER_CHECK(room >= kMinFree) << what << " '" << dir << "' is on a filesystem with " << room / 1024
+                                      << " KiB free; free some space or pass " << flag
+                                      << " with a folder on another filesystem";
+}
+
 void check_run_dir(const std::string& dir, const std::string& what, const std::string& flag) {
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
@@ -97,6 +108,7 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
                                                << "' exists and is not a directory; pass " << flag << " with a folder";
     TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0 && can_create_file(p.string()))
         << what << " '" << dir << "' is not writable; pass " << flag << " with a writable folder";
+    check_room(p.string(), dir, what, flag);
     return;
   }
   fs::path parent = p.parent_path();
@@ -106,6 +118,7 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
       << "cannot create " << what << " '" << dir << "': " << parent.string()
       << (fs::is_directory(parent, ec) ? " is not writable" : " is not a directory")
       << "; pass " << flag << " with a writable folder";
+  check_room(parent.string(), dir, what, flag);
 }
 
 // Creates the run directory and takes its lock: one troupe process per run directory.

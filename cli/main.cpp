@@ -117,6 +117,21 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return 0;
     }
+    if (cmd == "help" && argc == 3) {  // troupe help COMMAND: as troupe COMMAND --help
+      const std::string sub = argv[2];
+      if (sub == "launch") {
+        char help_flag[] = "--help";
+        char* args[] = {help_flag, nullptr};
+        return troupe::launch_main(1, args);
+      }
+      for (CLI::App* a : app.get_subcommands({}))
+        if (a->get_name() == sub) {
+          std::cout << a->help();
+          return 0;
+        }
+      print_error("troupe help " + sub + ": no such command; troupe help lists them");
+      return 2;
+    }
     if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" &&
         cmd != "generate" && cmd != "plot" && cmd != "plan") {
       print_error("unknown command '" + cmd +

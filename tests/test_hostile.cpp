@@ -474,6 +474,10 @@ TEST_CASE("model sizes that would overflow the counts, and empty option values, 
   expect_user_error(run_troupe(base + " --trace t.json --trace-png ''", s), {"--trace-png", "empty"});
   expect_user_error(run_troupe("simulate --png ''", s), {"--png", "empty"});
   CHECK_FALSE(fs::exists(s.path("run")));  // nothing written by any refusal
+  // troupe help COMMAND prints that command's help; an unknown one is refused
+  CHECK(run_troupe("help train", s).rc == 0);
+  CHECK(slurp(s.path("stdout.txt")).find("--run-dir") != std::string::npos);
+  expect_user_error(run_troupe("help frobnicate", s), {"no such command"});
 }
 
 TEST_CASE("a second run cannot take a checkpoint.dir that a running job writes", "[cli][hostile][checkpoint]") {
