@@ -121,20 +121,22 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
   check_room(parent.string(), dir, what, flag);
 }
 
-// Creates the run directory and takes its lock: one troupe process per run directory.
-int make_run_dir(const std::string& dir) {
+int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy,
+                const std::string& fix) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   TROUPE_USER_CHECK(!ec && fs::is_directory(dir))
-      << "cannot create run directory '" << dir << "' (" << (ec ? ec.message() : "not a directory")
-      << "); pass --run-dir with a writable folder";
+      << "cannot create " << what << " '" << dir << "' (" << (ec ? ec.message() : "not a directory") << "); " << fix;
   const std::string lock = dir + "/.lock";
   int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno)
-                             << "); pass --run-dir with a writable folder";
-  TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0)
-      << "run directory '" << dir << "' is in use by another troupe process; wait for it or pass another --run-dir";
+  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno) << "); " << fix;
+  TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0) << what << " '" << dir << "' is in use by another troupe "
+                                                         << why_busy << "; wait for it or " << fix;
   return fd;  // held until the process exits
+}
+
+int make_run_dir(const std::string& dir) {
+  return lock_folder(dir, "run directory", "process", "pass another --run-dir");
 }
 
 // Saves the resolved config as DIR/config.toml; never overwrites a different one (a new

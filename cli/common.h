@@ -32,6 +32,11 @@ void check_run_dir(const std::string& dir, const std::string& what = "run direct
 // Creates the run directory and takes its lock (.lock, flock): one troupe process per run
 // directory. Returns the lock's file descriptor, held until exit. Throws UserError.
 int make_run_dir(const std::string& dir);
+// Creates folder `dir` (a `what`, e.g. "checkpoint.dir") and takes its lock, DIR/.lock
+// (flock, held until the process exits); returns the lock's file descriptor. Throws
+// UserError when it cannot be created or another troupe `why_busy` holds it, ending the
+// sentence with `fix`.
+int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy, const std::string& fix);
 // Saves the resolved config as DIR/config.toml; never overwrites a different one. Returns the path.
 std::string save_config(const Config& c, const std::string& dir);
 // Output files (export OUT, generate --logits-out, simulate --dump/--trace, train --trace).

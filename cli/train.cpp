@@ -437,16 +437,9 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // latest) would otherwise delete this run's snapshots by its keep_last retention
   if (!follower && !c.checkpoint.dir.empty() &&
       fs::absolute(ckpt_dir).lexically_normal() != fs::absolute(run_dir).lexically_normal()) {
-    std::error_code ec;
-    fs::create_directories(ckpt_dir, ec);
-    const std::string lock = (fs::path(ckpt_dir) / ".lock").string();
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno)
-                               << "); choose a writable checkpoint.dir";
-    TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0)
-        << "checkpoint.dir = '" << ckpt_dir << "' is in use by another troupe run (its snapshots would be "
-        << "removed by this run's checkpoint.keep_last); wait for that run or choose another checkpoint.dir";
-    // held until the process exits
+    lock_folder(ckpt_dir, "checkpoint.dir",
+                "run (its snapshots would be removed by this run's checkpoint.keep_last)",
+                "choose another checkpoint.dir");
   }
   if (!follower && !c.train.tensorboard_dir.empty()) create_event_dir(c.train.tensorboard_dir);
   if (!follower) {
