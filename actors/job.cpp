@@ -193,7 +193,7 @@ class Coordinator {
     if (!quiet) {
       spdlog::info("model: {} layers, {} heads, n_embd {}, block {}, vocab {}: {} parameters ({} without wpe)", m.n_layer,
                    m.n_head, m.n_embd, m.block_size, m.vocab_size, gpt_.n_params(), gpt_.n_params_no_wpe());
-      const CpuInfo cpu = cpu_info();
+      const CpuInfo& cpu = pk.cpu;
       spdlog::info("cpu: {}, {} logical cores, {}{}; peak {:.1f} GFLOP/s {} over {} thread(s) ({:.1f} per core, {})",
                    cpu.model, cpu.logical_cores, cpu.isa, cpu.avx512_bf16 ? "+avx512_bf16" : "", pk.flops / 1e9,
                    pk.kind, pk.threads, pk.per_thread / 1e9, pk.source);

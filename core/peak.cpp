@@ -167,8 +167,9 @@ double per_core(const CpuInfo& cpu, Loop loop, const std::string& kind, std::str
 }  // namespace
 
 Peak peak_flops(int threads, const std::string& kind) {
-  const CpuInfo cpu = cpu_info();
   Peak p;
+  p.cpu = cpu_info();
+  const CpuInfo& cpu = p.cpu;
   p.threads = std::max(1, threads);
   p.kind = "fp32";
   const Loop fma = cpu.isa == "avx512f" ? loop_avx512 : cpu.isa == "avx2+fma" ? loop_avx2 : loop_sse;

@@ -30,6 +30,7 @@ struct CpuInfo {
 CpuInfo cpu_info();
 
 struct Peak {
+  CpuInfo cpu;            // the CPU it was measured on
   double per_thread = 0;  // FLOP/s of one core
   double flops = 0;       // per_thread x threads
   int threads = 1;

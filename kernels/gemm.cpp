@@ -15,6 +15,7 @@
 
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -56,22 +57,19 @@ void dbias_block(float* dbias, const float* dout, int64_t BT, int OC, int64_t o0
 
 // dst (n) = the bf16 values of src as fp32: src fp32 rounded to bf16 (round to nearest
 // even, as f32_to_bf16) and widened, or src bf16 bits widened. Exact: a bf16 value is an fp32.
-void widen_bf16(std::vector<float>& dst, const float* src, int64_t n) {
+template <class Src>
+void widen_bf16(std::vector<float>& dst, const Src* src, int64_t n) {
   dst.resize((size_t)n);
   constexpr int64_t kChunk = 1 << 14;
   parallel_for((n + kChunk - 1) / kChunk, [&](int64_t b) {
     const int64_t i0 = b * kChunk, len = std::min(kChunk, n - i0);
-    uint16_t tmp[kChunk];
-    f32_to_bf16(src + i0, tmp, (size_t)len);
-    bf16_to_f32(tmp, dst.data() + i0, (size_t)len);
-  });
-}
-void widen_bf16(std::vector<float>& dst, const uint16_t* src, int64_t n) {
-  dst.resize((size_t)n);
-  constexpr int64_t kChunk = 1 << 14;
-  parallel_for((n + kChunk - 1) / kChunk, [&](int64_t b) {
-    const int64_t i0 = b * kChunk;
-    bf16_to_f32(src + i0, dst.data() + i0, (size_t)std::min(kChunk, n - i0));
+    if constexpr (std::is_same_v<Src, float>) {
+      uint16_t tmp[kChunk];
+      f32_to_bf16(src + i0, tmp, (size_t)len);
+      bf16_to_f32(tmp, dst.data() + i0, (size_t)len);
+    } else {
+      bf16_to_f32(src + i0, dst.data() + i0, (size_t)len);
+    }
   });
 }
 
