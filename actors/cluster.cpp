@@ -185,8 +185,9 @@ struct Cluster::Impl {
     return p < (int)who.size() && !who[p].empty() ? who[p] : "process " + std::to_string(p);
   }
 
-  // A peer is gone: every wait of this process ends with `reason`.
-  void fail(const std::string& reason) {
+  // A peer is gone: every wait of this process ends with `reason`, logged unless `quiet`
+  // (this process's own abort: its caller reports the reason).
+  void fail(const std::string& reason, bool quiet = false) {
     caf::actor coord;
     {
       std::lock_guard<std::mutex> lk(mu);
@@ -196,7 +197,7 @@ struct Cluster::Impl {
       cv.notify_all();
     }
     g_failure_noticed = unix_seconds();
-    spdlog::error("{}", reason);
+    if (!quiet) spdlog::error("{}", reason);
     log_event("lost", {{"process", o.env.rank}, {"reason", reason}});
     if (transport) transport->abort(reason);
     if (coord) caf::anon_send(coord, fail_atom::value, -2, reason);  // -2: a lost process (no diagnosis)
@@ -1005,7 +1006,7 @@ void Cluster::abort(const std::string& reason) {
   caf::anon_send(im.agent, abort_atom::value, reason);
   // give the agent a moment to put the abort on the wire before this process goes on to exit
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  im.fail(reason);
+  im.fail(reason, /*quiet=*/true);
 }
 
 }  // namespace troupe

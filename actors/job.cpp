@@ -30,6 +30,7 @@
 #include "actors/worker.h"
 #include "checkpoint/disk.h"
 #include "core/error.h"
+#include "datasets/corpus.h"
 #include "core/events.h"
 #include "core/peak.h"
 #include "core/progress.h"
@@ -805,11 +806,8 @@ class Coordinator {
                     {"ts", e.span.t0 * 1e6}, {"dur", (e.span.t1 - e.span.t0) * 1e6},
                     {"args", {{"step", e.step}, {"microbatch", e.span.mb}, {"chunk", e.span.chunk}}}});
     }
-    {
-      std::ofstream out(ctx_.trace_path);
-      out << nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
-      TROUPE_USER_CHECK(out.good()) << "cannot write the trace " << ctx_.trace_path << "; pass a writable --trace path";
-    }
+    // through a temporary file: a disk that fills leaves no half trace (UserError naming the path)
+    write_file_atomic(ctx_.trace_path, nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump());
     // per step: window of the compute spans, busy time per stage; average costs
     const int64_t first = cfg_.train.steps > 1 ? 2 : 1;  // step 1 warms up (allocations, JIT)
     std::map<int64_t, std::pair<double, double>> window;
