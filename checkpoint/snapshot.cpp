@@ -327,7 +327,7 @@ std::vector<char> read_manifest(const std::string& dir) {
                                            << "; pass a snapshot directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
   TROUPE_USER_CHECK(fs::is_regular_file(mpath))
       << "snapshot " << dir << " has no " << kManifest << " (it is incomplete: a save was interrupted); "
-      << "use an older snapshot or --resume latest";
+      << "use an older snapshot (train --resume latest picks the newest complete one)";
   auto b = read_all(mpath);
   TROUPE_USER_CHECK(b.size() >= 12 && std::memcmp(b.data() + b.size() - 12, kManifestTrailer, 8) == 0)
       << "snapshot manifest " << mpath << " is damaged (size " << b.size() << " bytes, no trailer); use another snapshot";

@@ -73,6 +73,24 @@ void print_error(const std::string& text) {
   [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
 }
 
+void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
+                        const std::vector<std::string>& dirs) {
+  if (out.empty() || out == "-") return;
+  std::error_code ec;
+  const fs::path o = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (const std::string& f : files)
+    if (!f.empty() && fs::weakly_canonical(fs::absolute(f, ec), ec) == o)
+      TROUPE_USER_FAIL() << option << " " << out << " is " << f
+                         << ", which this command reads or writes: writing it would destroy it; pass another path";
+  for (const std::string& d : dirs) {
+    if (d.empty()) continue;
+    const std::string root = fs::weakly_canonical(fs::absolute(d, ec), ec).string();
+    if (o.string().rfind(root + "/", 0) == 0 || o.string() == root)
+      TROUPE_USER_FAIL() << option << " " << out << " lies inside " << d
+                         << ", which this command reads or writes: writing there would damage it; pass a path outside";
+  }
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& sets) {
   Config c = Config::load(path);
   for (auto& s : sets) c.set(s);

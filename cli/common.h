@@ -44,6 +44,12 @@ std::string save_config(const Config& c, const std::string& dir);
 // path that is a directory, whose folder is missing or not writable (tried with a probe
 // file, removed at once), or whose filesystem has fewer than `bytes` bytes free.
 void check_output_file(const std::string& path, const std::string& option, uint64_t bytes = 0);
+// Refuses (UserError naming `option`) an output path that would destroy what the command
+// reads or writes: one of `files`, or any path inside one of `dirs` (compared after
+// resolving symlinks and "..", so another spelling of the same file is caught too). Empty
+// entries are skipped.
+void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
+                        const std::vector<std::string>& dirs);
 // Writes `text` to `path` through a temporary file (path.tmp-<pid>) and a rename; any
 // failure removes the temporary and throws UserError naming `option` and the fix.
 void write_output_file(const std::string& path, const std::string& text, const std::string& option);

@@ -156,7 +156,7 @@ Options parse_args(int argc, char** argv) {
       errno = 0;
       const double g = std::strtod(val.c_str(), &end);
       TROUPE_USER_CHECK(!val.empty() && *end == '\0' && errno == 0 && std::isfinite(g) && g >= 0 && g <= 1e6)
-          << "--grace '" << val << "' is not a number of seconds >= 0; pass e.g. --grace 35 (the default is "
+          << "--grace '" << val << "' is not a number of seconds from 0 to 1000000; pass e.g. --grace 35 (the default is "
           << kDefaultGraceS << ")";
       o.grace_s = g;
     } else if (name == "--respawn") {

@@ -5,9 +5,12 @@
 //   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
 //   troupe plan     --config FILE [--search KEYS]  memory and iteration time on a cluster (cli/plan.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <CLI/CLI.hpp>
 
@@ -67,8 +70,35 @@ std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
   return msg + "; see troupe --help";
 }
 
+// What a command printed must reach its reader: a failed write to standard output (a full
+// disk behind > FILE, a closed descriptor) turns a success into exit 2 with a sentence.
+int check_stdout(int rc) {
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.bad();
+  const int err = errno;
+  if (!failed || rc != 0) return rc;
+  print_error(std::string("cannot write to standard output (") + std::strerror(err) +
+              "); check where it goes: a full disk, or a closed pipe or descriptor");
+  return 2;
+}
+
+int run_command(int argc, char** argv);
+
 int main(int argc, char** argv) {
   bound_openmp_spinning(argv);
+  // a closed standard descriptor would be reused by the next open(): output meant for the
+  // terminal would land in a snapshot or a log. stdin and stderr get /dev/null; a closed
+  // stdout is refused (the output has nowhere to go).
+  for (int fd : {0, 2})
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  if (::fcntl(1, F_GETFD) == -1 && errno == EBADF) {
+    print_error("standard output is closed (>&-); give troupe one, e.g. > /dev/null");
+    return 2;
+  }
+  return check_stdout(run_command(argc, argv));
+}
+
+int run_command(int argc, char** argv) {
   CLI::App app{"troupe: GPT training with pipeline-stage actors"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +
@@ -151,6 +181,10 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return 0;
     }
+    if (cmd == "help" && argc > 3) {
+      print_error("troupe help takes one command, e.g. troupe help train; troupe help lists them");
+      return 2;
+    }
     if (cmd == "help" && argc == 3) {  // troupe help COMMAND: as troupe COMMAND --help
       const std::string sub = argv[2];
       if (sub == "launch") {
@@ -211,6 +245,16 @@ int main(int argc, char** argv) {
         << "--tensorboard is empty; pass a folder for the event files or leave it out";
     Config c = load_config(config_path, sets);
     if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
+    if (train->parsed()) {  // the trace files must not land on the run's inputs or its own files
+      std::vector<std::string> files = {config_path, c.data.corpus, c.data.tokenizer};
+      if (!run_dir.empty())
+        for (const char* f : {"/metrics.jsonl", "/train.log", "/config.toml", "/.lock"}) files.push_back(run_dir + f);
+      std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir, c.train.tensorboard_dir,
+                                       run_dir.empty() ? std::string() : run_dir + "/checkpoints"};
+      for (const DataSource& src : c.data.sources) dirs.push_back(src.path);  // a file or a folder
+      refuse_overwriting(trace_path_, "--trace", files, dirs);
+      refuse_overwriting(trace_png_, "--trace-png", files, dirs);
+    }
     if (train->parsed()) return cmd_train(c, run_dir, resume);
     if (prepare_cmd->parsed() || tokenize->parsed()) return cmd_prepare(c, report);
     if (plan_cmd->parsed()) return cmd_plan(c, pc);

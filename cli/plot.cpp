@@ -123,10 +123,17 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   TROUPE_USER_CHECK(fs::is_directory(run_dir, ec) && fs::is_regular_file(run_dir + "/metrics.jsonl", ec))
       << "'" << run_dir << "' is not a troupe run directory (it has no metrics.jsonl); pass the --run-dir of a "
       << "troupe train run, e.g. runs/<timestamp>";
+  const uint64_t size = fs::file_size(run_dir + "/metrics.jsonl", ec);
+  TROUPE_USER_CHECK(size <= (1ull << 30)) << run_dir << "/metrics.jsonl has " << size
+                                          << " bytes, more than the 1 GiB plot reads (a million steps take ~200 MB); "
+                                             "pass the --run-dir of a troupe train run";
   RunCurves rc = read_run(run_dir);
   TROUPE_USER_CHECK(rc.step_records > 0) << run_dir << "/metrics.jsonl holds no step records yet; plot the run once it "
                                          << "has trained a step";
   if (out.empty()) out = run_dir + "/plot.png";
+  refuse_overwriting(out, "--out", {run_dir + "/metrics.jsonl", run_dir + "/train.log", run_dir + "/config.toml",
+                                    run_dir + "/.lock"},
+                     {run_dir + "/checkpoints"});
   check_png_output(out, "--out");
   std::string gp = "set terminal pngcairo size 1400,800 font 'sans,10'\nset output " + gp_quote(png_tmp(out)) + "\n";
   gp += "$train << EOD\n" + rc.train + "EOD\n$val << EOD\n" + rc.val + "EOD\n";

@@ -57,7 +57,10 @@ void check_snapshot_arg(const std::string& dir) {
                                             "runs/<run>/checkpoints/step-<k> (checkpoint.dir/step-<k>)";
   TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << dir << " is not a directory; pass a snapshot directory, e.g. "
                                                   "runs/<run>/checkpoints/step-<k>";
-  if (fs::exists(fs::path(dir) / "manifest.capnp", ec)) return;
+  if (fs::is_regular_file(fs::path(dir) / "manifest.capnp", ec)) return;
+  TROUPE_USER_CHECK(!fs::exists(fs::path(dir) / "manifest.capnp", ec))
+      << dir << "/manifest.capnp is not a regular file, so " << dir
+      << " is not a snapshot troupe wrote; pass a finished one, e.g. runs/<run>/checkpoints/step-<k>";
   const auto snaps = list_snapshots(dir);
   TROUPE_USER_CHECK(snaps.empty()) << dir << " holds snapshots, it is not one; pass one of them, e.g. "
                                    << snaps.back().second << " (the newest)";
@@ -72,6 +75,7 @@ void check_snapshot_arg(const std::string& dir) {
 int cmd_export(const std::string& dir, const std::string& format, const std::string& out) {
   TROUPE_USER_CHECK(format == "safetensors") << "--format " << format << " is not supported; use --format safetensors";
   check_snapshot_arg(dir);
+  refuse_overwriting(out, "output", {}, {dir});
   Config c = snapshot_config(dir);
   // the file holds every parameter in fp32 (the tied head once) and a small JSON header
   check_output_file(out, "output", 4 * (uint64_t)GPTConfig::from(c.model).n_params() + (1u << 20));
@@ -114,6 +118,7 @@ int cmd_generate(const GenerateOptions& o) {
   TROUPE_USER_CHECK(o.prompt.size() <= (1u << 20)) << "--prompt has " << o.prompt.size()
                                                    << " bytes; use at most 1 MiB (the model sees its last block_size tokens)";
   check_snapshot_arg(o.dir);
+  refuse_overwriting(o.logits_out, "--logits-out", {}, {o.dir});
   Config c = snapshot_config(o.dir);
   // the JSON holds vocab_size logits of up to ~16 characters each: refused before any text
   if (!o.logits_out.empty()) check_output_file(o.logits_out, "--logits-out", 16 * (uint64_t)c.model.vocab_size + 4096);
@@ -186,6 +191,8 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
       << " or use --schedule interleaved";
   Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
   validate_schedule(s);
+  for (auto [out, flag] : {std::pair{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}})
+    refuse_overwriting(out, flag, {builtin ? std::string() : o.schedule, o.config}, {});
   if (!o.dump.empty() && o.dump != "-") check_output_file(o.dump, "--dump");
   if (!o.trace.empty()) check_output_file(o.trace, "--trace");
   if (!o.png.empty()) check_png_output(o.png, "--png");  // refused before the report is printed

@@ -34,6 +34,7 @@
 #include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "kernels/gemm_libs.h"
 #include "core/events.h"
 #include "core/tensorboard.h"
 #include "datasets/corpus.h"
@@ -69,6 +70,10 @@ void install_stop_signals() {
 std::string job_secret() {
   if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return s;
   if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
+    std::error_code ec;
+    TROUPE_USER_CHECK(std::filesystem::is_regular_file(f, ec) && std::filesystem::file_size(f, ec) <= 4096)
+        << "TROUPE_JOB_SECRET_FILE=" << f << " is not a regular file of at most 4096 bytes; point it at the file "
+        << "holding the job's secret (e.g. made with openssl rand -hex 32 > FILE)";
     std::ifstream in(f);
     TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
     std::string line;
@@ -405,6 +410,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
         << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
   }
   check_memory(c);
+  (void)kernels::gemm_choice();  // an unknown or uninstalled TROUPE_GEMM is refused before anything is written
   if (!trace_path_.empty()) {  // refused now, not after training; a trace takes ~200 bytes per action of a stage
     const uint64_t actions = (uint64_t)c.train.steps * c.parallel.pp * c.parallel.microbatches * c.parallel.chunks * 3;
     check_output_file(trace_path_, "--trace", actions * 600 + (64 << 10));  // 3x: room for the run's other files

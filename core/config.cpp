@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <thread>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -202,6 +203,9 @@ Config Config::load(const std::string& path) {
   TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
       << "config file '" << path << "' " << (std::filesystem::exists(path, ec) ? "is not a regular file" : "does not exist")
       << "; pass a TOML file to --config (e.g. configs/sotu.toml)";
+  TROUPE_USER_CHECK(std::filesystem::file_size(path, ec) <= (16u << 20))
+      << "config file '" << path << "' has " << std::filesystem::file_size(path, ec)
+      << " bytes, more than the 16 MiB a config may have; pass a TOML config to --config (e.g. configs/sotu.toml)";
   std::ifstream f(path);
   TROUPE_USER_CHECK(f.good()) << "config file '" << path << "' cannot be read; pass a readable file to --config (e.g. configs/sotu.toml)";
   std::stringstream text;
@@ -354,6 +358,10 @@ void Config::validate() const {
       << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
       << " and train.min_loss_scale = " << fmt::format("{}", t.min_loss_scale)
       << "; need 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
+  TROUPE_USER_CHECK(t.initial_loss_scale <= 0x1p64)
+      << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
+      << "; use at most 2^64 = 18446744073709551616 (Megatron's default is 2^32 = 4294967296): a larger scale "
+         "overflows fp16 gradients at every step";
   for (auto [name, v] : {std::pair<const char*, double>{"train.initial_loss_scale", t.initial_loss_scale},
                          {"train.min_loss_scale", t.min_loss_scale}}) {
     int e = 0;
@@ -407,7 +415,12 @@ void Config::validate() const {
   TROUPE_USER_CHECK(!data.corpus.empty()) << "data.corpus is empty; set it to a UTF-8 text file (make data writes data/sotu.txt)";
   TROUPE_USER_CHECK(data.tokenizer_sample_mb >= 1)
       << "data.tokenizer_sample_mb = " << data.tokenizer_sample_mb << "; use at least 1 (MB of text the tokenizer trains on)";
-  TROUPE_USER_CHECK(data.threads >= 0) << "data.threads must be >= 0 (0 = all cores)";
+  const int data_threads_max = 8 * (int)std::max(1u, std::thread::hardware_concurrency());
+  TROUPE_USER_CHECK(data.threads >= 0 && data.threads <= data_threads_max)
+      << "data.threads = " << data.threads << "; use 0 (all cores) to " << data_threads_max
+      << " (8 per core: more only slow the tokenizer down)";
+  TROUPE_USER_CHECK(!data.cache_dir.empty())
+      << "data.cache_dir is empty; set a folder for the tokenizer and token files (default data/cache)";
   std::set<std::string> names;
   for (size_t i = 0; i < data.sources.size(); ++i) {
     const DataSource& s = data.sources[i];

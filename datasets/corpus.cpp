@@ -70,7 +70,7 @@ size_t find_invalid_utf8(std::string_view text) {
   return std::string_view::npos;
 }
 
-std::string read_file_bytes(const std::string& path, const std::string& what) {
+std::string read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes) {
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
   TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
@@ -84,6 +84,9 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
   in.seekg(0, std::ios::end);
   const auto size = static_cast<std::streamoff>(in.tellg());
   TROUPE_USER_CHECK(size >= 0) << "cannot read " << what << " file '" << path << "'";
+  TROUPE_USER_CHECK((uint64_t)size <= max_bytes)
+      << what << " file '" << path << "' has " << size << " bytes; a " << what << " file has at most " << max_bytes
+      << ": check the path";
   bytes.resize(static_cast<size_t>(size));
   in.seekg(0, std::ios::beg);
   in.read(bytes.data(), size);

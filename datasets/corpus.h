@@ -80,9 +80,10 @@ uint64_t hash_file(const std::string& path);
 // A 64-bit hash as 16 lowercase hex digits (zero padded).
 std::string hash_hex(uint64_t h);
 
-// Reads a whole file into a string. Errors: UserError naming the file when it is missing
-// or unreadable; `what` says what the file is for ("corpus", "tokenizer model").
-std::string read_file_bytes(const std::string& path, const std::string& what);
+// Reads a whole file into a string. Errors: UserError naming the file when it is missing,
+// unreadable, or larger than `max_bytes` (a sane bound for what the file is: nothing a user
+// names is read without one); `what` says what the file is for ("corpus", "tokenizer model").
+std::string read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes = UINT64_MAX);
 
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed, then
 // renamed over `path`, so readers see the old file or the new one, never half of one.

@@ -209,7 +209,8 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  const std::string bytes = read_file_bytes(path, "tokenizer model");
+  // SentencePiece models are a few MiB; protobuf cannot parse 2 GiB (it aborted the process)
+  const std::string bytes = read_file_bytes(path, "tokenizer model", 256ull << 20);
   Tokenizer t;
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = t.sp_->LoadFromSerializedProto(bytes);

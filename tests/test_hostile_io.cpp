@@ -133,3 +133,70 @@ TEST_CASE("troupe launch: a coordinator that is not this host is refused at once
   expect_user_error(r, {"train.steps", "abc"});  // exactly one error line, not three
   CHECK(count(r.err, "exited with status 2") == 3);
 }
+
+TEST_CASE("an output path that is one of the command's own inputs or files is refused, and nothing is overwritten",
+          "[cli][hostile][export]") {
+  Scratch s("self");
+  const std::string tiny = "train --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") +
+                           "' --set train.steps=2 --set train.sample_tokens=0 --set train.eval_interval=0 "
+                           "--set train.eval_batches=1 --set checkpoint.interval=2";
+  Run t = run_troupe(tiny + " --run-dir '" + s.path("run") + "'", s);
+  INFO(t.err);
+  REQUIRE(t.rc == 0);
+  const std::string run = s.path("run"), snap = run + "/checkpoints/step-00000002";
+  REQUIRE(fs::exists(snap + "/manifest.capnp"));
+  const std::string manifest = slurp(snap + "/manifest.capnp"), metrics = slurp(run + "/metrics.jsonl");
+  expect_user_error(run_troupe("export '" + snap + "' '" + snap + "/manifest.capnp'", s), {"output", "lies inside"});
+  expect_user_error(run_troupe("generate '" + snap + "' --tokens 2 --logits-out '" + snap + "/../step-00000002/x.json'", s),
+                    {"--logits-out", "lies inside"});
+  expect_user_error(run_troupe("plot '" + run + "' --out '" + run + "/metrics.jsonl'", s), {"--out", "metrics.jsonl"});
+  CHECK(slurp(snap + "/manifest.capnp") == manifest);
+  CHECK(slurp(run + "/metrics.jsonl") == metrics);
+  // train --trace onto its own config, its run's files, its data
+  const std::string cfg = s.write("c.toml", slurp(std::string(TROUPE_SOURCE_DIR) + "/configs/tiny.toml"));
+  expect_user_error(run_troupe("train --config '" + cfg + "' --run-dir '" + s.path("r2") + "' --trace '" + cfg + "'", s),
+                    {"--trace", "c.toml", "destroy"});
+  expect_user_error(run_troupe(tiny + " --run-dir '" + run + "' --resume latest --trace '" + run + "/metrics.jsonl'", s),
+                    {"--trace", "metrics.jsonl"});
+  expect_user_error(run_troupe(tiny + " --run-dir '" + s.path("r3") + "' --trace tests/data/tiny_corpus.txt", s),
+                    {"--trace", "tiny_corpus.txt"});
+  CHECK(slurp(cfg) == slurp(std::string(TROUPE_SOURCE_DIR) + "/configs/tiny.toml"));
+  CHECK(slurp(run + "/metrics.jsonl") == metrics);
+  CHECK_FALSE(fs::exists(s.path("r2")));
+  expect_user_error(run_troupe("prepare --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") +
+                                   "' --report tests/data/tiny_corpus.txt",
+                               s),
+                    {"--report", "tiny_corpus.txt"});
+}
+
+TEST_CASE("files a user names are read with a bound, environment switches are checked before anything is written, "
+          "and a failed write to standard output is an error",
+          "[cli][hostile]") {
+  Scratch s("bounds3");
+  const std::string base = "train --config configs/tiny.toml --set train.steps=2 --set data.cache_dir='" +
+                           s.path("cache") + "' --run-dir '" + s.path("run") + "'";
+  // sparse files: no disk is used
+  REQUIRE(troupe::test::shell_status("truncate -s 300M '" + s.path("tok.model") + "' && truncate -s 20M '" +
+                                     s.path("big.toml") + "'") == 0);
+  expect_user_error(run_troupe(base + " --set data.tokenizer='" + s.path("tok.model") + "'", s),
+                    {"tokenizer model", "268435456"});
+  expect_user_error(run_troupe("train --config '" + s.path("big.toml") + "'", s), {"16 MiB"});
+  expect_user_error(run_troupe(base + " --set parallel.pp=2", s, 60,
+                               "env -u TROUPE_JOB_SECRET TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 "
+                               "TROUPE_COORDINATOR=127.0.0.1:29556 TROUPE_JOB_SECRET_FILE=/dev/zero"),
+                    {"TROUPE_JOB_SECRET_FILE", "regular file"});
+  expect_user_error(run_troupe(base + " --set data.threads=2000000000", s), {"data.threads", "per core"});
+  expect_user_error(run_troupe(base + " --set train.initial_loss_scale=1e39", s), {"initial_loss_scale", "2^64"});
+  expect_user_error(run_troupe(base + " --set data.cache_dir=", s), {"data.cache_dir is empty"});
+  expect_user_error(run_troupe(base, s, 60, "env TROUPE_GEMM=cublas"), {"TROUPE_GEMM=cublas"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+  CHECK_FALSE(fs::exists(s.path("cache")));
+  expect_user_error(run_troupe("help train export", s, 30), {"one command"});
+  // standard output on a full device, or closed
+  const std::string bin = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && '" + troupe_bin() + "' ";
+  CHECK(troupe::test::shell_status(bin + "simulate --quiet > /dev/full 2> '" + s.path("e1") + "'") == 2);
+  CHECK(slurp(s.path("e1")).find("cannot write to standard output") != std::string::npos);
+  CHECK(troupe::test::shell_status(bin + "simulate --quiet >&- 2> '" + s.path("e2") + "'") == 2);
+  CHECK(slurp(s.path("e2")).find("standard output is closed") != std::string::npos);
+  CHECK(troupe::test::shell_status(bin + "--version > /dev/full 2> /dev/null") == 2);
+}
