@@ -107,12 +107,7 @@ class Coordinator {
   std::vector<bool> reported_;
   std::map<int, WaitState> states_;
   std::set<caf::actor_addr> down_;
-  struct TraceEvent {
-    int stage;
-    int64_t step;
-    Span span;
-  };
-  std::vector<TraceEvent> trace_;
+  std::vector<StageSpan> trace_;  // measured spans (--trace; stages/trace_analysis.h)
   Clock::time_point origin_ = Clock::now();
   Clock::time_point loop_t0_;
   double train_s_ = 0;

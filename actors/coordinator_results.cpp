@@ -1,5 +1,5 @@
 // The coordinator's results beyond the step loop (actors/coordinator.h): evaluation,
-// sampling, the parameter dump and the trace analysis.
+// sampling, the parameter dump and the trace (its analysis: stages/trace_analysis.h).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include "stages/schedule.h"
 #include "stages/simulator.h"
 #include "stages/stage.h"
+#include "stages/trace_analysis.h"
 
 namespace troupe {
 
@@ -124,84 +125,26 @@ std::vector<std::pair<std::string, Tensor>> Coordinator::dump_params() {
 // Writes the Chrome trace of measured spans and compares the measured pipeline with the
 // simulator fed the measured average cost of every (stage, chunk, action kind).
 void Coordinator::analyze_trace(JobResult& res) {
-  nlohmann::json ev = nlohmann::json::array();
-  for (int s = 0; s < plan_.P; ++s)
-    ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", s},
-                  {"args", {{"name", "stage " + std::to_string(s)}}}});
-  auto kind_name = [](char k) -> std::string {
-    switch (k) {
-      case 'R': return "wait";
-      case 'S': return "send";
-      case 'O': return "optimizer";
-      default: return std::string(1, k);
-    }
-  };
-  for (auto& e : trace_) {
-    std::string name = kind_name(e.span.kind);
-    if (e.span.mb >= 0 && (e.span.kind == 'F' || e.span.kind == 'B' || e.span.kind == 'W'))
-      name = to_string(Action{(Action::Kind)e.span.kind, e.span.mb, e.span.chunk});
-    ev.push_back({{"name", name}, {"cat", kind_name(e.span.kind)}, {"ph", "X"}, {"pid", 0}, {"tid", e.stage},
-                  {"ts", e.span.t0 * 1e6}, {"dur", (e.span.t1 - e.span.t0) * 1e6},
-                  {"args", {{"step", e.step}, {"microbatch", e.span.mb}, {"chunk", e.span.chunk}}}});
-  }
   {
     std::ofstream out(ctx_.trace_path);
-    out << nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
+    out << measured_chrome_trace(plan_.P, trace_);
     TROUPE_USER_CHECK(out.good()) << "cannot write the trace " << ctx_.trace_path << "; pass a writable --trace path";
   }
-  // per step: window of the compute spans, busy time per stage; average costs
-  const int64_t first = cfg_.train.steps > 1 ? 2 : 1;  // step 1 warms up (allocations, JIT)
-  std::map<int64_t, std::pair<double, double>> window;
-  std::map<std::pair<int64_t, int>, double> busy;
-  std::map<std::tuple<int, int, char>, std::pair<double, int>> cost;
-  for (auto& e : trace_) {
-    const char k = e.span.kind;
-    if (e.step < first || (k != 'F' && k != 'B' && k != 'W')) continue;
-    auto& w = window.try_emplace(e.step, 1e300, -1e300).first->second;
-    w.first = std::min(w.first, e.span.t0);
-    w.second = std::max(w.second, e.span.t1);
-    busy[{e.step, e.stage}] += e.span.t1 - e.span.t0;
-    auto& c = cost[{e.stage, e.span.chunk, k}];
-    c.first += e.span.t1 - e.span.t0;
-    c.second += 1;
-  }
-  if (window.empty()) return;
-  std::vector<double> measured(plan_.P, 0.0);
-  double makespan = 0;
-  for (auto& [k, w] : window) {
-    const double span = w.second - w.first;
-    makespan += span;
-    for (int s = 0; s < plan_.P; ++s) measured[s] += 1.0 - busy[{k, s}] / span;
-  }
-  const double nsteps = (double)window.size();
-  makespan /= nsteps;
-  for (auto& m : measured) m /= nsteps;
-  auto sim = simulate(
-      *plan_.schedule,
-      [&](int s, const Action& a) {
-        auto it = cost.find({s, a.chunk, (char)a.kind});
-        return it == cost.end() ? 0.0 : it->second.first / it->second.second;
-      },
-      0.0);
-  res.measured_bubble = measured;
-  res.simulated_bubble = sim.bubble;
-  res.measured_pipeline_ms = makespan * 1e3;
-  res.simulated_pipeline_ms = sim.makespan * 1e3;
+  const TraceAnalysis a = troupe::analyze_trace(*plan_.schedule, plan_.P, cfg_.train.steps, trace_);
+  if (a.empty) return;
+  res.measured_bubble = a.measured_bubble;
+  res.simulated_bubble = a.simulated_bubble;
+  res.measured_pipeline_ms = a.measured_ms;
+  res.simulated_pipeline_ms = a.simulated_ms;
   if (!ctx_.quiet) {
     spdlog::info("trace written to {} (open in chrome://tracing or ui.perfetto.dev)", ctx_.trace_path);
     spdlog::info("pipeline over steps {}..{}: measured {:.2f} ms per step vs {:.2f} ms simulated from measured action "
                  "costs ({:+.1f}% runtime overhead)",
-                 first, cfg_.train.steps, res.measured_pipeline_ms, res.simulated_pipeline_ms,
+                 a.first_step, cfg_.train.steps, res.measured_pipeline_ms, res.simulated_pipeline_ms,
                  100.0 * (res.measured_pipeline_ms / res.simulated_pipeline_ms - 1.0));
-    for (int s = 0; s < plan_.P; ++s) {
-      std::string costs;
-      for (auto& [key, c] : cost)
-        if (std::get<0>(key) == s)
-          costs += fmt::format(" {}{}={:.2f}ms", std::get<2>(key), std::get<1>(key) ? "c" + std::to_string(std::get<1>(key)) : "",
-                               1e3 * c.first / c.second);
-      spdlog::info("stage {}: bubble measured {:.4f}, simulated {:.4f}; mean action cost{}", s, measured[s],
-                   sim.bubble[s], costs);
-    }
+    for (int s = 0; s < plan_.P; ++s)
+      spdlog::info("stage {}: bubble measured {:.4f}, simulated {:.4f}; mean action cost{}", s, a.measured_bubble[s],
+                   a.simulated_bubble[s], describe_costs(a, s));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "checkpoint/disk.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "stages/diagnosis.h"
 #include "stages/schedule.h"
 #include "stages/simulator.h"
 #include "stages/stage.h"
@@ -65,8 +66,8 @@ StepReport Coordinator::collect_done(int64_t k, const std::string& what, int exp
   return total;
 }
 
-// Hang diagnosis: asks every worker what it waits for (2 s deadline), prints the
-// wait-for graph, and names the cycle or the missing sender.
+// Hang diagnosis: asks every worker what it waits for (2 s deadline); the wait-for graph
+// and its verdict (a cycle, a missing sender) come from stages/diagnosis.h.
 std::string Coordinator::diagnose(const std::string& coordinator_waits_for) {
   for (int s = 0; s < plan_.P; ++s)  // TP rank 0 of every stage speaks for its stage
     if (!states_.count(s) || !states_[s].timed_out) (*self_)->send(a_.workers[s * plan_.TP], status_atom::value);
@@ -91,71 +92,7 @@ std::string Coordinator::diagnose(const std::string& coordinator_waits_for) {
                       caf::after(left) >> [&] { timed_out = true; });
     if (timed_out) break;
   }
-  auto node = [](int x) {
-    return x >= 0 ? "stage " + std::to_string(x) : x == WaitState::kCoordinator ? std::string("coordinator")
-                                                                                 : std::string("data actor");
-  };
-  std::ostringstream os;
-  os << "wait-for graph:\n";
-  std::map<int, int> edge;  // node -> node it waits on
-  for (int s = 0; s < plan_.P; ++s) {
-    if (!answered.count(s)) {
-      os << "  stage " << s << ": no answer within 2 s (busy computing, or gone)\n";
-      continue;
-    }
-    const WaitState& w = states_[s];
-    if (w.waiting) {
-      os << "  stage " << s << " waits for " << w.what << (w.timed_out ? " (timed out)" : "") << "\n";
-      edge[s] = w.from;
-    } else {
-      os << "  stage " << s << " is not waiting for a message\n";
-    }
-  }
-  std::string missing;
-  for (int s = 0; s < (int)reported_.size(); ++s)
-    if (!reported_[s]) missing += (missing.empty() ? "" : ", ") + std::to_string(s);
-  os << "  coordinator waits for " << coordinator_waits_for
-     << (missing.empty() ? "" : " (not yet from stage " + missing + ")") << "\n";
-  if (!missing.empty()) edge[WaitState::kCoordinator] = std::stoi(missing.substr(0, missing.find(',')));
-  // a cycle, or the first wait on a node that is not waiting for it (the missing sender)
-  std::string verdict;
-  for (auto& [start, to0] : edge) {
-    std::vector<int> path = {start};
-    int cur = to0;
-    while (edge.count(cur) && std::find(path.begin(), path.end(), cur) == path.end()) {
-      path.push_back(cur);
-      cur = edge[cur];
-    }
-    if (cur == start) {
-      verdict = "cycle: ";
-      for (int x : path) verdict += node(x) + " -> ";
-      verdict += node(start);
-      break;
-    }
-  }
-  // missing sender: the stage that should send has already run the producing action
-  for (auto& [s, from] : edge) {
-    if (s < 0 || from < 0 || !states_.count(s) || !states_.count(from)) continue;
-    const WaitState& w = states_[s];
-    const WaitState& f = states_[from];
-    if (!w.msg || !plan_.schedule) continue;
-    const auto& list = plan_.schedule->stages[from];
-    const Action want{w.msg == 'F' ? Action::F : Action::B, w.mb, w.from_chunk};
-    auto it = std::find(list.begin(), list.end(), want);
-    if (it == list.end()) continue;
-    const int idx = (int)(it - list.begin());
-    if (f.pos > idx) {
-      verdict = "missing sender: stage " + std::to_string(s) + " waits for stage " + std::to_string(from) +
-                ", which already ran " + to_string(want) + " (position " + std::to_string(idx) + " of its list) and " +
-                (f.waiting ? "now waits for " + f.what : std::string("is not waiting")) +
-                ": the message was sent to the wrong place, never sent, or lost" +
-                (verdict.empty() ? "" : " (which also explains the " + verdict + ")");
-      break;
-    }
-  }
-  if (!verdict.empty()) os << verdict << "\n";
-  os << "the step was aborted";
-  return os.str();
+  return wait_for_graph(plan_.P, states_, answered, reported_, coordinator_waits_for, plan_.schedule.get());
 }
 
 // Stops this process's actors and waits (30 s) for them to end. Process 0 of a

@@ -33,6 +33,8 @@
 
 #include "checkpoint/snapshot.h"
 #include "core/tensor.h"
+#include "stages/diagnosis.h"
+#include "stages/trace_analysis.h"
 
 namespace troupe {
 
@@ -94,14 +96,7 @@ struct NormReport {
   bool found_inf = false;  // an inf/NaN in this worker's (unscaled) gradients
 };
 
-// One measured span of a worker's step (tracing): kind 'F', 'B', 'W' (compute), 'R' (wait
-// for a message), 'S' (send), 'O' (optimizer: norm + AdamW); times in seconds since the
-// job's start.
-struct Span {
-  char kind;
-  int mb, chunk;
-  double t0, t1;
-};
+// Span (one measured span of a step): stages/trace_analysis.h.
 
 // What a worker reports at the end of a step.
 struct StepReport {
@@ -117,22 +112,8 @@ struct StepReport {
   std::vector<Span> spans;  // when tracing
 };
 
-// What a worker is waiting for, for hang diagnosis: (status_atom) asks, (status_atom,
-// WaitState) answers; a worker whose wait times out sends its state before failing.
-struct WaitState {
-  static constexpr int kCoordinator = -1, kDataActor = -2, kNothing = -3;
-  int stage = 0;
-  int tp = 0;
-  int dp = 0;
-  bool waiting = false;     // false: computing or idle between steps
-  bool timed_out = false;
-  int64_t step = 0;
-  int from = kNothing;      // stage index, or kCoordinator / kDataActor
-  std::string what;         // "the output gradient of step 3 microbatch 0 for chunk 0 from stage 1 (chunk 0)"
-  int pos = -1;             // actions of this step's list done so far (-1: not in a step's list)
-  char msg = 0;             // awaited message: 'F' activation or 'B' gradient (0: other)
-  int mb = -1, from_chunk = -1;  // ... of microbatch mb, produced by the sender's chunk from_chunk
-};
+// WaitState (what a worker waits for; (status_atom) asks, (status_atom, WaitState)
+// answers): stages/diagnosis.h.
 
 // Named parameter tensors of one worker (for tests and export): (name, copy of value).
 struct ParamDump {
