@@ -1,4 +1,5 @@
-// actors/messages.h — every atom and message type of troupe's actors, in one place.
+// actors/messages.h — the message types of troupe's actors and one step's protocol, in
+// one place (the atoms: actors/atoms.h).
 //
 // In one process tensors and token blocks travel by reference (ref-counted storage; the
 // sender hands them over and does not touch them again). Between processes, control
@@ -31,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/atoms.h"
 #include "checkpoint/snapshot.h"
 #include "core/tensor.h"
 #include "stages/diagnosis.h"
@@ -38,49 +40,22 @@
 
 namespace troupe {
 
-using batch_atom = caf::atom_constant<caf::atom("batch")>;
-using step_atom = caf::atom_constant<caf::atom("step")>;
-using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
-using targets_atom = caf::atom_constant<caf::atom("targets")>;
-using act_atom = caf::atom_constant<caf::atom("act")>;
-using grad_atom = caf::atom_constant<caf::atom("grad")>;
-using tied_atom = caf::atom_constant<caf::atom("tied")>;
-using norm_atom = caf::atom_constant<caf::atom("norm")>;
-using clip_atom = caf::atom_constant<caf::atom("clip")>;
-using done_atom = caf::atom_constant<caf::atom("done")>;
-using infer_atom = caf::atom_constant<caf::atom("infer")>;
-using logits_atom = caf::atom_constant<caf::atom("logits")>;
-using stop_atom = caf::atom_constant<caf::atom("stop")>;
-using fail_atom = caf::atom_constant<caf::atom("fail")>;
-using dump_atom = caf::atom_constant<caf::atom("dump")>;
-using status_atom = caf::atom_constant<caf::atom("status")>;
-// Snapshots: coordinator -> workers (snap_atom, k); each worker copies its state to host
-// memory, sends (shard_atom, k, ShardData) to the checkpoint writer and answers the
+// Snapshots (disk): coordinator -> workers (snap_atom, k, where); each worker copies its
+// state to host memory and hands it to its optimizer actor (snap_atom, k, where,
+// ShardData), which adds master weights and moments, sends (shard_atom, k, ShardData) to
+// the checkpoint writer when `where` has kSnapDisk (to its process's memory keeper when it
+// has kSnapMemory: checkpoint.memory_interval, checkpoint/memory_store.h) and answers the
 // coordinator (snapack_atom, k, SnapAck); the coordinator then sends the writer
 // (snapbeg_atom, k, ManifestInfo, workers, directory); the writer answers
 // (snapdone_atom, k, SnapDone) once the manifest is on disk (or the save failed).
-using snap_atom = caf::atom_constant<caf::atom("snap")>;
-// worker -> its optimizer actor (optimize_atom, k); back (optimized_atom, k, compute_s,
-// next loss scale). See actors/optimizer_actor.h.
-using optimize_atom = caf::atom_constant<caf::atom("optimize")>;
-using optimized_atom = caf::atom_constant<caf::atom("optimized")>;
-using snapack_atom = caf::atom_constant<caf::atom("snapack")>;
-using shard_atom = caf::atom_constant<caf::atom("shard")>;
-using snapbeg_atom = caf::atom_constant<caf::atom("snapbeg")>;
-using snapdone_atom = caf::atom_constant<caf::atom("snapdone")>;
-// Where a snapshot goes: (snap_atom, k, where) to workers, (snap_atom, k, where, ShardData)
-// worker -> optimizer actor; the optimizer actor sends its (shard_atom, k, ShardData) to
-// the checkpoint writer when where has kSnapDisk, to its process's memory keeper when
-// where has kSnapMemory (checkpoint.memory_interval, checkpoint/memory_store.h).
-constexpr int32_t kSnapDisk = 1, kSnapMemory = 2;
-// Memory snapshots: coordinator -> every process's keeper (meminfo_atom, k, updates,
+// Snapshots (memory): coordinator -> every process's keeper (meminfo_atom, k, updates,
 // loss-scale bits, growth tracker, hysteresis tracker); keeper -> its peer process's keeper
 // (peershard_atom, k, global rank, ShardData): the copy of a shard another process holds.
-using meminfo_atom = caf::atom_constant<caf::atom("meminfo")>;
-using peershard_atom = caf::atom_constant<caf::atom("peershard")>;
+// The optimizer step: worker -> its optimizer actor (optimize_atom, k); back
+// (optimized_atom, k, compute_s, next loss scale). See actors/optimizer_actor.h.
 // An in-place recovery: coordinator -> every local worker and optimizer actor
 // (restore_atom, RestoreState) before the first step: continue from this state.
-using restore_atom = caf::atom_constant<caf::atom("restore")>;
+constexpr int32_t kSnapDisk = 1, kSnapMemory = 2;
 
 // A block of token ids (B sequences of T tokens, row-major int32), shared read-only.
 struct TokenBlock {
