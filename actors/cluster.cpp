@@ -86,7 +86,7 @@ std::string executable_hash() {
   return hash;
 }
 
-void Cluster::Impl::fail(const std::string& reason) {
+void Cluster::Impl::fail(const std::string& reason, bool quiet) {
   caf::actor coord;
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -96,7 +96,7 @@ void Cluster::Impl::fail(const std::string& reason) {
     cv.notify_all();
   }
   g_failure_noticed = unix_seconds();
-  spdlog::error("{}", reason);
+  if (!quiet) spdlog::error("{}", reason);
   log_event("lost", {{"process", o.env.rank}, {"reason", reason}});
   if (transport) transport->abort(reason);
   if (coord) caf::anon_send(coord, fail_atom::value, -2, reason);  // -2: a lost process (no diagnosis)
@@ -363,7 +363,7 @@ void Cluster::abort(const std::string& reason) {
   caf::anon_send(im.agent, abort_atom::value, reason);
   // give the agent a moment to put the abort on the wire before this process goes on to exit
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  im.fail(reason);
+  im.fail(reason, /*quiet=*/true);
 }
 
 }  // namespace troupe

@@ -145,7 +145,8 @@ class Cluster {
   void set_coordinator(caf::actor coordinator);
   // Why the job is failing ("" while it is not): a lost process, an abort.
   std::string failure() const;
-  // Stops the job everywhere (the hub tells every agent) with `reason`; idempotent.
+  // Stops the job everywhere (the hub tells every agent) with `reason`; idempotent. Does not
+  // log the reason: the caller reports it (it would be printed twice).
   void abort(const std::string& reason);
 
   struct Impl;

@@ -74,8 +74,9 @@ struct Cluster::Impl {
   }
 
   // A peer is gone: every wait of this process ends with `reason` (the transport is
-  // aborted, the coordinator gets (fail_atom, -2, reason)). Only the first call counts.
-  void fail(const std::string& reason);
+  // aborted, the coordinator gets (fail_atom, -2, reason)), logged unless `quiet` (this
+  // process's own abort: its caller reports the reason). Only the first call counts.
+  void fail(const std::string& reason, bool quiet = false);
 };
 
 // Spawns the node agent of `impl` (actors/node_agent.h) in impl->sys.

@@ -15,6 +15,7 @@
 #include "actors/coordinator.h"
 #include "checkpoint/disk.h"
 #include "core/error.h"
+#include "datasets/corpus.h"
 #include "core/events.h"
 #include "stages/schedule.h"
 #include "stages/simulator.h"
@@ -125,11 +126,8 @@ std::vector<std::pair<std::string, Tensor>> Coordinator::dump_params() {
 // Writes the Chrome trace of measured spans and compares the measured pipeline with the
 // simulator fed the measured average cost of every (stage, chunk, action kind).
 void Coordinator::analyze_trace(JobResult& res) {
-  {
-    std::ofstream out(ctx_.trace_path);
-    out << measured_chrome_trace(plan_.P, trace_);
-    TROUPE_USER_CHECK(out.good()) << "cannot write the trace " << ctx_.trace_path << "; pass a writable --trace path";
-  }
+  // through a temporary file: a disk that fills leaves no half trace (UserError naming the path)
+  write_file_atomic(ctx_.trace_path, measured_chrome_trace(plan_.P, trace_));
   const TraceAnalysis a = troupe::analyze_trace(*plan_.schedule, plan_.P, cfg_.train.steps, trace_);
   if (a.empty) return;
   res.measured_bubble = a.measured_bubble;

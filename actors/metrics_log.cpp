@@ -2,6 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 
@@ -34,22 +38,45 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
 
 MetricsLog::MetricsLog(const std::string& run_dir, const std::string& tensorboard_dir) {
   if (!run_dir.empty()) {
-    jsonl_.open(run_dir + "/metrics.jsonl", std::ios::app);
-    TROUPE_USER_CHECK(jsonl_.good()) << "cannot append to " << run_dir << "/metrics.jsonl; choose a writable --run-dir";
+    const int err = jsonl_.open(run_dir + "/metrics.jsonl");
+    TROUPE_USER_CHECK(err == 0) << "cannot append to " << run_dir << "/metrics.jsonl (" << std::strerror(err)
+                                << "); choose a writable --run-dir";
   }
   if (!tensorboard_dir.empty()) events_ = std::make_unique<EventWriter>(tensorboard_dir);
 }
 
+MetricsLog::~MetricsLog() {
+  if (lost_lines_ > 0 || lost_events_ > 0)
+    spdlog::warn("warning: {} metrics.jsonl line(s) and {} TensorBoard event(s) of this run could not be written (disk full); "
+                 "the files hold every other record whole",
+                 lost_lines_, lost_events_);
+}
+
+namespace {
+// `problem`: what failed, naming the file; `dir`: the folder to free space in
+void warn_lost(int64_t lost, const std::string& problem, const std::string& dir, const nlohmann::json& record) {
+  if (lost != 1) return;  // once: the destructor counts them
+  spdlog::warn("warning: {}: the record of step {} and any later ones that fail are lost; training and snapshots go on. "
+               "Free space on that disk (df {})",
+               problem, record.value("step", (int64_t)-1), dir);
+}
+std::string folder(const std::string& path) { return std::filesystem::path(path).parent_path().string(); }
+}  // namespace
+
 void MetricsLog::write(const nlohmann::json& record) {
-  if (jsonl_.is_open()) {
-    jsonl_ << record.dump() << "\n";
-    jsonl_.flush();
-  }
+  if (jsonl_.is_open())
+    if (const int err = jsonl_.append(record.dump() + "\n"); err != 0)
+      warn_lost(++lost_lines_, "cannot write " + jsonl_.path() + " (" + std::strerror(err) + ")", folder(jsonl_.path()),
+                record);
   if (events_) {
     auto scalars = tensorboard_scalars(record);
     if (!scalars.empty()) {
       const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      events_->add_scalars(record["step"].get<int64_t>(), scalars, now);
+      try {
+        events_->add_scalars(record["step"].get<int64_t>(), scalars, now);
+      } catch (const std::exception& e) {
+        warn_lost(++lost_events_, e.what(), folder(events_->path()), record);
+      }
     }
   }
 }

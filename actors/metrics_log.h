@@ -5,12 +5,12 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/append_file.h"
 #include "core/tensorboard.h"
 
 namespace troupe {
@@ -26,12 +26,23 @@ class MetricsLog {
   // Opens RUN_DIR/metrics.jsonl for appending ("" = no file) and, when tensorboard_dir is
   // not empty, a new event file there. Throws UserError when either cannot be written.
   MetricsLog(const std::string& run_dir, const std::string& tensorboard_dir);
-  // Appends the record as one line (flushed) and its scalars as one event.
+  // Warns once more, with the counts, when records were lost.
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  // Appends the record as one line (flushed) and its scalars as one event. Never throws: a
+  // write that fails (a full disk) loses that record, the file keeps its whole lines, the
+  // first loss of each file is logged as a warning naming the fix, and later records are
+  // tried again (the run's training and snapshots go on).
   void write(const nlohmann::json& record);
+  // Records that could not be written so far: metrics.jsonl lines, TensorBoard events.
+  int64_t lost_lines() const { return lost_lines_; }
+  int64_t lost_events() const { return lost_events_; }
 
  private:
-  std::ofstream jsonl_;
+  AppendFile jsonl_;
   std::unique_ptr<EventWriter> events_;
+  int64_t lost_lines_ = 0, lost_events_ = 0;
 };
 
 }  // namespace troupe

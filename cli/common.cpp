@@ -60,6 +60,16 @@ void print_error(const std::string& text) {
   std::cerr.flush();
   // whatever the error quotes (file contents, flags, a peer's words) reaches the terminal escaped
   const std::string line = "error: " + printable(text) + "\n";
+  // inside troupe launch: a line another process of the job printed already is not repeated
+  if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the line
+    for (unsigned char ch : line) h = (h ^ ch) * 1099511628211ull;
+    char name[32];
+    std::snprintf(name, sizeof name, "/%016llx", (unsigned long long)h);
+    const int fd = ::open((std::string(dir) + name).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) return;
+    if (fd >= 0) ::close(fd);
+  }
   [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
 }
 
@@ -276,6 +286,19 @@ void setup_logging(const std::string& run_dir) {
     file_log_->flush_on(spdlog::level::info);
   }
   auto logger = std::make_shared<spdlog::logger>("troupe", sinks.begin(), sinks.end());
+  if (!run_dir.empty()) {
+    // train.log on a disk that fills up: one sentence on the console, not spdlog's
+    // "[*** LOG ERROR ***]" per line; the console sink still gets every message
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    auto on_error = [once, run_dir, path = run_dir + "/train.log"](const std::string& why) {
+      if (once->exchange(true)) return;
+      std::fprintf(stderr, "warning: cannot write %s (%s): from now on the log is on the console only; training and "
+                           "snapshots go on. Free space on that disk (df %s)\n",
+                   path.c_str(), why.c_str(), run_dir.c_str());
+    };
+    logger->set_error_handler(on_error);
+    file_log_->set_error_handler(on_error);
+  }
   logger->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
   logger->flush_on(spdlog::level::info);  // train.log is complete up to the last line, even if killed
   spdlog::set_default_logger(logger);

@@ -8,6 +8,7 @@
 // the first failure.
 #include "cli/launch.h"
 
+#include <filesystem>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -191,7 +192,8 @@ int free_port(const std::string& host) {
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
   const int gai = ::getaddrinfo(host.c_str(), "0", &hints, &res);
-  TROUPE_CHECK(gai == 0) << "cannot resolve the coordinator host " << host << ": " << ::gai_strerror(gai);
+  TROUPE_USER_CHECK(gai == 0) << "cannot resolve the coordinator host " << host << " (" << ::gai_strerror(gai)
+                              << "); pass --coordinator with an address of this host, e.g. 127.0.0.1:29500";
   int port = 0, err = 0;
   for (addrinfo* a = res; a && port == 0; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -208,8 +210,11 @@ int free_port(const std::string& host) {
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  TROUPE_CHECK(port != 0) << "cannot find a free TCP port on " << host << " (" << std::strerror(err)
-                          << "); pass --coordinator HOST:PORT";
+  TROUPE_USER_CHECK(port != 0 || err != EADDRNOTAVAIL)
+      << "--coordinator host " << host << " is not an address of this host: troupe launch starts every process "
+      << "here and process 0 listens there; use 127.0.0.1 or an address that `ip addr` lists";
+  TROUPE_USER_CHECK(port != 0) << "cannot find a free TCP port on " << host << " (" << std::strerror(err)
+                               << "); pass --coordinator HOST:PORT";
   return port;
 }
 
@@ -296,6 +301,22 @@ std::vector<char*> pointers(std::vector<std::string>& text) {
   return p;
 }
 
+// A folder, removed with everything in it when the attempt ends, where print_error marks
+// the lines already said by a process of the attempt; empty when it cannot be made.
+struct SaidOnce {
+  std::string dir;
+  SaidOnce() {
+    char tmpl[] = "/tmp/troupe-said-XXXXXX";
+    if (::mkdtemp(tmpl)) dir = tmpl;
+  }
+  ~SaidOnce() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+  SaidOnce(const SaidOnce&) = delete;
+  SaidOnce& operator=(const SaidOnce&) = delete;
+};
+
 // One start of all N processes, until every one has exited. With --respawn process a lost
 // process is started again inside the attempt, and the attempt is the launcher's only one.
 Attempt run_attempt(const Options& o, int restart, double failure_time, const std::string& launch_id,
@@ -314,7 +335,7 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
     if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
         name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE" ||
         name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME" ||
-        name == "TROUPE_RESPAWN")
+        name == "TROUPE_RESPAWN" || name == "TROUPE_LAUNCH_ERRDIR")
       continue;
     base.push_back(kv);
   }
@@ -323,6 +344,9 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
   base.push_back("TROUPE_LOCAL_WORLD_SIZE=" + std::to_string(N));  // processes sharing this host's cores
   if (!use_file) base.push_back("TROUPE_JOB_SECRET=" + secret);
   base.push_back("TROUPE_LAUNCH_ID=" + launch_id);  // names the default run directory of every start
+  // the same error line from every process (a bad --set) is printed once (cli/common.cpp print_error)
+  const SaidOnce said;
+  if (!said.dir.empty()) base.push_back("TROUPE_LAUNCH_ERRDIR=" + said.dir);
   // what a lost process means: troupe train recovers in place (process) or waits to be restarted (job)
   base.push_back(std::string("TROUPE_RESPAWN=") + (per_process ? "process" : "job"));
   std::vector<std::vector<std::string>> env_text(N);
@@ -475,6 +499,7 @@ int run(const Options& o) {
   const std::time_t t = std::time(nullptr);
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
   const std::string launch_id = std::string(stamp) + "-" + std::to_string(::getpid());
+  (void)free_port(o.host);  // a host that is not this machine's is refused before any process starts
 
   // SIGCHLD must not be SIG_IGN (the kernel would reap the children for us); the four
   // signals are taken by sigwaitinfo, so they are blocked, not handled. They stay blocked:

@@ -19,6 +19,7 @@
 #include "cli/launch.h"
 #include "cli/plan.h"
 #include "core/error.h"
+#include "stages/schedule.h"
 #include "troupe_version.h"
 
 using namespace troupe;
@@ -38,6 +39,32 @@ void bound_openmp_spinning(char** argv) {
   self[n] = '\0';  // the real path, so that the process keeps its name ("troupe", not "exe")
   ::setenv("GOMP_SPINCOUNT", "1000", 1);
   ::execv(self, argv);  // returns only on failure: go on with libgomp's default
+}
+
+// One sentence for a command line CLI11 refused. A value that is not of the option's type
+// ("Could not convert: --tokens = 1e12") names the option, what it takes and its help
+// text, which gives the range; the rest keep CLI11's words.
+std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
+  std::string msg = e.what();
+  for (auto& ch : msg)
+    if (ch == '\n') ch = ' ';
+  const std::string prefix = "Could not convert: ";
+  const size_t eq = msg.find(" = ");
+  if (dynamic_cast<const CLI::ConversionError*>(&e) && msg.rfind(prefix, 0) == 0 && eq != std::string::npos) {
+    const std::string name = msg.substr(prefix.size(), eq - prefix.size());
+    const std::string value = msg.substr(eq + 3);
+    for (CLI::App* sub : app.get_subcommands()) {
+      const CLI::Option* opt = sub->get_option_no_throw(name);
+      if (!opt) continue;
+      const std::string type = opt->get_type_name();
+      const std::string kind = type == "INT" || type == "UINT" ? "a whole number in range"
+                               : type == "FLOAT"                ? "a number"
+                                                                : "a value of type " + type;
+      return name + " of troupe " + sub->get_name() + " takes " + kind + ", not '" + value + "': " +
+             opt->get_description() + " (troupe help " + sub->get_name() + ")";
+    }
+  }
+  return msg + "; see troupe --help";
 }
 
 int main(int argc, char** argv) {
@@ -66,9 +93,9 @@ int main(int argc, char** argv) {
   SimulateOptions so;
   auto* simulate_cmd = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
   simulate_cmd->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
-  simulate_cmd->add_option("--stages", so.P, "pipeline stages P (default 4)");
-  simulate_cmd->add_option("--microbatches", so.M, "microbatches M (default 8)");
-  simulate_cmd->add_option("--chunks", so.V, "virtual chunks per stage V (default 1)");
+  simulate_cmd->add_option("--stages", so.P, "pipeline stages P, 1 to " + std::to_string(kMaxStages) + " (default 4)");
+  simulate_cmd->add_option("--microbatches", so.M, "microbatches M, 1 to " + std::to_string(kMaxMicrobatches) + " (default 8)");
+  simulate_cmd->add_option("--chunks", so.V, "virtual chunks per stage V, 1 to " + std::to_string(kMaxChunks) + " (default 1)");
   simulate_cmd->add_option("--cost", so.cost, "f=1,b=2,w=1,p2p=0 (b = full backward, w = its weight part)");
   simulate_cmd->add_option("--trace", so.trace, "write a Chrome trace JSON");
   simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
@@ -89,10 +116,10 @@ int main(int argc, char** argv) {
   auto* generate_cmd = app.add_subcommand("generate", "sample text from a snapshot");
   generate_cmd->add_option("snapshot", go.dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
   generate_cmd->add_option("--prompt", go.prompt, "text to continue (default: a new document)");
-  generate_cmd->add_option("--tokens", go.tokens, "tokens to generate (default 64)");
+  generate_cmd->add_option("--tokens", go.tokens, "tokens to generate, 1 to 100000 (default 64)");
   generate_cmd->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)");
-  generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, 0 = all (default 40)");
-  generate_cmd->add_option("--seed", go.seed, "sampling seed (default 1)");
+  generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number, 0 = all (default 40)");
+  generate_cmd->add_option("--seed", go.seed, "sampling seed, a whole number >= 0 (default 1)");
   generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
   PlanCommand pc;
   auto* plan_cmd = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");
@@ -101,7 +128,7 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--json", pc.json, "one JSON object on stdout");
   plan_cmd->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
   plan_cmd->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
-  plan_cmd->add_option("--tokens", pc.tokens, "tokens to train: report the days it takes");
+  plan_cmd->add_option("--tokens", pc.tokens, "tokens to train, 0 to 1e18: report the days it takes");
   // launch is dispatched before parsing (it passes its command through); listed for --help
   app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
                                "(troupe launch --help; docs/launch.md)")
@@ -110,6 +137,13 @@ int main(int argc, char** argv) {
   train->add_option("--trace-png", trace_png_, "with --trace: draw the last step's measured timeline as a PNG");
   std::string tensorboard;
   train->add_option("--tensorboard", tensorboard, "write TensorBoard event files (scalars) to DIR (train.tensorboard_dir)");
+  if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
+      std::string(argv[1]) != "--version") {
+    print_error(std::string("unknown option '") + argv[1] +
+                "'; troupe takes a command first: train, launch, prepare, tokenize, simulate, plan, export, generate "
+                "or plot (troupe help), or --help / --version");
+    return 2;
+  }
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
@@ -148,10 +182,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    for (auto& ch : msg)
-      if (ch == '\n') ch = ' ';
-    print_error(msg + "; see troupe --help");
+    print_error(parse_error_sentence(app, e));
     return 2;
   }
   try {

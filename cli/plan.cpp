@@ -1,5 +1,6 @@
 // cli/plan.cpp — troupe plan: memory and iteration time of a layout on a cluster
 // (planner/), one layout or a search over keys; text or --json.
+#include <cmath>
 #include <fmt/format.h>
 
 #include <iostream>
@@ -85,7 +86,8 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
 int cmd_plan(const Config& c, const PlanCommand& pcmd) {
   const Cluster cl = make_cluster(c.cluster, c.train.threads);
   PlanOptions o;
-  TROUPE_USER_CHECK(pcmd.tokens >= 0) << "--tokens " << pcmd.tokens << " must be >= 0";
+  TROUPE_USER_CHECK(std::isfinite(pcmd.tokens) && pcmd.tokens >= 0 && pcmd.tokens <= 1e18)
+      << "--tokens " << pcmd.tokens << " is not a token count; use 0 to 1e18 (e.g. --tokens 270e9 for MT-NLG)";
   o.tokens = pcmd.tokens;
   if (!pcmd.calibrate.empty()) {
     TROUPE_USER_CHECK(cl.dev.name == "cpu") << "--calibrate fits this machine's costs, but cluster.gpu = \"" << cl.dev.name

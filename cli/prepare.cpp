@@ -11,10 +11,8 @@ namespace troupe::cli {
 
 int cmd_prepare(const Config& c, const std::string& report) {
   if (!report.empty()) {  // refuse an unwritable report path before the work
-    const auto parent = std::filesystem::absolute(report).parent_path();
-    std::error_code ec;
-    TROUPE_USER_CHECK(std::filesystem::is_directory(parent, ec))
-        << "--report " << report << ": the folder " << parent.string() << " does not exist; create it or pass another path";
+    check_output_file(report, "--report");
+    check_output_file(std::filesystem::path(report).replace_extension(".removed.jsonl").string(), "--report");
   }
   setup_logging("");
   const PreparedData d = prepare(c);

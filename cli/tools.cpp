@@ -114,8 +114,9 @@ int cmd_generate(const GenerateOptions& o) {
   TROUPE_USER_CHECK(o.prompt.size() <= (1u << 20)) << "--prompt has " << o.prompt.size()
                                                    << " bytes; use at most 1 MiB (the model sees its last block_size tokens)";
   check_snapshot_arg(o.dir);
-  if (!o.logits_out.empty()) check_output_file(o.logits_out, "--logits-out");
   Config c = snapshot_config(o.dir);
+  // the JSON holds vocab_size logits of up to ~16 characters each: refused before any text
+  if (!o.logits_out.empty()) check_output_file(o.logits_out, "--logits-out", 16 * (uint64_t)c.model.vocab_size + 4096);
   auto st = std::make_shared<TrainState>(load_snapshot(o.dir, c));
   // one worker holds the whole model
   c.parallel.pp = c.parallel.tp = c.parallel.dp = c.parallel.microbatches = c.parallel.chunks = 1;
@@ -145,7 +146,7 @@ int cmd_generate(const GenerateOptions& o) {
   ctx.sample_seed = (uint64_t)o.seed;
   ctx.decode = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   // the continuation is printed token by token, after the prompt
-  auto stream = std::make_shared<TextStream>(TextStream{tok.get()});
+  auto stream = std::make_shared<TextStream>(TextStream{tok.get(), Utf8Stream{}});
   {
     Utf8Stream shown;  // the prompt is valid UTF-8 (checked above) but may hold control bytes
     std::cout << shown.push(o.prompt) << shown.finish() << std::flush;
@@ -169,10 +170,20 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   const bool builtin = o.schedule == "gpipe" || o.schedule == "1f1b" || o.schedule == "interleaved" || o.schedule == "zb-h1";
   if (!builtin) {  // a schedule file: P, M and V come from it unless given
     Schedule f = read_schedule(o.schedule);
-    if (!p_set) o.P = f.P;
-    if (!m_set) o.M = f.M;
-    if (!v_set) o.V = f.V;
+    TROUPE_USER_CHECK(!p_set || o.P == f.P) << "schedule file " << o.schedule << " has " << f.P
+                                            << " rows (stages) but --stages " << o.P << "; drop --stages";
+    TROUPE_USER_CHECK(!m_set || o.M == f.M) << "schedule file " << o.schedule << " uses " << f.M
+                                            << " microbatches but --microbatches " << o.M << "; drop --microbatches";
+    TROUPE_USER_CHECK(!v_set || o.V == f.V) << "schedule file " << o.schedule << " uses " << f.V
+                                            << " chunks but --chunks " << o.V << "; drop --chunks";
+    o.P = f.P;
+    o.M = f.M;
+    o.V = f.V;
   }
+  // the flags' own names (make_schedule names the config keys of a training run)
+  TROUPE_USER_CHECK(!builtin || o.schedule == "interleaved" || o.V == 1)
+      << "--schedule " << o.schedule << " runs one chunk per stage; drop --chunks " << o.V
+      << " or use --schedule interleaved";
   Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
   validate_schedule(s);
   if (!o.dump.empty() && o.dump != "-") check_output_file(o.dump, "--dump");

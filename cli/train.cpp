@@ -405,7 +405,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
         << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
   }
   check_memory(c);
-  if (!trace_path_.empty()) check_output_file(trace_path_, "--trace");  // refused now, not after training
+  if (!trace_path_.empty()) {  // refused now, not after training; a trace takes ~200 bytes per action of a stage
+    const uint64_t actions = (uint64_t)c.train.steps * c.parallel.pp * c.parallel.microbatches * c.parallel.chunks * 3;
+    check_output_file(trace_path_, "--trace", actions * 600 + (64 << 10));  // 3x: room for the run's other files
+  }
   check_machine_fits(c, launch);
   TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
       << "--trace-png draws the measured trace: pass --trace FILE.json too";

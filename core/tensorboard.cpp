@@ -100,8 +100,8 @@ EventWriter::EventWriter(const std::string& dir) {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   path_ = dir + "/events.out.tfevents." + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) +
           "." + host + "." + std::to_string(::getpid()) + ".troupe";
-  f_ = std::fopen(path_.c_str(), "ab");
-  TROUPE_USER_CHECK(f_ != nullptr) << "cannot write the TensorBoard event file " << path_ << " (" << std::strerror(errno)
+  const int err = file_.open(path_);
+  TROUPE_USER_CHECK(err == 0) << "cannot write the TensorBoard event file " << path_ << " (" << std::strerror(err)
                                    << "); pass a writable --tensorboard DIR";
   tensorboard::Event ev;
   ev.set_wall_time(std::chrono::duration<double>(now).count());
@@ -109,9 +109,7 @@ EventWriter::EventWriter(const std::string& dir) {
   write_record(ev.SerializeAsString());
 }
 
-EventWriter::~EventWriter() {
-  if (f_) std::fclose(f_);
-}
+EventWriter::~EventWriter() = default;
 
 void EventWriter::add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars,
                               double wall_time) {
@@ -128,9 +126,8 @@ void EventWriter::add_scalars(int64_t step, const std::vector<std::pair<std::str
 }
 
 void EventWriter::write_record(const std::string& payload) {
-  const std::string rec = tfrecord_frame(payload);
-  if (std::fwrite(rec.data(), 1, rec.size(), f_) != rec.size() || std::fflush(f_) != 0)
-    throw Error("cannot write the TensorBoard event file " + path_ + ": " + std::strerror(errno));
+  if (const int err = file_.append(tfrecord_frame(payload)); err != 0)
+    throw Error("cannot write the TensorBoard event file " + path_ + ": " + std::strerror(err));
 }
 
 }  // namespace troupe

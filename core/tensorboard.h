@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/append_file.h"
+
 namespace troupe {
 
 // CRC-32C (Castagnoli) of n bytes, continuing from `crc` (0 to start). crc32c("123456789") = 0xe3069283.
@@ -44,7 +46,8 @@ class EventWriter {
   EventWriter& operator=(const EventWriter&) = delete;
   // Writes one Event at `step` holding every (tag, value) as a scalar (float, as TensorBoard
   // stores scalars), stamped `wall_time` (unix seconds), and flushes it to the file.
-  // Throws Error when the write fails.
+  // Throws Error when the write fails (a full disk); the file is then cut back to its last
+  // whole event, so later events can still be appended and read.
   void add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars, double wall_time);
   // The event file's path.
   const std::string& path() const { return path_; }
@@ -52,7 +55,7 @@ class EventWriter {
  private:
   void write_record(const std::string& payload);
   std::string path_;
-  std::FILE* f_ = nullptr;
+  AppendFile file_;
 };
 
 }  // namespace troupe

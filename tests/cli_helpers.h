@@ -85,4 +85,20 @@ inline int shell_status(const std::string& command) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+// A shell script run in its own mount namespace over a small tmpfs at `mnt` (root only);
+// false when this machine cannot do that (the caller skips, saying so).
+inline bool run_on_tmpfs(const Scratch& s, const std::string& mnt, int mib, const std::string& body, std::string* why) {
+  std::filesystem::create_directories(mnt);
+  const std::string script = s.write("tmpfs.sh", "set -e\nmount -t tmpfs -o size=" + std::to_string(mib) + "m none '" +
+                                                     mnt + "'\ncd '" + std::string(TROUPE_SOURCE_DIR) + "'\n" + body + "\n");
+  const std::string probe = "unshare -m sh -c 'mount -t tmpfs -o size=1m none \"" + mnt + "\"' > '" +
+                            s.path("probe.log") + "' 2>&1";
+  if (std::system(probe.c_str()) != 0) {
+    *why = slurp(s.path("probe.log"));
+    return false;
+  }
+  std::system(("timeout -k 5 240 unshare -m sh '" + script + "' > '" + s.path("tmpfs.log") + "' 2>&1").c_str());
+  return true;
+}
+
 }  // namespace troupe::test

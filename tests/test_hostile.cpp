@@ -38,6 +38,7 @@ namespace {
 const std::string kSrc = TROUPE_SOURCE_DIR;
 using troupe::test::expect_user_error;
 using troupe::test::Run;
+using troupe::test::run_on_tmpfs;
 using troupe::test::run_troupe;
 using troupe::test::slurp;
 using troupe::test::troupe_bin;
@@ -67,21 +68,6 @@ int count_prefixed(const std::string& dir, const std::string& prefix) {
   return n;
 }
 
-// A shell script run in its own mount namespace over a small tmpfs at `mnt` (root only);
-// false when this machine cannot do that (the caller skips, saying so).
-bool run_on_tmpfs(const Scratch& s, const std::string& mnt, int mib, const std::string& body, std::string* why) {
-  fs::create_directories(mnt);
-  const std::string script = s.write("tmpfs.sh", "set -e\nmount -t tmpfs -o size=" + std::to_string(mib) + "m none '" +
-                                                     mnt + "'\ncd '" + kSrc + "'\n" + body + "\n");
-  const std::string probe = "unshare -m sh -c 'mount -t tmpfs -o size=1m none \"" + mnt + "\"' > '" +
-                            s.path("probe.log") + "' 2>&1";
-  if (std::system(probe.c_str()) != 0) {
-    *why = slurp(s.path("probe.log"));
-    return false;
-  }
-  std::system(("timeout -k 5 240 unshare -m sh '" + script + "' > '" + s.path("tmpfs.log") + "' 2>&1").c_str());
-  return true;
-}
 }  // namespace
 
 TEST_CASE("every size a user can type is bounded before anything is written", "[cli][hostile]") {

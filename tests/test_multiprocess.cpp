@@ -446,6 +446,7 @@ TEST_CASE("a process with the wrong job secret is told at once, one that does no
   // told at once: exit 2 naming the cause, long before fault.join_timeout_s = 90
   CHECK(num("wrong.rc") == 2);
   CHECK(wrong.find("wrong job secret") != std::string::npos);
+  CHECK(wrong.find("wrong job secret", wrong.find("wrong job secret") + 1) == std::string::npos);  // said once
   CHECK(num("wrong.ms") < 20000);
   // one that ignores the notice is cut off by the job (its connection closed), also at once
   CHECK(num("deaf.rc") == 2);  // a job it could not join
