@@ -45,16 +45,31 @@ class Coordinator {
 
  private:
   // --- set-up (job.cpp)
-  void set_up();                       // plan, cluster, peak, logs, actors, join
+  // The plan, the cluster, the MFU peak, the actors, and (several processes) the join
+  // and an in-place recovery's state. Throws UserError for a layout or join refused.
+  void set_up();
+  // The model, CPU, GEMM, layout and placement lines of the log (process 0).
   void log_plan(const Peak& pk) const;
-  JobResult follow();                  // a process other than 0: runs its workers until process 0 ends the job
+  // A process other than 0: runs its workers until process 0 ends the job; throws Error
+  // when the job fails instead.
+  JobResult follow();
+  // The first records of metrics.jsonl (a restart, a resume), the fp16 scaler's mirror.
   void start_results(JobResult& res, MetricsLog& metrics);
   // --- the step loop (job.cpp)
+  // Training step k (k0: this start's first): batches and step messages out, norms
+  // reduced, step reports in, log line and metrics record, evaluation when due. Throws
+  // Error for a failed worker, a missed deadline, a diverged (inf/NaN) fp32/bf16 step.
   void train_step(int64_t k, int64_t k0, MetricsLog& metrics, JobResult& res);
+  // Step k's gradient norms reduced in canonical order (fp64); sets `skip` (found-inf);
+  // sends every optimizer actor (clip_atom, k, scale, lr, skip); returns the global norm.
   double reduce_norms(int64_t k, double lr, bool& skip, MetricsLog& metrics);
+  // The first step of this start: an event, and after a restart how long recovery took.
   void log_first_step(int64_t k);
+  // Validation after step k: logged, recorded in metrics.jsonl and res.val_losses.
   void evaluate_and_log(int64_t k, MetricsLog& metrics, JobResult& res);
-  bool after_step(int64_t k, JobResult& res);  // snapshots, signal; true: stop
+  // Snapshots due after step k, the disk-space watch; true when a signal stops the run.
+  bool after_step(int64_t k, JobResult& res);
+  // The end of a run that trained every step: summary, trace, sample, parameters, shutdown.
   void finish(JobResult& res, MetricsLog& metrics);
 
   // --- waits (coordinator_wait.cpp)
@@ -63,24 +78,48 @@ class Coordinator {
   // and a missed deadline (1.25 x train.timeout_s + 1 s) throw Error with the diagnosis.
   template <class Done, class Handler>
   void wait(Done done, const std::string& what, Handler on);
+  // (fail_atom, stage, msg) while waiting for `what`: throws Error with the cause (a lost
+  // process) or the stage's message and the wait-for graph.
   [[noreturn]] void on_fail(int stage, const std::string& msg, const std::string& what);
+  // The deadline (`limit` seconds) passed: throws Error with the wait-for graph.
   [[noreturn]] void on_timeout(double limit, const std::string& what);
+  // The StepReports of step k (k <= 0: validation, no spans kept), `expected` of them
+  // (-1: one per worker), summed; their loss scales must agree (else Error).
   StepReport collect_done(int64_t k, const std::string& what, int expected = -1);
+  // Asks every stage what it waits for (2 s) and returns the wait-for graph
+  // (stages/diagnosis.h).
   std::string diagnose(const std::string& coordinator_waits_for);
+  // Stops this process's actors and waits 30 s for them (then _Exit(1)); process 0 of a
+  // multi-process job then ends the job everywhere (unless it failed). Idempotent.
   void shutdown();
 
   // --- snapshots and recovery (coordinator_state.cpp)
+  // An in-place recovery after join: gathers the state process 0 chose (peer memory or
+  // disk), hands it to the local actors, waits until every process has. Throws Error.
   void recover_state();
+  // The last step process 0 finished in this process (the recovery report's lost work).
   static std::atomic<int64_t>& last_done_step();
+  // Snapshot of step k to disk and/or memory (where: kSnapDisk | kSnapMemory); waits only
+  // for the workers' copies; the writer finishes in the background.
   void take_snapshot(int64_t k, int32_t where);
+  // The writer's report; throws UserError after checkpoint.max_failures failures in a row.
   void on_snap_done(int64_t k, SnapDone& d);
+  // Warns once when checkpoint.dir has room for fewer than two more snapshots.
   void watch_disk();
+  // Waits for the snapshots in flight.
   void wait_snapshots();
 
   // --- results (coordinator_results.cpp)
+  // The validation loss (nats/token): of one split, or the mean of every source's.
   double evaluate();
+  // n tokens sampled after the prompt (temperature, top-k); fills res.sample_ids and
+  // res.prompt_logits; returns the decoded text ("" without a decoder).
   std::string sample(int n, JobResult& res);
+  // Every parameter by name, TP shards assembled; Error when DP replicas or TP-replicated
+  // tensors differ.
   std::vector<std::pair<std::string, Tensor>> dump_params();
+  // Writes the Chrome trace (UserError when it cannot) and fills the measured and
+  // simulated bubbles of res (stages/trace_analysis.h).
   void analyze_trace(JobResult& res);
 
   Config cfg_;
