@@ -13,7 +13,7 @@ JoinRequest request(const Config& c, int process) {
 }
 }  // namespace
 
-TEST_CASE("a join like process 0's is let in; train.threads and data paths may differ", "[join]") {
+TEST_CASE("a join like process 0's is let in, with train.threads and data paths that may differ", "[join]") {
   const Config ours = test::tiny(2, 2);
   Config theirs = ours;
   theirs.train.threads = 5;
