@@ -273,14 +273,14 @@ TEST_CASE("launch: every child gets its rank, the world size, the coordinator an
 TEST_CASE("launch: a preset TROUPE_JOB_SECRET and --coordinator are passed through", "[launch]") {
   Scratch s("preset");
   const std::string secret = "my-own-secret-from-openssl-rand";
-  Result r = launch({"--coordinator", "10.1.2.3:29511", "--nprocs=2", "--", "/bin/sh", "-c", kEnvScript, "sh",
+  Result r = launch({"--coordinator", "127.0.0.7:29511", "--nprocs=2", "--", "/bin/sh", "-c", kEnvScript, "sh",
                      s.dir.string()},
                     s, {"TROUPE_JOB_SECRET=" + secret});
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  CHECK(r.err.find("launch: 2 processes, coordinator 10.1.2.3:29511\n") == 0);
+  CHECK(r.err.find("launch: 2 processes, coordinator 127.0.0.7:29511\n") == 0);
   for (auto& e : read_envs(s, 2)) {
-    CHECK(e.coordinator == "10.1.2.3:29511");
+    CHECK(e.coordinator == "127.0.0.7:29511");
     CHECK(e.secret == secret);
     CHECK(e.world == "2");
   }
