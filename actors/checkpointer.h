@@ -8,6 +8,13 @@
 // (checkpoint.keep_last); it answers (snapdone_atom, k, SnapDone). A failed save (disk full,
 // unwritable) is reported, not fatal: the previous snapshots stay as they were. Snapshots
 // are written one at a time, in step order. (stop_atom) ends it.
+//
+// Protocol of the writer (atoms: actors/atoms.h; types: actors/messages.h; no CAF replies):
+//   in  (shard_atom, int64_t k, ShardData)             from every optimizer actor
+//   in  (snapbeg_atom, int64_t k, ManifestInfo, int workers, string directory)   coordinator
+//   out (snapdone_atom, int64_t k, SnapDone)           to the coordinator
+//   in  (stop_atom)                                    ends it
+// The memory keeper's protocol is listed at memory_keeper below.
 #pragma once
 #include <caf/all.hpp>
 #include <functional>

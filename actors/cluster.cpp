@@ -1,66 +1,34 @@
-// The control plane of a multi-process job (actors/cluster.h): node agents over CAF's
-// middleman, an HMAC envelope around every control message, join checks, heartbeats.
+// The control plane of a multi-process job (actors/cluster.h): the Cluster's own calls —
+// start, join, the end of a job, aborts. The node agent (actors/node_agent.cpp), the
+// join decisions (actors/join_check.cpp), the tensor proxy (actors/tensor_proxy.cpp) and
+// the snapshot transfer (actors/snapshot_transfer.cpp) live beside it.
 #include "actors/cluster.h"
-#include "collectives/netif.h"
 
 #include <openssl/evp.h>
-#include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <caf/io/all.hpp>
 #include <algorithm>
-#include <cstring>
-#include <chrono>
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
+#include <cstring>
 #include <fstream>
-#include <map>
-#include <mutex>
-#include <set>
 #include <thread>
 
-#include "actors/intruders.h"
+#include "actors/cluster_impl.h"
 #include "actors/messages.h"
 #include "actors/wire_types.h"
-#include "checkpoint/memory_store.h"
+#include "collectives/netif.h"
 #include "collectives/wire.h"
 #include "core/error.h"
 #include "core/events.h"
 
 namespace troupe {
 
-using ctl_atom = caf::atom_constant<caf::atom("ctl")>;
-using out_atom = caf::atom_constant<caf::atom("out")>;
-using hub_atom = caf::atom_constant<caf::atom("hub")>;
-using join_atom = caf::atom_constant<caf::atom("join")>;
-using refuse_atom = caf::atom_constant<caf::atom("refuse")>;
-using table_atom = caf::atom_constant<caf::atom("table")>;
-using ready_atom = caf::atom_constant<caf::atom("ready")>;
-using hb_atom = caf::atom_constant<caf::atom("hb")>;
-using tick_atom = caf::atom_constant<caf::atom("tick")>;
-using end_atom = caf::atom_constant<caf::atom("end")>;
-using bye_atom = caf::atom_constant<caf::atom("bye")>;
-using abort_atom = caf::atom_constant<caf::atom("abort")>;
-using none_atom = caf::atom_constant<caf::atom("none")>;
-using restored_atom = caf::atom_constant<caf::atom("restored")>;
-using busy_atom = caf::atom_constant<caf::atom("busy")>;
-using badsecret_atom = caf::atom_constant<caf::atom("badsecret")>;
-using drop_atom = caf::atom_constant<caf::atom("drop")>;
 
-namespace {
-using Clock = std::chrono::steady_clock;
-constexpr int32_t kAgentKind = -1;  // envelope target: the receiving agent itself
-// The `resume` of every process in an in-place recovery: the state is agreed at join.
+namespace cluster_detail {
 const char* const kRecoveryResume = "the state agreed in an in-place recovery";
-
-std::string hex(const uint8_t* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
-  return s;
-}
 
 std::string hostname() {
   char buf[256] = {0};
@@ -70,7 +38,6 @@ std::string hostname() {
 
 Clock::duration secs(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
 
-// The MAC of one envelope: HMAC-SHA256 over (from, to, seq, body) under the job secret.
 std::vector<char> envelope_mac(const std::string& secret, int32_t from, int32_t to, uint64_t seq,
                                const std::vector<char>& body) {
   std::vector<uint8_t> data(16 + body.size());
@@ -81,48 +48,23 @@ std::vector<char> envelope_mac(const std::string& secret, int32_t from, int32_t 
   auto mac = hmac_sha256(secret, data.data(), data.size());
   return std::vector<char>(mac.begin(), mac.end());
 }
+}  // namespace cluster_detail
+
+using namespace cluster_detail;
+
+namespace {
+std::string hex(const uint8_t* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
+  return s;
+}
 }  // namespace
 
 namespace {
 std::atomic<double> g_failure_noticed{0};
 }
 double failure_noticed_at() { return g_failure_noticed.load(); }
-
-// Process 0's choice of the state an in-place recovery continues from: the newest memory
-// snapshot whose shards the processes hold between them for every rank (each rank from its
-// own process when it holds it, else from the lowest process holding a copy), unless the
-// disk holds a newer one; then the disk's newest; else a fresh start.
-RecoveryPlan make_recovery_plan(const std::vector<std::vector<int64_t>>& offers, int64_t disk_step,
-                                const std::vector<int>& process_of_rank) {
-  std::map<int64_t, std::map<int, std::vector<int>>> have;  // step -> rank -> holders (ascending)
-  for (int p = 0; p < (int)offers.size(); ++p) {
-    const auto& o = offers[p];
-    for (size_t i = 0; i + 1 < o.size();) {
-      const int64_t step = o[i], cnt = o[i + 1];
-      i += 2;
-      for (int64_t j = 0; j < cnt && i < o.size(); ++j, ++i) have[step][(int)o[i]].push_back(p);
-    }
-  }
-  RecoveryPlan plan;
-  const int ranks = (int)process_of_rank.size();
-  for (auto it = have.rbegin(); it != have.rend(); ++it) {
-    if (it->first < disk_step) break;
-    if ((int)it->second.size() < ranks) continue;
-    std::vector<int32_t> provider(ranks, -1);
-    for (auto& [r, holders] : it->second) {
-      if (r < 0 || r >= ranks) continue;
-      const int own = process_of_rank[r];
-      provider[r] = std::find(holders.begin(), holders.end(), own) != holders.end() ? own : holders.front();
-    }
-    if (std::find(provider.begin(), provider.end(), -1) != provider.end()) continue;
-    plan.source = RecoveryPlan::memory;
-    plan.step = it->first;
-    plan.provider = std::move(provider);
-    return plan;
-  }
-  if (disk_step > 0) plan.source = RecoveryPlan::disk, plan.step = disk_step;
-  return plan;
-}
 
 std::string executable_hash() {
   static const std::string hash = [] {
@@ -144,442 +86,21 @@ std::string executable_hash() {
   return hash;
 }
 
-struct Cluster::Impl {
-  caf::actor_system* sys = nullptr;
-  ClusterOptions o;
-  std::shared_ptr<UcxTransport> transport;
-  std::vector<int> process_of_rank;
-  caf::actor agent;
-  std::vector<caf::actor> proxies;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::pair<int32_t, int32_t>, caf::actor> exposed;  // (kind, index) -> local actor
-  std::map<int, caf::actor> tensor_dst;                       // global rank -> local worker
-  caf::actor coordinator;
-  // join state
-  std::vector<bool> joined, ready, bye;
-  std::vector<std::vector<char>> addresses;
-  std::vector<std::string> who;  // "process r (host H, pid P)"
-  std::vector<std::string> hosts;  // by process (from the joins; the table tells the others)
-  std::vector<int32_t> pids;
-  bool have_table = false;
-  std::string refused;   // a refused join (this process, or any process at the hub)
-  std::string failure;   // a lost peer or an abort
-  bool ended = false;    // the hub said the job ended normally
-  bool hub_gone = false;  // a process other than 0: the connection to the hub closed
-  int unauthenticated = 0;  // control messages dropped for a wrong tag
-  // in-place recovery
-  std::vector<std::vector<int64_t>> offers;  // hub: each process's memory holdings
-  RecoveryPlan plan;
-  bool busy = false;  // a recovering joiner: the coordinator is still shutting down; try again
-  std::map<int64_t, std::map<int, std::shared_ptr<const ShardData>>> incoming;  // state shards by step, rank
-  std::map<int64_t, MemoryInfo> incoming_info;
-  std::vector<bool> restored;
-  caf::actor keeper;  // gets the peers' memory-snapshot copies (deliver_snapshots_to)
-
-  bool hub() const { return o.env.rank == 0; }
-  int nprocs() const { return o.env.world; }
-  std::string name_of(int p) {
+void Cluster::Impl::fail(const std::string& reason, bool quiet) {
+  caf::actor coord;
+  {
     std::lock_guard<std::mutex> lk(mu);
-    return p < (int)who.size() && !who[p].empty() ? who[p] : "process " + std::to_string(p);
+    if (!failure.empty() || ended) return;
+    failure = reason;
+    coord = coordinator;
+    cv.notify_all();
   }
-
-  // A peer is gone: every wait of this process ends with `reason`, logged unless `quiet`
-  // (this process's own abort: its caller reports the reason).
-  void fail(const std::string& reason, bool quiet = false) {
-    caf::actor coord;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      if (!failure.empty() || ended) return;
-      failure = reason;
-      coord = coordinator;
-      cv.notify_all();
-    }
-    g_failure_noticed = unix_seconds();
-    if (!quiet) spdlog::error("{}", reason);
-    log_event("lost", {{"process", o.env.rank}, {"reason", reason}});
-    if (transport) transport->abort(reason);
-    if (coord) caf::anon_send(coord, fail_atom::value, -2, reason);  // -2: a lost process (no diagnosis)
-  }
-};
-
-namespace {
-
-// The node agent: the network side of Cluster::Impl.
-struct AgentState {
-  std::shared_ptr<Cluster::Impl> impl;
-  std::vector<caf::actor> peers;            // hub: agents by process; agent: [0] = hub
-  std::vector<uint64_t> seq_out, seq_in;    // per process
-  std::vector<Clock::time_point> last_seen; // per process
-  std::vector<bool> live;
-  RateLimitedLog dropped;                   // dropped control messages: logged at a bounded rate
-  RateLimitedLog closed;                    // connections of non-members closed
-  std::set<caf::actor_addr> told;           // hub: senders told that their secret is wrong
-  std::vector<char> join_mac;               // the tag of this process's join (a refusal quotes it)
-};
-
-caf::behavior node_agent(caf::stateful_actor<AgentState>* self, std::shared_ptr<Cluster::Impl> impl) {
-  auto& st = self->state;
-  st.impl = impl;
-  const int n = impl->nprocs();
-  st.peers.resize(n);
-  st.seq_out.assign(n, 0);
-  st.seq_in.assign(n, 0);
-  st.last_seen.assign(n, Clock::now());
-  st.live.assign(n, false);
-  const int me = impl->o.env.rank;
-  const std::string& secret = impl->o.secret;
-
-  // Serializes (kind, index, inner) and sends it, authenticated, to process p's agent.
-  auto post = [=](int p, int32_t kind, int32_t index, caf::message inner) -> std::vector<char> {
-    auto& s = self->state;
-    const caf::actor dst = s.peers[p];
-    if (!dst) return {};
-    std::vector<char> body;
-    caf::binary_serializer sink(self->system(), body);
-    auto msg = caf::make_message(kind, index, std::move(inner));
-    if (auto err = sink(msg)) {
-      s.impl->fail("control plane: cannot serialize a message for " + s.impl->name_of(p) + ": " +
-                   self->system().render(err));
-      return {};
-    }
-    const uint64_t seq = ++s.seq_out[p];
-    auto mac = envelope_mac(secret, me, p, seq, body);
-    self->send(dst, ctl_atom::value, (int32_t)me, (int32_t)p, seq, std::move(body), mac);
-    return mac;
-  };
-  auto lost = [=](int p, const std::string& why) {
-    auto& s = self->state;
-    if (!s.live[p]) return;
-    s.live[p] = false;
-    const char* respawn = std::getenv("TROUPE_RESPAWN");
-    std::string reason = "lost " + s.impl->name_of(p) + ": " + why +
-                         (s.impl->o.cfg.fault.policy != "restart" ? " (fault.policy = abort: the job stops)"
-                          : respawn && std::string(respawn) == "process"
-                              ? " (fault.policy = restart: troupe launch starts that process again and the job "
-                                "continues from the newest complete snapshot, in memory or on disk)"
-                              : " (fault.policy = restart: every process stops, and the launcher starts the job again "
-                                "from the newest complete snapshot)");
-    if (s.impl->hub()) {
-      for (int q = 1; q < (int)s.peers.size(); ++q)
-        if (q != p && s.live[q]) post(q, kAgentKind, 0, caf::make_message(abort_atom::value, reason));
-    }
-    s.impl->fail(reason);
-  };
-  // The hub's checks of a joining process.
-  auto check_join = [=](int32_t p, int32_t world, const std::string& bin, const std::string& toml,
-                        const std::string& resume, const std::string& tokenizer) -> std::string {
-    auto& s = self->state;
-    if (tokenizer != s.impl->o.tokenizer_hash)
-      return fmt::format("process {} prepared its data with tokenizer {} but process 0 with {}: the nodes disagree on "
-                         "token ids; give every process the same sources and data.tokenizer (or the same data.cache_dir)",
-                         p, tokenizer, s.impl->o.tokenizer_hash);
-    if (resume != s.impl->o.resume)
-      return fmt::format("process {} continues from {} but process 0 from {}; give every process the same --resume", p,
-                         resume.empty() ? std::string("no snapshot (a fresh start)") : resume,
-                         s.impl->o.resume.empty() ? std::string("no snapshot (a fresh start)") : s.impl->o.resume);
-    if (world != n)
-      return fmt::format("process {} was started for {} processes but the job has {}; start every process with the same "
-                         "world size",
-                         p, world, n);
-    if (bin != executable_hash())
-      return fmt::format("process {} runs a different troupe binary (sha256 {} vs {}); run the same build everywhere", p,
-                         bin.substr(0, 16), executable_hash().substr(0, 16));
-    Config theirs;
-    try {
-      theirs = Config::parse(toml, "the config of process " + std::to_string(p));
-    } catch (const std::exception& e) {
-      return fmt::format("process {} sent a config that does not parse: {}", p, e.what());
-    }
-    auto a = s.impl->o.cfg.key_values(), b = theirs.key_values();
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      if (a[i].first == "train.threads" || a[i].first == "data.cache_dir" || a[i].first == "data.threads") continue;  // may differ per host
-      if (a[i].second != b[i].second)
-        return fmt::format("process {} has {} = {} but process 0 has {}; start every process with the same config", p,
-                           a[i].first, b[i].second, a[i].second);
-    }
-    return "";
-  };
-
-  self->set_down_handler([=](caf::down_msg& dm) {
-    auto& s = self->state;
-    for (int p = 0; p < (int)s.peers.size(); ++p)
-      if (s.peers[p] && s.peers[p].address() == dm.source) {
-        bool ended, retry;
-        {
-          std::lock_guard<std::mutex> lk(s.impl->mu);
-          ended = s.impl->ended || (s.impl->hub() && s.impl->bye[p]);
-          // a recovering process that reached the coordinator of the failed start: join again
-          retry = !s.impl->hub() && s.impl->o.recovering && !s.impl->have_table;
-        }
-        bool joined;
-        {
-          std::lock_guard<std::mutex> lk(s.impl->mu);
-          joined = s.impl->have_table;
-        }
-        if (retry) {
-          s.live[0] = false;
-        } else if (!s.impl->hub() && !joined && !ended) {  // never part of the job: nothing to restart
-          s.live[0] = false;
-          s.impl->fail(fmt::format(
-              "process 0 at {}:{} closed the connection before this process joined the job (the job ended, or "
-              "refused this process: check TROUPE_COORDINATOR and that TROUPE_JOB_SECRET is the job's)",
-              s.impl->o.env.host, s.impl->o.env.port));
-        } else if (!ended) {
-          lost(s.impl->hub() ? p : 0, "its connection closed (the process exited or was killed)");
-        }
-        s.peers[p] = nullptr;
-        if (!s.impl->hub()) {
-          std::lock_guard<std::mutex> lk(s.impl->mu);
-          s.impl->hub_gone = true;
-          s.impl->cv.notify_all();
-        }
-      }
-  });
-  if (impl->o.cfg.fault.heartbeat_s > 0) self->delayed_send(self, secs(impl->o.cfg.fault.heartbeat_s), tick_atom::value);
-
-  return {
-      // this process's agent learns the hub's handle (non-hub processes)
-      // (and sends it this process's join first: nothing else may precede it)
-      [=](hub_atom, caf::actor hub, caf::message& join) {
-        auto& s = self->state;
-        s.peers[0] = hub;
-        s.seq_in[0] = 0;  // a new coordinator (an in-place recovery may meet the failed start's first) counts anew
-        self->monitor(hub);
-        s.join_mac = post(0, kAgentKind, 0, std::move(join));
-        s.live[0] = true;
-        s.last_seen[0] = Clock::now();
-      },
-      // a control message for another process, from a local proxy or the Cluster
-      [=](out_atom, int32_t p, int32_t kind, int32_t index, caf::message& inner) { post(p, kind, index, std::move(inner)); },
-      [=](ctl_atom, int32_t from, int32_t to, uint64_t seq, std::vector<char>& body, std::vector<char>& mac) {
-        auto& s = self->state;
-        auto reject = [&](const std::string& why) {
-          s.dropped.warn(fmt::format("dropped a message claiming to come from process {}: {}", from, why));
-        };
-        if (from < 0 || from >= n || to != me || from == me) return reject("bad process numbers");
-        const auto want = envelope_mac(secret, from, to, seq, body);
-        if (mac.size() != want.size() || CRYPTO_memcmp(mac.data(), want.data(), want.size()) != 0) {
-          {
-            std::lock_guard<std::mutex> lk(s.impl->mu);
-            ++s.impl->unauthenticated;
-          }
-          const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-          const bool member = std::find(s.peers.begin(), s.peers.end(), sender) != s.peers.end();
-          if (s.impl->hub() && sender && !member && s.told.insert(sender.address()).second) {
-            // a process without the secret: it is told at once (quoting the tag of its message, so
-            // that it knows the answer is about its join) and its connection closes after a grace
-            // period (a troupe process exits on the notice; one that does not listen is cut off)
-            self->send(sender, badsecret_atom::value, mac);
-            self->delayed_send(self, std::chrono::seconds(2), drop_atom::value, sender.node());
-            return reject("its authentication tag is wrong (a process without this job's TROUPE_JOB_SECRET); told it "
-                          "so, and its connection closes in 2 s");
-          }
-          return reject("its authentication tag is wrong (not a member of this job: TROUPE_JOB_SECRET differs)");
-        }
-        if (!s.impl->hub() && caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[0])
-          return reject("not from the coordinator this process is joined to");
-
-        caf::message msg;
-        caf::binary_deserializer src(self->system(), body);
-        if (auto err = src(msg)) return reject("undecodable body: " + self->system().render(err));
-        int32_t kind = 0, index = 0;
-        caf::message inner;
-        if (!msg.match_elements<int32_t, int32_t, caf::message>()) return reject("unexpected body layout");
-        kind = msg.get_as<int32_t>(0);
-        index = msg.get_as<int32_t>(1);
-        inner = msg.get_as<caf::message>(2);
-        using JoinMsg = caf::detail::type_list<join_atom, int32_t, int32_t, std::string, std::string, std::vector<char>,
-                                               std::string, int32_t, std::string, std::vector<int64_t>, std::string>;
-        const bool is_join = kind == kAgentKind && inner.match_elements(JoinMsg{});
-        const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        auto reply_direct = [&](caf::message m) {  // to a process that is not (yet) a peer
-          std::vector<char> rb;
-          caf::binary_serializer rs(self->system(), rb);
-          auto rm = caf::make_message((int32_t)kAgentKind, (int32_t)0, std::move(m));
-          if (!rs(rm)) {
-            auto rmac = envelope_mac(secret, me, from, 1, rb);
-            self->send(sender, ctl_atom::value, (int32_t)me, (int32_t)from, (uint64_t)1, std::move(rb), std::move(rmac));
-          }
-        };
-        bool failing;
-        {
-          std::lock_guard<std::mutex> lk(s.impl->mu);
-          failing = !s.impl->failure.empty();
-        }
-        if (s.impl->hub() && is_join && inner.get_as<std::string>(8) == kRecoveryResume &&
-            (failing || (s.peers[from] && s.peers[from] != sender))) {
-          // a recovering process reached this coordinator before it shut down: it tries again
-          reply_direct(caf::make_message(busy_atom::value));
-          return;
-        }
-        if (s.impl->hub() && is_join && s.peers[from] && s.peers[from] != sender) {
-          // a second process claims a rank that is taken: refuse it, straight to its sender
-          const std::string why = fmt::format("rank {} is already held by {}; give every process its own TROUPE_RANK",
-                                              from, s.impl->name_of(from));
-          spdlog::warn("control plane: refused a second process claiming rank {} (host {}, pid {})", from,
-                       inner.get_as<std::string>(6), inner.get_as<int32_t>(7));
-          reply_direct(caf::make_message(refuse_atom::value, why));
-          return;
-        }
-        if (is_join && inner.get_as<int32_t>(1) != from) return reject("a join whose rank differs from its envelope's");
-        if (seq <= s.seq_in[from]) return reject("replayed or reordered (sequence " + std::to_string(seq) + ")");
-        s.seq_in[from] = seq;
-        s.last_seen[from] = Clock::now();
-        if (kind != kAgentKind) {
-          caf::actor dst;
-          {
-            std::lock_guard<std::mutex> lk(s.impl->mu);
-            auto it = s.impl->exposed.find({kind, index});
-            if (it != s.impl->exposed.end()) dst = it->second;
-          }
-          if (!dst) return reject(fmt::format("no local actor ({}, {})", kind, index));
-          caf::anon_send(dst, std::move(inner));
-          return;
-        }
-        // the agents' own protocol
-        if (s.impl->hub() && !s.peers[from]) {  // the first message of a process: its join
-          if (!is_join) return reject("the first message of a process must be its join");
-          const int32_t world = inner.get_as<int32_t>(2);
-          const std::string& bin = inner.get_as<std::string>(3);
-          const std::string& toml = inner.get_as<std::string>(4);
-          const std::string who = fmt::format("process {} (host {}, pid {})", from, inner.get_as<std::string>(6),
-                                              inner.get_as<int32_t>(7));
-          s.peers[from] = caf::actor_cast<caf::actor>(self->current_sender());
-          self->monitor(s.peers[from]);
-          s.live[from] = true;
-          const std::string why = check_join(from, world, bin, toml, inner.get_as<std::string>(8),
-                                             inner.get_as<std::string>(10));
-          if (!why.empty()) {
-            post(from, kAgentKind, 0, caf::make_message(refuse_atom::value, why));
-            std::lock_guard<std::mutex> lk(s.impl->mu);
-            s.impl->refused = "refused at join: " + why;
-            s.impl->cv.notify_all();
-            return;
-          }
-          std::lock_guard<std::mutex> lk(s.impl->mu);
-          s.impl->who[from] = who;
-          s.impl->hosts[from] = inner.get_as<std::string>(6);
-          s.impl->pids[from] = inner.get_as<int32_t>(7);
-          s.impl->addresses[from] = inner.get_as<std::vector<char>>(5);
-          s.impl->offers[from] = inner.get_as<std::vector<int64_t>>(9);
-          s.impl->joined[from] = true;
-          s.impl->cv.notify_all();
-          return;
-        }
-        auto raise = [&](auto set) {  // a join/end flag under the lock, and every waiter woken
-          std::lock_guard<std::mutex> lk(s.impl->mu);
-          set();
-          s.impl->cv.notify_all();
-        };
-        inner.apply({
-            [&](refuse_atom, const std::string& why) {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->refused = "refused at join by process 0: " + why;
-              s.impl->cv.notify_all();
-            },
-            [&](table_atom, std::vector<std::vector<char>>& addrs, int32_t source, int64_t step,
-                std::vector<int32_t>& provider, std::vector<std::string>& hosts, std::vector<int32_t>& pids) {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              s.impl->addresses = std::move(addrs);
-              if ((int)hosts.size() == n && (int)pids.size() == n) {
-                for (int q = 0; q < n; ++q)
-                  if (q != me) {
-                    s.impl->hosts[q] = hosts[q];
-                    s.impl->pids[q] = pids[q];
-                    s.impl->who[q] = fmt::format("process {} (host {}, pid {})", q, hosts[q], pids[q]);
-                  }
-              }
-              s.impl->plan.source = source;
-              s.impl->plan.step = step;
-              s.impl->plan.provider = std::move(provider);
-              s.impl->have_table = true;
-              s.impl->cv.notify_all();
-            },
-            [&](busy_atom) { raise([&] { s.impl->busy = true; }); },
-            [&](restored_atom) { raise([&] { s.impl->restored[from] = true; }); },
-            [&](ready_atom) { raise([&] { s.impl->ready[from] = true; }); },
-            [&](hb_atom) {},
-            [&](end_atom) { raise([&] { s.impl->ended = true; }); },
-            [&](bye_atom) { raise([&] { s.impl->bye[from] = true; }); },
-            [&](abort_atom, const std::string& why) {
-              if (s.impl->hub()) {  // a process's own job failed: everyone stops
-                for (int q = 1; q < n; ++q)
-                  if (q != from && s.live[q]) post(q, kAgentKind, 0, caf::make_message(abort_atom::value, why));
-                s.impl->fail(why);
-              } else {
-                s.impl->fail("the job was aborted: " + why);
-              }
-            },
-        });
-      },
-      // process 0 could not authenticate this process's join: another job secret
-      [=](badsecret_atom, const std::vector<char>& mac) {
-        auto& s = self->state;
-        if (s.impl->hub() || caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[0] || mac != s.join_mac)
-          return;
-        if (std::getenv("TROUPE_FAULT_IGNORE_REFUSAL")) return;  // fault switch (tests): a peer that does not listen
-        std::lock_guard<std::mutex> lk(s.impl->mu);
-        if (s.impl->have_table) return;
-        s.impl->refused = fmt::format(
-            "wrong job secret: process 0 at {}:{} cannot authenticate this process, so its TROUPE_JOB_SECRET differs "
-            "from the job's; start it with the job's secret (troupe launch gives every process the same one)",
-            s.impl->o.env.host, s.impl->o.env.port);
-        s.impl->cv.notify_all();
-      },
-      // hub: close the connection of a process that was told its secret is wrong
-      [=](drop_atom, const caf::node_id& node) {
-        self->request(self->system().middleman().actor_handle(), std::chrono::seconds(5), caf::get_atom::value, node)
-            .then(
-                [=](const caf::node_id&, const std::string& host, uint16_t port) {
-                  if (host.empty()) return;  // it has gone already
-                  if (shutdown_connections_to(host, port) > 0)
-                    self->state.closed.warn(fmt::format(
-                        "closed the connection from {}:{} (a process without this job's secret)", host, port));
-                },
-                [](const caf::error&) {});
-      },
-      // heartbeats out, silence in
-      [=](tick_atom) {
-        auto& s = self->state;
-        const double timeout = s.impl->o.cfg.fault.timeout_s;
-        for (int p = 0; p < n; ++p) {
-          if (p == me || !s.live[p]) continue;
-          post(p, kAgentKind, 0, caf::make_message(hb_atom::value));
-          const double silent = std::chrono::duration<double>(Clock::now() - s.last_seen[p]).count();
-          if (silent > timeout) {
-            std::string why =
-                fmt::format("no heartbeat for {:.1f} s (hung, stopped or unreachable; fault.timeout_s = {})", silent, timeout);
-            // a hung process never exits by itself: on this host, end it so that troupe launch
-            // starts it again (an in-place recovery waits for it)
-            const char* respawn = std::getenv("TROUPE_RESPAWN");
-            std::string host;
-            int32_t pid = 0;
-            {
-              std::lock_guard<std::mutex> lk(s.impl->mu);
-              host = s.impl->hosts[p];
-              pid = s.impl->pids[p];
-            }
-            if (s.impl->o.cfg.fault.policy == "restart" && respawn && pid > 0 && host == hostname() &&
-                ::kill(pid, SIGKILL) == 0)
-              why += "; killed it (SIGKILL) so that troupe launch starts it again";
-            lost(p, why);
-          }
-        }
-        self->delayed_send(self, secs(s.impl->o.cfg.fault.heartbeat_s), tick_atom::value);
-      },
-      // to every peer (hub: all agents) from the Cluster's own calls
-      [=](abort_atom, const std::string& why) {
-        auto& s = self->state;
-        for (int p = 0; p < n; ++p)
-          if (p != me && s.live[p]) post(p, kAgentKind, 0, caf::make_message(abort_atom::value, why));
-      },
-      [=](none_atom, int32_t p, caf::message& m) { post(p, kAgentKind, 0, std::move(m)); },
-  };
+  g_failure_noticed = unix_seconds();
+  if (!quiet) spdlog::error("{}", reason);
+  log_event("lost", {{"process", o.env.rank}, {"reason", reason}});
+  if (transport) transport->abort(reason);
+  if (coord) caf::anon_send(coord, fail_atom::value, -2, reason);  // -2: a lost process (no diagnosis)
 }
-
-}  // namespace
 
 Cluster::Cluster(caf::actor_system& sys, ClusterOptions o) : impl_(std::make_shared<Impl>()) {
   auto& im = *impl_;
@@ -623,58 +144,9 @@ Cluster::Cluster(caf::actor_system& sys, ClusterOptions o) : impl_(std::make_sha
   im.addresses[im.o.env.rank] = std::vector<char>(addr.begin(), addr.end());
   im.joined[im.o.env.rank] = true;
   im.ready[im.o.env.rank] = true;
-  im.agent = sys.spawn(node_agent, impl_);
-  // pipeline tensors that arrive over UCX go to the local worker they are for
-  std::weak_ptr<Impl> weak = impl_;
-  auto deliver = [weak](const WireHeader& h, Tensor t) {
-    auto im = weak.lock();
-    if (!im) return;
-    caf::actor dst;
-    {
-      std::lock_guard<std::mutex> lk(im->mu);
-      auto it = im->tensor_dst.find(h.destination);
-      if (it != im->tensor_dst.end()) dst = it->second;
-    }
-    if (!dst) {
-      spdlog::warn("data plane: a tensor for rank {}, which is not in this process, was dropped", h.destination);
-      return;
-    }
-    const int64_t k = h.step;
-    const int mb = h.microbatch, c = h.chunk;
-    switch (h.kind) {
-      case kWireActivation: caf::anon_send(dst, act_atom::value, k, mb, c, std::move(t)); break;
-      case kWireGradient: caf::anon_send(dst, grad_atom::value, k, mb, c, std::move(t)); break;
-      case kWireTied: caf::anon_send(dst, tied_atom::value, k, std::move(t)); break;
-      case kWireInference: caf::anon_send(dst, infer_atom::value, k, c, std::move(t)); break;
-      default: break;
-    }
-  };
-  for (uint8_t kind : {kWireActivation, kWireGradient, kWireTied, kWireInference}) im.transport->on_arrival(kind, deliver);
-  // memory-snapshot shards: a peer's copy goes to the keeper (it decodes there, off the
-  // progress thread); a recovery's state is decoded into `incoming`
-  im.transport->on_arrival(kWireSnapshot, [weak](const WireHeader& h, Tensor t) {
-    auto im = weak.lock();
-    if (!im) return;
-    if (h.chunk == 0) {
-      caf::actor keeper;
-      {
-        std::lock_guard<std::mutex> lk(im->mu);
-        keeper = im->keeper;
-      }
-      if (keeper) caf::anon_send(keeper, peershard_atom::value, h.step, (int32_t)h.microbatch, std::move(t));
-      return;
-    }
-    try {
-      MemoryInfo info;
-      auto sd = std::make_shared<const ShardData>(decode_shard(t.data(), (size_t)t.numel(), &info));
-      std::lock_guard<std::mutex> lk(im->mu);
-      im->incoming[h.step][h.microbatch] = std::move(sd);
-      im->incoming_info[h.step] = info;
-      im->cv.notify_all();
-    } catch (const std::exception& e) {
-      spdlog::warn("data plane: dropped a recovery shard of rank {}: {}", h.microbatch, e.what());
-    }
-  });
+  im.agent = spawn_node_agent(impl_);
+  deliver_arriving_tensors(impl_);
+  deliver_arriving_snapshots(impl_);
 }
 
 Cluster::~Cluster() {
@@ -813,72 +285,6 @@ RecoveryPlan Cluster::plan() const {
   return impl_->plan;
 }
 
-void Cluster::deliver_snapshots_to(caf::actor keeper) {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  impl_->keeper = std::move(keeper);
-}
-
-void send_snapshot(Cluster::Impl& im, int proc, int64_t k, int rank, int purpose, const std::vector<float>& words,
-                   double timeout_s);
-
-void Cluster::send_snapshot_shard(int proc, int64_t k, int rank, int purpose, const std::vector<float>& words,
-                                  double timeout_s) {
-  snapshot_sender(proc, purpose, timeout_s)(k, rank, words);
-}
-
-std::function<void(int64_t, int, const std::vector<float>&)> Cluster::snapshot_sender(int proc, int purpose,
-                                                                                       double timeout_s) {
-  std::weak_ptr<Impl> weak = impl_;
-  return [weak, proc, purpose, timeout_s](int64_t k, int rank, const std::vector<float>& words) {
-    auto im = weak.lock();
-    if (!im) throw Error("the job has ended");
-    send_snapshot(*im, proc, k, rank, purpose, words, timeout_s);
-  };
-}
-
-void send_snapshot(Cluster::Impl& im, int proc, int64_t k, int rank, int purpose, const std::vector<float>& words,
-                   double timeout_s) {
-  WireHeader h;
-  h.kind = kWireSnapshot;
-  h.step = k;
-  h.microbatch = rank;
-  h.chunk = purpose;
-  h.source = im.o.placement.at(im.o.env.rank).at(0);
-  h.destination = im.o.placement.at(proc).at(0);
-  h.dtype = DType::f32;
-  h.shape = {(int64_t)words.size()};
-  h.bytes = words.size() * sizeof(float);
-  auto transport = im.transport;
-  transport->send(h, words.data(), timeout_s);
-}
-
-
-std::vector<std::shared_ptr<const ShardData>> Cluster::receive_state_shards(int64_t k, const std::vector<int>& ranks,
-                                                                            MemoryInfo* info) {
-  auto& im = *impl_;
-  const auto deadline = Clock::now() + secs(im.o.cfg.fault.join_timeout_s);
-  std::unique_lock<std::mutex> lk(im.mu);
-  auto have_all = [&] {
-    for (int r : ranks)
-      if (!im.incoming[k].count(r)) return false;
-    return true;
-  };
-  if (!im.cv.wait_until(lk, deadline, [&] { return have_all() || !im.failure.empty(); })) {
-    std::string missing;
-    for (int r : ranks)
-      if (!im.incoming[k].count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    throw Error(fmt::format("the memory snapshot of step {} did not arrive within fault.join_timeout_s = {} s (ranks {} "
-                            "missing)",
-                            k, im.o.cfg.fault.join_timeout_s, missing));
-  }
-  if (!im.failure.empty()) throw Error(im.failure);
-  std::vector<std::shared_ptr<const ShardData>> out;
-  for (int r : ranks) out.push_back(im.incoming[k][r]);
-  if (info && im.incoming_info.count(k)) *info = im.incoming_info[k];
-  im.incoming.clear();  // the state is handed over: free the copies here
-  return out;
-}
-
 void Cluster::restored() {
   auto& im = *impl_;
   if (!im.hub()) {
@@ -902,55 +308,6 @@ caf::actor Cluster::control_proxy(int proc, RemoteRef ref) {
       return caf::message{};
     });
     return {[](tick_atom, tick_atom) {}};  // everything else goes to the default handler
-  });
-  impl_->proxies.push_back(p);
-  return p;
-}
-
-caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout_s, caf::actor coordinator) {
-  auto transport = impl_->transport;
-  // fault injection (tests): TROUPE_FAULT_DELAY_RANK=r TROUPE_FAULT_DELAY_STEP=k
-  // TROUPE_FAULT_DELAY_S=x holds rank r's pipeline messages of step k back x seconds (first
-  // start only)
-  double delay_s = 0;
-  int64_t delay_step = -1;
-  {
-    const char* r = std::getenv("TROUPE_FAULT_DELAY_RANK");
-    const char* k = std::getenv("TROUPE_FAULT_DELAY_STEP");
-    const char* x = std::getenv("TROUPE_FAULT_DELAY_S");
-    const char* rc = std::getenv("TROUPE_RESTART_COUNT");
-    if (r && k && x && std::atoi(r) == src && !(rc && std::atoi(rc) > 0) && impl_->o.generation == 0) delay_step = std::atoll(k), delay_s = std::atof(x);
-  }
-  auto p = impl_->sys->spawn<caf::detached>([=](caf::event_based_actor* self) -> caf::behavior {
-    auto ship = [=](uint8_t kind, int64_t k, int mb, int c, const Tensor& t) {
-      WireHeader h;
-      h.step = k;
-      h.microbatch = mb;
-      h.chunk = c;
-      h.kind = kind;
-      h.source = src;
-      h.destination = dst;
-      h.dtype = DType::f32;
-      h.shape = t.shape();
-      h.bytes = t.nbytes();
-      if (k == delay_step && delay_s > 0) {
-        log_event("injected_delay", {{"rank", src}, {"step", k}, {"seconds", delay_s}});
-        std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
-      }
-      try {
-        transport->send(h, t.data(), timeout_s);
-      } catch (const std::exception& e) {
-        self->send(coordinator, fail_atom::value, src_stage,
-                   fmt::format("sending to rank {} failed: {}", dst, e.what()));
-      }
-    };
-    return {
-        [=](act_atom, int64_t k, int mb, int c, const Tensor& t) { ship(kWireActivation, k, mb, c, t); },
-        [=](grad_atom, int64_t k, int mb, int c, const Tensor& t) { ship(kWireGradient, k, mb, c, t); },
-        [=](tied_atom, int64_t k, const Tensor& t) { ship(kWireTied, k, 0, 0, t); },
-        [=](infer_atom, int64_t id, int c, const Tensor& t) { ship(kWireInference, id, 0, c, t); },
-        [=](stop_atom) {},
-    };
   });
   impl_->proxies.push_back(p);
   return p;

@@ -1,4 +1,7 @@
 // actors/cluster.h — one job over several processes (issue 6): the control plane.
+// Code: actors/cluster.cpp (these calls), actors/node_agent.{h,cpp} (the agent and its
+// protocol), actors/join_check.h (join decisions, pure), actors/tensor_proxy.cpp (pipeline
+// tensors over UCX), actors/snapshot_transfer.cpp (snapshot shards over UCX).
 //
 // Every process runs a node agent. Process 0's agent (the hub) is published with CAF's
 // middleman on TROUPE_COORDINATOR's host:port; the others connect to it, register and
@@ -32,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/join_check.h"
 #include "checkpoint/snapshot.h"
 #include "collectives/ucx.h"
 #include "core/config.h"
@@ -66,15 +70,8 @@ struct ClusterOptions {
   int generation = 0;      // failures this process has recovered from (fault switches fire only at 0)
 };
 
-// Where an in-place recovery takes its state from (decided by process 0 at join).
-struct RecoveryPlan {
-  enum Source : int32_t { fresh = 0, disk = 1, memory = 2 };
-  int32_t source = fresh;   // fresh: no snapshot anywhere, step 1 again
-  int64_t step = 0;         // the snapshot's step
-  // memory: for each global rank, the process that sends its shards to every other one
-  // (the rank's own process when it survived, else the peer holding its copy)
-  std::vector<int32_t> provider;
-};
+// RecoveryPlan (where an in-place recovery takes its state from) and make_recovery_plan:
+// actors/join_check.h.
 
 class Cluster {
  public:
@@ -157,16 +154,6 @@ class Cluster {
  private:
   std::shared_ptr<Impl> impl_;
 };
-
-// Process 0's choice of the state an in-place recovery continues from, given each process's
-// memory holdings (`offers[p]`: ClusterOptions::offer of process p), the newest complete
-// snapshot on disk (0: none) and the process of each global rank: the newest memory
-// snapshot that the processes hold between them for every rank — each rank provided by its
-// own process when that holds it, else by the lowest process holding a copy — unless the
-// disk holds a newer one (at equal steps memory wins: it is faster); then the disk's
-// newest; else a fresh start (RecoveryPlan::fresh).
-RecoveryPlan make_recovery_plan(const std::vector<std::vector<int64_t>>& offers, int64_t disk_step,
-                                const std::vector<int>& process_of_rank);
 
 // When this process last noticed a failure of its job (a lost peer, an abort), unix seconds;
 // 0 when it never has. An in-place recovery measures its time from here.

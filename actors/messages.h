@@ -1,4 +1,5 @@
-// actors/messages.h — every atom and message type of troupe's actors, in one place.
+// actors/messages.h — the message types of troupe's actors and one step's protocol, in
+// one place (the atoms: actors/atoms.h).
 //
 // In one process tensors and token blocks travel by reference (ref-counted storage; the
 // sender hands them over and does not touch them again). Between processes, control
@@ -31,54 +32,30 @@
 #include <utility>
 #include <vector>
 
+#include "actors/atoms.h"
 #include "checkpoint/snapshot.h"
 #include "core/tensor.h"
+#include "stages/diagnosis.h"
+#include "stages/trace_analysis.h"
 
 namespace troupe {
 
-using batch_atom = caf::atom_constant<caf::atom("batch")>;
-using step_atom = caf::atom_constant<caf::atom("step")>;
-using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
-using targets_atom = caf::atom_constant<caf::atom("targets")>;
-using act_atom = caf::atom_constant<caf::atom("act")>;
-using grad_atom = caf::atom_constant<caf::atom("grad")>;
-using tied_atom = caf::atom_constant<caf::atom("tied")>;
-using norm_atom = caf::atom_constant<caf::atom("norm")>;
-using clip_atom = caf::atom_constant<caf::atom("clip")>;
-using done_atom = caf::atom_constant<caf::atom("done")>;
-using infer_atom = caf::atom_constant<caf::atom("infer")>;
-using logits_atom = caf::atom_constant<caf::atom("logits")>;
-using stop_atom = caf::atom_constant<caf::atom("stop")>;
-using fail_atom = caf::atom_constant<caf::atom("fail")>;
-using dump_atom = caf::atom_constant<caf::atom("dump")>;
-using status_atom = caf::atom_constant<caf::atom("status")>;
-// Snapshots: coordinator -> workers (snap_atom, k); each worker copies its state to host
-// memory, sends (shard_atom, k, ShardData) to the checkpoint writer and answers the
+// Snapshots (disk): coordinator -> workers (snap_atom, k, where); each worker copies its
+// state to host memory and hands it to its optimizer actor (snap_atom, k, where,
+// ShardData), which adds master weights and moments, sends (shard_atom, k, ShardData) to
+// the checkpoint writer when `where` has kSnapDisk (to its process's memory keeper when it
+// has kSnapMemory: checkpoint.memory_interval, checkpoint/memory_store.h) and answers the
 // coordinator (snapack_atom, k, SnapAck); the coordinator then sends the writer
 // (snapbeg_atom, k, ManifestInfo, workers, directory); the writer answers
 // (snapdone_atom, k, SnapDone) once the manifest is on disk (or the save failed).
-using snap_atom = caf::atom_constant<caf::atom("snap")>;
-// worker -> its optimizer actor (optimize_atom, k); back (optimized_atom, k, compute_s,
-// next loss scale). See actors/optimizer_actor.h.
-using optimize_atom = caf::atom_constant<caf::atom("optimize")>;
-using optimized_atom = caf::atom_constant<caf::atom("optimized")>;
-using snapack_atom = caf::atom_constant<caf::atom("snapack")>;
-using shard_atom = caf::atom_constant<caf::atom("shard")>;
-using snapbeg_atom = caf::atom_constant<caf::atom("snapbeg")>;
-using snapdone_atom = caf::atom_constant<caf::atom("snapdone")>;
-// Where a snapshot goes: (snap_atom, k, where) to workers, (snap_atom, k, where, ShardData)
-// worker -> optimizer actor; the optimizer actor sends its (shard_atom, k, ShardData) to
-// the checkpoint writer when where has kSnapDisk, to its process's memory keeper when
-// where has kSnapMemory (checkpoint.memory_interval, checkpoint/memory_store.h).
-constexpr int32_t kSnapDisk = 1, kSnapMemory = 2;
-// Memory snapshots: coordinator -> every process's keeper (meminfo_atom, k, updates,
+// Snapshots (memory): coordinator -> every process's keeper (meminfo_atom, k, updates,
 // loss-scale bits, growth tracker, hysteresis tracker); keeper -> its peer process's keeper
 // (peershard_atom, k, global rank, ShardData): the copy of a shard another process holds.
-using meminfo_atom = caf::atom_constant<caf::atom("meminfo")>;
-using peershard_atom = caf::atom_constant<caf::atom("peershard")>;
+// The optimizer step: worker -> its optimizer actor (optimize_atom, k); back
+// (optimized_atom, k, compute_s, next loss scale). See actors/optimizer_actor.h.
 // An in-place recovery: coordinator -> every local worker and optimizer actor
 // (restore_atom, RestoreState) before the first step: continue from this state.
-using restore_atom = caf::atom_constant<caf::atom("restore")>;
+constexpr int32_t kSnapDisk = 1, kSnapMemory = 2;
 
 // A block of token ids (B sequences of T tokens, row-major int32), shared read-only.
 struct TokenBlock {
@@ -94,14 +71,7 @@ struct NormReport {
   bool found_inf = false;  // an inf/NaN in this worker's (unscaled) gradients
 };
 
-// One measured span of a worker's step (tracing): kind 'F', 'B', 'W' (compute), 'R' (wait
-// for a message), 'S' (send), 'O' (optimizer: norm + AdamW); times in seconds since the
-// job's start.
-struct Span {
-  char kind;
-  int mb, chunk;
-  double t0, t1;
-};
+// Span (one measured span of a step): stages/trace_analysis.h.
 
 // What a worker reports at the end of a step.
 struct StepReport {
@@ -117,22 +87,8 @@ struct StepReport {
   std::vector<Span> spans;  // when tracing
 };
 
-// What a worker is waiting for, for hang diagnosis: (status_atom) asks, (status_atom,
-// WaitState) answers; a worker whose wait times out sends its state before failing.
-struct WaitState {
-  static constexpr int kCoordinator = -1, kDataActor = -2, kNothing = -3;
-  int stage = 0;
-  int tp = 0;
-  int dp = 0;
-  bool waiting = false;     // false: computing or idle between steps
-  bool timed_out = false;
-  int64_t step = 0;
-  int from = kNothing;      // stage index, or kCoordinator / kDataActor
-  std::string what;         // "the output gradient of step 3 microbatch 0 for chunk 0 from stage 1 (chunk 0)"
-  int pos = -1;             // actions of this step's list done so far (-1: not in a step's list)
-  char msg = 0;             // awaited message: 'F' activation or 'B' gradient (0: other)
-  int mb = -1, from_chunk = -1;  // ... of microbatch mb, produced by the sender's chunk from_chunk
-};
+// WaitState (what a worker waits for; (status_atom) asks, (status_atom, WaitState)
+// answers): stages/diagnosis.h.
 
 // Named parameter tensors of one worker (for tests and export): (name, copy of value).
 struct ParamDump {

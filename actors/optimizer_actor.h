@@ -13,6 +13,19 @@
 // SnapAck) to the coordinator. The worker waits for each step's answer, so the two never
 // touch the stage's tensors at the same time. Waits have the deadline train.timeout_s; an
 // error is reported to the coordinator as (fail_atom, stage, message).
+//
+// Protocol (atoms: actors/atoms.h; types: actors/messages.h; no CAF replies):
+//   in  (optimize_atom, int64_t k)                          from its worker
+//   out (norm_atom, int64_t k, NormReport)                  to the coordinator
+//   in  (clip_atom, int64_t k, float clip_scale, double lr, bool skip)   from the coordinator
+//   out (optimized_atom, int64_t k, double compute_s, double next_loss_scale)   to the worker
+//   in  (snap_atom, int64_t k, int32_t where, ShardData)    from its worker
+//   out (shard_atom, int64_t k, ShardData)                  to the writer (kSnapDisk) and/or
+//                                                           the memory keeper (kSnapMemory)
+//   out (snapack_atom, int64_t k, SnapAck)                  to the coordinator
+//   in  (restore_atom, RestoreState)                        an in-place recovery's state
+//   out (fail_atom, int stage, string)                      to the coordinator; then exits
+//   in  (stop_atom)                                         exits
 #pragma once
 #include <caf/all.hpp>
 

@@ -1,9 +1,33 @@
 // actors/worker.h — the stage worker actor: owns one pipeline stage (its layers, its
-// parameters, its AdamW state) and a CPU thread budget, and executes its stage's action
-// list from the schedule each step. It is a blocking actor: CAF runs it on its own
-// thread, so its long computations never block CAF's scheduler threads. Every wait for a
-// message has a deadline (train.timeout_s); a missed deadline or any error is reported to
-// the coordinator as (fail_atom, stage, message) naming what was awaited.
+// parameters) and a CPU thread budget, and executes its stage's action list from the
+// schedule each step. It is a blocking actor: CAF runs it on its own thread, so its long
+// computations never block CAF's scheduler threads. Every wait for a message has a
+// deadline (train.timeout_s); a missed deadline or any error is reported to the
+// coordinator as (fail_atom, stage, message) naming what was awaited.
+//
+// Protocol (atoms: actors/atoms.h; types: actors/messages.h). No message has a CAF reply;
+// answers are separate messages to the coordinator (a control proxy in another process).
+//   in  (wire_atom, vector<actor> peers)          once, first: the workers of its (dp, tp) by stage
+//   in  (tokens_atom, int64_t k, int mb, TokenBlock)    data actor -> first stage
+//   in  (targets_atom, int64_t k, int mb, TokenBlock)   data actor -> last stage
+//   in  (step_atom, int64_t k, int kind)          coordinator: run step k (kind 0 train, 1 eval)
+//   in/out (act_atom, int64_t k, int mb, int chunk, Tensor (B,T,C))   F: from v-1 / to v+1
+//   in/out (grad_atom, int64_t k, int mb, int chunk, Tensor (B,T,C))  B: from v+1 / to v-1
+//   in/out (tied_atom, int64_t k, Tensor (V,C))   first <-> last stage: the tied wte gradient
+//   out (optimize_atom, int64_t k)                to its optimizer actor, when the grads are complete
+//   in  (optimized_atom, int64_t k, double compute_s, double next_loss_scale)   its optimizer actor
+//   out (done_atom, int64_t k, StepReport)        to the coordinator, at the end of each step
+//   in  (infer_atom, int64_t id, TokenBlock)      coordinator -> stage 0: a forward pass to sample
+//   in/out (infer_atom, int64_t id, int chunk, Tensor)   between stages
+//   out (logits_atom, int64_t id, Tensor (V))     last stage -> coordinator
+//   in  (dump_atom)  ->  out (dump_atom, ParamDump) to the coordinator
+//   in  (snap_atom, int64_t k, int32_t where)  ->  out (snap_atom, k, where, ShardData) to its
+//       optimizer actor (which answers the coordinator: actors/optimizer_actor.h)
+//   in  (restore_atom, RestoreState)              an in-place recovery's state, before step 1
+//   in  (status_atom)  ->  out (status_atom, WaitState) to the coordinator (also sent
+//       unasked when a wait times out)
+//   out (fail_atom, int stage, string)            to the coordinator; the worker then exits
+//   in  (stop_atom)                               exits
 #pragma once
 #include <caf/all.hpp>
 #include <chrono>
@@ -16,8 +40,6 @@
 #include "stages/stage.h"
 
 namespace troupe {
-
-using wire_atom = caf::atom_constant<caf::atom("wire")>;
 
 struct WorkerArgs {
   int pp_rank = 0;                              // s

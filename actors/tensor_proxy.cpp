@@ -1,0 +1,102 @@
+// The cross-process tensor proxy (Cluster::tensor_proxy, actors/cluster.h) and the
+// delivery of pipeline tensors that arrive over UCX to the local worker they are for.
+//
+// Protocol of a tensor proxy (a detached actor standing for the worker of global rank
+// `dst` in another process; no replies):
+//   (act_atom, int64_t k, int mb, int chunk, Tensor)   -> UCX, kWireActivation
+//   (grad_atom, int64_t k, int mb, int chunk, Tensor)  -> UCX, kWireGradient
+//   (tied_atom, int64_t k, Tensor)                     -> UCX, kWireTied
+//   (infer_atom, int64_t id, int chunk, Tensor)        -> UCX, kWireInference
+//   (stop_atom)                                        ignored (the Cluster ends it)
+// A failed send goes to the coordinator as (fail_atom, src_stage, message). On arrival the
+// same messages are sent to the destination worker (actors/worker.h).
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "actors/cluster_impl.h"
+#include "actors/messages.h"
+#include "collectives/wire.h"
+#include "core/events.h"
+
+namespace troupe {
+
+void deliver_arriving_tensors(const std::shared_ptr<Cluster::Impl>& impl) {
+  std::weak_ptr<Cluster::Impl> weak = impl;
+  auto deliver = [weak](const WireHeader& h, Tensor t) {
+    auto im = weak.lock();
+    if (!im) return;
+    caf::actor dst;
+    {
+      std::lock_guard<std::mutex> lk(im->mu);
+      auto it = im->tensor_dst.find(h.destination);
+      if (it != im->tensor_dst.end()) dst = it->second;
+    }
+    if (!dst) {
+      spdlog::warn("data plane: a tensor for rank {}, which is not in this process, was dropped", h.destination);
+      return;
+    }
+    const int64_t k = h.step;
+    const int mb = h.microbatch, c = h.chunk;
+    switch (h.kind) {
+      case kWireActivation: caf::anon_send(dst, act_atom::value, k, mb, c, std::move(t)); break;
+      case kWireGradient: caf::anon_send(dst, grad_atom::value, k, mb, c, std::move(t)); break;
+      case kWireTied: caf::anon_send(dst, tied_atom::value, k, std::move(t)); break;
+      case kWireInference: caf::anon_send(dst, infer_atom::value, k, c, std::move(t)); break;
+      default: break;
+    }
+  };
+  for (uint8_t kind : {kWireActivation, kWireGradient, kWireTied, kWireInference})
+    impl->transport->on_arrival(kind, deliver);
+}
+
+caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout_s, caf::actor coordinator) {
+  auto transport = impl_->transport;
+  // fault injection (tests): TROUPE_FAULT_DELAY_RANK=r TROUPE_FAULT_DELAY_STEP=k
+  // TROUPE_FAULT_DELAY_S=x holds rank r's pipeline messages of step k back x seconds (first
+  // start only)
+  double delay_s = 0;
+  int64_t delay_step = -1;
+  {
+    const char* r = std::getenv("TROUPE_FAULT_DELAY_RANK");
+    const char* k = std::getenv("TROUPE_FAULT_DELAY_STEP");
+    const char* x = std::getenv("TROUPE_FAULT_DELAY_S");
+    const char* rc = std::getenv("TROUPE_RESTART_COUNT");
+    if (r && k && x && std::atoi(r) == src && !(rc && std::atoi(rc) > 0) && impl_->o.generation == 0)
+      delay_step = std::atoll(k), delay_s = std::atof(x);
+  }
+  auto p = impl_->sys->spawn<caf::detached>([=](caf::event_based_actor* self) -> caf::behavior {
+    auto ship = [=](uint8_t kind, int64_t k, int mb, int c, const Tensor& t) {
+      WireHeader h;
+      h.step = k;
+      h.microbatch = mb;
+      h.chunk = c;
+      h.kind = kind;
+      h.source = src;
+      h.destination = dst;
+      h.dtype = DType::f32;
+      h.shape = t.shape();
+      h.bytes = t.nbytes();
+      if (k == delay_step && delay_s > 0) {
+        log_event("injected_delay", {{"rank", src}, {"step", k}, {"seconds", delay_s}});
+        std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+      }
+      try {
+        transport->send(h, t.data(), timeout_s);
+      } catch (const std::exception& e) {
+        self->send(coordinator, fail_atom::value, src_stage, fmt::format("sending to rank {} failed: {}", dst, e.what()));
+      }
+    };
+    return {
+        [=](act_atom, int64_t k, int mb, int c, const Tensor& t) { ship(kWireActivation, k, mb, c, t); },
+        [=](grad_atom, int64_t k, int mb, int c, const Tensor& t) { ship(kWireGradient, k, mb, c, t); },
+        [=](tied_atom, int64_t k, const Tensor& t) { ship(kWireTied, k, 0, 0, t); },
+        [=](infer_atom, int64_t id, int c, const Tensor& t) { ship(kWireInference, id, 0, c, t); },
+        [=](stop_atom) {},
+    };
+  });
+  impl_->proxies.push_back(p);
+  return p;
+}
+
+}  // namespace troupe
