@@ -179,9 +179,25 @@ void Cluster::join() {
   auto& im = *impl_;
   const int n = im.o.env.world;
   const auto deadline = Clock::now() + secs(im.o.cfg.fault.join_timeout_s);
+  spdlog::info("joining the job: {} processes, coordinator {}:{} (waiting up to fault.join_timeout_s = {} s)", n,
+               im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s);
+  // a signal ends the wait for the others at once: nothing has been trained yet
+  auto check_stop = [&] {
+    const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
+    TROUPE_USER_CHECK(sig == 0) << "stopped by signal " << sig << " (" << strsignal(sig)
+                                << ") while waiting for the other processes to join: nothing was trained or saved";
+  };
   auto wait = [&](auto pred, const std::function<std::string()>& what) {
     std::unique_lock<std::mutex> lk(im.mu);
-    if (!im.cv.wait_until(lk, deadline, [&] { return pred() || !im.refused.empty() || !im.failure.empty(); })) {
+    auto done = [&] { return pred() || !im.refused.empty() || !im.failure.empty(); };
+    bool ok = false;
+    while (!(ok = im.cv.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), done)) &&
+           Clock::now() < deadline) {
+      lk.unlock();
+      check_stop();
+      lk.lock();
+    }
+    if (!ok) {
       lk.unlock();
       const int bad = im.unauthenticated;
       throw Error(what() + " within fault.join_timeout_s = " + fmt::format("{}", im.o.cfg.fault.join_timeout_s) + " s" +
@@ -251,6 +267,7 @@ void Cluster::join() {
         break;
       }
       last_error = im.sys->render(h.error());
+      check_stop();
       if (Clock::now() > deadline)
         throw Error(fmt::format("cannot reach the coordinator at {}:{} within fault.join_timeout_s = {} s ({}); is "
                                 "process 0 running, and is TROUPE_COORDINATOR right?",

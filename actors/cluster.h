@@ -28,6 +28,7 @@
 // restart the processes exit with status 75 and troupe launch starts the job again from
 // the newest complete snapshot (cli/main.cpp, cli/launch.cpp).
 #pragma once
+#include <atomic>
 #include <caf/all.hpp>
 #include <cstdint>
 #include <functional>
@@ -68,6 +69,9 @@ struct ClusterOptions {
   std::vector<int64_t> offer;
   int64_t disk_step = 0;
   int generation = 0;      // failures this process has recovered from (fault switches fire only at 0)
+  // Set (to the signal's number) by SIGINT/SIGTERM/SIGUSR1: join() then stops waiting for the
+  // others at once (UserError) instead of at fault.join_timeout_s. May be null.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 // RecoveryPlan (where an in-place recovery takes its state from) and make_recovery_plan:

@@ -126,8 +126,16 @@ std::vector<std::pair<std::string, Tensor>> Coordinator::dump_params() {
 // Writes the Chrome trace of measured spans and compares the measured pipeline with the
 // simulator fed the measured average cost of every (stage, chunk, action kind).
 void Coordinator::analyze_trace(JobResult& res) {
-  // through a temporary file: a disk that fills leaves no half trace (UserError naming the path)
-  write_file_atomic(ctx_.trace_path, measured_chrome_trace(plan_.P, trace_));
+  // through a temporary file: a disk that fills leaves no half trace. A trace that cannot be
+  // written is a lost log, not a failed run (its space was checked before training; the disk
+  // filled since): said once, and the run ends as it would have.
+  bool written = true;
+  try {
+    write_file_atomic(ctx_.trace_path, measured_chrome_trace(plan_.P, trace_));
+  } catch (const std::exception& e) {
+    written = false;
+    spdlog::warn("warning: the trace was not written: {}; training and snapshots are complete", e.what());
+  }
   const TraceAnalysis a = troupe::analyze_trace(*plan_.schedule, plan_.P, cfg_.train.steps, trace_);
   if (a.empty) return;
   res.measured_bubble = a.measured_bubble;
@@ -135,7 +143,7 @@ void Coordinator::analyze_trace(JobResult& res) {
   res.measured_pipeline_ms = a.measured_ms;
   res.simulated_pipeline_ms = a.simulated_ms;
   if (!ctx_.quiet) {
-    spdlog::info("trace written to {} (open in chrome://tracing or ui.perfetto.dev)", ctx_.trace_path);
+    if (written) spdlog::info("trace written to {} (open in chrome://tracing or ui.perfetto.dev)", ctx_.trace_path);
     spdlog::info("pipeline over steps {}..{}: measured {:.2f} ms per step vs {:.2f} ms simulated from measured action "
                  "costs ({:+.1f}% runtime overhead)",
                  a.first_step, cfg_.train.steps, res.measured_pipeline_ms, res.simulated_pipeline_ms,

@@ -34,6 +34,7 @@ ClusterOptions cluster_options(const JobPlan& plan, const Config& cfg, const Job
   ClusterOptions co;
   co.env = ctx.launch;
   co.secret = ctx.job_secret;
+  co.stop_signal = ctx.stop_signal;
   co.cfg = cfg;
   co.tokenizer_hash = ctx.tokenizer_hash;
   co.placement = plan.placement;

@@ -53,10 +53,19 @@ namespace fs = std::filesystem;
 namespace troupe::cli {
 namespace {
 // SIGUSR1 / SIGTERM / SIGINT: snapshot the current step and stop (exit 0). A second
-// SIGTERM or SIGINT while that is under way ends the process at once.
+// SIGTERM or SIGINT while that is under way ends the process at once, if it comes more than
+// a second after the first: one request often arrives twice (Ctrl-C reaches the whole
+// process group and troupe launch forwards it too; `timeout` signals its child and then its
+// group), and that must not throw away the snapshot the first one asked for.
 std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_first_signal_ns{0};
 extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1) _exit(128 + sig);
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  const int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  int64_t first = 0;
+  g_first_signal_ns.compare_exchange_strong(first, now);
+  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) _exit(128 + sig);
 }
 void install_stop_signals() {
   struct sigaction sa {};
@@ -500,7 +509,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     report_signal_stop(r, ckpt_dir, state ? state->step : 0);
     return 0;
   }
-  if (!trace_png_.empty()) draw_trace_png(trace_path_, trace_png_, "--trace-png");
+  if (!trace_png_.empty() && fs::exists(trace_path_))  // (a trace the disk had no room for was warned about)
+    draw_trace_png(trace_path_, trace_png_, "--trace-png");
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
   return 0;

@@ -200,3 +200,26 @@ TEST_CASE("files a user names are read with a bound, environment switches are ch
   CHECK(slurp(s.path("e2")).find("standard output is closed") != std::string::npos);
   CHECK(troupe::test::shell_status(bin + "--version > /dev/full 2> /dev/null") == 2);
 }
+
+TEST_CASE("SIGTERM or SIGINT stops a process that waits for the others to join at once, not at the join timeout",
+          "[cli][hostile][multiprocess]") {
+  Scratch s("joinsig");
+  for (const char* sig : {"TERM", "INT"}) {
+    const std::string rank = std::string(sig) == "TERM" ? "0" : "1";  // the hub and a joiner
+    const std::string port = std::to_string(20000 + ((::getpid() * 7 + rank[0]) % 20000));
+    const std::string cmd =
+        "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && t0=$(date +%s); TROUPE_RANK=" + rank +
+        " TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:" + port +
+        " TROUPE_JOB_SECRET=0123456789abcdef0123456789abcdef timeout 120 '" + troupe_bin() +
+        "' train --config configs/tiny.toml --set parallel.pp=2 --set fault.join_timeout_s=90 --set data.cache_dir='" +
+        s.path("cache") + "' --run-dir '" + s.path(std::string("run") + sig) + "' 2> '" + s.path("err") +
+        "' & p=$!; for i in $(seq 1 600); do grep -q 'joining the job' '" + s.path("err") +
+        "' && break; sleep 0.1; done; sleep 0.5; kill -" + sig + " $p; wait $p; echo $? > '" + s.path("rc") + "'; echo $(( $(date +%s) - t0 )) > '" +
+        s.path("s") + "'";
+    troupe::test::shell_status(cmd);
+    const std::string err = slurp(s.path("err"));
+    INFO(sig << ": " << err);
+    expect_user_error(Run{std::atoi(slurp(s.path("rc")).c_str()), err}, {"stopped by signal", "join"});
+    CHECK(std::atoi(slurp(s.path("s")).c_str()) < 30);  // fault.join_timeout_s is 90
+  }
+}
