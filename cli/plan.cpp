@@ -34,7 +34,7 @@ nlohmann::json plan_json(const Plan& p) {
       {"fits", p.fits},
       {"devices", p.devices},
       {"time_s", {{"compute", t.compute}, {"bubble", t.bubble}, {"tp_comm", t.tp_comm}, {"pp_comm", t.pp_comm},
-                  {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer}}},
+                  {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer}, {"core_sharing", t.sharing}}},
       {"model_flops_per_iteration", p.model_flops},
   };
   if (p.days > 0) j["days"] = p.days;
@@ -75,6 +75,11 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
               "PP comm %.4g s (%.1f%%), DP comm %.4g s (%.1f%%), optimizer %.4g s (%.1f%%)\n",
               t.iteration, t.compute, pct(t.compute), t.bubble, pct(t.bubble), t.tp_comm, pct(t.tp_comm), t.pp_comm,
               pct(t.pp_comm), t.dp_comm, pct(t.dp_comm), t.optimizer, pct(t.optimizer));
+  if (t.sharing > 0)
+    std::printf("(on %d cores: %d threads per worker, %d in all; sharing the cores adds %.4g s (%.1f%%) to the "
+                "pipeline's %.4g s)\n",
+                cl.dev.host_cores, worker_threads(c, cl), p.devices * worker_threads(c, cl), t.sharing, pct(t.sharing),
+                t.iteration - t.sharing - t.dp_comm - t.optimizer);
   std::printf("%.4g model TFLOP/s per device, MFU %.1f%%, %.0f tokens/s", p.tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
   if (p.days > 0) std::printf(", %.1f days for %.4g tokens", p.days, o.tokens);
   std::printf("\n");

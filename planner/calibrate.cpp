@@ -50,6 +50,9 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   // per span: measured over modelled seconds; per kind the median (robust to the load
   // spikes of a shared machine)
   std::map<std::string, std::vector<double>> ratio;
+  // the optimizer span also holds the wait for the global norm, which every stage but the
+  // last to finish its backward spends idle: per step, the shortest span over the stages
+  std::map<int64_t, double> opt_ratio;
   for (auto& e : j["traceEvents"]) {
     if (e.value("ph", "") != "X" || !e.contains("args")) continue;
     const auto& a = e["args"];
@@ -62,8 +65,13 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
     if (cat == "F" && k.f > 0) ratio["F"].push_back((dur - k.tp_f) / k.f);
     if (cat == "B" && k.b > 0) ratio["B"].push_back((dur - k.tp_b) / (split ? k.b - k.w : k.b));
     if (cat == "W" && k.w > 0) ratio["W"].push_back(dur / k.w);
-    if (cat == "optimizer") ratio["O"].push_back(dur / optimizer_seconds(c, cl, s));
+    if (cat == "optimizer") {
+      const int64_t k = a.value("step", (int64_t)0);
+      const double r = dur / optimizer_seconds(c, cl, s);
+      opt_ratio[k] = opt_ratio.count(k) ? std::min(opt_ratio[k], r) : r;
+    }
   }
+  for (auto& [k, r] : opt_ratio) ratio["O"].push_back(r);
   auto median = [&](const char* kind) {
     auto& v = ratio[kind];
     if (v.empty()) return 0.0;

@@ -51,8 +51,9 @@ struct Times {
   double tp_comm = 0;    // its tensor-parallel collectives
   double pp_comm = 0;    // what p2p messages add to the simulated makespan
   double dp_comm = 0;    // ZeRO-1 reduce-scatter + all-gather over the DP group, exposed
-  double optimizer = 0;  // AdamW on the master-weight shard
-  double iteration = 0;  // makespan with p2p + dp_comm + optimizer
+  double optimizer = 0;  // AdamW on the master-weight shard (cpu, cores shared: all workers' AdamW at once)
+  double sharing = 0;    // cpu: what sharing the host's cores among more threads adds to the makespan
+  double iteration = 0;  // makespan with p2p (and sharing) + dp_comm + optimizer
 };
 
 struct Plan {
@@ -113,6 +114,10 @@ struct ChunkCost {
 std::vector<ChunkCost> chunk_costs(const Config& c, const Cluster& cl, const PlanOptions& o);
 // Modelled seconds of one AdamW step on the master-weight shard of pipeline stage s.
 double optimizer_seconds(const Config& c, const Cluster& cl, int s);
+
+// Threads each worker of the layout runs: on cpu the trainer's split of the thread
+// budget (actors/job.cpp: max(1, cores / workers)); 1 on a GPU.
+int worker_threads(const Config& c, const Cluster& cl);
 
 // The largest number of (microbatch, chunk) stashes stage s holds at once in schedule
 // order (F adds one; B, or W in a split schedule, releases it): timing-independent.
