@@ -129,23 +129,6 @@ std::pair<double, double> ends_cost(const Config& c, const Machine& mc, double t
   return {f, b};
 }
 
-// How the workers of a layout load the host's cores (cpu): threads busy per pipeline
-// stage while it runs an action (tp x dp workers of worker_threads each), and whether
-// they can outnumber the cores. On a GPU every worker has its device: never shared.
-struct HostShare {
-  std::vector<double> demand;
-  double cores = 0;
-  bool shared = false;
-};
-HostShare host_share(const Config& c, const Cluster& cl) {
-  HostShare h;
-  const double per_stage = (double)c.parallel.tp * c.parallel.dp * worker_threads(c, cl);
-  h.demand.assign(c.parallel.pp, per_stage);
-  h.cores = cl.dev.host_cores;
-  h.shared = cl.dev.name == "cpu" && h.cores > 0 && per_stage * c.parallel.pp > h.cores;
-  return h;
-}
-
 // partition_layers is O(PV L^2): the search asks for the same few splits many times.
 const std::vector<int>& cached_partition(const ModelConfig& m, int PV) {
   thread_local std::map<std::tuple<int, int, int, int>, std::vector<int>> cache;
@@ -161,6 +144,24 @@ int worker_threads(const Config& c, const Cluster& cl) {
   if (cl.dev.name != "cpu") return 1;
   const int workers = c.parallel.tp * c.parallel.pp * c.parallel.dp;
   return std::max(1, std::max(1, cl.dev.cores) / workers);
+}
+
+HostShare host_share(const Config& c, const Cluster& cl, double cores) {
+  HostShare h;
+  const double per_stage = (double)c.parallel.tp * c.parallel.dp * worker_threads(c, cl);
+  h.demand.assign(c.parallel.pp, per_stage);
+  h.cores = cores > 0 ? cores : cl.dev.host_cores;
+  h.shared = cl.dev.name == "cpu" && h.cores > 0 && per_stage * c.parallel.pp > h.cores;
+  return h;
+}
+
+double cpu_optimizer_seconds(const Config& c, const Cluster& cl, const HostShare& host, double factor) {
+  double work = 0, longest = 0;
+  for (int s = 0; s < c.parallel.pp; ++s) {
+    const double t = optimizer_seconds(c, cl, s) * factor;
+    work += host.demand[s] * t, longest = std::max(longest, t);
+  }
+  return std::max(longest, host.cores > 0 ? work / host.cores : 0.0);
 }
 
 double activation_bytes_per_layer(const ModelConfig& mc, int b, int s, int tp, bool sp, const std::string& recompute,
@@ -318,17 +319,10 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
   // cpu: the workers' threads share the host's cores. Stage s keeps tp x dp workers of n
   // threads busy while it runs an action; when all stages together want more threads than
   // the host has, no schedule beats all the work over all the cores.
-  const HostShare host = host_share(c, cl);
+  const HostShare host = host_share(c, cl, o.cal.cores);
   double work = 0;  // thread-seconds of compute of one iteration
   for (int s = 0; s < P; ++s) work += host.demand[s] * busy[s];
-  if (host.shared) {
-    double opt_work = 0, opt_max = 0;  // every worker's AdamW runs after the global norm, all at once
-    for (int s = 0; s < P; ++s) {
-      const double t = optimizer_seconds(c, cl, s) * o.cal.opt;
-      opt_work += host.demand[s] * t, opt_max = std::max(opt_max, t);
-    }
-    tm.optimizer = std::max(opt_max, opt_work / host.cores);
-  }
+  if (cl.dev.name == "cpu") tm.optimizer = cpu_optimizer_seconds(c, cl, host, o.cal.opt);
   pl.min_iteration = std::max(busy[slow], host.shared ? work / host.cores : 0.0) + tm.dp_comm + tm.optimizer;
   if (!sched) return pl;
   // p2p: one activation (or gradient) of the microbatch; troupe sends b*s/t rows under SP,

@@ -181,14 +181,17 @@ TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind
   // the model plus the modelled TP time, B spans 0.5x, the optimizer 2x on the stage that
   // finishes last (the others' spans hold the wait for the global norm too)
   nlohmann::json ev = nlohmann::json::array();
+  double t = 0;
   for (int step : {1, 2})
     for (int st = 0; st < c.parallel.pp; ++st) {
       const auto& k = cc[st];
       const double f = 3 * k.f + k.tp_f, b = 0.5 * k.b + k.tp_b, o = (st == 0 ? 2 : 5) * optimizer_seconds(c, cl, st);
       const double warm = step == 1 ? 10 : 1;  // step 1 far off: it must not count
-      for (int m = 0; m < c.parallel.microbatches; ++m) {
-        ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", st}, {"dur", warm * f * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
-        ev.push_back({{"ph", "X"}, {"cat", "B"}, {"tid", st}, {"dur", warm * b * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+      for (int m = 0; m < c.parallel.microbatches; ++m) {  // one after the other: no span overlaps another
+        ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", st}, {"ts", t * 1e6}, {"dur", warm * f * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+        t += warm * f;
+        ev.push_back({{"ph", "X"}, {"cat", "B"}, {"tid", st}, {"ts", t * 1e6}, {"dur", warm * b * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+        t += warm * b;
       }
       ev.push_back({{"ph", "X"}, {"cat", "optimizer"}, {"tid", st}, {"dur", warm * o * 1e6}, {"args", {{"step", step}}}});
     }
@@ -198,6 +201,7 @@ TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind
   CHECK(cal.b == Approx(0.5).epsilon(1e-6));
   CHECK(cal.w == Approx(0.5).epsilon(1e-6));  // no W spans: scales as the backward
   CHECK(cal.opt == Approx(2).epsilon(1e-6));
+  CHECK(cal.cores == cl.dev.host_cores);  // nothing ran at once: no sign of fewer cores
   // the calibrated plan of the same layout charges F and B those factors
   PlanOptions o;
   o.cal = cal;
