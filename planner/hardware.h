@@ -51,9 +51,11 @@ struct ModelConstants {
   // read grad, master, m, v (16), write master, m, v (12), write the 16-bit copy (2).
   double adam_bytes = 30;
   // cpu: a worker with n threads runs its kernels at n x thread_eff(n) of one thread's
-  // speed, thread_eff(n) = 1 / (1 + thread_overhead x (n - 1)) (OpenMP fork/join and the
-  // serial parts of troupe's kernels; fitted on this machine, docs/plan.md).
-  double thread_overhead = 0.0;
+  // speed, thread_eff(n) = 1 / (1 + thread_overhead x (n - 1)) (OpenMP fork/join, spinning
+  // at barriers and the serial parts of troupe's kernels). Measured here: CPU seconds per
+  // step of the bench model, one worker at 2 threads over 1 thread, median of 4 pairs 1.04
+  // (pairs 0.93-1.25 on the shared machine; docs/plan.md).
+  double thread_overhead = 0.04;
   double thread_eff(int n) const { return 1.0 / (1.0 + thread_overhead * (n - 1)); }
 };
 const ModelConstants& model_constants();
