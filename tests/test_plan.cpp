@@ -292,3 +292,46 @@ TEST_CASE("plan: CPU workers share the host's cores", "[plan]") {
   CHECK(serial.time.sharing > 0);
   CHECK(serial.time.iteration - serial.time.optimizer == Approx(work).epsilon(0.01));
 }
+
+TEST_CASE("plan: --calibrate finds the cores the traced run's threads had", "[plan]") {
+  test::Scratch s("plan", "calibrate-cores");
+  Config c = Config::load(kSrc + "/configs/tiny.toml");  // PP 2: two single-thread workers
+  c.cluster.gpu = "cpu";
+  c.train.threads = 2;
+  s.write("config.toml", c.to_toml());
+  Cluster cl;
+  cl.dev = {"cpu", 100e9, 100e9, 64 * 1024.0 * 1024 * 1024, 10e9, 5e9, 5e9, 2e-6, 0.6, 0, "test", 2, 2};
+  cl.gpus_per_node = cl.nodes = 1;
+  const auto cc = chunk_costs(c, cl, PlanOptions{});
+  // a run that had one core for its two threads: F takes 3x the model and B 0.5x on a core
+  // of its own; each span alone runs at full speed, two at once at half speed each
+  nlohmann::json ev = nlohmann::json::array();
+  auto span = [&](const char* cat, int st, double t0, double dur) {
+    ev.push_back({{"ph", "X"}, {"cat", cat}, {"tid", st}, {"ts", t0 * 1e6}, {"dur", dur * 1e6}, {"args", {{"step", 2}, {"chunk", 0}}}});
+  };
+  double t = 0;
+  for (const char* cat : {"F", "B"}) {
+    const double x = cat[0] == 'F' ? 3 : 0.5;
+    const double a = x * (cat[0] == 'F' ? cc[0].f : cc[0].b), b = x * (cat[0] == 'F' ? cc[1].f : cc[1].b);
+    span(cat, 0, t, a), t += a;  // alone
+    span(cat, 1, t, b), t += b;
+    const double lo = std::min(a, b), hi = std::max(a, b);  // together: half speed until the shorter ends
+    span(cat, 0, t, a == lo ? 2 * lo : lo + hi);
+    span(cat, 1, t, b == lo ? 2 * lo : lo + hi);
+    t += lo + hi;
+  }
+  ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", 0}, {"ts", 0}, {"dur", 1e6}, {"args", {{"step", 1}, {"chunk", 0}}}});
+  s.write("trace.json", nlohmann::json{{"traceEvents", ev}}.dump());
+  const Calibration cal = calibrate_from_run(s.dir.string(), cl);
+  CHECK(cal.cores == Approx(1));
+  CHECK(cal.f == Approx(3));
+  CHECK(cal.b == Approx(0.5));
+  // with one core for its two workers, the plan of that run shares it: all its work, serially
+  PlanOptions o;
+  o.cal = cal;
+  const Plan p = plan_job(c, cl, o);
+  CHECK(p.time.sharing > 0);
+  double work = 0;
+  for (const ChunkCost& k : chunk_costs(c, cl, o)) work += c.parallel.microbatches * (k.f + k.tp_f + k.b + k.tp_b);
+  CHECK(p.time.iteration - p.time.optimizer == Approx(work).epsilon(0.01));
+}
