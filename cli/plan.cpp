@@ -35,7 +35,7 @@ nlohmann::json plan_json(const Plan& p) {
       {"fits", p.fits},
       {"devices", p.devices},
       {"time_s", {{"compute", t.compute}, {"bubble", t.bubble}, {"tp_comm", t.tp_comm}, {"pp_comm", t.pp_comm},
-                  {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer}}},
+                  {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer}, {"core_sharing", t.sharing}}},
       {"model_flops_per_iteration", p.model_flops},
   };
   if (p.days > 0) j["days"] = p.days;
@@ -55,8 +55,8 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
               c.train.batch_size / (pc.dp * pc.microbatches), c.train.seq_len, pc.chunks, c.train.recompute.c_str(),
               pc.sequence_parallel ? "on" : "off", c.train.precision.c_str());
   if (!o.cal.from.empty())
-    std::printf("calibrated from %s: F x%.3f, B x%.3f, W x%.3f, optimizer x%.3f\n", o.cal.from.c_str(), o.cal.f, o.cal.b,
-                o.cal.w, o.cal.opt);
+    std::printf("calibrated from %s: F x%.3f, B x%.3f, W x%.3f, optimizer x%.3f; its threads had %.2g of the %d cores\n",
+                o.cal.from.c_str(), o.cal.f, o.cal.b, o.cal.w, o.cal.opt, o.cal.cores, cl.dev.host_cores);
   std::printf("\nmemory per device, GiB (capacity %.1f):\n", (p.capacity + cl.dev.reserve) / GiB);
   std::printf("%-6s %6s %9s %9s %9s %9s %11s %9s %9s\n", "stage", "layers", "in-flight", "weights", "grads",
               "optimizer", "activations", "workspace", "total");
@@ -76,6 +76,11 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
               "PP comm %.4g s (%.1f%%), DP comm %.4g s (%.1f%%), optimizer %.4g s (%.1f%%)\n",
               t.iteration, t.compute, pct(t.compute), t.bubble, pct(t.bubble), t.tp_comm, pct(t.tp_comm), t.pp_comm,
               pct(t.pp_comm), t.dp_comm, pct(t.dp_comm), t.optimizer, pct(t.optimizer));
+  if (t.sharing > 0)
+    std::printf("(%d threads per worker, %d in all, on %.2g cores: sharing them adds %.4g s (%.1f%%) to the "
+                "pipeline's %.4g s)\n",
+                worker_threads(c, cl), p.devices * worker_threads(c, cl), host_share(c, cl, o.cal.cores).cores,
+                t.sharing, pct(t.sharing), t.iteration - t.sharing - t.dp_comm - t.optimizer);
   std::printf("%.4g model TFLOP/s per device, MFU %.1f%%, %.0f tokens/s", p.tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
   if (p.days > 0) std::printf(", %.1f days for %.4g tokens", p.days, o.tokens);
   std::printf("\n");

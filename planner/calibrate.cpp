@@ -2,7 +2,9 @@
 
 #include <filesystem>
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,65 @@
 namespace troupe::plan {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// One compute span of a traced step: kind (F, B, W), wall seconds, and what the model
+// charges it with its threads on cores of their own: the calibrated part and the TP
+// collectives.
+struct Span {
+  char kind;
+  double t0, t1, model, tp;
+};
+
+// The seconds of cores-of-its-own work each span got, if the run's threads had `cores`
+// between them: while n spans run (each keeping `demand` threads busy: its stage's TP and
+// DP workers), each advances at min(1, cores / (n x demand)) (simulate_shared's rule).
+std::vector<double> effective_seconds(const std::vector<Span>& sp, double demand, double cores) {
+  std::vector<std::pair<double, int>> edges;  // time, +1 start / -1 end
+  for (auto& s : sp) edges.push_back({s.t0, +1}), edges.push_back({s.t1, -1});
+  std::sort(edges.begin(), edges.end());
+  std::vector<double> at, sum;  // at[i]: an edge time; sum[i]: effective seconds before at[i]
+  int n = 0;
+  double acc = 0;
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (i > 0) acc += (edges[i].first - edges[i - 1].first) * (n > 0 ? std::min(1.0, cores / (n * demand)) : 1.0);
+    n += edges[i].second;
+    at.push_back(edges[i].first), sum.push_back(acc);
+  }
+  auto cum = [&](double t) { return sum[std::lower_bound(at.begin(), at.end(), t) - at.begin()]; };
+  std::vector<double> out;
+  for (auto& s : sp) out.push_back(cum(s.t1) - cum(s.t0));
+  return out;
+}
+
+// The cores that make the spans of each kind most alike in measured over modelled
+// seconds: with too many, spans that overlapped other stages' look slower than those that
+// ran alone. Searched from one stage's threads (below that every span slows alike) to the
+// host's cores or all stages' threads, in 20 steps; of equally good ones, the most cores.
+double fit_cores(const std::vector<Span>& sp, double demand, int P, double host_cores) {
+  const double lo = demand, hi = std::min(host_cores, demand * P);
+  if (sp.empty() || hi <= lo) return host_cores;
+  double best = hi, best_spread = std::numeric_limits<double>::infinity();
+  for (int i = 20; i >= 0; --i) {
+    const double cores = lo + (hi - lo) * i / 20;
+    const std::vector<double> eff = effective_seconds(sp, demand, cores);
+    std::map<char, std::vector<double>> r;
+    for (size_t k = 0; k < sp.size(); ++k)
+      if (eff[k] > sp[k].tp) r[sp[k].kind].push_back(std::log((eff[k] - sp[k].tp) / sp[k].model));
+    double spread = 0;
+    size_t count = 0;
+    for (auto& [kind, v] : r) {
+      std::vector<double> w = v;
+      std::nth_element(w.begin(), w.begin() + w.size() / 2, w.end());
+      for (double x : v) spread += std::abs(x - w[w.size() / 2]), ++count;
+    }
+    if (count && spread / count < best_spread - 1e-9) best_spread = spread / count, best = cores;
+  }
+  return best;
+}
+
+}  // namespace
 
 Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at_start) {
   std::error_code ec;
@@ -47,23 +108,34 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   for (auto& e : j["traceEvents"])
     if (e.contains("args") && e["args"].contains("step")) last_step = std::max<int64_t>(last_step, e["args"]["step"].get<int64_t>());
   const int64_t first = last_step > 1 ? 2 : 1;
-  // per span: measured over modelled seconds; per kind the median (robust to the load
-  // spikes of a shared machine)
-  std::map<std::string, std::vector<double>> ratio;
+  // the compute spans (F, B, W) with what the model charges them on cores of their own
+  std::vector<Span> spans;
+  // the optimizer span also holds the wait for the global norm, which every stage but the
+  // last to finish its backward spends idle: per step, the shortest span over the stages
+  std::map<int64_t, double> opt_s;
   for (auto& e : j["traceEvents"]) {
     if (e.value("ph", "") != "X" || !e.contains("args")) continue;
     const auto& a = e["args"];
-    if (a.value("step", (int64_t)0) < first) continue;
+    const int64_t step = a.value("step", (int64_t)0);
+    if (step < first) continue;
     const std::string cat = e.value("cat", "");
     const int s = e.value("tid", 0), chunk = a.value("chunk", 0);
-    const double dur = e.value("dur", 0.0) * 1e-6;
+    const double t0 = e.value("ts", 0.0) * 1e-6, dur = e.value("dur", 0.0) * 1e-6;
     if (s < 0 || s >= P || chunk < 0 || chunk >= c.parallel.chunks) continue;
     const ChunkCost& k = cc[chunk * P + s];
-    if (cat == "F" && k.f > 0) ratio["F"].push_back((dur - k.tp_f) / k.f);
-    if (cat == "B" && k.b > 0) ratio["B"].push_back((dur - k.tp_b) / (split ? k.b - k.w : k.b));
-    if (cat == "W" && k.w > 0) ratio["W"].push_back(dur / k.w);
-    if (cat == "optimizer") ratio["O"].push_back(dur / optimizer_seconds(c, cl, s));
+    if (cat == "F" && k.f > 0) spans.push_back({'F', t0, t0 + dur, k.f, k.tp_f});
+    if (cat == "B" && k.b > 0) spans.push_back({'B', t0, t0 + dur, split ? k.b - k.w : k.b, k.tp_b});
+    if (cat == "W" && k.w > 0) spans.push_back({'W', t0, t0 + dur, k.w, 0});
+    if (cat == "optimizer") opt_s[step] = opt_s.count(step) ? std::min(opt_s[step], dur) : dur;
   }
+  Calibration cal;
+  const HostShare host = host_share(c, cl);
+  cal.cores = fit_cores(spans, host.demand.empty() ? 1 : host.demand[0], P, host.cores);
+  std::map<std::string, std::vector<double>> ratio;
+  const std::vector<double> eff = effective_seconds(spans, host.demand.empty() ? 1 : host.demand[0], cal.cores);
+  for (size_t i = 0; i < spans.size(); ++i) ratio[std::string(1, spans[i].kind)].push_back((eff[i] - spans[i].tp) / spans[i].model);
+  const double opt_model = cpu_optimizer_seconds(c, cl, host_share(c, cl, cal.cores), 1.0);
+  for (auto& [k, d] : opt_s) ratio["O"].push_back(d / opt_model);
   auto median = [&](const char* kind) {
     auto& v = ratio[kind];
     if (v.empty()) return 0.0;
@@ -72,7 +144,6 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   };
   TROUPE_USER_CHECK(!ratio["F"].empty() && !ratio["B"].empty())
       << "--calibrate: " << trace.string() << " has no F and B spans after step 1; trace a run of at least 2 steps";
-  Calibration cal;
   cal.f = median("F");
   cal.b = median("B");
   cal.w = ratio["W"].empty() ? cal.b : median("W");  // no W spans: the weight part scales as the whole backward

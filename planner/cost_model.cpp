@@ -74,13 +74,16 @@ struct Machine {
   double stream(double bytes, int kernels = 1) const { return bytes / (bw * model_constants().mem_eff) + kernels * launch; }
 };
 
-// The device as one worker of this layout sees it (on cpu, the workers share the machine).
+// The device as one worker of this layout sees it. On cpu: its threads on cores of their
+// own (n of the budget's cores, at thread_eff(n)); simulate_shared slows it down when the
+// workers' threads outnumber the host's cores.
 Machine machine(const Config& c, const Cluster& cl) {
   const bool half = c.train.precision != "fp32";
-  const bool cpu = cl.dev.name == "cpu";
-  const double share = cpu ? 1.0 / ((double)c.parallel.tp * c.parallel.pp * c.parallel.dp) : 1.0;
-  return {(half ? cl.dev.peak_16 : cl.dev.peak_32) * share, cl.dev.mem_bw * share, cpu ? 0.0 : model_constants().launch_s,
-          cl.dev.gemm_eff};
+  const double peak = half ? cl.dev.peak_16 : cl.dev.peak_32;
+  if (cl.dev.name != "cpu") return {peak, cl.dev.mem_bw, model_constants().launch_s, cl.dev.gemm_eff};
+  const int n = worker_threads(c, cl);
+  const double share = (double)n / std::max(1, cl.dev.cores);
+  return {peak * share * model_constants().thread_eff(n), cl.dev.mem_bw * share, 0.0, cl.dev.gemm_eff};
 }
 
 // Bus bandwidth of a group whose ranks are `stride` devices apart, `n` of them.
@@ -136,6 +139,30 @@ const std::vector<int>& cached_partition(const ModelConfig& m, int PV) {
 }
 
 }  // namespace
+
+int worker_threads(const Config& c, const Cluster& cl) {
+  if (cl.dev.name != "cpu") return 1;
+  const int workers = c.parallel.tp * c.parallel.pp * c.parallel.dp;
+  return std::max(1, std::max(1, cl.dev.cores) / workers);
+}
+
+HostShare host_share(const Config& c, const Cluster& cl, double cores) {
+  HostShare h;
+  const double per_stage = (double)c.parallel.tp * c.parallel.dp * worker_threads(c, cl);
+  h.demand.assign(c.parallel.pp, per_stage);
+  h.cores = cores > 0 ? cores : cl.dev.host_cores;
+  h.shared = cl.dev.name == "cpu" && h.cores > 0 && per_stage * c.parallel.pp > h.cores;
+  return h;
+}
+
+double cpu_optimizer_seconds(const Config& c, const Cluster& cl, const HostShare& host, double factor) {
+  double work = 0, longest = 0;
+  for (int s = 0; s < c.parallel.pp; ++s) {
+    const double t = optimizer_seconds(c, cl, s) * factor;
+    work += host.demand[s] * t, longest = std::max(longest, t);
+  }
+  return std::max(longest, host.cores > 0 ? work / host.cores : 0.0);
+}
 
 double activation_bytes_per_layer(const ModelConfig& mc, int b, int s, int tp, bool sp, const std::string& recompute,
                                   bool half, Impl impl) {
@@ -289,7 +316,14 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
   const double dp_bw = group_bw(cl, pc.tp, pc.dp);
   tm.dp_comm = gather_s(4 * n_slow, pc.dp, dp_bw, cl.dev.latency) + gather_s(d * n_slow, pc.dp, dp_bw, cl.dev.latency);
   tm.optimizer = optimizer_seconds(c, cl, slow) * o.cal.opt;
-  pl.min_iteration = busy[slow] + tm.dp_comm + tm.optimizer;
+  // cpu: the workers' threads share the host's cores. Stage s keeps tp x dp workers of n
+  // threads busy while it runs an action; when all stages together want more threads than
+  // the host has, no schedule beats all the work over all the cores.
+  const HostShare host = host_share(c, cl, o.cal.cores);
+  double work = 0;  // thread-seconds of compute of one iteration
+  for (int s = 0; s < P; ++s) work += host.demand[s] * busy[s];
+  if (cl.dev.name == "cpu") tm.optimizer = cpu_optimizer_seconds(c, cl, host, o.cal.opt);
+  pl.min_iteration = std::max(busy[slow], host.shared ? work / host.cores : 0.0) + tm.dp_comm + tm.optimizer;
   if (!sched) return pl;
   // p2p: one activation (or gradient) of the microbatch; troupe sends b*s/t rows under SP,
   // Megatron-LM always scatters over the TP ranks (Narayanan et al. 2021 sec. 4.1)
@@ -304,7 +338,12 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
   tm.compute = sim0.busy[slow] - tm.tp_comm;
   tm.bubble = sim0.makespan - sim0.busy[slow];
   tm.pp_comm = sim1.makespan - sim0.makespan;
-  tm.iteration = sim1.makespan + tm.dp_comm + tm.optimizer;
+  double makespan = sim1.makespan;
+  if (host.shared) {
+    makespan = simulate_shared(*sched, cost, p2p, host.demand, host.cores).makespan;
+    tm.sharing = makespan - sim1.makespan;
+  }
+  tm.iteration = makespan + tm.dp_comm + tm.optimizer;
   // throughput (Narayanan et al. 2021 eq. 3 without recomputation: model FLOPs)
   const double B = c.train.batch_size, L = c.model.n_layer, h = c.model.n_embd, voc = c.model.vocab_size;
   pl.model_flops = 72.0 * B * T * L * h * h * (1 + T / (6 * h) + voc / (12 * L * h));

@@ -35,6 +35,10 @@ enum class Impl { troupe, megatron };
 // part of F, B, W and the optimizer step. 1 = the model as is.
 struct Calibration {
   double f = 1, b = 1, w = 1, opt = 1;
+  // cpu: the cores the run's threads had between them (the host's, less what other
+  // processes took; fitted from how much slower spans ran while other stages ran too).
+  // 0 = the host's cores.
+  double cores = 0;
   std::string from;  // the run directory they were fitted on ("" = none)
 };
 
@@ -51,8 +55,9 @@ struct Times {
   double tp_comm = 0;    // its tensor-parallel collectives
   double pp_comm = 0;    // what p2p messages add to the simulated makespan
   double dp_comm = 0;    // ZeRO-1 reduce-scatter + all-gather over the DP group, exposed
-  double optimizer = 0;  // AdamW on the master-weight shard
-  double iteration = 0;  // makespan with p2p + dp_comm + optimizer
+  double optimizer = 0;  // AdamW on the master-weight shard (cpu, cores shared: all workers' AdamW at once)
+  double sharing = 0;    // cpu: what sharing the host's cores among more threads adds to the makespan
+  double iteration = 0;  // makespan with p2p (and sharing) + dp_comm + optimizer
 };
 
 struct Plan {
@@ -113,6 +118,24 @@ struct ChunkCost {
 std::vector<ChunkCost> chunk_costs(const Config& c, const Cluster& cl, const PlanOptions& o);
 // Modelled seconds of one AdamW step on the master-weight shard of pipeline stage s.
 double optimizer_seconds(const Config& c, const Cluster& cl, int s);
+
+// Threads each worker of the layout runs: on cpu the trainer's split of the thread
+// budget (actors/job.cpp: max(1, cores / workers)); 1 on a GPU.
+int worker_threads(const Config& c, const Cluster& cl);
+
+// How the workers of a layout load the host's cores (cpu): threads busy per pipeline
+// stage while it runs an action (tp x dp workers of worker_threads each), the cores they
+// share (`cores`, 0 = the host's), and whether the threads outnumber them. On a GPU every
+// worker has its device: never shared.
+struct HostShare {
+  std::vector<double> demand;
+  double cores = 0;
+  bool shared = false;
+};
+HostShare host_share(const Config& c, const Cluster& cl, double cores = 0);
+// cpu: every worker's AdamW runs after the global norm, all at once: the longest, or all
+// of them over the cores (each stage's optimizer_seconds times `factor`).
+double cpu_optimizer_seconds(const Config& c, const Cluster& cl, const HostShare& host, double factor);
 
 // The largest number of (microbatch, chunk) stashes stage s holds at once in schedule
 // order (F adds one; B, or W in a split schedule, releases it): timing-independent.

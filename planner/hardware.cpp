@@ -65,6 +65,8 @@ DeviceSpec find_device(const std::string& name, int threads) {
       if (name != "cpu") return d;
       DeviceSpec c = d;
       const int th = threads > 0 ? threads : (int)std::max(1u, std::thread::hardware_concurrency());
+      c.cores = th;
+      c.host_cores = (int)std::max(1u, std::thread::hardware_concurrency());
       c.peak_32 = measure_peak_flops(th);
       c.peak_16 = c.peak_32;  // 16-bit storage, fp32 arithmetic (kernels/)
       c.memory = mem_available();

@@ -23,6 +23,10 @@ struct DeviceSpec {
   double gemm_eff = 0;     // fraction of peak a large GEMM reaches (cuBLAS / oneDNN)
   double reserve = 0;      // memory the runtime keeps (CUDA context, NCCL buffers), bytes
   std::string source;      // where the numbers come from
+  // cpu only: the thread budget the peak and bandwidth were measured over (train.threads,
+  // or all cores), which the trainer splits among its workers (actors/job.cpp), and the
+  // hardware threads of the host, which all workers' threads share. 0 on a GPU.
+  int cores = 0, host_cores = 0;
 };
 
 // The device table: a100-40g, a100-80g, h100-sxm, h200-sxm, and cpu (measured here:
@@ -46,6 +50,13 @@ struct ModelConstants {
   // AdamW with fp32 master weights touches this many bytes per parameter of its shard:
   // read grad, master, m, v (16), write master, m, v (12), write the 16-bit copy (2).
   double adam_bytes = 30;
+  // cpu: a worker with n threads runs its kernels at n x thread_eff(n) of one thread's
+  // speed, thread_eff(n) = 1 / (1 + thread_overhead x (n - 1)) (OpenMP fork/join, spinning
+  // at barriers and the serial parts of troupe's kernels). Measured here: CPU seconds per
+  // step of the bench model, one worker at 2 threads over 1 thread, median of 4 pairs 1.04
+  // (pairs 0.93-1.25 on the shared machine; docs/plan.md).
+  double thread_overhead = 0.04;
+  double thread_eff(int n) const { return 1.0 / (1.0 + thread_overhead * (n - 1)); }
 };
 const ModelConstants& model_constants();
 

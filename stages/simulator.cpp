@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -59,44 +60,81 @@ SimResult simulate(const Schedule& sc, const Costs& c) {
       c.p2p);
 }
 
+namespace {
+
+// What a simulation knows while it runs: when each (virtual stage, microbatch) finished
+// F and B (-1: not yet), each stage's stash count, and the result so far.
+struct SimState {
+  std::vector<std::vector<double>> fend, bend;
+  std::vector<int> inflight;
+  SimResult r;
+  SimState(const Schedule& sc) : fend(sc.P * sc.V, std::vector<double>(sc.M, -1)), bend(fend), inflight(sc.P, 0) {
+    r.busy.assign(sc.P, 0);
+    r.peak_inflight.assign(sc.P, 0);
+  }
+  // When the input of action a of stage s is there (its producer's end, plus p2p from
+  // another stage), 0 without input, -1 while the producer has not finished.
+  double input_at(const Schedule& sc, int s, const Action& a, double p2p) const {
+    const int P = sc.P, PV = P * sc.V, v = a.chunk * P + s;
+    if (a.kind == Action::F && v > 0) {
+      if (fend[v - 1][a.mb] < 0) return -1;
+      return fend[v - 1][a.mb] + ((v - 1) % P != s ? p2p : 0);
+    }
+    if (a.kind == Action::B) {
+      TROUPE_CHECK(fend[v][a.mb] >= 0) << "simulate: validate the schedule first";
+      if (v < PV - 1) {
+        if (bend[v + 1][a.mb] < 0) return -1;
+        return bend[v + 1][a.mb] + ((v + 1) % P != s ? p2p : 0);
+      }
+    }
+    return 0;
+  }
+  void finish(const Schedule& sc, int s, const Action& a, double start, double end) {
+    const int v = a.chunk * sc.P + s;
+    if (a.kind == Action::F) fend[v][a.mb] = end, r.peak_inflight[s] = std::max(r.peak_inflight[s], ++inflight[s]);
+    if (a.kind == Action::B) bend[v][a.mb] = end;
+    // the stash is held until the last action that reads it: B, or W in a split schedule
+    if (a.kind == (sc.split_backward ? Action::W : Action::B)) --inflight[s];
+    r.timeline.push_back({s, a, start, end});
+    r.busy[s] += end - start;
+    r.makespan = std::max(r.makespan, end);
+  }
+  SimResult result(int P) {
+    double idle = 0;
+    for (int s = 0; s < P; ++s) {
+      r.bubble.push_back(r.makespan > 0 ? (r.makespan - r.busy[s]) / r.makespan : 0);
+      idle += r.makespan - r.busy[s];
+    }
+    r.bubble_overall = r.makespan > 0 ? idle / (P * r.makespan) : 0;
+    return std::move(r);
+  }
+};
+
+size_t total_actions(const Schedule& sc) {
+  size_t total = 0;
+  for (auto& l : sc.stages) total += l.size();
+  return total;
+}
+
+}  // namespace
+
 SimResult simulate(const Schedule& sc, const std::function<double(int stage, const Action& a)>& cost_of, double p2p) {
-  const int P = sc.P, M = sc.M, V = sc.V, PV = P * V;
-  Costs c;
-  c.p2p = p2p;
-  std::vector<std::vector<double>> fend(PV, std::vector<double>(M, -1)), bend(PV, std::vector<double>(M, -1));
+  const int P = sc.P;
+  SimState st(sc);
   std::vector<size_t> pos(P, 0);
   std::vector<double> free_at(P, 0);
-  SimResult r;
-  r.busy.assign(P, 0);
-  r.peak_inflight.assign(P, 0);
-  std::vector<int> inflight(P, 0);
-  size_t total = 0, done = 0;
-  for (auto& l : sc.stages) total += l.size();
+  const size_t total = total_actions(sc);
+  size_t done = 0;
   while (done < total) {
     bool progress = false;
     for (int s = 0; s < P; ++s) {
       while (pos[s] < sc.stages[s].size()) {
         const Action& a = sc.stages[s][pos[s]];
-        const int v = a.chunk * P + s;
-        double ready = free_at[s];
-        if (a.kind == Action::F && v > 0) {
-          if (fend[v - 1][a.mb] < 0) break;
-          ready = std::max(ready, fend[v - 1][a.mb] + ((v - 1) % P != s ? c.p2p : 0));
-        }
-        if (a.kind == Action::B) {
-          if (v < PV - 1) {
-            if (bend[v + 1][a.mb] < 0) break;
-            ready = std::max(ready, bend[v + 1][a.mb] + ((v + 1) % P != s ? c.p2p : 0));
-          }
-          TROUPE_CHECK(fend[v][a.mb] >= 0) << "simulate: validate the schedule first";
-        }
+        const double in = st.input_at(sc, s, a, p2p);
+        if (in < 0) break;
+        const double ready = std::max(free_at[s], in);
         const double end = ready + cost_of(s, a);
-        if (a.kind == Action::F) fend[v][a.mb] = end, r.peak_inflight[s] = std::max(r.peak_inflight[s], ++inflight[s]);
-        if (a.kind == Action::B) bend[v][a.mb] = end;
-        // the stash is held until the last action that reads it: B, or W in a split schedule
-        if (a.kind == (sc.split_backward ? Action::W : Action::B)) --inflight[s];
-        r.timeline.push_back({s, a, ready, end});
-        r.busy[s] += end - ready;
+        st.finish(sc, s, a, ready, end);
         free_at[s] = end;
         ++pos[s];
         ++done;
@@ -105,14 +143,50 @@ SimResult simulate(const Schedule& sc, const std::function<double(int stage, con
     }
     TROUPE_CHECK(progress) << "simulate: schedule " << sc.name << " deadlocks; validate it first";
   }
-  for (double t : free_at) r.makespan = std::max(r.makespan, t);
-  double idle = 0;
-  for (int s = 0; s < P; ++s) {
-    r.bubble.push_back(r.makespan > 0 ? (r.makespan - r.busy[s]) / r.makespan : 0);
-    idle += r.makespan - r.busy[s];
+  return st.result(P);
+}
+
+SimResult simulate_shared(const Schedule& sc, const std::function<double(int stage, const Action& a)>& cost_of,
+                          double p2p, const std::vector<double>& demand, double cores) {
+  const int P = sc.P;
+  TROUPE_CHECK((int)demand.size() == P && cores > 0) << "simulate_shared: one demand per stage and cores > 0";
+  SimState st(sc);
+  std::vector<size_t> pos(P, 0);
+  std::vector<double> left(P, -1), started(P, 0), cost(P, 0);  // left < 0: the stage is not in an action
+  const size_t total = total_actions(sc);
+  size_t done = 0;
+  double now = 0;
+  while (done < total) {
+    // start every action whose input is there; note the next arrival of a pending one
+    double next_in = std::numeric_limits<double>::infinity();
+    for (int s = 0; s < P; ++s) {
+      if (left[s] >= 0 || pos[s] >= sc.stages[s].size()) continue;
+      const double in = st.input_at(sc, s, sc.stages[s][pos[s]], p2p);
+      if (in < 0) continue;
+      if (in > now) next_in = std::min(next_in, in);
+      else cost[s] = left[s] = cost_of(s, sc.stages[s][pos[s]]), started[s] = now;
+    }
+    double want = 0, next_end = std::numeric_limits<double>::infinity();
+    for (int s = 0; s < P; ++s)
+      if (left[s] >= 0) want += demand[s];
+    const double rate = want > cores ? cores / want : 1.0;
+    for (int s = 0; s < P; ++s)
+      if (left[s] >= 0) next_end = std::min(next_end, left[s] / rate);
+    TROUPE_CHECK(std::isfinite(std::min(next_end, next_in))) << "simulate: schedule " << sc.name
+                                                              << " deadlocks; validate it first";
+    const double dt = std::min(next_end, next_in - now);
+    now = next_end < next_in - now ? now + next_end : next_in;
+    for (int s = 0; s < P; ++s) {
+      if (left[s] < 0) continue;
+      left[s] = left[s] / rate <= dt * (1 + 1e-12) ? 0.0 : left[s] - dt * rate;
+      if (left[s] > 1e-12 * cost[s]) continue;
+      st.finish(sc, s, sc.stages[s][pos[s]], started[s], now);
+      left[s] = -1;
+      ++pos[s];
+      ++done;
+    }
   }
-  r.bubble_overall = r.makespan > 0 ? idle / (P * r.makespan) : 0;
-  return r;
+  return st.result(P);
 }
 
 std::string ascii_timeline(const Schedule& sc, const SimResult& r, int width) {

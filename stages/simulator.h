@@ -45,6 +45,18 @@ SimResult simulate(const Schedule& s, const Costs& c);
 // The same with a cost per (stage, action), e.g. measured averages, and a p2p latency.
 SimResult simulate(const Schedule& s, const std::function<double(int stage, const Action& a)>& cost, double p2p);
 
+// The same on a host whose cores the stages share (CPU workers; the trainer gives each
+// worker its thread budget, and more threads than cores when workers outnumber them):
+// stage s runs demand[s] threads while it is in an action (0 while it waits), and when
+// the running stages want more than `cores` threads, every running action advances at
+// cores / (threads wanted) of its speed (the operating system's fair share; an idle
+// stage's cores go to the others). cost(s, a) is the action's time with its threads on
+// cores of their own. With cores >= the sum of demand, the result equals simulate()'s.
+// The makespan is bounded below by the slowest stage's total cost and by
+// sum_s demand[s] x cost_s / cores (all the work over all the cores).
+SimResult simulate_shared(const Schedule& s, const std::function<double(int stage, const Action& a)>& cost, double p2p,
+                          const std::vector<double>& demand, double cores);
+
 // ASCII timeline, one row per stage, `width` columns at most. F cells show the microbatch
 // digit (m mod 10), B cells a lowercase letter (a = microbatch 0), W cells uppercase; '.'
 // is idle.

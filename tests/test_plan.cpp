@@ -178,16 +178,20 @@ TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind
   const Cluster cl = make_cluster(c.cluster, 2);
   const auto cc = chunk_costs(c, cl, PlanOptions{});
   // a trace as train --trace writes it: step 1 (warm-up, ignored) and 2; F spans take 3x
-  // the model plus the modelled TP time, B spans 0.5x, the optimizer 2x
+  // the model plus the modelled TP time, B spans 0.5x, the optimizer 2x on the stage that
+  // finishes last (the others' spans hold the wait for the global norm too)
   nlohmann::json ev = nlohmann::json::array();
+  double t = 0;
   for (int step : {1, 2})
     for (int st = 0; st < c.parallel.pp; ++st) {
       const auto& k = cc[st];
-      const double f = 3 * k.f + k.tp_f, b = 0.5 * k.b + k.tp_b, o = 2 * optimizer_seconds(c, cl, st);
+      const double f = 3 * k.f + k.tp_f, b = 0.5 * k.b + k.tp_b, o = (st == 0 ? 2 : 5) * optimizer_seconds(c, cl, st);
       const double warm = step == 1 ? 10 : 1;  // step 1 far off: it must not count
-      for (int m = 0; m < c.parallel.microbatches; ++m) {
-        ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", st}, {"dur", warm * f * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
-        ev.push_back({{"ph", "X"}, {"cat", "B"}, {"tid", st}, {"dur", warm * b * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+      for (int m = 0; m < c.parallel.microbatches; ++m) {  // one after the other: no span overlaps another
+        ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", st}, {"ts", t * 1e6}, {"dur", warm * f * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+        t += warm * f;
+        ev.push_back({{"ph", "X"}, {"cat", "B"}, {"tid", st}, {"ts", t * 1e6}, {"dur", warm * b * 1e6}, {"args", {{"step", step}, {"chunk", 0}}}});
+        t += warm * b;
       }
       ev.push_back({{"ph", "X"}, {"cat", "optimizer"}, {"tid", st}, {"dur", warm * o * 1e6}, {"args", {{"step", step}}}});
     }
@@ -197,6 +201,7 @@ TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind
   CHECK(cal.b == Approx(0.5).epsilon(1e-6));
   CHECK(cal.w == Approx(0.5).epsilon(1e-6));  // no W spans: scales as the backward
   CHECK(cal.opt == Approx(2).epsilon(1e-6));
+  CHECK(cal.cores == cl.dev.host_cores);  // nothing ran at once: no sign of fewer cores
   // the calibrated plan of the same layout charges F and B those factors
   PlanOptions o;
   o.cal = cal;
@@ -218,4 +223,115 @@ TEST_CASE("plan: the [cluster] section is part of the config, and training ignor
   CHECK_THROWS_WITH(Config::parse("[cluster]\ngpus = 8\n", "x.toml"), Catch::Contains("cluster.gpus_per_node"));
   // the presets validate as training configs too
   for (const char* p : {"gpt2-124m", "gpt3-175b", "mt-nlg-530b"}) CHECK_NOTHROW(Config::load(kSrc + "/configs/" + p + ".toml").validate());
+}
+
+TEST_CASE("simulate: stages sharing fewer cores than their threads", "[plan][simulator]") {
+  const std::function<double(int, const Action&)> cost = [](int, const Action& a) {
+    return a.kind == Action::F ? 1.0 : 2.0;
+  };
+  // enough cores: the same timeline as simulate()
+  for (const Schedule& sc : {schedule_1f1b(4, 8), schedule_interleaved(4, 8, 2), make_schedule("zb-h1", 4, 8, 1)}) {
+    const SimResult a = simulate(sc, cost, 0.25), b = simulate_shared(sc, cost, 0.25, std::vector<double>(4, 1.0), 4);
+    CHECK(b.makespan == Approx(a.makespan));
+    REQUIRE(b.timeline.size() == a.timeline.size());
+    for (int s = 0; s < 4; ++s) CHECK(b.busy[s] == Approx(a.busy[s]));
+  }
+  // one core for two single-thread stages: 1F1B keeps one of them busy at every moment,
+  // so the makespan is all the work (8 x 3), not the dedicated 5 x 3 nor 2 x 15
+  const Schedule two = schedule_1f1b(2, 4);
+  CHECK(simulate(two, cost, 0).makespan == Approx(15));
+  CHECK(simulate_shared(two, cost, 0, {1, 1}, 1).makespan == Approx(24));
+  // four stages on two cores: an idle stage's core goes to the others; bounded below by
+  // the critical path and by the work over the cores
+  const Schedule four = schedule_1f1b(4, 8);
+  const SimResult ded = simulate(four, cost, 0), sh = simulate_shared(four, cost, 0, {1, 1, 1, 1}, 2);
+  CHECK(ded.makespan == Approx(33));
+  CHECK(sh.makespan >= 4 * 24 / 2.0 - 1e-9);
+  CHECK(sh.makespan > ded.makespan);
+  CHECK(sh.makespan < 2 * ded.makespan);  // a fixed half core per stage would take 66
+}
+
+TEST_CASE("plan: CPU workers share the host's cores", "[plan]") {
+  Config c = Config::load(kSrc + "/configs/tiny.toml");
+  c.cluster.gpu = "cpu";
+  c.train.threads = 2;
+  Cluster cl;  // a fixed machine, so the test does not depend on this one's
+  cl.dev = {"cpu", 100e9, 100e9, 64 * 1024.0 * 1024 * 1024, 10e9, 5e9, 5e9, 2e-6, 0.6, 0, "test", 2, 2};
+  cl.gpus_per_node = cl.nodes = 1;
+  auto at = [&](int pp, int tp, int dp) {
+    Config x = c;
+    x.parallel.pp = pp, x.parallel.tp = tp, x.parallel.dp = dp;
+    return plan_job(x, cl);
+  };
+  // one worker: both threads of the budget, at thread_eff(2)
+  c.parallel.pp = 1;
+  CHECK(worker_threads(c, cl) == 2);
+  const Plan one = at(1, 1, 1);
+  CHECK(one.time.sharing == 0);
+  // two single-thread workers on two cores: each has its core, the bubble is idle time
+  const Plan pp2 = at(2, 1, 1);
+  CHECK(pp2.time.sharing == 0);
+  CHECK(pp2.time.bubble > 0);
+  // four workers on two cores: the bubble's cores go to the other stages
+  const Plan pp4 = at(4, 1, 1);
+  CHECK(pp4.time.sharing > 0);
+  CHECK(pp4.time.iteration >= pp4.min_iteration * (1 - 1e-9));
+  const double piped = pp4.time.iteration - pp4.time.dp_comm - pp4.time.optimizer;
+  CHECK(piped >= pp4.min_iteration - pp4.time.dp_comm - pp4.time.optimizer - 1e-12);  // >= work / cores
+  CHECK(piped < pp4.time.compute + pp4.time.tp_comm + pp4.time.bubble + pp4.time.pp_comm + pp4.time.sharing + 1e-12);
+  // the same four workers on four cores: nothing shared
+  cl.dev.host_cores = 4;
+  CHECK(at(4, 1, 1).time.sharing == 0);
+  CHECK(at(2, 2, 1).time.sharing == 0);
+  // one core: two workers take all their work, one after the other
+  cl.dev.host_cores = 1;
+  c.parallel.pp = 2;
+  double work = 0;
+  for (const ChunkCost& k : chunk_costs(c, cl, PlanOptions{})) work += c.parallel.microbatches * (k.f + k.tp_f + k.b + k.tp_b);
+  const Plan serial = at(2, 1, 1);
+  CHECK(serial.time.sharing > 0);
+  CHECK(serial.time.iteration - serial.time.optimizer == Approx(work).epsilon(0.01));
+}
+
+TEST_CASE("plan: --calibrate finds the cores the traced run's threads had", "[plan]") {
+  test::Scratch s("plan", "calibrate-cores");
+  Config c = Config::load(kSrc + "/configs/tiny.toml");  // PP 2: two single-thread workers
+  c.cluster.gpu = "cpu";
+  c.train.threads = 2;
+  s.write("config.toml", c.to_toml());
+  Cluster cl;
+  cl.dev = {"cpu", 100e9, 100e9, 64 * 1024.0 * 1024 * 1024, 10e9, 5e9, 5e9, 2e-6, 0.6, 0, "test", 2, 2};
+  cl.gpus_per_node = cl.nodes = 1;
+  const auto cc = chunk_costs(c, cl, PlanOptions{});
+  // a run that had one core for its two threads: F takes 3x the model and B 0.5x on a core
+  // of its own; each span alone runs at full speed, two at once at half speed each
+  nlohmann::json ev = nlohmann::json::array();
+  auto span = [&](const char* cat, int st, double t0, double dur) {
+    ev.push_back({{"ph", "X"}, {"cat", cat}, {"tid", st}, {"ts", t0 * 1e6}, {"dur", dur * 1e6}, {"args", {{"step", 2}, {"chunk", 0}}}});
+  };
+  double t = 0;
+  for (const char* cat : {"F", "B"}) {
+    const double x = cat[0] == 'F' ? 3 : 0.5;
+    const double a = x * (cat[0] == 'F' ? cc[0].f : cc[0].b), b = x * (cat[0] == 'F' ? cc[1].f : cc[1].b);
+    span(cat, 0, t, a), t += a;  // alone
+    span(cat, 1, t, b), t += b;
+    const double lo = std::min(a, b), hi = std::max(a, b);  // together: half speed until the shorter ends
+    span(cat, 0, t, a == lo ? 2 * lo : lo + hi);
+    span(cat, 1, t, b == lo ? 2 * lo : lo + hi);
+    t += lo + hi;
+  }
+  ev.push_back({{"ph", "X"}, {"cat", "F"}, {"tid", 0}, {"ts", 0}, {"dur", 1e6}, {"args", {{"step", 1}, {"chunk", 0}}}});
+  s.write("trace.json", nlohmann::json{{"traceEvents", ev}}.dump());
+  const Calibration cal = calibrate_from_run(s.dir.string(), cl);
+  CHECK(cal.cores == Approx(1));
+  CHECK(cal.f == Approx(3));
+  CHECK(cal.b == Approx(0.5));
+  // with one core for its two workers, the plan of that run shares it: all its work, serially
+  PlanOptions o;
+  o.cal = cal;
+  const Plan p = plan_job(c, cl, o);
+  CHECK(p.time.sharing > 0);
+  double work = 0;
+  for (const ChunkCost& k : chunk_costs(c, cl, o)) work += c.parallel.microbatches * (k.f + k.tp_f + k.b + k.tp_b);
+  CHECK(p.time.iteration - p.time.optimizer == Approx(work).epsilon(0.01));
 }
