@@ -1,5 +1,6 @@
 // cli/train.cpp — troupe train: checks everything a run needs before writing anything, then
 // runs the job (recovering in place after a lost process under fault.policy = restart).
+#include <exception>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -208,6 +209,31 @@ void check_data(const Config& c, const PreparedData& d, const BlendLoader& loade
       << "the tokenizer " << d.tokenizer_path << " has " << tok.vocab_size() << " tokens but model.vocab_size = "
       << c.model.vocab_size << "; set model.vocab_size = " << tok.vocab_size() << " or use a matching data.tokenizer";
 }
+
+// Folders this run made (add() once it holds them: created, and locked where they have a
+// lock); when the scope is left by an exception before `metrics` holds a record (no step
+// was trained), those that hold no snapshot are removed again, newest first.
+class FreshFolders {
+ public:
+  explicit FreshFolders(std::string metrics) : metrics_(std::move(metrics)) {}
+  void add(const std::string& dir) { dirs_.push_back(dir); }
+  ~FreshFolders() {
+    if (std::uncaught_exceptions() == 0 || dirs_.empty()) return;
+    try {
+      std::error_code ec;
+      if (fs::exists(metrics_, ec) && fs::file_size(metrics_, ec) > 0) return;  // a step was trained: keep it all
+      for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it)
+        if (list_snapshots(*it).empty()) fs::remove_all(*it, ec);
+    } catch (...) {  // leaving litter is better than terminating during unwinding
+    }
+  }
+  FreshFolders(const FreshFolders&) = delete;
+  FreshFolders& operator=(const FreshFolders&) = delete;
+
+ private:
+  std::vector<std::string> dirs_;
+  std::string metrics_;
+};
 
 // Runs the job; a process that survives a lost peer (in_place) joins the others again and
 // continues, up to fault.max_restarts. Returns 0 with r filled, or 75 (start the job again)
@@ -453,16 +479,28 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // the first thing written: nothing else exists yet if it fails
   // an explicit checkpoint.dir is locked too: a second run resuming from it (--resume
   // latest) would otherwise delete this run's snapshots by its keep_last retention
+  // folders this run makes; removed again if it fails before its first step (a job that
+  // cannot assemble, a signal while joining): a refusal leaves no litter
+  FreshFolders fresh(run_dir + "/metrics.jsonl");
+  std::error_code fs_ec;
   if (!follower && !c.checkpoint.dir.empty() &&
       fs::absolute(ckpt_dir).lexically_normal() != fs::absolute(run_dir).lexically_normal()) {
+    const bool is_new = !fs::exists(ckpt_dir, fs_ec);
     lock_folder(ckpt_dir, "checkpoint.dir",
                 "run (its snapshots would be removed by this run's checkpoint.keep_last)",
                 "choose another checkpoint.dir");
+    if (is_new) fresh.add(ckpt_dir);
   }
-  if (!follower && !c.train.tensorboard_dir.empty()) create_event_dir(c.train.tensorboard_dir);
+  if (!follower && !c.train.tensorboard_dir.empty()) {
+    const bool is_new = !fs::exists(c.train.tensorboard_dir, fs_ec);
+    create_event_dir(c.train.tensorboard_dir);
+    if (is_new) fresh.add(c.train.tensorboard_dir);
+  }
   if (!follower) {
+    const bool is_new = !fs::exists(run_dir, fs_ec);
     const int lock_fd = make_run_dir(run_dir);
     (void)lock_fd;
+    if (is_new) fresh.add(run_dir);
     setup_logging(run_dir);
     const std::string saved = save_config(c, run_dir);
     spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());

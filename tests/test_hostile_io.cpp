@@ -201,7 +201,8 @@ TEST_CASE("files a user names are read with a bound, environment switches are ch
   CHECK(troupe::test::shell_status(bin + "--version > /dev/full 2> /dev/null") == 2);
 }
 
-TEST_CASE("SIGTERM or SIGINT stops a process that waits for the others to join at once, not at the join timeout",
+TEST_CASE("SIGTERM or SIGINT stops a process that waits for the others to join at once, not at the join timeout, "
+          "and leaves no run directory",
           "[cli][hostile][multiprocess]") {
   Scratch s("joinsig");
   for (const char* sig : {"TERM", "INT"}) {
@@ -221,5 +222,6 @@ TEST_CASE("SIGTERM or SIGINT stops a process that waits for the others to join a
     INFO(sig << ": " << err);
     expect_user_error(Run{std::atoi(slurp(s.path("rc")).c_str()), err}, {"stopped by signal", "join"});
     CHECK(std::atoi(slurp(s.path("s")).c_str()) < 30);  // fault.join_timeout_s is 90
+    CHECK_FALSE(fs::exists(s.path(std::string("run") + sig)));  // nothing trained: the run dir it made is gone
   }
 }
