@@ -62,8 +62,12 @@ void print_error(const std::string& text) {
   const std::string line = "error: " + printable(text) + "\n";
   // inside troupe launch: a line another process of the job printed already is not repeated
   if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir) {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a of the line
-    for (unsigned char ch : line) h = (h ^ ch) * 1099511628211ull;
+    // FNV-1a of the line without its "[process N] " prefix: the same sentence from every process
+    std::string_view said = line;
+    if (said.rfind("error: [process ", 0) == 0)
+      if (const size_t end = said.find("] "); end != std::string_view::npos) said.remove_prefix(end + 2);
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : said) h = (h ^ ch) * 1099511628211ull;
     char name[32];
     std::snprintf(name, sizeof name, "/%016llx", (unsigned long long)h);
     const int fd = ::open((std::string(dir) + name).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
@@ -71,6 +75,18 @@ void print_error(const std::string& text) {
     if (fd >= 0) ::close(fd);
   }
   [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  std::error_code ec;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      const auto& [a, fa] = outputs[i];
+      const auto& [b, fb] = outputs[j];
+      if (a.empty() || b.empty() || a == "-" || b == "-") continue;
+      TROUPE_USER_CHECK(fs::weakly_canonical(fs::absolute(a, ec), ec) != fs::weakly_canonical(fs::absolute(b, ec), ec))
+          << fa << " and " << fb << " are the same file (" << a << "): one would overwrite the other; pass two paths";
+    }
 }
 
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
@@ -202,6 +218,11 @@ void check_output_file(const std::string& path, const std::string& option, uint6
   TROUPE_USER_CHECK(!path.empty()) << option << " is empty; pass a file path";
   std::error_code ec;
   const fs::path abs = fs::absolute(path, ec);
+  // outputs are written to a temporary file renamed over the path: that would replace a
+  // link (say /dev/stdout) instead of writing where it points
+  TROUPE_USER_CHECK(!fs::is_symlink(abs, ec))
+      << option << " " << path << " is a symbolic link; pass the path it points to ("
+      << fs::read_symlink(abs, ec).string() << ") or another file";
   TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
                                                 << (abs / "out").string();
   const fs::path dir = abs.parent_path();

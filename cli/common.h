@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -50,6 +51,9 @@ void check_output_file(const std::string& path, const std::string& option, uint6
 // entries are skipped.
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
                         const std::vector<std::string>& dirs);
+// Refuses (UserError naming both options) two outputs of one command at the same file:
+// pairs of (path, option); empty paths and "-" (stdout) are skipped.
+void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);
 // Writes `text` to `path` through a temporary file (path.tmp-<pid>) and a rename; any
 // failure removes the temporary and throws UserError naming `option` and the fix.
 void write_output_file(const std::string& path, const std::string& text, const std::string& option);

@@ -252,6 +252,7 @@ int run_command(int argc, char** argv) {
       std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir, c.train.tensorboard_dir,
                                        run_dir.empty() ? std::string() : run_dir + "/checkpoints"};
       for (const DataSource& src : c.data.sources) dirs.push_back(src.path);  // a file or a folder
+      refuse_same_outputs({{trace_path_, "--trace"}, {trace_png_, "--trace-png"}});
       refuse_overwriting(trace_path_, "--trace", files, dirs);
       refuse_overwriting(trace_png_, "--trace-png", files, dirs);
     }

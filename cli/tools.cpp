@@ -191,6 +191,7 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
       << " or use --schedule interleaved";
   Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
   validate_schedule(s);
+  refuse_same_outputs({{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}});
   for (auto [out, flag] : {std::pair{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}})
     refuse_overwriting(out, flag, {builtin ? std::string() : o.schedule, o.config}, {});
   if (!o.dump.empty() && o.dump != "-") check_output_file(o.dump, "--dump");

@@ -346,8 +346,8 @@ void Config::validate() const {
       << " (more threads than cores only slow the workers down)";
   TROUPE_USER_CHECK(t.sample_tokens >= 0 && t.sample_tokens <= kMaxSampleTokens)
       << "train.sample_tokens = " << t.sample_tokens << "; use 0 (no sample) to " << kMaxSampleTokens;
-  TROUPE_USER_CHECK(t.timeout_s > 0 && t.timeout_s <= kMaxWaitS)
-      << "train.timeout_s = " << t.timeout_s << "; use a positive number of seconds up to " << kMaxWaitS
+  TROUPE_USER_CHECK(t.timeout_s >= 0.5 && t.timeout_s <= kMaxWaitS)
+      << "train.timeout_s = " << t.timeout_s << "; use 0.5 to " << kMaxWaitS << " seconds"
       << " (a week; the default is 300)";
   TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full")
       << "train.recompute = '" << t.recompute << "'; use \"none\", \"selective\" (recompute the attention core in "
@@ -377,11 +377,11 @@ void Config::validate() const {
       << "\"abort\" (stop it)";
   TROUPE_USER_CHECK(fault.max_restarts >= 0)
       << "fault.max_restarts = " << fault.max_restarts << "; use 0 or more";
-  TROUPE_USER_CHECK(fault.timeout_s > 0 && fault.timeout_s <= kMaxWaitS)
-      << "fault.timeout_s = " << fault.timeout_s << "; use a positive number of seconds up to " << kMaxWaitS
+  TROUPE_USER_CHECK(fault.timeout_s >= 0.5 && fault.timeout_s <= kMaxWaitS)
+      << "fault.timeout_s = " << fault.timeout_s << "; use 0.5 to " << kMaxWaitS << " seconds"
       << " (default 30)";
-  TROUPE_USER_CHECK(fault.heartbeat_s > 0 && fault.heartbeat_s < fault.timeout_s)
-      << "fault.heartbeat_s = " << fault.heartbeat_s << "; use a positive period shorter than fault.timeout_s ("
+  TROUPE_USER_CHECK(fault.heartbeat_s >= 0.05 && fault.heartbeat_s < fault.timeout_s)
+      << "fault.heartbeat_s = " << fault.heartbeat_s << "; use a period of at least 0.05 s, shorter than fault.timeout_s ("
       << fault.timeout_s << ")";
   TROUPE_USER_CHECK(fault.join_timeout_s > 0 && fault.join_timeout_s <= kMaxWaitS)
       << "fault.join_timeout_s = " << fault.join_timeout_s << "; use a positive number of seconds up to "

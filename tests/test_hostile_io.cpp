@@ -225,3 +225,27 @@ TEST_CASE("SIGTERM or SIGINT stops a process that waits for the others to join a
     CHECK_FALSE(fs::exists(s.path(std::string("run") + sig)));  // nothing trained: the run dir it made is gone
   }
 }
+
+TEST_CASE("an output that is a symbolic link or shared by two outputs is refused, time settings have a floor, and "
+          "launch prints a sentence every process says once",
+          "[cli][hostile][launch]") {
+  Scratch s("links");
+  fs::create_symlink(s.path("target.txt"), s.path("link.txt"));
+  expect_user_error(run_troupe("simulate --quiet --dump '" + s.path("link.txt") + "'", s, 30),
+                    {"--dump", "symbolic link", "target.txt"});
+  CHECK(fs::is_symlink(s.path("link.txt")));
+  expect_user_error(run_troupe("simulate --quiet --trace '" + s.path("x") + "' --png '" + s.path("x") + "'", s, 30),
+                    {"--trace and --png", "same file"});
+  CHECK_FALSE(fs::exists(s.path("x")));
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.timeout_s=1e-9", s, 30),
+                    {"train.timeout_s", "0.5"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set fault.heartbeat_s=1e-9", s, 30),
+                    {"fault.heartbeat_s", "0.05"});
+  // every process finds parallel.pp = 1 too few for its 2 processes: one line, not one per process
+  Run r = run_troupe("launch --nprocs 3 -- '" + troupe_bin() + "' train --config configs/tiny.toml --set parallel.pp=1 "
+                     "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
+                     s, 120);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(count(r.err, "error: ") == 1);
+}
