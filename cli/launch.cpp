@@ -559,6 +559,10 @@ int launch_main(int argc, char** argv) {
       print_help();
       return 0;
     }
+    // a launch inside a launch would start N x N processes that fight over one run directory
+    TROUPE_USER_CHECK(!std::getenv("TROUPE_LAUNCH_ID"))
+        << "troupe launch runs inside another troupe launch (TROUPE_LAUNCH_ID is set); start the job with one "
+           "launch: troupe launch --nprocs N -- troupe train ...";
     return run(o);
   } catch (const UserError& e) {
     std::fflush(stdout);

@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -224,13 +225,17 @@ int run_command(int argc, char** argv) {
     for (CLI::App* sub : app.get_subcommands())
       for (const CLI::Option* opt : sub->get_options()) {
         const std::string name = opt->get_name();
-        if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt" || name == "--title" ||
-            name == "--run-dir" || name == "--tensorboard")
-          continue;
-        for (const std::string& r : opt->results())
+        if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt" || name == "--title") continue;
+        for (const std::string& r : opt->results()) {
+          // a path or number holding a newline or an escape would reach the terminal raw in the log lines
+          TROUPE_USER_CHECK(std::none_of(r.begin(), r.end(), [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7F; }))
+              << name << " of troupe " << sub->get_name()
+              << " holds a control character (a newline, a tab or an escape); pass a plain value";
+          if (name == "--run-dir" || name == "--tensorboard") continue;  // their own sentences below
           TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)
                                         << " of troupe " << sub->get_name()
                                         << " is empty; give it a value or leave it out (troupe help)";
+        }
       }
     if (simulate_cmd->parsed())
       return cmd_simulate(so, simulate_cmd->get_option("--stages")->count() > 0,
