@@ -4,13 +4,15 @@
 // One UcxTransport per process, over one engine (collectives/ucx_engine.h: threads, tags,
 // buffers lent to UCX). It owns one ucp context and one ucp worker; one thread at a time
 // calls UCX (the progress thread, or a waiting caller); other threads hand it work through
-// a queue and wait on condition variables with deadlines. The progress thread sleeps in UCX's wakeup mode (ucp_worker_get_efd +
-// ucp_worker_arm + poll), woken by ucp_worker_signal when work is queued — no busy
-// polling, since several processes share the cores.
+// a queue and wait on condition variables with deadlines. The progress thread sleeps in
+// UCX's wakeup mode (ucp_worker_get_efd + ucp_worker_arm + poll), woken by
+// ucp_worker_signal when work is queued; a waiting caller polls for at most 200 us — no
+// busy polling beyond that, since several processes share the cores.
 //
-// Every message is two UCX tag messages: a header frame (collectives/wire.h: a Cap'n Proto
-// TensorHeader plus an HMAC-SHA256 tag under the job secret, small, eager) and then the
-// payload (large ones go rendezvous and land zero-copy in the receiver's buffer). The
+// Every message is a header frame (collectives/wire.h: a Cap'n Proto TensorHeader plus an
+// HMAC-SHA256 tag under the job secret, small, eager) followed by its payload: in the same
+// UCX tag message up to 1 KiB, else as a second one (large ones go rendezvous and land
+// zero-copy in the receiver's buffer). The
 // receiver checks the header (decode_header: length, tag, ranges, bytes = shape x dtype
 // within WireLimits) before it allocates or posts anything for the payload; a header that
 // fails is logged, counted (rejected()) and dropped.

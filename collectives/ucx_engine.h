@@ -4,20 +4,23 @@
 // the collective algorithms are collectives/group.h's. Defined in ucx_engine.cpp (set-up,
 // progress thread, UCX callbacks) and ucx_ops.cpp (what callers do: post, wait, release).
 //
-// UCX tags (64 bits) — every message is a header frame and (when bytes > 0) a payload:
+// UCX tags (64 bits) — every message is a header frame, its payload inline after the frame
+// when 0 < bytes <= kInlineBytes (one UCX message), else (bytes > 0) a separate payload:
 //   bit 63        0 = header frame, 1 = payload
 //   bits 40..62   the sending process (< 2^23)
 //   bits 0..39    the sender's message sequence number (per sending process, wraps at 2^40)
-// The header goes out with tag (process << 40 | seq), its payload with the same tag plus
+// The header goes out with tag (process << 40 | seq), a separate payload with the same tag plus
 // bit 63, so a receiver derives the payload's tag from the probed header's sender tag and
 // posts an exact-match receive for it; payload tags never collide within a job.
 //
 // Receiving (progress thread): ucp_tag_probe_nb(header space, remove) -> the frame length
-// is checked (at most kMaxFrame bytes; a longer one is received truncated into the fixed
-// buffer and dropped) -> ucp_tag_msg_recv_nbx -> decode_header (HMAC, ranges, bytes =
-// shape x dtype; a failure is logged, counted in rejected() and dropped) -> the header's
-// source must be a rank of the process in the tag and its destination a rank of this
-// process -> the payload is received, in this order of preference:
+// is checked (at most kMaxFrame + kInlineBytes bytes; a longer one is received truncated
+// into the fixed buffer and dropped) -> ucp_tag_msg_recv_nbx -> decode_header (HMAC,
+// ranges, bytes = shape x dtype, an inline payload of exactly `bytes`; a failure is logged,
+// counted in rejected() and dropped) -> the header's source must be a rank of the process
+// in the tag and its destination a rank of this process -> an inline payload is copied
+// like a message between ranks of this process (deliver_copy); a separate one is
+// received, in this order of preference:
 //   1. into a handler's new Tensor when its kind has an on_arrival handler;
 //   2. straight into the buffer of a recv() already waiting for that header (zero-copy;
 //      UCX switches to rendezvous above its thresholds);
@@ -27,10 +30,13 @@
 //
 // Threads: one thread at a time calls UCX (worker in serialized mode, token_): the
 // progress thread, or a caller that waits for its messages and progresses the worker
-// itself for up to kWaitSpinS (handlers still run on the progress thread). Callers queue commands
-// (a std::function run on the progress thread) under mu_ and wake it with
-// ucp_worker_signal; they wait on cv_ with their deadline. The progress thread sleeps in
-// poll() on the worker's event fd after ucp_worker_arm (kPollMs at most, so a stop is
+// itself for up to kWaitSpinS (handlers still run on the progress thread). While callers do
+// that, and for kParkS after the last of them got its messages, the progress thread parks
+// on park_cv_ instead of waking for every event (a caller that gives up spinning, queued
+// commands and arrival handlers wake it at once). Callers queue commands (a std::function
+// run on the progress thread) under mu_ and wake it with ucp_worker_signal; they wait on
+// cv_ with their deadline. Otherwise the progress thread sleeps in poll() on the worker's
+// event fd after ucp_worker_arm (kPollMs at most, so a stop is
 // noticed even if a wakeup is lost); without an event fd it sleeps 50 us .. 1 ms. While
 // a transfer is in flight it keeps progressing up to kSpinS (50 us) after the last event
 // before it sleeps.
@@ -85,6 +91,9 @@ constexpr uint64_t kProcMask = (1ull << 23) - 1;
 // Largest header frame decode_header accepts: u32 length + at most 4096 bytes of Cap'n
 // Proto + 32-byte HMAC (collectives/wire.h). Checked before the frame is received.
 constexpr size_t kMaxFrame = 4 + 4096 + 32;
+// A payload of at most kInlineBytes travels in its header's UCX message, after the frame:
+// one message instead of two (half the work per small message: bench/ucx_bench --latency).
+constexpr uint64_t kInlineBytes = 1024;
 constexpr int kPollMs = 100;         // longest sleep of the progress thread in wakeup mode
 // While a send or a payload receive is in flight, the progress thread keeps calling
 // ucp_worker_progress for up to kSpinS seconds after the last event before it arms the
@@ -98,6 +107,12 @@ constexpr double kSpinS = 50e-6;
 // 8-byte round trip, docs/multiprocess.md). Bounded, so a long wait (a pipeline bubble)
 // sleeps and leaves the core to computation.
 constexpr double kWaitSpinS = 200e-6;
+// The progress thread parks while callers progress the worker themselves and for kParkS
+// after the last of them got its messages (bounded: it re-checks every kParkS), so a
+// message answered at once costs no wakeup of it either: with it waking for every event,
+// two threads per process took turns on UCX and the 8-byte round trip was ~5x longer.
+// A caller that gives up spinning, a queued command and an arrival handler wake it at once.
+constexpr double kParkS = 1e-3;
 constexpr double kGraceS = 2.0;      // wait for UCX to release a buffer after a cancel
 constexpr double kCloseS = 2.0;      // wait for endpoints to close at shutdown
 
@@ -213,6 +228,7 @@ class Engine {
   void run_on_progress(std::function<void()> fn, double timeout_s, const std::string& what);
   void wake();
   void deliver_local(const WireHeader& h, const void* payload);
+  void deliver_copy(const WireHeader& h, const void* payload, int proc);
   template <class Done>
   void progress_while_waiting(std::unique_lock<std::mutex>& lk, Clock::time_point deadline, Done&& done);
 
@@ -264,6 +280,10 @@ class Engine {
   // guarded by mu_
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable park_cv_;  // the progress thread parks on it while callers spin
+  int spinners_ = 0;                 // callers in progress_while_waiting
+  Clock::time_point last_spin_{};    // when the last of them left it
+  bool take_over_ = false;           // one left without its messages: the progress thread must poll
   std::deque<std::function<void()>> cmds_;
   std::vector<HandlerCall> calls_;
   bool stop_ = false, aborted_ = false;

@@ -18,7 +18,9 @@ template <class Done>
 void Engine::progress_while_waiting(std::unique_lock<std::mutex>& lk, Clock::time_point deadline, Done&& done) {
   const auto until = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                            std::chrono::duration<double>(kWaitSpinS)));
-  while (!done() && Clock::now() < until) {
+  ++spinners_;
+  bool ok;
+  while (!(ok = done()) && Clock::now() < until) {
     lk.unlock();
     bool handlers = false;
     bool busy = false;
@@ -31,6 +33,12 @@ void Engine::progress_while_waiting(std::unique_lock<std::mutex>& lk, Clock::tim
     if (!busy) std::this_thread::yield();  // let the peer (on a shared core) answer
     if (handlers) wake();  // arrival handlers run on the progress thread
     lk.lock();
+  }
+  --spinners_;  // under mu_, as the progress thread parks
+  last_spin_ = Clock::now();
+  if (!ok) {  // the caller sleeps now: the progress thread takes over at once
+    take_over_ = true;
+    park_cv_.notify_all();
   }
 }
 
@@ -54,6 +62,8 @@ std::shared_ptr<Op> Engine::post_send(const WireHeader& h, const void* payload) 
     return op;
   }
   op->frame = encode_header(h, o_.secret);  // HMAC on the caller's thread, not the progress thread
+  if (h.bytes && h.bytes <= kInlineBytes)  // a small payload travels in the header's message
+    op->frame.insert(op->frame.end(), (const uint8_t*)payload, (const uint8_t*)payload + h.bytes);
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (aborted_) throw Error(abort_reason_);
@@ -268,16 +278,26 @@ void Engine::wake() {
   // thread-safe in any thread mode (ucp.h); a no-op without wakeup support
   if (efd_ >= 0) ucp_worker_signal(worker_);
   cv_.notify_all();
+  park_cv_.notify_all();
 }
 
 // A message to a rank of this process: same matching as a remote one, by copy.
 void Engine::deliver_local(const WireHeader& h, const void* payload) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) throw Error(abort_reason_);
+    TROUPE_CHECK(!handlers_.count(h.kind) || h.dtype == DType::f32)
+        << "send of " << wire_ident(h) << ": arrival handlers take f32 tensors, not " << dtype_name(h.dtype);
+  }
+  deliver_copy(h, payload, o_.process);
+}
+
+// A message whose payload is at hand (a local one, or a small one that came inline with its
+// header): to its handler (a new Tensor), into the recv waiting for it, or kept (copied).
+void Engine::deliver_copy(const WireHeader& h, const void* payload, int proc) {
   std::unique_lock<std::mutex> lk(mu_);
-  if (aborted_) throw Error(abort_reason_);
   auto hit = handlers_.find(h.kind);
   if (hit != handlers_.end()) {
-    TROUPE_CHECK(h.dtype == DType::f32) << "send of " << wire_ident(h) << ": arrival handlers take f32 tensors, not "
-                                        << dtype_name(h.dtype);
     Handler fn = hit->second;
     lk.unlock();
     Tensor t(h.shape);
@@ -303,7 +323,7 @@ void Engine::deliver_local(const WireHeader& h, const void* payload) {
   }
   auto u = std::make_shared<Op>();
   u->h = h;
-  u->peer = o_.process;
+  u->peer = proc;
   if (h.bytes) {
     u->staging.reset(new uint8_t[h.bytes]);
     std::memcpy(u->staging.get(), payload, h.bytes);
