@@ -2,9 +2,11 @@
 // The algorithms are collectives/group.h's; this file only moves their messages, matched
 // by collectives/matching.h under one mutex per group:
 //   - a send whose receive is already posted copies the payload straight into the
-//     receiver's buffer (outside the mutex); otherwise it leaves a copy for the receive;
-//     either way the send is complete when post_send returns;
-//   - a receive takes a copy left for it, or waits for the sender to fill its buffer.
+//     receiver's buffer (outside the mutex); otherwise a collective's send lends its buffer
+//     (the receive copies out of it; the sender's wait lasts until it did), and a
+//     point-to-point send leaves a copy (it does not wait for the receive);
+//   - a receive copies out of a message left for it, or waits for the sender to fill its
+//     buffer. So every payload is copied once, by one of the two ranks, outside the mutex.
 // A rank whose collective fails (deadline, mismatch) breaks the group: every rank waiting
 // in a collective fails at once, naming the ranks it still misses, and later calls fail.
 // A collective message of the same call from a peer under another operation is a rank that
@@ -24,11 +26,14 @@ namespace troupe {
 namespace {
 
 // A receive (h: the message wanted, buf: its destination) or a message left for a later
-// receive (h: its header, data: its payload). Guarded by Group::mu.
+// receive (h: its header; lent: the sender's buffer, or data: a copy). Guarded by Group::mu.
+// A lent message is also the sender's pending operation: kWaiting until a receive takes
+// it, kFilling while that copies, then kDone.
 struct Slot {
   enum State { kWaiting, kFilling, kDone, kFailed };
   WireHeader h;
   float* buf = nullptr;
+  const float* lent = nullptr;
   std::vector<float> data;
   State state = kWaiting;
   std::string error;
@@ -69,6 +74,12 @@ class LocalLinks : public GroupLinks {
         lk.lock();
         r->state = Slot::kDone;
       }
+    } else if (m.chunk < kP2PChunk && m.count) {  // a collective's: lent until a receive copied it
+      auto s = std::make_shared<Slot>();
+      s->h = h;
+      s->lent = buf;
+      g_->matcher.hold(s);
+      pending_.push_back(std::move(s));
     } else {
       auto s = std::make_shared<Slot>();
       s->h = h;
@@ -83,18 +94,22 @@ class LocalLinks : public GroupLinks {
     auto r = std::make_shared<Slot>();
     r->h = header_of(m);
     r->buf = buf;
-    std::shared_ptr<Slot> got;
-    {
-      std::lock_guard<std::mutex> lk(g_->mu);
-      got = g_->matcher.post(r);
-    }
-    if (got) {  // taken out of the matcher: ours alone
-      if (!same_layout(got->h, r->h)) {
+    std::unique_lock<std::mutex> lk(g_->mu);
+    std::shared_ptr<Slot> got = g_->matcher.post(r);
+    if (got) {  // taken out of the matcher: ours (a lent one: until we mark it done)
+      const bool fits = same_layout(got->h, r->h);
+      if (!fits) {
         r->state = Slot::kFailed;
         r->error = layout_mismatch(got->h, r->h);
-      } else {
-        if (m.count) std::memcpy(buf, got->data.data(), r->h.bytes);
-        r->state = Slot::kDone;
+      }
+      if (got->lent) got->state = Slot::kFilling;
+      lk.unlock();
+      if (fits && m.count) std::memcpy(buf, got->lent ? got->lent : got->data.data(), r->h.bytes);
+      lk.lock();
+      if (fits) r->state = Slot::kDone;
+      if (got->lent) {
+        got->state = Slot::kDone;
+        g_->cv.notify_all();
       }
     }
     pending_.push_back(std::move(r));
@@ -112,7 +127,7 @@ class LocalLinks : public GroupLinks {
         if (op->state == Slot::kFailed) return true;
         if (op->state == Slot::kDone) continue;
         all = false;
-        if (collective && op->state == Slot::kWaiting) conflict = other_call(op->h);
+        if (collective && op->state == Slot::kWaiting && !op->lent) conflict = other_call(op->h);
         if (!conflict.empty()) return true;
       }
       return all || (collective && g_->broken);
@@ -121,8 +136,10 @@ class LocalLinks : public GroupLinks {
     std::string err, missing;
     for (const auto& op : ops) {
       if (op->state == Slot::kFailed && err.empty()) err = op->error;
-      if (op->state != Slot::kDone && op->state != Slot::kFailed)
-        missing += (missing.empty() ? "" : ", ") + std::to_string(op->h.source);
+      const std::string peer = std::to_string(op->lent ? op->h.destination : op->h.source);  // lent: a send
+      const bool named = (", " + missing + ", ").find(", " + peer + ", ") != std::string::npos;
+      if (op->state != Slot::kDone && op->state != Slot::kFailed && !named)
+        missing += (missing.empty() ? "" : ", ") + peer;
     }
     if (err.empty() && missing.empty()) return;
     release(ops, lk);
@@ -154,17 +171,23 @@ class LocalLinks : public GroupLinks {
            ")";
   }
 
-  // Makes sure no sender writes into a buffer of ops any more (mu held).
+  // Makes sure no sender writes into a buffer of ops and no receiver reads a lent one any
+  // more (mu held).
   void release(const std::vector<std::shared_ptr<Slot>>& ops, std::unique_lock<std::mutex>& lk) {
     for (const auto& op : ops) {
-      if (op->state == Slot::kWaiting) g_->matcher.withdraw(op);
+      if (op->state == Slot::kWaiting && op->lent) {  // stays for its receiver as a copy (evidence
+        op->data.assign(op->lent, op->lent + op->h.bytes / sizeof(float));  // of what this rank called)
+        op->lent = nullptr;
+        op->state = Slot::kDone;
+      }
+      if (op->state == Slot::kWaiting && !op->lent) g_->matcher.withdraw(op);
       if (op->state == Slot::kFilling) g_->cv.wait(lk, [&] { return op->state != Slot::kFilling; });  // a memcpy
       if (op->state == Slot::kWaiting) op->state = Slot::kFailed;
     }
   }
 
   std::shared_ptr<Group> g_;
-  std::vector<std::shared_ptr<Slot>> pending_;  // receives posted since the last wait
+  std::vector<std::shared_ptr<Slot>> pending_;  // receives and lent sends since the last wait
 };
 
 }  // namespace

@@ -67,20 +67,11 @@ class Matcher {
   }
 
   // A receive gives up: removes it when it still waits. Returns whether it did.
-  bool withdraw(const Entry& recv) {
-    auto it = posted_.find(match_key(recv->h));
-    if (it == posted_.end()) return false;
-    auto& q = it->second;
-    const size_t before = q.size();
-    for (auto i = q.begin(); i != q.end(); ++i)
-      if (*i == recv) {
-        q.erase(i);
-        break;
-      }
-    const bool removed = q.size() != before;
-    if (q.empty()) posted_.erase(it);
-    return removed;
-  }
+  bool withdraw(const Entry& recv) { return remove(posted_, recv); }
+
+  // A held message is taken back by its sender: removes it when still held. Returns whether
+  // it did.
+  bool unhold(const Entry& msg) { return remove(held_, msg); }
 
   // The oldest held message from want.source to want.destination with want's kind, step and
   // microbatch but another chunk, or nullptr: for a receive that waits in vain, usually a
@@ -117,6 +108,21 @@ class Matcher {
     it->second.pop_front();
     if (it->second.empty()) m.erase(it);
     return x;
+  }
+
+  static bool remove(Queues& m, const Entry& e) {
+    auto it = m.find(match_key(e->h));
+    if (it == m.end()) return false;
+    auto& q = it->second;
+    const size_t before = q.size();
+    for (auto i = q.begin(); i != q.end(); ++i)
+      if (*i == e) {
+        q.erase(i);
+        break;
+      }
+    const bool removed = q.size() != before;
+    if (q.empty()) m.erase(it);
+    return removed;
   }
 
   static size_t count(const Queues& m) {

@@ -1,5 +1,6 @@
 // The UCX engine of collectives/ucx_engine.h, part 1: set-up, the progress thread and what
-// it does (UCX callbacks, header probes, payload receives, failed endpoints, shutdown).
+// it does (UCX callbacks, header probes, payload receives, failed endpoints, shutdown),
+// connect.
 // The operations callers post and wait for are in ucx_ops.cpp.
 #include <poll.h>
 #include <spdlog/spdlog.h>
@@ -114,28 +115,6 @@ void Engine::connect(const std::vector<std::vector<uint8_t>>& addresses) {
           << "process " << o_.process << " creating its endpoint to process " << p;
     }
   }, 30.0, "connect");
-}
-
-// Register before peers may send messages of `kind`: one that arrived earlier stays
-// queued for recv().
-void Engine::on_arrival(uint8_t kind, Handler fn) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (fn)
-    handlers_[kind] = std::move(fn);
-  else
-    handlers_.erase(kind);
-}
-
-void Engine::abort(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (aborted_) return;
-    aborted_ = true;
-    abort_reason_ = reason;
-    cmds_.push_back([this] { close_all(/*force=*/true); });
-  }
-  cv_.notify_all();
-  wake();
 }
 
 // One round of the data plane: queued commands, (with run_calls) arrival handlers, then

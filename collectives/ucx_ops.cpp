@@ -1,7 +1,7 @@
-// The UCX engine of collectives/ucx_engine.h, part 2: what callers do — post sends and
-// receives (matched by collectives/matching.h; messages to ranks of this process are
-// delivered in memory), wait for them (progressing the worker themselves for a while),
-// and release the buffers of operations they give up on.
+// The UCX engine of collectives/ucx_engine.h, part 2: what callers do — register arrival
+// handlers, abort, post sends and receives (matched by collectives/matching.h; messages to
+// ranks of this process are delivered in memory), wait for them (progressing the worker
+// themselves for a while), and release the buffers of operations they give up on.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,6 +10,28 @@
 #include "collectives/ucx_engine.h"
 
 namespace troupe::ucx {
+
+// Register before peers may send messages of `kind`: one that arrived earlier stays
+// queued for recv().
+void Engine::on_arrival(uint8_t kind, Handler fn) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (fn)
+    handlers_[kind] = std::move(fn);
+  else
+    handlers_.erase(kind);
+}
+
+void Engine::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = reason;
+    cmds_.push_back([this] { close_all(/*force=*/true); });
+  }
+  cv_.notify_all();
+  wake();
+}
 
 // A caller's wait, before it sleeps on cv_: for up to kWaitSpinS it progresses the worker
 // itself whenever the progress thread is not (no thread handoff per message, as

@@ -97,6 +97,13 @@ TEST_CASE("matching: a withdrawn receive is never matched, others of its identit
   REQUIRE(all.size() == 1);
   CHECK(all[0] == r4);
   CHECK(m.arrive(hdr(1, 0, 5, 16)) == nullptr);
+  auto h1 = entry(hdr(1, 0, 6, 16), 5), h2 = entry(hdr(1, 0, 6, 16), 6);  // held messages taken back
+  m.hold(h1);
+  m.hold(h2);
+  CHECK(m.unhold(h1));
+  CHECK_FALSE(m.unhold(h1));
+  CHECK(m.post(entry(hdr(1, 0, 6, 16), 7))->id == 6);
+  CHECK(m.held() == 0);
 }
 
 TEST_CASE("matching: other_chunk finds a peer's message of the same call under another chunk", "[matching]") {
