@@ -1,15 +1,19 @@
 // collectives/communicator.h — collective and point-to-point communication within a
 // group of ranks (a TP, DP or PP group of core/topology.h).
 //
-// One canonical reduction order, which every backend implements (this in-process one,
-// later UCX and NCCL): element i of a reduction is
+// One canonical reduction order, which every backend follows because they share the
+// algorithms and the reduction routine (collectives/group.h; backends: in-process
+// make_local_group below, UCX collectives/ucx.h, later NCCL): element i of a reduction is
 //     ((x_0[i] op x_1[i]) op x_2[i]) ... op x_{n-1}[i]
 // in ascending group rank, in fp32, whatever the placement of the ranks; so a layout
 // gives the same bits in one process or many.
 //
 // Every call takes a deadline (seconds). A peer that does not arrive in time makes the
 // call throw troupe::Error naming the operation, the group and the missing ranks; a rank
-// that calls a different operation or size than its peers gets an Error naming both.
+// that calls a different operation or size than its peers gets an Error naming both (in
+// process at once; over UCX a size at once, an operation by the deadline). After a failed
+// collective the communicator is broken: every later collective throws at once (in
+// process: every rank's). Point-to-point failures break nothing.
 // Buffers are fp32, `count` in elements. All calls are blocking for the caller's thread
 // only (a stage worker's own thread), never for CAF's scheduler threads.
 #pragma once
@@ -48,7 +52,10 @@ class Communicator {
   // buf (count) <- root's buf.
   virtual void broadcast(float* buf, size_t count, int root, double timeout_s) = 0;
   virtual void barrier(double timeout_s) = 0;
-  // Point to point, matched by (source, destination, tag); send does not wait for recv.
+  // Point to point, matched by (source, destination, tag) in order; tag in [0, 2^30);
+  // peer a group rank other than ours. send does not wait for recv (over UCX it waits until
+  // buf may be reused). recv throws Error on timeout ("nothing from rank ...") or when the
+  // message's count differs (naming both counts); a recv that times out consumes nothing.
   virtual void send(const float* buf, size_t count, int peer, int tag, double timeout_s) = 0;
   virtual void recv(float* buf, size_t count, int peer, int tag, double timeout_s) = 0;
 
@@ -56,8 +63,9 @@ class Communicator {
   std::unique_ptr<Work> all_reduce_async(float* buf, size_t count, ReduceOp op, double timeout_s);
 };
 
-// The in-process backend: `size` communicators over one shared rendezvous, one per rank
-// (each used by one thread: the rank's stage worker).
+// The in-process backend: `size` communicators sharing one mailbox (collectives/local.cpp),
+// one per rank (each used by one thread: the rank's stage worker). Throws Error when
+// size < 1.
 std::vector<std::shared_ptr<Communicator>> make_local_group(int size, const std::string& name);
 
 }  // namespace troupe

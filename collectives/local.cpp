@@ -1,233 +1,202 @@
-// The in-process backend of collectives/communicator.h: ranks are threads of one process;
-// each collective is a rendezvous (all ranks deposit their buffers), a compute phase in
-// which every rank reads the others' inputs in ascending rank order, and a second
-// rendezvous so no input buffer is released while a peer still reads it.
+// The in-process backend of collectives/communicator.h: ranks are threads of one process.
+// The algorithms are collectives/group.h's; this file only moves their messages, matched
+// by collectives/matching.h under one mutex per group:
+//   - a send whose receive is already posted copies the payload straight into the
+//     receiver's buffer (outside the mutex); otherwise a collective's send lends its buffer
+//     (the receive copies out of it; the sender's wait lasts until it did), and a
+//     point-to-point send leaves a copy (it does not wait for the receive);
+//   - a receive copies out of a message left for it, or waits for the sender to fill its
+//     buffer. So every payload is copied once, by one of the two ranks, outside the mutex.
+// A rank whose collective fails (deadline, mismatch) breaks the group: every rank waiting
+// in a collective fails at once, naming the ranks it still misses, and later calls fail.
+// A collective message of the same call from a peer under another operation is a rank that
+// called a different collective: the waiting rank fails at once naming both operations.
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <future>
-#include <map>
 #include <mutex>
 #include <sstream>
-#include <thread>
-#include <tuple>
 
 #include "collectives/communicator.h"
+#include "collectives/group.h"
+#include "collectives/matching.h"
 #include "core/error.h"
 
 namespace troupe {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
+// A receive (h: the message wanted, buf: its destination) or a message left for a later
+// receive (h: its header; lent: the sender's buffer, or data: a copy). Guarded by Group::mu.
+// A lent message is also the sender's pending operation: kWaiting until a receive takes
+// it, kFilling while that copies, then kDone.
 struct Slot {
-  const char* op = nullptr;
-  const float* in = nullptr;
-  float* out = nullptr;
-  size_t count = 0;
-  int root = -1;
-  int reduce = -1;
+  enum State { kWaiting, kFilling, kDone, kFailed };
+  WireHeader h;
+  float* buf = nullptr;
+  const float* lent = nullptr;
+  std::vector<float> data;
+  State state = kWaiting;
+  std::string error;
 };
 
-struct Shared {
-  explicit Shared(int n, std::string nm) : size(n), name(std::move(nm)), slots(n) {}
-  const int size;
+struct Group {
+  explicit Group(std::string n) : name(std::move(n)) {}
   const std::string name;
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<Slot> slots;
-  int arrived = 0, departed = 0;
-  uint64_t generation = 0;  // completed collectives
-  bool broken = false;      // a rank gave up: the others fail fast
-  // point to point: (src, dst, tag) -> queue of payloads
-  std::map<std::tuple<int, int, int>, std::vector<std::vector<float>>> mail;
-  std::vector<float> result;  // all_reduce's shared output
-  uint64_t result_gen = 0;
+  Matcher<Slot> matcher;
+  bool broken = false;
 };
 
-std::string ranks_missing(const std::vector<bool>& here) {
-  std::string s;
-  for (size_t r = 0; r < here.size(); ++r)
-    if (!here[r]) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
+std::string secs(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
 }
 
-class LocalComm : public Communicator {
+WireHeader header_of(const GroupMsg& m) { return group_header(m, 0, m.from, m.to); }
+
+class LocalLinks : public GroupLinks {
  public:
-  LocalComm(std::shared_ptr<Shared> sh, int rank) : sh_(std::move(sh)), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return sh_->size; }
-  const std::string& name() const override { return sh_->name; }
+  explicit LocalLinks(std::shared_ptr<Group> g) : g_(std::move(g)) {}
 
-  void all_reduce(float* buf, size_t count, ReduceOp op, double timeout_s) override {
-    // Each rank reduces its 1/n slice (every element still in ascending rank order) into
-    // the group's shared result; after the second rendezvous everyone copies it out. The
-    // next collective's first rendezvous guarantees the copies are done before reuse.
-    float* result = nullptr;
-    collective("all_reduce", buf, nullptr, count, -1, (int)op, timeout_s, [&](const std::vector<Slot>& s) {
-      result = sh_->result.data();
-      const size_t per = (count + sh_->size - 1) / sh_->size;
-      const size_t lo = std::min(count, per * rank_), hi = std::min(count, lo + per);
-      if (hi > lo) reduce_into(result + lo, s, lo, hi - lo, op);
-    }, count);
-    if (count) std::memcpy(buf, result, count * sizeof(float));
-  }
-
-  void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) override {
-    collective("reduce_scatter", in, out, count, -1, (int)op, timeout_s,
-               [&](const std::vector<Slot>& s) { reduce_into(out, s, (size_t)rank_ * count, count, op); });
-  }
-
-  void all_gather(const float* in, float* out, size_t count, double timeout_s) override {
-    collective("all_gather", in, out, count, -1, -1, timeout_s, [&](const std::vector<Slot>& s) {
-      for (int r = 0; r < sh_->size; ++r) std::memcpy(out + (size_t)r * count, s[r].in, count * sizeof(float));
-    });
-  }
-
-  void broadcast(float* buf, size_t count, int root, double timeout_s) override {
-    TROUPE_CHECK(root >= 0 && root < sh_->size) << "broadcast root " << root << " outside " << sh_->name;
-    tmp_.resize(count);
-    collective("broadcast", buf, nullptr, count, root, -1, timeout_s,
-               [&](const std::vector<Slot>& s) { std::memcpy(tmp_.data(), s[root].in, count * sizeof(float)); });
-    std::memcpy(buf, tmp_.data(), count * sizeof(float));
-  }
-
-  void barrier(double timeout_s) override {
-    collective("barrier", nullptr, nullptr, 0, -1, -1, timeout_s, [](const std::vector<Slot>&) {});
-  }
-
-  void send(const float* buf, size_t count, int peer, int tag, double) override {
-    TROUPE_CHECK(peer >= 0 && peer < sh_->size && peer != rank_) << "send to rank " << peer << " in " << sh_->name;
-    std::lock_guard<std::mutex> lk(sh_->mu);
-    sh_->mail[{rank_, peer, tag}].emplace_back(buf, buf + count);
-    sh_->cv.notify_all();
-  }
-
-  void recv(float* buf, size_t count, int peer, int tag, double timeout_s) override {
-    TROUPE_CHECK(peer >= 0 && peer < sh_->size && peer != rank_) << "recv from rank " << peer << " in " << sh_->name;
-    std::unique_lock<std::mutex> lk(sh_->mu);
-    auto key = std::make_tuple(peer, rank_, tag);
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-    if (!sh_->cv.wait_until(lk, deadline, [&] { return sh_->mail.count(key) && !sh_->mail[key].empty(); }))
-      throw Error("recv on " + sh_->name + " (rank " + std::to_string(rank_) + "): nothing from rank " +
-                  std::to_string(peer) + " with tag " + std::to_string(tag) + " within " + fmt(timeout_s) + " s");
-    auto& q = sh_->mail[key];
-    TROUPE_CHECK(q.front().size() == count) << "recv on " << sh_->name << ": rank " << peer << " sent " << q.front().size()
-                                            << " elements, rank " << rank_ << " expects " << count;
-    std::memcpy(buf, q.front().data(), count * sizeof(float));
-    q.erase(q.begin());
-  }
-
- private:
-  static std::string fmt(double s) {
-    std::ostringstream os;
-    os << s;
-    return os.str();
-  }
-
-  // out[i] = in_0[off+i] op in_1[off+i] op ... (ascending rank).
-  void reduce_into(float* out, const std::vector<Slot>& s, size_t off, size_t count, ReduceOp op) const {
-    std::memcpy(out, s[0].in + off, count * sizeof(float));
-    for (int r = 1; r < sh_->size; ++r) {
-      const float* x = s[r].in + off;
-      if (op == ReduceOp::sum) {
-#pragma omp simd
-        for (size_t i = 0; i < count; ++i) out[i] += x[i];
+  void post_send(const GroupMsg& m, const float* buf) override {
+    const WireHeader h = header_of(m);
+    std::unique_lock<std::mutex> lk(g_->mu);
+    if (std::shared_ptr<Slot> r = g_->matcher.arrive(h)) {
+      if (!same_layout(h, r->h)) {
+        r->state = Slot::kFailed;
+        r->error = layout_mismatch(h, r->h);
       } else {
-        for (size_t i = 0; i < count; ++i) out[i] = x[i] > out[i] ? x[i] : out[i];
+        r->state = Slot::kFilling;
+        lk.unlock();
+        if (m.count) std::memcpy(r->buf, buf, h.bytes);
+        lk.lock();
+        r->state = Slot::kDone;
       }
+    } else if (m.chunk < kP2PChunk && m.count) {  // a collective's: lent until a receive copied it
+      auto s = std::make_shared<Slot>();
+      s->h = h;
+      s->lent = buf;
+      g_->matcher.hold(s);
+      pending_.push_back(std::move(s));
+    } else {
+      auto s = std::make_shared<Slot>();
+      s->h = h;
+      s->data.assign(buf, buf + m.count);
+      s->state = Slot::kDone;
+      g_->matcher.hold(std::move(s));
     }
+    g_->cv.notify_all();
   }
 
-  template <class Compute>
-  void collective(const char* op, const float* in, float* out, size_t count, int root, int reduce, double timeout_s,
-                  Compute compute, size_t result_size = 0) {
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-    std::unique_lock<std::mutex> lk(sh_->mu);
-    if (sh_->broken) throw Error(std::string(op) + " on " + sh_->name + ": the group is broken by an earlier failure");
-    // wait for the previous collective to drain (departed resets when the last rank leaves)
-    const uint64_t gen = sh_->generation;
-    sh_->slots[rank_] = Slot{op, in, out, count, root, reduce};
-    ++sh_->arrived;
-    sh_->cv.notify_all();
-    auto all_arrived = [&] { return sh_->generation != gen || sh_->arrived == sh_->size || sh_->broken; };
-    const bool in_time = sh_->cv.wait_until(lk, deadline, all_arrived);
-    bool everyone = true;
-    for (int r = 0; r < sh_->size; ++r) everyone = everyone && sh_->slots[r].op != nullptr;
-    if (!in_time || (sh_->broken && !everyone)) {
-      std::vector<bool> here(sh_->size, false);
-      for (int r = 0; r < sh_->size; ++r) here[r] = sh_->slots[r].op != nullptr;
-      sh_->broken = true;
-      sh_->cv.notify_all();
-      throw Error(std::string(op) + " on " + sh_->name + " (rank " + std::to_string(rank_) + " of " +
-                  std::to_string(sh_->size) + "): rank(s) " + ranks_missing(here) + " did not arrive within " +
-                  fmt(timeout_s) + " s");
-    }
-    // every rank must call the same operation with the same size
-    for (int r = 0; r < sh_->size; ++r) {
-      const Slot& s = sh_->slots[r];
-      if (std::strcmp(s.op, op) != 0 || s.count != count || s.root != root || s.reduce != reduce) {
-        sh_->broken = true;
-        sh_->cv.notify_all();
-        throw Error(std::string(op) + " on " + sh_->name + ": rank " + std::to_string(rank_) + " called " + op + "(" +
-                    std::to_string(count) + ") but rank " + std::to_string(r) + " called " + s.op + "(" +
-                    std::to_string(s.count) + ")");
+  void post_recv(const GroupMsg& m, float* buf) override {
+    auto r = std::make_shared<Slot>();
+    r->h = header_of(m);
+    r->buf = buf;
+    std::unique_lock<std::mutex> lk(g_->mu);
+    std::shared_ptr<Slot> got = g_->matcher.post(r);
+    if (got) {  // taken out of the matcher: ours (a lent one: until we mark it done)
+      const bool fits = same_layout(got->h, r->h);
+      if (!fits) {
+        r->state = Slot::kFailed;
+        r->error = layout_mismatch(got->h, r->h);
+      }
+      if (got->lent) got->state = Slot::kFilling;
+      lk.unlock();
+      if (fits && m.count) std::memcpy(buf, got->lent ? got->lent : got->data.data(), r->h.bytes);
+      lk.lock();
+      if (fits) r->state = Slot::kDone;
+      if (got->lent) {
+        got->state = Slot::kDone;
+        g_->cv.notify_all();
       }
     }
-    std::vector<Slot> slots = sh_->slots;
-    if (sh_->result.size() < result_size) {
-      // resized under the lock by whichever rank gets here first; nobody reads it yet
-      if (sh_->result_gen != gen + 1) sh_->result.resize(result_size);
-    }
-    sh_->result_gen = gen + 1;
-    lk.unlock();
-    compute(slots);
-    lk.lock();
-    ++sh_->departed;
-    if (sh_->departed == sh_->size) {
-      for (auto& s : sh_->slots) s = Slot{};
-      sh_->arrived = sh_->departed = 0;
-      ++sh_->generation;
-      sh_->cv.notify_all();
-    } else if (!sh_->cv.wait_until(lk, deadline, [&] { return sh_->generation != gen || sh_->broken; })) {
-      sh_->broken = true;
-      sh_->cv.notify_all();
-      throw Error(std::string(op) + " on " + sh_->name + ": peers did not finish reading within " + fmt(timeout_s) + " s");
-    }
+    pending_.push_back(std::move(r));
   }
 
-  std::shared_ptr<Shared> sh_;
-  int rank_;
-  std::vector<float> tmp_;
-};
+  void wait(double timeout_s, Clock::time_point deadline, const std::function<std::string()>& what,
+            bool collective) override {
+    std::vector<std::shared_ptr<Slot>> ops;
+    ops.swap(pending_);
+    std::unique_lock<std::mutex> lk(g_->mu);
+    std::string conflict;
+    auto done = [&] {
+      bool all = true;
+      for (const auto& op : ops) {
+        if (op->state == Slot::kFailed) return true;
+        if (op->state == Slot::kDone) continue;
+        all = false;
+        if (collective && op->state == Slot::kWaiting && !op->lent) conflict = other_call(op->h);
+        if (!conflict.empty()) return true;
+      }
+      return all || (collective && g_->broken);
+    };
+    g_->cv.wait_until(lk, deadline, done);
+    std::string err, missing;
+    for (const auto& op : ops) {
+      if (op->state == Slot::kFailed && err.empty()) err = op->error;
+      const std::string peer = std::to_string(op->lent ? op->h.destination : op->h.source);  // lent: a send
+      const bool named = (", " + missing + ", ").find(", " + peer + ", ") != std::string::npos;
+      if (op->state != Slot::kDone && op->state != Slot::kFailed && !named)
+        missing += (missing.empty() ? "" : ", ") + peer;
+    }
+    if (err.empty() && missing.empty()) return;
+    release(ops, lk);
+    if (err.empty()) err = conflict;
+    if (err.empty() && collective) err = "rank(s) " + missing + " did not arrive within " + secs(timeout_s) + " s";
+    if (err.empty()) err = "nothing from rank " + missing + " within " + secs(timeout_s) + " s";
+    if (collective) {
+      g_->broken = true;
+      g_->cv.notify_all();
+    }
+    throw Error(what() + ": " + err);
+  }
 
-class AsyncWork : public Work {
- public:
-  AsyncWork(std::future<void> f, std::string what) : f_(std::move(f)), what_(std::move(what)) {}
-  void wait(double timeout_s) override {
-    if (f_.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready)
-      throw Error(what_ + " did not complete within the deadline");
-    f_.get();
+  bool broken() const override {
+    std::lock_guard<std::mutex> lk(g_->mu);
+    return g_->broken;
   }
 
  private:
-  std::future<void> f_;
-  std::string what_;
+  // "rank 0 called all_reduce (sum) but rank 1 called all_gather (it sent f32 [8] (32
+  // bytes))" when a peer's message of
+  // the same call (seq) is held under another collective operation; "" otherwise.
+  std::string other_call(const WireHeader& want) const {
+    if (want.chunk >= kP2PChunk) return "";
+    const Slot* o = g_->matcher.other_chunk(want);
+    if (!o || o->h.chunk >= kP2PChunk || (o->h.chunk >> 4) == (want.chunk >> 4)) return "";
+    return "rank " + std::to_string(want.destination) + " called " + chunk_call_name(want.chunk) + " but rank " +
+           std::to_string(o->h.source) + " called " + chunk_call_name(o->h.chunk) + " (it sent " + wire_layout(o->h) +
+           ")";
+  }
+
+  // Makes sure no sender writes into a buffer of ops and no receiver reads a lent one any
+  // more (mu held).
+  void release(const std::vector<std::shared_ptr<Slot>>& ops, std::unique_lock<std::mutex>& lk) {
+    for (const auto& op : ops) {
+      if (op->state == Slot::kWaiting && op->lent) {  // stays for its receiver as a copy (evidence
+        op->data.assign(op->lent, op->lent + op->h.bytes / sizeof(float));  // of what this rank called)
+        op->lent = nullptr;
+        op->state = Slot::kDone;
+      }
+      if (op->state == Slot::kWaiting && !op->lent) g_->matcher.withdraw(op);
+      if (op->state == Slot::kFilling) g_->cv.wait(lk, [&] { return op->state != Slot::kFilling; });  // a memcpy
+      if (op->state == Slot::kWaiting) op->state = Slot::kFailed;
+    }
+  }
+
+  std::shared_ptr<Group> g_;
+  std::vector<std::shared_ptr<Slot>> pending_;  // receives and lent sends since the last wait
 };
 
 }  // namespace
 
-std::unique_ptr<Work> Communicator::all_reduce_async(float* buf, size_t count, ReduceOp op, double timeout_s) {
-  auto f = std::async(std::launch::async, [=, this] { all_reduce(buf, count, op, timeout_s); });
-  return std::make_unique<AsyncWork>(std::move(f), "all_reduce on " + name());
-}
-
 std::vector<std::shared_ptr<Communicator>> make_local_group(int size, const std::string& name) {
   TROUPE_CHECK(size >= 1) << "group " << name << " of size " << size;
-  auto sh = std::make_shared<Shared>(size, name);
+  auto g = std::make_shared<Group>(name);
   std::vector<std::shared_ptr<Communicator>> out;
-  for (int r = 0; r < size; ++r) out.push_back(std::make_shared<LocalComm>(sh, r));
+  for (int r = 0; r < size; ++r) out.push_back(make_group_communicator(std::make_unique<LocalLinks>(g), r, size, name));
   return out;
 }
 

@@ -1,22 +1,24 @@
 // collectives/ucx.h — the data plane between processes (issue 6): host tensors over UCX
 // (ucp tag API) and the collectives of collectives/communicator.h over it.
 //
-// One UcxTransport per process. It owns one ucp context and one ucp worker, and a progress
-// thread is the only thread that calls UCX (the ucp worker is created single-threaded);
-// other threads hand it work through a queue and wait on condition variables with
-// deadlines. The progress thread sleeps in UCX's wakeup mode (ucp_worker_get_efd +
-// ucp_worker_arm + poll), woken by ucp_worker_signal when work is queued — no busy
-// polling, since several processes share the cores.
+// One UcxTransport per process, over one engine (collectives/ucx_engine.h: threads, tags,
+// buffers lent to UCX). It owns one ucp context and one ucp worker; one thread at a time
+// calls UCX (the progress thread, or a waiting caller); other threads hand it work through
+// a queue and wait on condition variables with deadlines. The progress thread sleeps in
+// UCX's wakeup mode (ucp_worker_get_efd + ucp_worker_arm + poll), woken by
+// ucp_worker_signal when work is queued; a waiting caller polls for at most 200 us — no
+// busy polling beyond that, since several processes share the cores.
 //
-// Every message is two UCX tag messages: a header frame (collectives/wire.h: a Cap'n Proto
-// TensorHeader plus an HMAC-SHA256 tag under the job secret, small, eager) and then the
-// payload (large ones go rendezvous and land zero-copy in the receiver's buffer). The
+// Every message is a header frame (collectives/wire.h: a Cap'n Proto TensorHeader plus an
+// HMAC-SHA256 tag under the job secret, small, eager) followed by its payload: in the same
+// UCX tag message up to 1 KiB, else as a second one (large ones go rendezvous and land
+// zero-copy in the receiver's buffer). The
 // receiver checks the header (decode_header: length, tag, ranges, bytes = shape x dtype
 // within WireLimits) before it allocates or posts anything for the payload; a header that
 // fails is logged, counted (rejected()) and dropped.
 //
 // Matching: a message is identified by its header's (kind, source, destination, step,
-// microbatch, chunk). recv() waits for exactly that message and receives its payload into
+// microbatch, chunk) (collectives/matching.h). recv() waits for exactly that message and receives its payload into
 // the caller's buffer (directly when the recv was posted first; else from a buffer the
 // progress thread filled when it arrived). Kinds with an arrival handler (pipeline
 // activations, gradients) are instead handed to the handler as a freshly allocated Tensor.
@@ -35,18 +37,8 @@
 
 namespace troupe {
 
-// Header kinds (schemas/wire.capnp TensorHeader.kind).
-enum WireKind : uint8_t {
-  kWireActivation = 0,   // pipeline: (step, microbatch, receiving chunk), tensor (B, T, C)
-  kWireGradient = 1,     // pipeline: output gradient, (B, T, C)
-  kWireTied = 2,         // tied-embedding gradient between the first and last stage, (V, C)
-  kWireCollective = 3,   // a Communicator's traffic: step = the group's call sequence number,
-                         // microbatch = the group's id, chunk = the phase within the call
-  kWireInference = 4,    // sampling: (id, 0, receiving chunk), tensor (1, T, C)
-  kWireSnapshot = 5,     // a memory-snapshot shard (checkpoint/memory_store.h encode_shard): step = the
-                         // snapshot's step, microbatch = the shard's global rank, chunk = 0 a peer's
-                         // copy, 1 the state of an in-place recovery; a flat f32 buffer
-};
+// Header kinds: WireKind in collectives/wire.h.
+
 
 struct TransportOptions {
   int process = 0;                 // this process's index in [0, nprocs)
@@ -105,9 +97,10 @@ class UcxTransport {
 // A Communicator over the transport for the group whose members are `ranks` (global
 // ranks, ascending = group rank order); this side is group rank `my_index`. `id` tells
 // this group's traffic apart from every other group's (unique in the job, < 2^31). The
-// reductions implement the canonical order of collectives/communicator.h exactly (each
-// element summed in ascending group rank in fp32, like the in-process backend), so a
-// layout gives the same bits in one process or many.
+// algorithms and the reduction are collectives/group.h's, the same code as the in-process
+// backend's, so a layout gives the same bits in one process or many. Throws Error when the
+// transport is gone, my_index is outside ranks, ranks are not ascending and distinct or
+// outside the world, or ranks[my_index] does not live in this process.
 std::shared_ptr<Communicator> make_ucx_communicator(std::shared_ptr<UcxTransport> transport, std::vector<int> ranks,
                                                     int my_index, int32_t id, std::string name);
 

@@ -14,11 +14,23 @@
 
 namespace troupe {
 
+// Header kinds (schemas/wire.capnp TensorHeader.kind).
+enum WireKind : uint8_t {
+  kWireActivation = 0,   // pipeline: (step, microbatch, receiving chunk), tensor (B, T, C)
+  kWireGradient = 1,     // pipeline: output gradient, (B, T, C)
+  kWireTied = 2,         // tied-embedding gradient between the first and last stage, (V, C)
+  kWireCollective = 3,   // a Communicator's traffic: step = the group's call sequence number,
+                         // microbatch = the group's id, chunk = the phase within the call
+  kWireInference = 4,    // sampling: (id, 0, receiving chunk), tensor (1, T, C)
+  kWireSnapshot = 5,     // a memory-snapshot shard (checkpoint/memory_store.h encode_shard): step = the
+                         // snapshot's step, microbatch = the shard's global rank, chunk = 0 a peer's
+                         // copy, 1 the state of an in-place recovery; a flat f32 buffer
+};
+
 struct WireHeader {
   int64_t step = 0;
   int32_t microbatch = 0, chunk = 0;
-  uint8_t kind = 0;  // 0 activation, 1 output gradient, 2 tied-embedding gradient, 3 collective, 4 inference,
-                    // 5 memory-snapshot shard
+  uint8_t kind = 0;  // a WireKind
   int32_t source = 0, destination = 0;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
