@@ -48,6 +48,17 @@ void bound_openmp_spinning(char** argv) {
 // One sentence for a command line CLI11 refused. A value that is not of the option's type
 // ("Could not convert: --tokens = 1e12") names the option, what it takes and its help
 // text, which gives the range; the rest keep CLI11's words.
+// CLI11 2.1 turns a whole number past its type's range into the largest value without a
+// word ("--seed 99999999999999999999999" became 2^63 - 1): this check refuses it first.
+const CLI::Validator kWholeNumberInRange(
+    [](std::string& s) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      (void)std::strtoll(s.c_str(), &end, 0);
+      return errno == ERANGE ? "'" + s.substr(0, 40) + "' is out of range for a whole number" : std::string();
+    },
+    "INT");
+
 std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
   std::string msg = e.what();
   for (auto& ch : msg)
@@ -68,6 +79,11 @@ std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
              opt->get_description() + " (troupe help " + sub->get_name() + ")";
     }
   }
+  if (dynamic_cast<const CLI::ValidationError*>(&e))  // "--seed: '...' is out of range ...": add what it takes
+    if (const size_t colon = msg.find(": "); colon != std::string::npos && msg.rfind("--", 0) == 0)
+      for (CLI::App* sub : app.get_subcommands())
+        if (const CLI::Option* opt = sub->get_option_no_throw(msg.substr(0, colon)))
+          return msg + " (" + opt->get_description() + "; troupe help " + sub->get_name() + ")";
   return msg + "; see troupe --help";
 }
 
@@ -124,9 +140,9 @@ int run_command(int argc, char** argv) {
   SimulateOptions so;
   auto* simulate_cmd = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
   simulate_cmd->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
-  simulate_cmd->add_option("--stages", so.P, "pipeline stages P, 1 to " + std::to_string(kMaxStages) + " (default 4)");
-  simulate_cmd->add_option("--microbatches", so.M, "microbatches M, 1 to " + std::to_string(kMaxMicrobatches) + " (default 8)");
-  simulate_cmd->add_option("--chunks", so.V, "virtual chunks per stage V, 1 to " + std::to_string(kMaxChunks) + " (default 1)");
+  simulate_cmd->add_option("--stages", so.P, "pipeline stages P, 1 to " + std::to_string(kMaxStages) + " (default 4)")->check(kWholeNumberInRange);
+  simulate_cmd->add_option("--microbatches", so.M, "microbatches M, 1 to " + std::to_string(kMaxMicrobatches) + " (default 8)")->check(kWholeNumberInRange);
+  simulate_cmd->add_option("--chunks", so.V, "virtual chunks per stage V, 1 to " + std::to_string(kMaxChunks) + " (default 1)")->check(kWholeNumberInRange);
   simulate_cmd->add_option("--cost", so.cost, "f=1,b=2,w=1,p2p=0 (b = full backward, w = its weight part)");
   simulate_cmd->add_option("--trace", so.trace, "write a Chrome trace JSON");
   simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
@@ -147,10 +163,10 @@ int run_command(int argc, char** argv) {
   auto* generate_cmd = app.add_subcommand("generate", "sample text from a snapshot");
   generate_cmd->add_option("snapshot", go.dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
   generate_cmd->add_option("--prompt", go.prompt, "text to continue (default: a new document)");
-  generate_cmd->add_option("--tokens", go.tokens, "tokens to generate, 1 to 100000 (default 64)");
+  generate_cmd->add_option("--tokens", go.tokens, "tokens to generate, 1 to 100000 (default 64)")->check(kWholeNumberInRange);
   generate_cmd->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)");
-  generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number, 0 = all (default 40)");
-  generate_cmd->add_option("--seed", go.seed, "sampling seed, a whole number >= 0 (default 1)");
+  generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number, 0 = all (default 40)")->check(kWholeNumberInRange);
+  generate_cmd->add_option("--seed", go.seed, "sampling seed, a whole number >= 0 (default 1)")->check(kWholeNumberInRange);
   generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
   PlanCommand pc;
   auto* plan_cmd = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");

@@ -106,6 +106,9 @@ TEST_CASE("numbers CLI11 cannot convert, unknown options and flags of the wrong 
   expect_user_error(run_troupe("generate '" + snap + "' --tokens 1000000000000", s, 30),
                     {"--tokens", "1000000000000", "1 to 100000"});
   expect_user_error(run_troupe("generate '" + snap + "' --seed abc", s, 30), {"--seed", "'abc'", ">= 0"});
+  // past int64: CLI11 2.1 would saturate it silently
+  expect_user_error(run_troupe("generate '" + snap + "' --seed 99999999999999999999999", s, 30),
+                    {"--seed", "out of range", ">= 0"});
   expect_user_error(run_troupe("simulate --quiet --stages 1e9", s, 30), {"--stages", "1 to 1024"});
   expect_user_error(run_troupe("--bogus", s, 30), {"--bogus", "train", "launch"});
   expect_user_error(run_troupe("simulate --quiet --chunks 4", s, 30), {"--chunks 4", "--schedule interleaved"});
