@@ -59,7 +59,10 @@ void print_error(const std::string& text) {
   std::fflush(stdout);
   std::cerr.flush();
   // whatever the error quotes (file contents, flags, a peer's words) reaches the terminal escaped
-  const std::string line = "error: " + printable(text) + "\n";
+  std::string shown = printable(text);
+  if (shown.size() > 2000)  // a 100 KB value quoted back helps nobody
+    shown = shown.substr(0, 1000) + " ... (" + std::to_string(shown.size() - 1000) + " more characters)";
+  const std::string line = "error: " + shown + "\n";
   // inside troupe launch: a line another process of the job printed already is not repeated
   if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir) {
     // FNV-1a of the line without its "[process N] " prefix: the same sentence from every process

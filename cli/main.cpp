@@ -191,6 +191,12 @@ int run_command(int argc, char** argv) {
                 "or plot (troupe help), or --help / --version");
     return 2;
   }
+  if (argc > 2 && (std::string(argv[1]) == "--version" || std::string(argv[1]) == "--help" ||
+                   std::string(argv[1]) == "-h")) {
+    print_error(std::string("troupe ") + argv[1] + " takes nothing after it (got '" + argv[2] +
+                "'); for a command's help: troupe help COMMAND");
+    return 2;
+  }
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);

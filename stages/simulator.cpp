@@ -1,5 +1,6 @@
 #include "stages/simulator.h"
 
+#include <set>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -20,11 +21,13 @@ Costs parse_costs(const std::string& spec) {
   std::stringstream ss(spec);
   std::string item;
   bool w_set = false;
+  std::set<std::string> seen;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
     auto eq = item.find('=');
     TROUPE_USER_CHECK(eq != std::string::npos) << "--cost item '" << item << "' must look like f=1 (keys f, b, w, p2p)";
     std::string k = item.substr(0, eq);
+    TROUPE_USER_CHECK(seen.insert(k).second) << "--cost " << k << " is given twice; give each of f, b, w, p2p once";
     double v = 0;
     try {
       size_t used = 0;

@@ -111,6 +111,12 @@ TEST_CASE("numbers CLI11 cannot convert, unknown options and flags of the wrong 
                     {"--seed", "out of range", ">= 0"});
   expect_user_error(run_troupe("simulate --quiet --stages 1e9", s, 30), {"--stages", "1 to 1024"});
   expect_user_error(run_troupe("--bogus", s, 30), {"--bogus", "train", "launch"});
+  expect_user_error(run_troupe("--version --bogus", s, 30), {"--version", "--bogus", "nothing after it"});
+  expect_user_error(run_troupe("simulate --quiet --cost f=1,f=2", s, 30), {"--cost f", "twice"});
+  // a huge value is quoted back shortened, in one line
+  Run lr = run_troupe("train --config configs/tiny.toml --set optim.lr=" + std::string(5000, '7') + "x", s, 30);
+  expect_user_error(lr, {"optim.lr", "more characters"});
+  CHECK(lr.err.size() < 3000);
   expect_user_error(run_troupe("simulate --quiet --chunks 4", s, 30), {"--chunks 4", "--schedule interleaved"});
   expect_user_error(run_troupe("plan --config configs/tiny.toml --set cluster.gpu=cpu --tokens inf", s, 30),
                     {"--tokens inf", "1e18"});
