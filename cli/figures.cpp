@@ -70,9 +70,16 @@ void render_png(const std::string& script, const std::string& out, const std::st
   if (!script_ok || rc != 0 || !fs::is_regular_file(tmp, ec) || fs::file_size(tmp, ec) == 0) {
     fs::remove(tmp, ec);
     if (!script_ok) throw UserError("cannot write gnuplot's script in /tmp; free space in /tmp and draw " + out + " again");
-    throw UserError(fmt::format("gnuplot could not draw {} ({}); check that its folder has free space and is writable, "
-                                "or pass another {} path (scripts/setup.sh installs gnuplot-nox with pngcairo)",
-                                out, reason.empty() ? "it wrote an empty picture" : "gnuplot: " + reason, option));
+    // blame the disk only when gnuplot did not say why, or said it could not write
+    const bool io = reason.empty() || reason.find("annot open") != std::string::npos ||
+                    reason.find("space") != std::string::npos || reason.find("ermission") != std::string::npos;
+    if (io)
+      throw UserError(fmt::format("gnuplot could not draw {} ({}); check that its folder has free space and is "
+                                  "writable, or pass another {} path (scripts/setup.sh installs gnuplot-nox with pngcairo)",
+                                  out, reason.empty() ? "it wrote an empty picture" : "gnuplot: " + reason, option));
+    throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); the figure is beyond what gnuplot draws here: "
+                                "draw a smaller one (fewer stages or microbatches), or leave out {}",
+                                out, reason, option));
   }
   fs::rename(tmp, out, ec);
   if (ec) {
@@ -107,10 +114,15 @@ void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::
     data += fmt::format("{} {} {} {} {:#08x} {}\n", 0.5 * (b.t0 + b.t1), b.stage, 0.5 * (b.t1 - b.t0), 0.38,
                         colour_of(b.kind, b.chunk), label);
   }
+  // 55 pixels a stage, fewer past 290 stages: Cairo refuses a picture taller than 32767
+  // pixels ("Cairo is unhappy"), so the picture stays under 16,000; stage names every
+  // `every`-th row, at least 18 pixels apart
+  const int row_px = std::max(4, std::min(55, (16000 - 170) / std::max(1, stages)));
+  const int every = (18 + row_px - 1) / row_px;
   std::string ytics;
-  for (int s = 0; s < stages; ++s) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
+  for (int s = 0; s < stages; s += every) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
   std::string gp;
-  gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10'\n", 170 + 55 * stages);
+  gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10'\n", 170 + row_px * stages);
   gp += "set output " + gp_quote(png_tmp(out)) + "\n";
   gp += "$bars << EOD\n" + data + "EOD\n";
   gp += "set title " + gp_quote(title) + "\n";

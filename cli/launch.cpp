@@ -428,7 +428,11 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       // --respawn process: a lost process (a signal, or troupe train's "start me again") is
       // started again at once, alone, unless the job is being stopped or has failed already.
       const bool lost = WIFSIGNALED(st) || (WIFEXITED(st) && code == kRestartStatus);
-      if (per_process && lost && !user_stop && first_status < 0 && respawns < kMaxRestarts) {
+      // a process of troupe train under fault.policy = abort marked the attempt: the job
+      // stops on a lost process, so starting it again would only be refused (cli/train.cpp)
+      std::error_code no_ec;
+      const bool abort_policy = !said.dir.empty() && std::filesystem::exists(said.dir + "/no-respawn", no_ec);
+      if (per_process && lost && !user_stop && first_status < 0 && respawns < kMaxRestarts && !abort_policy) {
         const double died_at = unix_seconds();
         const int k = ++respawns;
         say(who + what + "; starting it again (respawn " + std::to_string(k) + ")");
@@ -441,7 +445,9 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       }
       if (code == kRestartStatus) out.restartable = true;
       if (WIFEXITED(st) || !(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
-        say(who + what);
+        say(who + what + (per_process && lost && abort_policy && first_status < 0
+                              ? " (fault.policy = abort: not started again; the job stops)"
+                              : ""));
       if (first_status < 0) {
         out.failed_at = unix_seconds();
         first_status = code;

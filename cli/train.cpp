@@ -420,6 +420,9 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const char* respawn = std::getenv("TROUPE_RESPAWN");
   const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
   std::string resume = resume_opt;
+  if (c.fault.policy == "abort" && launch.world > 1)  // tell troupe launch not to start a lost process again
+    if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir)
+      std::ofstream(std::string(dir) + "/no-respawn") << "fault.policy = abort\n";
   if (restart > 0 && c.fault.policy == "abort")
     throw FinalError(
         "fault.policy = abort: the job stops after a lost process, so a process started again by the launcher does not "

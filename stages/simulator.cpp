@@ -5,6 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <fmt/format.h>
+
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -222,23 +225,26 @@ std::string ascii_timeline(const Schedule& sc, const SimResult& r, int width) {
 }
 
 std::string chrome_trace(const Schedule& sc, const SimResult& r) {
-  nlohmann::json ev = nlohmann::json::array();
+  // Written out directly: a DOM of 3 million events (1024 stages x 1024 microbatches, zb-h1)
+  // took 8 GB and 29 s; this takes the size of the text.
+  std::string out;
+  out.reserve(64 + (size_t)sc.P * 110 + r.timeline.size() * 150);
+  out += "{\"traceEvents\":[";
   for (int s = 0; s < sc.P; ++s)
-    ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", s}, {"args", {{"name", "stage " + std::to_string(s)}}}});
-  for (auto& e : r.timeline) {
-    std::string kind(1, (char)e.action.kind);
-    ev.push_back({{"name", to_string(e.action)},
-                  {"cat", kind},
-                  {"ph", "X"},
-                  {"pid", 0},
-                  {"tid", e.stage},
-                  {"ts", e.start * 1000.0},
-                  {"dur", (e.end - e.start) * 1000.0},
-                  {"args", {{"microbatch", e.action.mb}, {"chunk", e.action.chunk}}}});
-  }
-  nlohmann::json j = {{"traceEvents", ev}, {"displayTimeUnit", "ms"},
-                      {"otherData", {{"schedule", sc.name}, {"P", sc.P}, {"M", sc.M}, {"V", sc.V}}}};
-  return j.dump();
+    fmt::format_to(std::back_inserter(out),
+                   "{}{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":{},\"args\":{{\"name\":\"stage {}\"}}}}",
+                   s ? "," : "", s, s);
+  for (auto& e : r.timeline)
+    fmt::format_to(std::back_inserter(out),
+                   ",{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{},\"dur\":{},"
+                   "\"args\":{{\"microbatch\":{},\"chunk\":{}}}}}",
+                   to_string(e.action), (char)e.action.kind, e.stage, e.start * 1000.0, (e.end - e.start) * 1000.0,
+                   e.action.mb, e.action.chunk);
+  // the schedule's name may be a file path: escaped by the JSON library
+  out += "],\"displayTimeUnit\":\"ms\",\"otherData\":";
+  out += nlohmann::json{{"schedule", sc.name}, {"P", sc.P}, {"M", sc.M}, {"V", sc.V}}.dump();
+  out += "}";
+  return out;
 }
 
 double activation_bytes_per_layer(int B, int T, int C, int NH) {
