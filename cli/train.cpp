@@ -216,7 +216,14 @@ void check_data(const Config& c, const PreparedData& d, const BlendLoader& loade
 class FreshFolders {
  public:
   explicit FreshFolders(std::string metrics) : metrics_(std::move(metrics)) {}
-  void add(const std::string& dir) { dirs_.push_back(dir); }
+  // Call before creating `dir`: records the outermost of its folders that does not exist
+  // yet (a --run-dir a/b/c made a, b and c), nothing when `dir` exists.
+  void will_create(const std::string& dir) {
+    std::error_code ec;
+    fs::path q = fs::absolute(dir, ec), first_new;
+    for (; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) first_new = q;
+    if (!first_new.empty()) dirs_.push_back(first_new.string());
+  }
   ~FreshFolders() {
     if (std::uncaught_exceptions() == 0 || dirs_.empty()) return;
     try {
@@ -485,25 +492,21 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // folders this run makes; removed again if it fails before its first step (a job that
   // cannot assemble, a signal while joining): a refusal leaves no litter
   FreshFolders fresh(run_dir + "/metrics.jsonl");
-  std::error_code fs_ec;
   if (!follower && !c.checkpoint.dir.empty() &&
       fs::absolute(ckpt_dir).lexically_normal() != fs::absolute(run_dir).lexically_normal()) {
-    const bool is_new = !fs::exists(ckpt_dir, fs_ec);
+    fresh.will_create(ckpt_dir);
     lock_folder(ckpt_dir, "checkpoint.dir",
                 "run (its snapshots would be removed by this run's checkpoint.keep_last)",
                 "choose another checkpoint.dir");
-    if (is_new) fresh.add(ckpt_dir);
   }
   if (!follower && !c.train.tensorboard_dir.empty()) {
-    const bool is_new = !fs::exists(c.train.tensorboard_dir, fs_ec);
+    fresh.will_create(c.train.tensorboard_dir);
     create_event_dir(c.train.tensorboard_dir);
-    if (is_new) fresh.add(c.train.tensorboard_dir);
   }
   if (!follower) {
-    const bool is_new = !fs::exists(run_dir, fs_ec);
+    fresh.will_create(run_dir);
     const int lock_fd = make_run_dir(run_dir);
     (void)lock_fd;
-    if (is_new) fresh.add(run_dir);
     setup_logging(run_dir);
     const std::string saved = save_config(c, run_dir);
     spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
