@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -175,14 +177,23 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   TROUPE_USER_CHECK(!ec && fs::is_directory(dir))
       << "cannot create " << what << " '" << dir << "' (" << (ec ? ec.message() : "not a directory") << "); " << fix;
   const std::string lock = dir + "/.lock";
-  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno) << "); " << fix;
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " ("
+                             << (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)) << "); " << fix;
   TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0) << what << " '" << dir << "' is in use by another troupe "
                                                          << why_busy << "; wait for it or " << fix;
   return fd;  // held until the process exits
 }
 
 int make_run_dir(const std::string& dir) {
+  // the run's files are appended to in place: a link among them would send the records to
+  // the file it points to (a resumed run's folder is reused)
+  std::error_code ec;
+  for (const char* f : {"metrics.jsonl", "train.log", "config.toml", ".lock"})
+    TROUPE_USER_CHECK(!fs::is_symlink(fs::path(dir) / f, ec))
+        << "the run directory " << dir << " holds " << f << " as a symbolic link (to "
+        << fs::read_symlink(fs::path(dir) / f, ec).string()
+        << "); troupe does not write its records through links: remove the link or pass another --run-dir";
   return lock_folder(dir, "run directory", "process", "pass another --run-dir");
 }
 
@@ -228,6 +239,12 @@ void check_output_file(const std::string& path, const std::string& option, uint6
       << fs::read_symlink(abs, ec).string() << ") or another file";
   TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
                                                 << (abs / "out").string();
+  // file systems take names of at most 255 bytes, and the temporary file beside the output
+  // adds ".tmp-<pid>" to its name
+  const size_t name_bytes = abs.filename().string().size();
+  TROUPE_USER_CHECK(name_bytes <= 235) << option << ": the file name of " << path.substr(0, 60) << "... is " << name_bytes
+                                       << " bytes long; file systems take at most 255 and troupe writes NAME.tmp-<pid> "
+                                       << "beside it first: use a name of at most 235 bytes";
   const fs::path dir = abs.parent_path();
   TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << "cannot write " << path << ": the folder " << dir.string()
                                                << " does not exist or is not a directory; create it or pass another "
@@ -354,7 +371,15 @@ PreparedData prepare(const Config& c) {
 // The default run directory: runs/<timestamp>, or runs/<launch id> for every process and
 // every restart of one `troupe launch` (TROUPE_LAUNCH_ID).
 std::string default_run_dir() {
-  if (const char* id = std::getenv("TROUPE_LAUNCH_ID"); id && *id) return std::string("runs/") + id;
+  if (const char* id = std::getenv("TROUPE_LAUNCH_ID"); id && *id) {
+    // one plain name (troupe launch makes <timestamp>-<random>): "../x" would put the run elsewhere
+    const std::string s = id;
+    TROUPE_USER_CHECK(s.size() <= 64 && s[0] != '.' &&
+                      std::all_of(s.begin(), s.end(), [](char ch) { return std::isalnum((unsigned char)ch) || ch == '-' || ch == '_' || ch == '.'; }))
+        << "TROUPE_LAUNCH_ID = '" << s.substr(0, 80) << "' is not a plain name (letters, digits, '-', '_', '.', at most 64, "
+        << "not starting with '.'); unset it (troupe launch sets it) or pass --run-dir";
+    return std::string("runs/") + s;
+  }
   std::string dir = "runs/" + timestamp();
   for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
   return dir;

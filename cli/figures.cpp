@@ -2,7 +2,13 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +20,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 
 namespace fs = std::filesystem;
 
@@ -36,6 +43,27 @@ void check_png_output(const std::string& out, const std::string& option) {
   check_output_file(out, option);
 }
 
+namespace {
+// gnuplot SCRIPT with its stderr in err_path; its pid in *pid while it runs (for a signal's
+// clean-up). Returns its exit status, or -1 when it could not be started or was killed.
+int run_gnuplot(const std::string& script_path, const std::string& err_path, std::atomic<pid_t>* pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const char* argv[] = {"gnuplot", script_path.c_str(), nullptr};
+  pid_t child = -1;
+  const int err = posix_spawnp(&child, "gnuplot", &fa, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) return -1;
+  pid->store(child);
+  int st = 0;
+  while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  }
+  pid->store(0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+}  // namespace
+
 void render_png(const std::string& script, const std::string& out, const std::string& option) {
   check_png_output(out, option);
   std::error_code ec;
@@ -43,6 +71,19 @@ void render_png(const std::string& script, const std::string& out, const std::st
   TROUPE_USER_CHECK(::mkdtemp(tmpl) != nullptr) << "cannot create a temporary folder for gnuplot in /tmp ("
                                                 << std::strerror(errno) << "); free space in /tmp";
   const std::string dir = tmpl, script_path = dir + "/figure.gp", err_path = dir + "/stderr.txt";
+  // a signal while drawing: stop gnuplot, remove its folder and the half-drawn picture, exit 2
+  std::atomic<pid_t> gnuplot{0};
+  InterruptGuard interrupt([&](int sig) {
+    if (const pid_t g = gnuplot.load(); g > 0) {
+      ::kill(g, SIGKILL);
+      ::waitpid(g, nullptr, 0);
+    }
+    std::error_code rm;
+    fs::remove_all(dir, rm);
+    fs::remove(png_tmp(out), rm);
+    return std::string("stopped by ") + (sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1") +
+           " while drawing " + out + "; the half-drawn picture was removed";
+  });
   bool script_ok = false;
   {
     std::ofstream f(script_path);
@@ -50,7 +91,7 @@ void render_png(const std::string& script, const std::string& out, const std::st
     f.close();
     script_ok = f.good();
   }
-  const int rc = script_ok ? std::system(("gnuplot " + gp_quote(script_path) + " 2>" + gp_quote(err_path)).c_str()) : -1;
+  const int rc = script_ok ? run_gnuplot(script_path, err_path, &gnuplot) : -1;
   // gnuplot's own message, reduced to one printable line (it is several lines with a caret)
   std::string reason;
   {

@@ -7,6 +7,7 @@
 // are forwarded to the live children, and the timeout is the end of the grace period after
 // the first failure.
 #include "cli/launch.h"
+#include "cli/common.h"
 
 #include <filesystem>
 #include <netdb.h>
@@ -28,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,7 @@ bool is_executable(const std::string& cmd) {
 Options parse_args(int argc, char** argv) {
   Options o;
   bool have_nprocs = false, have_dashdash = false;
+  std::set<std::string> seen;  // options given so far
   int i = 0;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -131,6 +134,10 @@ Options parse_args(int argc, char** argv) {
           << name << " needs a value, e.g. " << name << " " << example << "; usage: " << kUsage;
       val = argv[++i];
     };
+    if (name == "--nprocs" || name == "--coordinator" || name == "--grace" || name == "--respawn") {
+      TROUPE_USER_CHECK(seen.insert(name).second)
+          << name << " is given twice; pass it once (troupe launch would otherwise take one of them silently)";
+    }
     if (name == "--nprocs") {
       take_value("2");
       long n = 0;
@@ -572,11 +579,11 @@ int launch_main(int argc, char** argv) {
     return run(o);
   } catch (const UserError& e) {
     std::fflush(stdout);
-    std::cerr << "error: " << e.what() << std::endl;
+    cli::print_error(e.what());  // once per job: a launch nested in a launch is refused by N processes alike
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::cerr << "error: " << e.what() << std::endl;
+    cli::print_error(e.what());
     return 1;
   }
 }

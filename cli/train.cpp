@@ -393,6 +393,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     setup_logging("");
   }
   const bool follower = launch.world > 1 && launch.rank != 0;
+  // from here a stop signal is a request (a flag): before the first step it ends the
+  // command at the next check with exit 2 and no folders left; from the first step on it
+  // saves a snapshot and stops
+  install_stop_signals();
   const std::string secret = launch.world > 1 ? job_secret() : std::string();
   if (launch.world > 1) {
     TROUPE_USER_CHECK(secret.size() >= 16) << "the job secret has " << secret.size()
@@ -477,6 +481,9 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                  c.train.threads, workers, workers);
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
+  if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)
+    throw UserError(std::string("stopped by ") + (sig == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM") +
+                    " before training began; no run directory was made");
   std::vector<BlendLoader::Source> sources;
   for (const PreparedSource& s : d.sources)
     sources.push_back({s.name, s.weight, std::make_shared<const TokenFile>(s.train_path),
@@ -545,7 +552,6 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                                      "(metrics.jsonl marks the resume)",
                                      state->dir, state->step)
                        : std::string("no snapshot yet: starting from step 1"));
-  install_stop_signals();
   JobResult r;
   if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, ckpt_dir, r); rc != 0) return rc;
   if (r.follower) return 0;  // process 0 reports the job

@@ -3,7 +3,9 @@
 #include <thread>
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
@@ -263,6 +265,16 @@ void Config::set(const std::string& assignment) {
     t = toml::table{};
     t.insert("v", value);
   }
+  // a decimal TOML's parser will not take (hundreds of digits, 1e-320) is still a number
+  if (std::holds_alternative<double*>(k->ref(*this)) && !t["v"].is_number() && !value.empty() &&
+      !std::isspace((unsigned char)value[0])) {
+    char* end = nullptr;
+    const double d = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() + value.size() && std::isfinite(d)) {
+      t = toml::table{};
+      t.insert("v", d);
+    }
+  }
   assign(*this, *k, *t["v"].node(), " (from --set)");
 }
 
@@ -272,12 +284,6 @@ void Config::validate() const {
   TROUPE_USER_CHECK(m.n_layer >= 1) << "model.n_layer = " << m.n_layer << " must be at least 1";
   TROUPE_USER_CHECK(m.n_head >= 1) << "model.n_head = " << m.n_head << " must be at least 1";
   TROUPE_USER_CHECK(m.n_embd >= 1) << "model.n_embd = " << m.n_embd << " must be at least 1";
-  if (m.n_embd % m.n_head != 0) {
-    int lo = m.n_embd / m.n_head * m.n_head, hi = lo + m.n_head;
-    TROUPE_USER_FAIL() << "model.n_embd = " << m.n_embd << " is not divisible by model.n_head = " << m.n_head
-                       << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
-                       << ", or an n_head that divides " << m.n_embd;
-  }
   // upper bounds: far above any model trained (MT-NLG 530B: 105 layers, n_embd 20480), low
   // enough that parameter and activation counts cannot overflow 64-bit arithmetic
   TROUPE_USER_CHECK(m.n_layer <= 16384) << "model.n_layer = " << m.n_layer << " exceeds 16384; use fewer layers";
@@ -287,6 +293,14 @@ void Config::validate() const {
   TROUPE_USER_CHECK(m.block_size <= (1 << 20)) << "model.block_size = " << m.block_size
                                                << " exceeds 1048576; use a shorter context";
   TROUPE_USER_CHECK(m.block_size >= 1) << "model.block_size = " << m.block_size << " must be at least 1";
+  TROUPE_USER_CHECK(m.n_head <= m.n_embd) << "model.n_head = " << m.n_head << " exceeds model.n_embd = " << m.n_embd
+                                          << ": each head needs at least one channel; use fewer heads";
+  if (m.n_embd % m.n_head != 0) {
+    const int64_t lo = m.n_embd / m.n_head * m.n_head, hi = lo + m.n_head;
+    TROUPE_USER_FAIL() << "model.n_embd = " << m.n_embd << " is not divisible by model.n_head = " << m.n_head
+                       << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
+                       << ", or an n_head that divides " << m.n_embd;
+  }
   TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << m.dropout
                                                     << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";
   TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size << " must be at least 2";
@@ -322,16 +336,21 @@ void Config::validate() const {
   TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";
   TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
   auto& t = train;
-  TROUPE_USER_CHECK(t.batch_size >= 1) << "train.batch_size = " << t.batch_size << " must be at least 1";
-  if (t.batch_size % (p.dp * p.microbatches) != 0) {
+  TROUPE_USER_CHECK(t.batch_size >= 1 && t.batch_size <= kMaxBatch)
+      << "train.batch_size = " << t.batch_size << "; use 1 to " << kMaxBatch
+      << " sequences per step (MT-NLG 530B trained with 1920)";
+  TROUPE_USER_CHECK(p.microbatches <= t.batch_size)
+      << "parallel.microbatches = " << p.microbatches << " exceeds train.batch_size = " << t.batch_size
+      << ": a microbatch holds at least one sequence; use parallel.microbatches <= " << t.batch_size;
+  if (t.batch_size % ((int64_t)p.dp * p.microbatches) != 0) {
     const int per = t.batch_size / std::max(1, p.dp);
-    std::string divs;
-    for (int d = 1; d <= std::max(1, per); ++d)
-      if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d);
+    std::string divs;  // the divisors of per, listed while there are few
+    for (int d = 1, n = 0; d <= std::max(1, per) && n < 24; ++d)
+      if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d), ++n;
     TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.dp = " << p.dp
                        << " replicas x parallel.microbatches = " << p.microbatches << " equal microbatches; "
                        << "use " << (divs.empty() ? "" : "microbatches in {" + divs + "}, ")
-                       << "another parallel.dp, or a batch_size that is a multiple of " << p.dp * p.microbatches;
+                       << "another parallel.dp, or a batch_size that is a multiple of " << (int64_t)p.dp * p.microbatches;
   }
   TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
   TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "

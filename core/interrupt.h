@@ -9,7 +9,7 @@
 
 namespace troupe {
 
-// While an InterruptGuard lives, SIGINT and SIGTERM end the process cleanly instead of by
+// While an InterruptGuard lives, SIGINT, SIGTERM and SIGUSR1 (troupe's "save and stop") end the process cleanly instead of by
 // their default action: a watcher thread (not the signal handler, so it may allocate and
 // touch the filesystem) calls `on_stop(signal number)`, which removes what the interrupted
 // work left and returns one sentence; the guard prints "error: <sentence>" on stderr and

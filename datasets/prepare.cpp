@@ -386,16 +386,17 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   }
   // Ctrl-C / SIGTERM from here to the commit: remove what this preparation wrote, say so,
   // exit 2 (the default action left .lock, <source>.scratch and a partial tokenizer).
-  enum Phase { kWaiting, kReading, kBuilding };
+  enum Phase { kWaiting, kReading, kBuilding, kCommitted };
   std::atomic<int> phase{kWaiting};
   std::optional<InterruptGuard> interrupt;
   interrupt.emplace([&](int sig) {
-    const std::string what = std::string(sig == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM");
+    const std::string what = std::string(sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1");
     std::error_code ec;
     if (phase == kWaiting) return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
-    if (phase == kReading) {
+    if (phase == kReading || phase == kCommitted) {
       fs::remove(p.dir + "/.lock", ec);  // this process holds it
-      return "stopped by " + what + " while reading the data cache " + p.dir + "; nothing was changed";
+      return "stopped by " + what + (phase == kReading ? " while reading the data cache " : " after preparing the data cache ") +
+             p.dir + (phase == kReading ? "; nothing was changed" : "; it is complete");
     }
     if (!cleanup.first_new.empty()) {
       fs::remove_all(cleanup.first_new, ec);
@@ -407,7 +408,8 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     return "stopped by " + what + " while preparing the data in " + p.dir +
            "; its partial files were removed (nothing else was touched): run the command again to prepare it";
   });
-  DirLock lock(p.dir, log);
+  std::optional<DirLock> lock;
+  lock.emplace(p.dir, log);
   phase = kReading;
   if (fs::exists(p.dir + "/meta.json")) {
     const std::string problem = check_committed(p, key, vocab_size);
@@ -446,9 +448,10 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
                                  {"eot_id", p.eot_id},
                                  {"unigram_entropy", p.unigram_entropy},
                                  {"sources", sources}};
-    interrupt.reset();  // from here a signal has its default action: the cache is whole once committed
     write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
+    phase = kCommitted;
   }
+  lock.reset();  // (removes .lock) and then the guard: a signal in between finds nothing to clean
   interrupt.reset();
   char line[256];
   std::snprintf(line, sizeof line,

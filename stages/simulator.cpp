@@ -3,6 +3,8 @@
 #include <set>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cctype>
 #include <limits>
 #include <map>
 #include <fmt/format.h>
@@ -31,14 +33,12 @@ Costs parse_costs(const std::string& spec) {
     TROUPE_USER_CHECK(eq != std::string::npos) << "--cost item '" << item << "' must look like f=1 (keys f, b, w, p2p)";
     std::string k = item.substr(0, eq);
     TROUPE_USER_CHECK(seen.insert(k).second) << "--cost " << k << " is given twice; give each of f, b, w, p2p once";
-    double v = 0;
-    try {
-      size_t used = 0;
-      v = std::stod(item.substr(eq + 1), &used);
-      TROUPE_USER_CHECK(used == item.size() - eq - 1) << "--cost " << k << " must be a number";
-    } catch (const std::logic_error&) {
-      throw UserError("--cost " + k + " = '" + item.substr(eq + 1) + "' is not a number");
-    }
+    // strtod, not stod: stod throws out_of_range for a tiny value (1e-320) that is a number;
+    // an overflow (1e999) comes back infinite and meets the range check below
+    const std::string text = item.substr(eq + 1);
+    char* end = nullptr;
+    const double v = text.empty() || std::isspace((unsigned char)text[0]) ? NAN : std::strtod(text.c_str(), &end);
+    TROUPE_USER_CHECK(end == text.c_str() + text.size()) << "--cost " << k << " = '" << text << "' is not a number";
     // a schedule's makespan adds up to millions of costs: a bound keeps every sum finite
     TROUPE_USER_CHECK(v >= 0 && std::isfinite(v) && v <= kMaxCost)
         << "--cost " << k << " = " << item.substr(eq + 1) << " must be a finite number from 0 to " << kMaxCost

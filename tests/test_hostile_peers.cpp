@@ -173,3 +173,87 @@ TEST_CASE("simulate draws a timeline of 600 stages (Cairo refuses pictures over 
   CHECK(j["traceEvents"].size() == 600 + 600 * 2 * 2);
   CHECK(j["otherData"]["P"] == 600);
 }
+
+TEST_CASE("the fifth trial's classes: links in a run directory, huge sizes, process limits, names, repeats, numbers",
+          "[cli][hostile]") {
+  Scratch s("fifth");
+  const std::string cache = " --set data.cache_dir='" + s.path("cache") + "'";
+  // a snapshot and a run directory to work on
+  REQUIRE(run_troupe("train --config configs/tiny.toml --set train.steps=1 --set checkpoint.interval=1 --set "
+                     "train.sample_tokens=0" + cache + " --run-dir '" + s.path("run") + "'",
+                     s)
+              .rc == 0);
+  const std::string snap = s.path("run/checkpoints/step-00000001");
+  REQUIRE(fs::exists(snap));
+  {  // a link among a run directory's files is refused; the file it points to stays as it was
+    fs::create_directories(s.path("linked"));
+    s.write("victim.txt", "keep me\n");
+    fs::create_symlink(s.path("victim.txt"), s.path("linked/metrics.jsonl"));
+    expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=1" + cache + " --run-dir '" +
+                                     s.path("linked") + "'",
+                                 s),
+                      {"symbolic link", "metrics.jsonl"});
+    CHECK(slurp(s.path("victim.txt")) == "keep me\n");
+  }
+  // sizes at the edge of int: refused at once with a sentence, never a SIGFPE or a negative suggestion
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.batch_size=2147483647" + cache, s, 60),
+                    {"train.batch_size = 2147483647", "1 to"});
+  {
+    const Run r = run_troupe("train --config configs/tiny.toml --set model.n_embd=2147483647" + cache, s, 60);
+    expect_user_error(r, {"model.n_embd"});
+    CHECK(r.err.find("-2147483648") == std::string::npos);
+  }
+  // an address-space limit too small to start: one sentence, not an abort or a hang
+  expect_user_error(run_troupe("generate '" + snap + "' --tokens 3", s, 60, "ulimit -v 400000;"), {"ulimit -v"});
+  // a file-size limit: export fails with a sentence (EFBIG, not SIGXFSZ) and leaves no temporary file
+  {
+    const Run r = run_troupe("export '" + snap + "' '" + s.path("x.safetensors") + "'", s, 60, "ulimit -f 100;");
+    INFO(r.err);
+    CHECK((r.rc == 1 || r.rc == 2));
+    CHECK(r.err.find("error: ") == 0);
+    bool tmp = false;
+    for (auto& e : fs::directory_iterator(s.dir)) tmp = tmp || e.path().filename().string().find(".tmp-") != std::string::npos;
+    CHECK_FALSE(tmp);
+    CHECK_FALSE(fs::exists(s.path("x.safetensors")));
+  }
+  // a trace of the wrong shape for plan --calibrate
+  fs::create_directories(s.path("cal"));
+  fs::copy_file(s.path("run/config.toml"), s.path("cal/config.toml"));
+  s.write("cal/trace.json", "{\"traceEvents\":[1,2,3,{\"ph\":\"X\",\"args\":{\"step\":\"two\"}}]}");
+  expect_user_error(run_troupe("plan --config configs/tiny.toml --set cluster.gpu=cpu --calibrate '" + s.path("cal") + "'", s),
+                    {"--calibrate", "wrong type"});
+  // TROUPE_LAUNCH_ID names a folder under runs/: a path is refused
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=1" + cache, s, 60,
+                               "env TROUPE_LAUNCH_ID=../../tmp/evil"),
+                    {"TROUPE_LAUNCH_ID"});
+  // an output name longer than a file system takes
+  expect_user_error(run_troupe("export '" + snap + "' '" + s.path(std::string(300, 'x') + ".safetensors") + "'", s),
+                    {"235 bytes"});
+  // an option given twice to troupe launch
+  expect_user_error(run_troupe("launch --nprocs 1 --nprocs 2 -- true", s), {"--nprocs is given twice"});
+  // numbers the TOML parser or stod would not take are still numbers
+  CHECK(run_troupe("simulate --quiet --cost f=1e-320,b=2", s).rc == 0);
+  CHECK(run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 --set optim.lr=0." +
+                       std::string(500, '1') + cache + " --run-dir '" + s.path("run-lr") + "'",
+                   s)
+            .rc == 0);
+  // a title with a newline is named as such (it reached gnuplot and was blamed on the figure's size)
+  expect_user_error(run_troupe("plot '" + s.path("run") + "' --out '" + s.path("p.png") + "' --title \"$(printf 'a\\nb')\"", s),
+                    {"--title", "control character"});
+  // both stdout and stderr closed: the output has nowhere to go, exit 2 (not 0 with the text lost)
+  CHECK(troupe::test::shell_status("'" + troupe_bin() + "' generate '" + snap + "' --tokens 3 >&- 2>&-") == 2);
+}
+
+TEST_CASE("Ctrl-C during the end-of-run sample ends the sample, and the run finishes", "[cli][hostile]") {
+  Scratch s("samplesig");
+  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && timeout 120 '" + troupe_bin() +
+                          "' train --config configs/tiny.toml --set train.steps=2 --set train.sample_tokens=100000 "
+                          "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "' 2> '" +
+                          s.path("err") + "' & p=$!; for i in $(seq 1 600); do grep -qE 'step +2/2' '" + s.path("err") +
+                          "' && break; sleep 0.1; done; sleep 1; kill -INT $p; wait $p; echo $? > '" + s.path("rc") + "'";
+  troupe::test::shell_status(cmd);
+  const std::string err = slurp(s.path("err"));
+  INFO(err);
+  CHECK(std::atoi(slurp(s.path("rc")).c_str()) == 0);
+  CHECK(err.find("the sample stops after") != std::string::npos);
+}
