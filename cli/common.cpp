@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/file.h>
@@ -299,6 +300,15 @@ double available_memory() {
 // gradients and AdamW moments (16 bytes per parameter, the tied embedding twice when
 // split; mixed precision adds the bf16 GEMM copy), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
 // GPipe M) and the logits of a microbatch (twice: logits and their gradient).
+void check_address_space(uint64_t bytes, const std::string& what) {
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return;
+  const uint64_t need = bytes + (uint64_t(1) << 30);  // + libraries, threads, buffers
+  TROUPE_USER_CHECK(as.rlim_cur >= need)
+      << "the address-space limit (ulimit -v) is " << (as.rlim_cur >> 20) << " MiB but " << what << " of this model needs "
+      << "about " << (need >> 20) << " MiB (its parameters and state, plus 1 GiB); raise it (ulimit -v unlimited)";
+}
+
 void check_memory(const Config& c) {
   const GPTConfig g = GPTConfig::from(c.model);
   const int P = c.parallel.pp, M = c.parallel.microbatches, V = c.parallel.chunks;
@@ -323,6 +333,7 @@ void check_memory(const Config& c) {
   if (c.train.recompute == "full" || half || selective) acts += full_layer * P;  // one recompute/unpack buffer per stage
   acts *= DP;                                               // every replica
   const double need = params + acts;
+  check_address_space((uint64_t)need, "this training job (all its workers in this process)");
   const double have = available_memory();
   if (have <= 0) return;
   auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024)); };

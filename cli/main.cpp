@@ -111,6 +111,8 @@ int run_command(int argc, char** argv);
 extern "C" void on_early_signal(int sig) {
   const char* text = sig == SIGINT    ? "error: stopped by SIGINT (Ctrl-C); nothing was left half-written\n"
                      : sig == SIGTERM ? "error: stopped by SIGTERM; nothing was left half-written\n"
+                     : sig == SIGXCPU ? "error: stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise "
+                                        "it (ulimit -t unlimited); nothing was left half-written\n"
                                       : "error: stopped by SIGUSR1 (there is no training step to save here); nothing "
                                         "was left half-written\n";
   (void)!::write(STDERR_FILENO, text, std::strlen(text));
@@ -120,7 +122,7 @@ extern "C" void on_early_signal(int sig) {
 // as early as the executable's own initialisation (after the shared libraries load): the
 // window in which a signal still has its default action is the dynamic loader's
 __attribute__((constructor)) void install_early_signals() {
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_early_signal);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGXCPU}) std::signal(sig, on_early_signal);
 }
 
 // The checks every command shares, before anything is opened. Returns 0, or 2 when refused.
@@ -151,6 +153,24 @@ int check_process_limits() {
                 " MiB; troupe needs at least 1024 MiB for its libraries, threads and buffers: raise it (ulimit -v "
                 "unlimited, or a bound above the job's memory estimate)");
     return 2;
+  }
+  // threads: a process limit (ulimit -u) of a few made thread creation fail inside a
+  // library (abort, 134); descriptors: UCX aborted under ulimit -n 9. The soft descriptor
+  // limit is raised to the hard one where it is low; below these floors troupe is refused.
+  if (rlimit np {}; ::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &np) == 0 && np.rlim_cur != RLIM_INFINITY &&
+                    np.rlim_cur < 256) {
+    print_error("the process limit (ulimit -u) is " + std::to_string(np.rlim_cur) +
+                "; troupe runs tens of threads (workers, OpenMP, the data plane): raise it to at least 256");
+    return 2;
+  }
+  if (rlimit nf {}; ::getrlimit(RLIMIT_NOFILE, &nf) == 0 && nf.rlim_cur < 1024) {
+    nf.rlim_cur = std::min<rlim_t>(nf.rlim_max, 1024);
+    ::setrlimit(RLIMIT_NOFILE, &nf);
+    if (nf.rlim_cur < 64) {
+      print_error("the open-file limit (ulimit -n) is " + std::to_string(nf.rlim_cur) +
+                  "; troupe needs at least 64 descriptors (files, sockets, the data plane): raise it (ulimit -n 1024)");
+      return 2;
+    }
   }
   return 0;
 }
@@ -296,7 +316,13 @@ int run_command(int argc, char** argv) {
         if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt") continue;
         for (const std::string& r : opt->results()) {
           // a path or number holding a newline or an escape would reach the terminal raw in the log lines
-          TROUPE_USER_CHECK(std::none_of(r.begin(), r.end(), [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7F; }))
+          // (C0 controls, DEL, and the C1 controls U+0080-U+009F: UTF-8 C2 80-9F, e.g. U+009B, a CSI)
+          bool control = false;
+          for (size_t q = 0; q < r.size(); ++q)
+            control = control || (unsigned char)r[q] < 0x20 || r[q] == 0x7F ||
+                      ((unsigned char)r[q] == 0xC2 && q + 1 < r.size() && (unsigned char)r[q + 1] >= 0x80 &&
+                       (unsigned char)r[q + 1] <= 0x9F);
+          TROUPE_USER_CHECK(!control)
               << name << " of troupe " << sub->get_name()
               << " holds a control character (a newline, a tab or an escape); pass a plain value";
           if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)

@@ -66,13 +66,15 @@ extern "C" void on_stop_signal(int sig) {
   const int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
   int64_t first = 0;
   g_first_signal_ns.compare_exchange_strong(first, now);
-  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) _exit(128 + sig);
+  // (SIGXCPU, the soft CPU-time limit of ulimit -t, repeats every second: never a "second signal")
+  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && sig != SIGXCPU && first != 0 && now - first > 1000000000)
+    _exit(128 + sig);
 }
 void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
+  for (int s : {SIGUSR1, SIGTERM, SIGINT, SIGXCPU}) sigaction(s, &sa, nullptr);
 }
 
 // The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
@@ -482,7 +484,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
   if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)
-    throw UserError(std::string("stopped by ") + (sig == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM") +
+    throw UserError(std::string("stopped by ") +
+                    (sig == SIGINT    ? "SIGINT (Ctrl-C)"
+                     : sig == SIGXCPU ? "SIGXCPU (the CPU-time limit, ulimit -t, was reached: raise it)"
+                                      : "SIGTERM") +
                     " before training began; no run directory was made");
   std::vector<BlendLoader::Source> sources;
   for (const PreparedSource& s : d.sources)

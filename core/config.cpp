@@ -19,6 +19,7 @@
 
 namespace troupe {
 namespace {
+bool has_control(const std::string& s);  // a control character in a string value (below)
 
 using Ref = std::variant<int*, uint64_t*, double*, std::string*, bool*>;
 struct Key {
@@ -95,7 +96,11 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     **p = *v.value<double>();
   } else if (auto* p = std::get_if<std::string*>(&r)) {
     if (!v.is_string()) bad("a string");
-    **p = *v.value<std::string>();
+    const std::string text = *v.value<std::string>();
+    TROUPE_USER_CHECK(!has_control(text))
+        << "config key '" << k.name << "'" << where
+        << " holds a control character (NUL, a newline, an escape, ...); write the value without it";
+    **p = text;
   } else if (auto* p = std::get_if<bool*>(&r)) {
     if (!v.is_boolean()) bad("true or false");
     **p = *v.value<bool>();
@@ -144,6 +149,10 @@ std::vector<DataSource> parse_sources(const toml::node& node, const std::string&
                                                             : val.is_string());
             TROUPE_USER_CHECK(ok) << where << " key '" << k << "' must be "
                                   << (std::is_same_v<T, double> ? "a number" : std::is_same_v<T, bool> ? "true or false" : "a string");
+            if constexpr (std::is_same_v<T, std::string>)
+              TROUPE_USER_CHECK(!has_control(*v)) << where << " key '" << k
+                                                  << "' holds a control character (NUL, a newline, an escape, ...); "
+                                                     "write the value without it";
             s.*member = *v;
           },
           it->second);
@@ -215,7 +224,56 @@ Config Config::load(const std::string& path) {
   return parse(text.str(), path);
 }
 
+namespace {
+// toml++ parses dotted keys, [a.b.c] headers and nested arrays/inline tables by recursion: a
+// key of 50,000 parts overflowed the stack (SIGSEGV in every command reading the config).
+// troupe's keys have two parts and its values little nesting, so the text is refused past
+// 64 levels, counted outside strings: dots in a key or header, open brackets and braces.
+void check_toml_nesting(const std::string& text, const std::string& where) {
+  constexpr int kMaxDepth = 64;
+  int depth = 0, line = 1, dots = 0;
+  char quote = 0;
+  bool comment = false, key_part = true;  // key_part: before the '=' of a line (or in a header)
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '\n') {
+      ++line, dots = 0, comment = false, key_part = depth == 0;
+      if (quote == '"' || quote == '\'') quote = 0;  // (a multi-line string is read as several lines: conservative)
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (ch == '\\' && quote == '"') ++i;
+      else if (ch == quote) quote = 0;
+      continue;
+    }
+    if (ch == '"' || ch == '\'') quote = ch;
+    else if (ch == '#') comment = true;
+    else if (ch == '=') key_part = false;
+    else if (ch == '.' && key_part) ++dots;
+    else if (ch == '[' || ch == '{') ++depth;
+    else if ((ch == ']' || ch == '}') && depth > 0) --depth;
+    TROUPE_USER_CHECK(dots <= kMaxDepth && depth <= kMaxDepth)
+        << where << " nests deeper than " << kMaxDepth << " levels at line " << line
+        << (dots > kMaxDepth ? " (a key of more dotted parts)" : " (brackets or braces)")
+        << "; troupe's config keys are section.key: fix the file";
+  }
+}
+
+// A string value that would reach the terminal or a path raw: NUL (cuts a path short),
+// C0 controls and DEL, and the C1 controls U+0080-U+009F (UTF-8 C2 80-9F).
+bool has_control(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char ch = (unsigned char)s[i];
+    if (ch < 0x20 || ch == 0x7F) return true;
+    if (ch == 0xC2 && i + 1 < s.size() && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) return true;
+  }
+  return false;
+}
+}  // namespace
+
 Config Config::parse(const std::string& text, const std::string& path) {
+  check_toml_nesting(text, "config file '" + path + "'");
   toml::table tbl;
   try {
     tbl = toml::parse(text, path);
@@ -255,6 +313,7 @@ void Config::set(const std::string& assignment) {
   if (!k) unknown_key(name, " (from --set)");
   // Parse the value as TOML; a bare word is taken as a string.
   toml::table t;
+  check_toml_nesting("v = " + value, "--set " + name);
   try {
     t = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {

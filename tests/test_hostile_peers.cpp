@@ -257,3 +257,40 @@ TEST_CASE("Ctrl-C during the end-of-run sample ends the sample, and the run fini
   CHECK(std::atoi(slurp(s.path("rc")).c_str()) == 0);
   CHECK(err.find("the sample stops after") != std::string::npos);
 }
+
+TEST_CASE("the sixth trial's classes: nesting that overflowed the TOML parser, control characters in config strings "
+          "and the coordinator address, the CPU-time limit",
+          "[cli][hostile]") {
+  Scratch s("sixth");
+  const std::string cache = " --set data.cache_dir='" + s.path("cache") + "'";
+  {  // a key of 50,000 dotted parts, and 100,000 nested brackets: refused, not a stack overflow (SIGSEGV)
+    std::string key;
+    for (int i = 0; i < 50000; ++i) key += i ? ".a" : "a";
+    s.write("deep.toml", key + " = 1\n");
+    expect_user_error(run_troupe("train --config '" + s.path("deep.toml") + "'", s, 60), {"nests deeper than 64"});
+    s.write("deep2.toml", "v = " + std::string(100000, '[') + std::string(100000, ']') + "\n");
+    expect_user_error(run_troupe("simulate --quiet --config '" + s.path("deep2.toml") + "'", s, 60), {"nests deeper"});
+    expect_user_error(run_troupe("train --config configs/tiny.toml --set 'train.steps=" + std::string(5000, '[') + "'", s, 60),
+                      {"nests deeper"});
+  }
+  // NUL (cut the path short silently), escapes (reached the terminal) and newlines (forged log lines) in strings
+  expect_user_error(run_troupe("prepare --config configs/tiny.toml --set 'data.corpus=\"tests/data/tiny_corpus.txt\\u0000.x\"'" +
+                                   cache,
+                               s, 60),
+                    {"data.corpus", "control character"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set 'checkpoint.dir=\"/tmp/x\\nerror: fake\"'" + cache, s, 60),
+                    {"checkpoint.dir", "control character"});
+  s.write("esc.toml", "[data]\ncache_dir = \"/tmp/a\\u001b[2J\"\n");
+  expect_user_error(run_troupe("train --config '" + s.path("esc.toml") + "'", s, 60), {"data.cache_dir", "control character"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml" + cache, s, 60,
+                               "env TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=\"$(printf '127.0.0.1\\033[2J:29959')\" "
+                               "TROUPE_JOB_SECRET=0123456789abcdef0123456789abcdef"),
+                    {"TROUPE_COORDINATOR"});
+  // the soft CPU-time limit (SIGXCPU, repeated every second): a signal stop with a snapshot, exit 0
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=100000 --set train.sample_tokens=0" + cache +
+                               " --run-dir '" + s.path("run") + "'",
+                           s, 120, "ulimit -S -t 2;");
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("stopped by a signal after step") != std::string::npos);
+}
