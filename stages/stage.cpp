@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 namespace troupe {
 
@@ -253,13 +254,13 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
     forward_blocks(*sl, B, T, sl->xf.data(), keep);
     if (sp_now_) {  // ln_f on this rank's rows, then gather all rows for the vocab-parallel head
       Tensor part({R, C});
-      kernels::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                                 lnf_w_->value.data(), lnf_b_->value.data(), R, C);
+      ops::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                                 lnf_w_->value, lnf_b_->value, R, C);
       kernels::round_to(part.data(), R * C, dt_);
       tp_->all_gather(part.data(), sl->lnf.data(), (size_t)(R * C), timeout_s_);
     } else {
-      kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                                 lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
+      ops::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                                 lnf_w_->value, lnf_b_->value, BT, C);
       kernels::round_to(sl->lnf.data(), BT * C, dt_);
     }
     Tensor* lg = &sl->logits;
@@ -267,7 +268,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
       lg = &logits_scratch_;
       if (!lg->defined() || lg->shape() != std::vector<int64_t>{BT, cfg_.Vl()}) *lg = Tensor({BT, cfg_.Vl()});
     }
-    linear_forward(lg->data(), sl->lnf.data(), *wte_, nullptr, BT, C, cfg_.Vl(), dt_);
+    ops::linear_forward(lg->data(), sl->lnf.data(), wte_->value, nullptr, BT, C, cfg_.Vl(), dt_);
     // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
     double sum = cross_entropy(lg->data(), targets, BT, keep ? dloss : 0.0f);
     if (keep && dloss != 0.0f) kernels::round_to(lg->data(), lg->numel(), dt_);
@@ -304,8 +305,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     Tensor* dlnf = &dlnf_;
     if (!weights) dlnf = &sl.dlnf;
     ensure(*dlnf, {BT, C});
-    linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, dlogits(sl), sl.lnf.data(),
-                    *wte_, BT, C, cfg_.Vl(), dt_);
+    ops::linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, dlogits(sl), sl.lnf.data(),
+                    wte_->value, BT, C, cfg_.Vl(), dt_);
     if (sp_now_) {
       // reduce-scatter dL/d ln_f out to this rank's rows; ln_f's weight gradients over the
       // rows are partial: all-reduced so every TP rank adds the same gradient
@@ -313,8 +314,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
       tp_->reduce_scatter(dlnf->data(), part.data(), (size_t)(R * C), ReduceOp::sum, timeout_s_);
       kernels::round_to(part.data(), R * C, dt_);
       dres = Tensor({R, C});
-      kernels::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf.data(),
-                                  lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
+      ops::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf.data(),
+                                  lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
       kernels::round_to(dres.data(), R * C, dt_);
       tp_->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, timeout_s_);
       kernels::accumulate(lnf_w_->grad.data(), lnw.data(), C);
@@ -325,9 +326,9 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
         kernels::round_to(dlnf->data(), BT * C, dt_);
       }
       dres = Tensor({B, T, C});
-      kernels::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
+      ops::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
                                   weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
-                                  lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+                                  lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
       kernels::round_to(dres.data(), BT * C, dt_);
     }
   } else {
@@ -375,10 +376,10 @@ void Stage::backward_weights(int mb) {
   const int64_t BT = (int64_t)B * T;
   set_drop(mb, B, T, true);
   if (last()) {
-    linear_backward(nullptr, head_grad_.data(), nullptr, dlogits(sl), sl.lnf.data(), *wte_, BT, C, cfg_.Vl(),
+    ops::linear_backward(nullptr, head_grad_.data(), nullptr, dlogits(sl), sl.lnf.data(), wte_->value, BT, C, cfg_.Vl(),
                     dt_);
-    kernels::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
-                                lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+    ops::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
+                                lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   }
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
@@ -410,10 +411,10 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
     forward_blocks(*sl, 1, T, out.data(), false);
   } else {
     forward_blocks(*sl, 1, T, sl->xf.data(), false);
-    kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                               lnf_w_->value.data(), lnf_b_->value.data(), T, C);
+    ops::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                               lnf_w_->value, lnf_b_->value, T, C);
     std::vector<float> local(cfg_.Vl()), all((size_t)cfg_.Vl() * cfg_.TP);
-    kernels::gemm_nt(local.data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value.data(), 1, cfg_.Vl(), C);
+    ops::gemm_nt(local.data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value, 1, cfg_.Vl(), C);
     if (tp_ && tp_->size() > 1) tp_->all_gather(local.data(), all.data(), local.size(), timeout_s_);
     else all = local;
     last_logits->assign(all.begin(), all.begin() + cfg_.V);  // drop the padding
@@ -427,8 +428,9 @@ void Stage::set_precision(DType dt) {
   dt_ = dt;
   for (auto& b : blocks_) b.dt = dt;
   for (auto& p : params_) {
-    if (dt != DType::f32 && !p.master.defined()) p.master = p.value.clone();
-    set_compute_copy(p, p.value.data(), dt);
+    if (dt == DType::f32 || p.value.dtype() == dt) continue;
+    if (!p.master.defined()) p.master = p.value.clone();  // the fp32 values become the master weights
+    set_compute_copy(p, p.master.data(), dt);             // ... and value their 16-bit copy
   }
 }
 
@@ -499,9 +501,9 @@ void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
   if (sp_now_) {  // ... reduce-scattered to this rank's rows
     const int64_t R = rows(BT), row0 = (int64_t)cfg_.tp_rank * R;
     Tensor full({BT, C});
-    kernels::embedding_vp_forward(full.data(), tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
+    ops::embedding_forward(full.data(), tokens, wte_->value, cfg_.vlo(), B, T, C);
     tp_->reduce_scatter(full.data(), out, (size_t)(R * C), ReduceOp::sum, timeout_s_);
-    kernels::add_positional_rows(out, wpe_->value.data(), R, T, C, row0);
+    ops::add_positional(out, wpe_->value, R, T, C, row0);
     if (drop_.active) {
       auto k = drop_.key(-1, 0);
       k.row0 = row0;
@@ -510,9 +512,9 @@ void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
     kernels::round_to(out, R * C, dt_);
     return;
   }
-  kernels::embedding_vp_forward(out, tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
+  ops::embedding_forward(out, tokens, wte_->value, cfg_.vlo(), B, T, C);
   if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)BT * C, ReduceOp::sum, timeout_s_);
-  kernels::add_positional(out, wpe_->value.data(), B, T, C);
+  ops::add_positional(out, wpe_->value, BT, T, C, 0);
   if (drop_.active) kernels::dropout_apply(out, BT, C, drop_.key(-1, 0));  // embedding dropout
   kernels::round_to(out, BT * C, dt_);
 }
