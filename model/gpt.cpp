@@ -148,7 +148,7 @@ Tensor assemble(const std::vector<Tensor>& parts, const ParamSpec& sp, const GPT
 
 namespace {
 void ensure(Tensor& t, std::vector<int64_t> shape) {
-  if (!t.defined() || t.shape() != shape) t = Tensor(std::move(shape));
+  if (!t.defined() || t.shape() != shape || t.dtype() != DType::f32) t = Tensor(std::move(shape));
 }
 }  // namespace
 

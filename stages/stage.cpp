@@ -138,28 +138,30 @@ void Stage::share_att(Slot& sl) {
     if (a.att.defined()) a.att = shared_att_;
 }
 
+namespace {
+// t becomes a tensor of `shape` and `dt` (reallocated only when it is not one already).
+void ensure_as(Tensor& t, const std::vector<int64_t>& shape, DType dt) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != dt) t = Tensor(shape, dt);
+}
+}  // namespace
+
 void Stage::pack(Slot& sl, int i) {
-  int64_t n = 0;
-  for (Tensor* t : packed_fields(re_acts_))
-    if (!(selective() && t == &re_acts_.att)) n += t->numel();
-  auto& buf = sl.packed[i];
-  buf.resize((size_t)n);
-  int64_t off = 0;
-  for (Tensor* t : packed_fields(re_acts_)) {
-    if (selective() && t == &re_acts_.att) continue;  // recomputed in backward
-    kernels::pack16(buf.data() + off, t->data(), t->numel(), dt_);
-    off += t->numel();
+  BlockActs& a = sl.acts[i];
+  auto src = packed_fields(re_acts_), dst = packed_fields(a);
+  for (size_t k = 0; k < src.size(); ++k) {
+    if (selective() && src[k] == &re_acts_.att) continue;  // recomputed in backward
+    ensure_as(*dst[k], src[k]->shape(), dt_);
+    ops::cast(*dst[k], *src[k]);  // rounded to nearest even: exactly the values forward stored
   }
-  auto src = stat_fields(re_acts_), dst = stat_fields(sl.acts[i]);  // LayerNorm statistics stay fp32
+  auto ss = stat_fields(re_acts_), ds = stat_fields(a);  // LayerNorm statistics stay fp32
   for (int k = 0; k < 4; ++k) {
-    if (!dst[k]->defined() || dst[k]->shape() != src[k]->shape()) *dst[k] = Tensor(src[k]->shape());
-    std::memcpy(dst[k]->data(), src[k]->data(), src[k]->nbytes());
+    ensure_as(*ds[k], ss[k]->shape(), DType::f32);
+    std::memcpy(ds[k]->data(), ss[k]->data(), ss[k]->nbytes());
   }
 }
 
 void Stage::forward_blocks(Slot& sl, int B, int T, float* out, bool stash) {
   const int n = (int)blocks_.size();
-  if (packed()) sl.packed.resize(n);
   for (int i = 0; i < n; ++i) {
     float* y = (i + 1 < n) ? sl.acts[i + 1].x.data() : out;
     if (packed()) {
@@ -181,10 +183,11 @@ void Stage::forward_blocks(Slot& sl, int B, int T, float* out, bool stash) {
 
 const float* Stage::dlogits(Slot& sl) {
   if (!packed()) return sl.logits.data();
-  const int64_t n = (int64_t)sl.B * sl.T * cfg_.Vl();
-  TROUPE_CHECK((int64_t)sl.packed_logits.size() == n) << "stage " << s_ << ": no stashed dlogits";
-  if (!logits_scratch_.defined() || logits_scratch_.numel() != n) logits_scratch_ = Tensor({(int64_t)sl.B * sl.T, cfg_.Vl()});
-  kernels::unpack16(logits_scratch_.data(), sl.packed_logits.data(), n, dt_);
+  const std::vector<int64_t> shape{(int64_t)sl.B * sl.T, cfg_.Vl()};
+  TROUPE_CHECK(sl.logits.defined() && sl.logits.shape() == shape && sl.logits.dtype() == dt_)
+      << "stage " << s_ << ": no stashed dlogits";
+  ensure_as(logits_scratch_, shape, DType::f32);
+  ops::cast(logits_scratch_, sl.logits);
   return logits_scratch_.data();
 }
 
@@ -198,16 +201,15 @@ void Stage::recompute_att(BlockActs& a, Slot& sl, int i) {
 BlockActs& Stage::acts_for(Slot& sl, int i) {
   if (packed()) {
     re_acts_.ensure(sl.B, sl.T, cfg_, rows((int64_t)sl.B * sl.T));
-    const auto& buf = sl.packed.at(i);
-    int64_t off = 0;
-    for (Tensor* t : packed_fields(re_acts_)) {
-      if (selective() && t == &re_acts_.att) continue;
-      TROUPE_CHECK(off + t->numel() <= (int64_t)buf.size()) << "stage " << s_ << ": block " << i << " was not stashed";
-      kernels::unpack16(t->data(), buf.data() + off, t->numel(), dt_);
-      off += t->numel();
+    auto src = packed_fields(sl.acts[i]), dst = packed_fields(re_acts_);
+    for (size_t k = 0; k < src.size(); ++k) {
+      if (selective() && dst[k] == &re_acts_.att) continue;
+      TROUPE_CHECK(src[k]->defined() && src[k]->dtype() == dt_ && src[k]->shape() == dst[k]->shape())
+          << "stage " << s_ << ": block " << i << " was not stashed";
+      ops::cast(*dst[k], *src[k]);  // widened exactly
     }
-    auto src = stat_fields(sl.acts[i]), dst = stat_fields(re_acts_);
-    for (int k = 0; k < 4; ++k) std::memcpy(dst[k]->data(), src[k]->data(), src[k]->nbytes());
+    auto ss = stat_fields(sl.acts[i]), ds = stat_fields(re_acts_);
+    for (int k = 0; k < 4; ++k) std::memcpy(ds[k]->data(), ss[k]->data(), ss[k]->nbytes());
     re_acts_.x = sl.acts[i].x;
     if (selective()) recompute_att(re_acts_, sl, i);
     return re_acts_;
@@ -272,9 +274,9 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
     // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
     double sum = cross_entropy(lg->data(), targets, BT, keep ? dloss : 0.0f);
     if (keep && dloss != 0.0f) kernels::round_to(lg->data(), lg->numel(), dt_);
-    if (keep && packed()) {
-      sl->packed_logits.resize((size_t)lg->numel());
-      kernels::pack16(sl->packed_logits.data(), lg->data(), lg->numel(), dt_);
+    if (keep && packed()) {  // the stashed dlogits: a tensor of dt
+      ensure_as(sl->logits, lg->shape(), dt_);
+      ops::cast(sl->logits, *lg);
     }
     if (loss_sum) *loss_sum += sum;
   }
@@ -480,8 +482,6 @@ size_t Stage::activation_bytes() const {
     for (const Tensor* t : {&s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
       if (t->defined()) b += t->nbytes();
     b += s.tokens.size() * sizeof(int32_t);
-    for (auto& p : s.packed) b += p.size() * sizeof(uint16_t);
-    b += s.packed_logits.size() * sizeof(uint16_t);
   };
   for (const Tensor* t : {&re_acts_.ln1, &re_acts_.ln1_mean, &re_acts_.ln1_rstd, &re_acts_.qkv, &re_acts_.att,
                           &re_acts_.atty, &re_acts_.x2, &re_acts_.ln2, &re_acts_.ln2_mean, &re_acts_.ln2_rstd,
