@@ -55,7 +55,10 @@ Tensor Tensor::to(const Device& device, const Stream& stream) const {
 
 std::string Tensor::shape_str() const {
   std::string s = "(";
-  for (size_t i = 0; i < shape_.size(); ++i) s += (i ? "," : "") + std::to_string(shape_[i]);
+  for (size_t i = 0; i < shape_.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape_[i]);
+  }
   return s + ")";
 }
 

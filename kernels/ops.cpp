@@ -20,7 +20,10 @@ void check_shape(const Tensor& t, const std::vector<int64_t>& want, const char* 
   check_cpu(t, op, what);
   if (t.shape() == want) return;
   std::string w = "(";
-  for (size_t i = 0; i < want.size(); ++i) w += (i ? "," : "") + std::to_string(want[i]);
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (i) w += ',';
+    w += std::to_string(want[i]);
+  }
   TROUPE_FAIL() << op << ": " << what << " is " << t.shape_str() << ", expected " << w << ")";
 }
 void check_numel(const Tensor& t, int64_t n, const char* op, const char* what) {
