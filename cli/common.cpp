@@ -298,7 +298,7 @@ double available_memory() {
 
 // Refuses, before anything is allocated, a job that cannot fit in memory: fp32 weights,
 // gradients and AdamW moments (16 bytes per parameter, the tied embedding twice when
-// split; mixed precision adds the bf16 GEMM copy), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
+// split; mixed precision: a 16-bit model copy, 2 bytes less), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
 // GPipe M) and the logits of a microbatch (twice: logits and their gradient).
 void check_address_space(uint64_t bytes, const std::string& what) {
   rlimit as{};
@@ -319,7 +319,8 @@ void check_memory(const Config& c) {
   const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
   // mixed precision: the stash holds 16-bit values (+ one fp32 block of scratch per stage)
   const bool half = c.train.precision != "fp32" && c.train.recompute != "full";
-  if (c.train.precision != "fp32") params += 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
+  // mixed precision: the model's copy is 16-bit storage (2 bytes, not 4), the only copy besides the master
+  if (c.train.precision != "fp32") params -= 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const bool selective = c.train.recompute == "selective";  // no attention probabilities stashed
   const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C
                            : (half ? full_layer / 2 : full_layer) - (selective ? (half ? 2.0 : 4.0) * mbB * g.NH * T * T : 0.0);
