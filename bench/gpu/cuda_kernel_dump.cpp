@@ -1,27 +1,31 @@
-// cuda_kernel_dump OUTDIR — runs troupe's CUDA kernels on fixed random inputs and writes
-// inputs and outputs as raw little-endian files plus OUTDIR/manifest.json, for
-// bench/gpu/torch_check.py to hold against PyTorch on the same GPU (the kernel-vs-PyTorch
-// check of bench/gpu/run.sh). Shapes are GPT-2 small's where it matters (C 768, NH 12,
-// T 1024). Exit 2 with a sentence when there is no GPU.
+// cuda_kernel_dump [--cpu] OUTDIR — runs troupe's CUDA kernels (or, with --cpu, the CPU
+// kernels of kernels/kernels.h: the same check of the files and the script on a machine
+// without a GPU) on fixed random inputs and writes inputs and outputs as raw little-endian
+// files plus OUTDIR/manifest.json, for bench/gpu/torch_check.py to hold against PyTorch
+// (the kernel-vs-PyTorch step of bench/gpu/run.sh). GPT-2 small's shapes: C 768, NH 12,
+// T 1024, V 50304. Exit 2 with a sentence when there is no GPU (and no --cpu).
+#include <cuda_runtime.h>  // the typed cudaMalloc
+
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>  // the typed cudaMalloc
-
+#include "core/dtype.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm_lt.h"
-#include "kernels/cuda/hd_math.h"
+#include "kernels/kernels.h"
 
+namespace k = troupe::kernels;
 namespace kc = troupe::kernels::cuda;
 
 namespace {
-std::string g_dir;
-std::string g_manifest = "{\n";
+std::string g_dir, g_manifest;
+bool g_cpu = false;
+std::vector<void*> g_dev;  // device buffers, freed at exit
 
 std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
   std::mt19937 g(seed);
@@ -30,125 +34,153 @@ std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
   for (auto& x : v) x = d(g);
   return v;
 }
+// A buffer that lives on the GPU (or, with --cpu, on the host): init, pointer, readback.
 template <class T>
-T* up(const std::vector<T>& v) {
-  T* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, v.size() * sizeof(T)));
-  CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-template <class T>
-void save(const std::string& name, const T* data, const std::vector<long>& shape, const char* dtype, bool device) {
-  size_t n = 1;
-  for (long s : shape) n *= (size_t)s;
-  std::vector<T> h(n);
-  if (device) {
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost));
-  } else {
-    h.assign(data, data + n);
+struct Buf {
+  std::vector<T> h;
+  T* d = nullptr;
+  explicit Buf(std::vector<T> v) : h(std::move(v)) {
+    if (g_cpu) return;
+    CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
+    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    g_dev.push_back(d);
   }
-  std::ofstream(g_dir + "/" + name + ".bin", std::ios::binary).write((const char*)h.data(), n * sizeof(T));
+  explicit Buf(size_t n) : Buf(std::vector<T>(n)) {}
+  T* p() { return g_cpu ? h.data() : d; }
+  const std::vector<T>& host() {
+    if (!g_cpu) {
+      CUDA_CHECK(cudaDeviceSynchronize()) << "a kernel failed";
+      CUDA_CHECK(cudaMemcpy(h.data(), d, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    }
+    return h;
+  }
+};
+template <class T>
+void save(const std::string& name, const std::vector<T>& h, const std::vector<long>& shape, const char* dtype) {
+  std::ofstream(g_dir + "/" + name + ".bin", std::ios::binary).write((const char*)h.data(), h.size() * sizeof(T));
   std::string sh;
   for (size_t i = 0; i < shape.size(); ++i) sh += (i ? ", " : "") + std::to_string(shape[i]);
-  if (g_manifest.size() > 2) g_manifest += ",\n";
-  g_manifest += "  \"" + name + "\": {\"shape\": [" + sh + "], \"dtype\": \"" + dtype + "\"}";
+  g_manifest += std::string(g_manifest.empty() ? "{\n" : ",\n") + "  \"" + name + "\": {\"shape\": [" + sh +
+                "], \"dtype\": \"" + dtype + "\"}";
+}
+constexpr int B = 2, T = 1024, C = 768, NH = 12, BT = B * T, V = 50304;
+
+void layernorm_gelu() {
+  Buf<float> x(randn((size_t)BT * C, 1)), w(randn(C, 2)), b(randn(C, 3)), out((size_t)BT * C), mean(BT), rstd(BT);
+  if (g_cpu) k::layernorm_forward(out.p(), mean.p(), rstd.p(), x.p(), w.p(), b.p(), BT, C);
+  else kc::layernorm_forward(out.p(), mean.p(), rstd.p(), x.p(), w.p(), b.p(), BT, C, 0);
+  save("ln_x", x.h, {BT, C}, "f32");
+  save("ln_w", w.h, {C}, "f32");
+  save("ln_b", b.h, {C}, "f32");
+  save("ln_out", out.host(), {BT, C}, "f32");
+  if (g_cpu) k::gelu_forward(out.p(), x.p(), (int64_t)BT * C);
+  else kc::gelu_forward(out.p(), x.p(), (int64_t)BT * C, 0);
+  save("gelu_out", out.host(), {BT, C}, "f32");
+}
+
+void attention() {  // the fused kernel on the GPU; the plain CPU one with --cpu
+  Buf<float> qkv(randn((size_t)BT * 3 * C, 4)), dy(randn((size_t)BT * C, 5)), out((size_t)BT * C),
+      dinp((size_t)BT * 3 * C);
+  if (g_cpu) {
+    std::vector<float> att((size_t)B * NH * T * T), datt(att.size());
+    k::attention_forward(out.p(), att.data(), qkv.p(), B, T, C, NH);
+    k::attention_backward(dinp.p(), datt.data(), dy.p(), qkv.p(), att.data(), B, T, C, NH);
+  } else {
+    Buf<float> lse((size_t)B * NH * T), dsum((size_t)B * NH * T);
+    kc::flash_attention_forward(out.p(), lse.p(), qkv.p(), B, T, C, NH, nullptr, 0);
+    kc::flash_attention_backward(dinp.p(), dsum.p(), dy.p(), qkv.p(), out.p(), lse.p(), B, T, C, NH, nullptr, 0);
+  }
+  save("att_qkv", qkv.h, {B, T, 3 * C}, "f32");
+  save("att_dout", dy.h, {B, T, C}, "f32");
+  save("att_out", out.host(), {B, T, C}, "f32");
+  save("att_dqkv", dinp.host(), {B, T, 3 * C}, "f32");
+}
+
+void crossentropy() {  // over the full vocabulary (one rank); dlogits of the mean loss
+  const int R = 256;
+  std::vector<int32_t> t(R);
+  for (int i = 0; i < R; ++i) t[i] = (i * 7919) % V;
+  Buf<float> logits(randn((size_t)R * V, 6, 2.0f)), mx(R), sm(R), tl(R), loss(R);
+  Buf<int32_t> tgt(t);
+  Buf<double> total(1);
+  save("ce_logits", logits.h, {R, V}, "f32");
+  save("ce_targets", tgt.h, {R}, "i32");
+  if (g_cpu) {
+    k::ce_vp_max(mx.p(), logits.p(), R, V, V);
+    k::ce_vp_exp_sum(logits.p(), sm.p(), tl.p(), mx.p(), tgt.p(), 0, R, V, V, true);
+    k::ce_vp_finish(logits.p(), loss.p(), mx.p(), sm.p(), tl.p(), tgt.p(), 0, R, V, V, 1.0f / R);
+  } else {
+    kc::ce_vp_max(mx.p(), logits.p(), R, V, V, 0);
+    kc::ce_vp_exp_sum(logits.p(), sm.p(), tl.p(), mx.p(), tgt.p(), 0, R, V, V, true, 0);
+    kc::ce_vp_finish(logits.p(), loss.p(), total.p(), mx.p(), sm.p(), tl.p(), tgt.p(), 0, R, V, V, 1.0f / R, 0);
+  }
+  save("ce_losses", loss.host(), {R}, "f32");
+  save("ce_dlogits", logits.host(), {R, V}, "f32");
+}
+
+void adamw() {  // three steps on fp32 masters
+  const int N = 100003;
+  Buf<float> p(randn(N, 7)), g(randn(N, 8)), m(N), v(N);
+  save("adamw_p0", p.h, {N}, "f32");
+  save("adamw_g", g.h, {N}, "f32");
+  for (int t = 1; t <= 3; ++t) {
+    if (g_cpu) k::adamw_update(p.p(), g.p(), m.p(), v.p(), N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t);
+    else kc::adamw_update(p.p(), g.p(), m.p(), v.p(), nullptr, troupe::DType::bf16, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t, 0);
+  }
+  save("adamw_p3", p.host(), {N}, "f32");
+}
+
+void gemm_bf16() {  // out (BT, 4C) = x16 . w16^T + bias, then with the GELU epilogue
+  const int OC = 4 * C;
+  auto x = randn((size_t)BT * C, 1), w = randn((size_t)OC * C, 9, 0.02f);
+  std::vector<uint16_t> x16(x.size()), w16(w.size());
+  troupe::f32_to_bf16(x.data(), x16.data(), x.size());
+  troupe::f32_to_bf16(w.data(), w16.data(), w.size());
+  save("mm_x16", x16, {BT, C}, "bf16");
+  save("mm_w16", w16, {OC, C}, "bf16");
+  Buf<float> bias(randn(OC, 10)), out((size_t)BT * OC), pre((size_t)BT * OC);
+  save("mm_bias", bias.h, {OC}, "f32");
+  if (g_cpu) {
+    troupe::bf16_to_f32(x16.data(), x.data(), x.size());  // the bf16 values as fp32 inputs
+    k::matmul_forward_bf16(out.p(), x.data(), w16.data(), bias.p(), BT, C, OC);
+    save("mm_out", out.h, {BT, OC}, "f32");
+    k::gelu_forward(pre.p(), out.p(), (int64_t)BT * OC);
+    save("mm_gelu_out", pre.h, {BT, OC}, "f32");
+    return;
+  }
+  Buf<uint16_t> dx16(x16), dw16(w16);
+  Buf<char> ws(size_t(32) << 20);
+  kc::GemmLt lt(0, ws.p(), ws.h.size());
+  lt.forward(out.p(), dx16.p(), dw16.p(), bias.p(), nullptr, BT, C, OC, kc::GemmType::bf16);
+  save("mm_out", out.host(), {BT, OC}, "f32");
+  lt.forward(out.p(), dx16.p(), dw16.p(), bias.p(), pre.p(), BT, C, OC, kc::GemmType::bf16);
+  save("mm_gelu_out", out.host(), {BT, OC}, "f32");
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: cuda_kernel_dump OUTDIR\n");
+  const bool ok_args = argc == 2 || (argc == 3 && std::string(argv[1]) == "--cpu");
+  if (!ok_args) {
+    std::fprintf(stderr, "usage: cuda_kernel_dump [--cpu] OUTDIR\n");
     return 2;
   }
-  g_dir = argv[1];
+  g_cpu = argc == 3;
+  g_dir = argv[argc - 1];
   std::string why;
-  if (kc::device_count(&why) == 0) {
-    std::fprintf(stderr, "cuda_kernel_dump: %s\n", why.c_str());
+  if (!g_cpu && kc::device_count(&why) == 0) {
+    std::fprintf(stderr, "cuda_kernel_dump: %s (use --cpu for the CPU kernels)\n", why.c_str());
     return 2;
   }
   try {
-    const int B = 2, T = 1024, C = 768, NH = 12, BT = B * T, V = 50304;
-    // layernorm + gelu
-    auto x = randn((size_t)BT * C, 1), w = randn(C, 2), b = randn(C, 3);
-    float *dx = up(x), *dw = up(w), *db = up(b), *dout, *dmean, *drstd;
-    CUDA_CHECK(cudaMalloc(&dout, x.size() * 4));
-    CUDA_CHECK(cudaMalloc(&dmean, BT * 4));
-    CUDA_CHECK(cudaMalloc(&drstd, BT * 4));
-    kc::layernorm_forward(dout, dmean, drstd, dx, dw, db, BT, C, 0);
-    save("ln_x", x.data(), {BT, C}, "f32", false);
-    save("ln_w", w.data(), {C}, "f32", false);
-    save("ln_b", b.data(), {C}, "f32", false);
-    save("ln_out", dout, {BT, C}, "f32", true);
-    kc::gelu_forward(dout, dx, (int64_t)x.size(), 0);
-    save("gelu_out", dout, {BT, C}, "f32", true);
-    // flash attention forward + backward
-    auto qkv = randn((size_t)BT * 3 * C, 4), dy = randn((size_t)BT * C, 5);
-    float *dq = up(qkv), *ddy = up(dy), *datt_out, *dlse, *ddinp, *dsum;
-    CUDA_CHECK(cudaMalloc(&datt_out, (size_t)BT * C * 4));
-    CUDA_CHECK(cudaMalloc(&dlse, (size_t)B * NH * T * 4));
-    CUDA_CHECK(cudaMalloc(&dsum, (size_t)B * NH * T * 4));
-    CUDA_CHECK(cudaMalloc(&ddinp, (size_t)BT * 3 * C * 4));
-    kc::flash_attention_forward(datt_out, dlse, dq, B, T, C, NH, nullptr, 0);
-    kc::flash_attention_backward(ddinp, dsum, ddy, dq, datt_out, dlse, B, T, C, NH, nullptr, 0);
-    save("att_qkv", qkv.data(), {B, T, 3 * C}, "f32", false);
-    save("att_dout", dy.data(), {B, T, C}, "f32", false);
-    save("att_out", datt_out, {B, T, C}, "f32", true);
-    save("att_dqkv", ddinp, {B, T, 3 * C}, "f32", true);
-    // cross-entropy over the full vocabulary (one rank): mean loss, dlogits
-    const int R = 256;
-    auto logits = randn((size_t)R * V, 6, 2.0f);
-    std::vector<int32_t> tgt(R);
-    for (int i = 0; i < R; ++i) tgt[i] = (i * 7919) % V;
-    float *dl = up(logits), *dmx, *dsm, *dtl, *dloss;
-    int32_t* dt = up(tgt);
-    double* dtotal;
-    CUDA_CHECK(cudaMalloc(&dmx, R * 4));
-    CUDA_CHECK(cudaMalloc(&dsm, R * 4));
-    CUDA_CHECK(cudaMalloc(&dtl, R * 4));
-    CUDA_CHECK(cudaMalloc(&dloss, R * 4));
-    CUDA_CHECK(cudaMalloc(&dtotal, 8));
-    save("ce_logits", logits.data(), {R, V}, "f32", false);
-    save("ce_targets", tgt.data(), {R}, "i32", false);
-    kc::ce_vp_max(dmx, dl, R, V, V, 0);
-    kc::ce_vp_exp_sum(dl, dsm, dtl, dmx, dt, 0, R, V, V, true, 0);
-    kc::ce_vp_finish(dl, dloss, dtotal, dmx, dsm, dtl, dt, 0, R, V, V, 1.0f / R, 0);
-    save("ce_losses", dloss, {R}, "f32", true);
-    save("ce_dlogits", dl, {R, V}, "f32", true);
-    // AdamW, three steps
-    const int N = 100003;
-    auto p = randn(N, 7), g = randn(N, 8);
-    std::vector<float> zeros(N, 0.f);
-    float *dp = up(p), *dg = up(g), *dm = up(zeros), *dv = up(zeros);
-    for (int t = 1; t <= 3; ++t)
-      kc::adamw_update(dp, dg, dm, dv, nullptr, troupe::DType::bf16, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t, 0);
-    save("adamw_p0", p.data(), {N}, "f32", false);
-    save("adamw_g", g.data(), {N}, "f32", false);
-    save("adamw_p3", dp, {N}, "f32", true);
-    // bf16 GEMM (cuBLASLt): out (BT, 4C) = x16 . w16^T + bias
-    const int OC = 4 * C;
-    auto w2 = randn((size_t)OC * C, 9, 0.02f), bias = randn(OC, 10);
-    std::vector<uint16_t> x16(x.size()), w16(w2.size());
-    for (size_t i = 0; i < x.size(); ++i) x16[i] = troupe::kernels::hd::f32_to_bf16(x[i]);
-    for (size_t i = 0; i < w2.size(); ++i) w16[i] = troupe::kernels::hd::f32_to_bf16(w2[i]);
-    uint16_t *dx16 = up(x16), *dw16 = up(w16);
-    float *dbias = up(bias), *dmm, *dpre;
-    CUDA_CHECK(cudaMalloc(&dmm, (size_t)BT * OC * 4));
-    CUDA_CHECK(cudaMalloc(&dpre, (size_t)BT * OC * 4));
-    void* ws;
-    CUDA_CHECK(cudaMalloc(&ws, 32 << 20));
-    {
-      kc::GemmLt lt(0, ws, 32 << 20);
-      lt.forward(dmm, dx16, dw16, dbias, nullptr, BT, C, OC, kc::GemmType::bf16);
-      save("mm_x16", x16.data(), {BT, C}, "bf16", false);
-      save("mm_w16", w16.data(), {OC, C}, "bf16", false);
-      save("mm_bias", bias.data(), {OC}, "f32", false);
-      save("mm_out", dmm, {BT, OC}, "f32", true);
-      lt.forward(dmm, dx16, dw16, dbias, dpre, BT, C, OC, kc::GemmType::bf16);
-      save("mm_gelu_out", dmm, {BT, OC}, "f32", true);
-    }
+    layernorm_gelu();
+    attention();
+    crossentropy();
+    adamw();
+    gemm_bf16();
     std::ofstream(g_dir + "/manifest.json") << g_manifest << "\n}\n";
-    std::printf("cuda_kernel_dump: wrote %s/manifest.json on %s\n", g_dir.c_str(), kc::device_description(0).c_str());
+    for (void* p : g_dev) cudaFree(p);
+    std::printf("cuda_kernel_dump: wrote %s/manifest.json (%s)\n", g_dir.c_str(),
+                g_cpu ? "CPU kernels" : kc::device_description(0).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_kernel_dump: %s\n", e.what());
     return 1;
