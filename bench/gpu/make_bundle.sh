@@ -55,6 +55,11 @@ done | sort -u | while read -r name path; do
     echo "packed:   $name ($path)" >> "$B/lib/LIBS.txt"
   fi
 done
+# UCX loads its transports as modules at run time (ldd does not list them)
+if [ -f "$B/lib/libucs.so.0" ] && [ -d /usr/lib/x86_64-linux-gnu/ucx ]; then
+  mkdir -p "$B/lib/ucx" && cp -L /usr/lib/x86_64-linux-gnu/ucx/*.so.0 "$B/lib/ucx/"
+  echo "packed:   ucx/ modules (/usr/lib/x86_64-linux-gnu/ucx)" >> "$B/lib/LIBS.txt"
+fi
 {
   echo "troupe GPU bundle"
   echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"

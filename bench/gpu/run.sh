@@ -38,6 +38,7 @@ find_cublaslt() {
   done
 }
 CUBLAS_DIR=$(find_cublaslt)
+[ -d "$BUNDLE/lib/ucx" ] && export UCX_MODULE_DIR="$BUNDLE/lib/ucx"  # UCX's transports (for troupe itself)
 export LD_LIBRARY_PATH="$BUNDLE/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
   echo "bundle: $BUNDLE"; cat "$BUNDLE/BUILD_INFO" 2>/dev/null
@@ -52,6 +53,7 @@ note "== 1. GPU tests: bin/troupe_cuda_tests with TROUPE_REQUIRE_GPU=1"
 TROUPE_REQUIRE_GPU=1 timeout 200 "$BUNDLE/bin/troupe_cuda_tests" --durations yes > "$OUT/gpu_tests.log" 2>&1
 rc=$?
 tail -4 "$OUT/gpu_tests.log" | tee -a "$SUMMARY"
+grep -m1 -A2 "TROUPE_REQUIRE_GPU=1 but" "$OUT/gpu_tests.log" | sed 's/^ */   /' | tee -a "$SUMMARY"
 if [ $rc -eq 0 ]; then note "   PASS"; else note "   FAIL (exit $rc$([ $rc -eq 124 ] && echo ', timed out after 200 s'); see gpu_tests.log)"; status=1; fi
 
 # ---- 2. kernels vs PyTorch --------------------------------------------------------
@@ -61,6 +63,7 @@ if timeout 90 "$BUNDLE/bin/cuda_kernel_dump" "$OUT/dump" > "$OUT/dump.log" 2>&1 
   note "   PASS"
 else
   note "   FAIL (see dump.log, torch_check.log)"; status=1
+  tail -3 "$OUT/dump.log" | sed 's/^/   /' | tee -a "$SUMMARY"
 fi
 sed 's/^/   /' "$OUT/torch_check.log" 2>/dev/null | tail -20 | tee -a "$SUMMARY" > /dev/null
 rm -rf "$OUT/dump"  # inputs/outputs: hundreds of MB; the verdicts are in torch_check.json

@@ -17,6 +17,8 @@
 // Epilogues: bias; bias + GELU (cuBLASLt's tanh GELU) writing the pre-activation to
 // `pre` (BT,OC) for gelu_backward — needs OC % 8 == 0 (cuBLASLt's aux leading dimension).
 // Errors: cuBLASLt failures throw troupe::Error (CUBLAS_CHECK) naming the shape.
+// Threads: one GemmLt belongs to one stream and one thread (its cached descriptors get
+// the bias/aux pointers per call); workers sharing a GPU each have their own.
 // Source: llm.c's matmul_cublaslt (train_gpt2.cu) for the row/column-major mapping.
 #pragma once
 #include <cublasLt.h>
