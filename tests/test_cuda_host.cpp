@@ -136,7 +136,7 @@ TEST_CASE("hd_math dropout masks are kernels/cpu/dropout.h's, so a GPU drops the
   }
 }
 
-TEST_CASE("hd_math fast_expf is kernels/cpu/fastmath.h's; GELU and AdamW within 2 ulp of kernels/cpu",
+TEST_CASE("hd_math fast_expf is kernels/cpu/fastmath.h's, GELU and AdamW within 2 ulp of kernels/cpu",
           "[cuda][host]") {
   auto xs = randn(50001, 5, 4.0f);
   for (float x : {-100.0f, -87.3f, -87.4f, 0.0f, 88.7f, 100.0f, -std::numeric_limits<float>::infinity()})

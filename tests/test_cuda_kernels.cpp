@@ -301,7 +301,7 @@ TEST_CASE("CUDA attention, plain and fused, matches the CPU up to T = 2048", "[c
   }
 }
 
-TEST_CASE("cuBLASLt GEMMs match the CPU matmuls; fp32 without TF32, bf16 with fp32 accumulation", "[cuda][gpu][gemm]") {
+TEST_CASE("cuBLASLt GEMMs match the CPU matmuls: fp32 without TF32, bf16 with fp32 accumulation", "[cuda][gpu][gemm]") {
   GPU_OR_SKIP();
   kc::CachingAllocator alloc(kc::make_cuda_backend(0), "test");
   const size_t ws_bytes = size_t(32) << 20;
