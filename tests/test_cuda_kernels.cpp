@@ -349,6 +349,69 @@ TEST_CASE("cuBLASLt GEMMs match the CPU matmuls: fp32 without TF32, bf16 with fp
   alloc.free(ws);
 }
 
+TEST_CASE("CUDA elementwise kernels give the same bits at 32, 64, 256 and 1024 threads per block",
+          "[cuda][gpu][harness]") {
+  GPU_OR_SKIP();
+  struct Reset {
+    ~Reset() { kc::set_elementwise_block(256); }
+  } reset;
+  const int B = 2, T = 33, C = 77, V = 101, NH = 7;
+  const int64_t BT = (int64_t)B * T, N = BT * C;
+  std::vector<int32_t> tok(BT);
+  for (int64_t i = 0; i < BT; ++i) tok[i] = (int32_t)((i * 37) % V);
+  auto x = randn(N, 1), y = randn(N, 2), bias = randn(C, 3), wte = randn((size_t)V * C, 4), wpe = randn((size_t)T * C, 5);
+  auto qkv = randn(BT * 3 * C, 6), dq = randn(N, 7);
+  k::DropoutKey key;
+  key.p = 0.2f;
+  key.base = 99;
+  key.T = T;
+  key.maxT = T;
+  auto run = [&] {
+    std::vector<std::vector<float>> outs;
+    Dev<float> gx(x), gy(y), gb(bias), gwte(wte), gwpe(wpe), o(N), m(N), v(N), dwpe((size_t)T * C), gq(qkv), gdq(dq),
+        att((size_t)B * NH * T * T), datt((size_t)B * NH * T * T), dinp(BT * 3 * C), ao(N);
+    Dev<int32_t> gt(tok);
+    Dev<uint16_t> h(N);
+    Dev<int> flag(1);
+    kc::gelu_forward(o.p, gx.p, N, 0);
+    outs.push_back(o.down());
+    kc::gelu_backward(o.p, gx.p, gy.p, N, 0);
+    outs.push_back(o.down());
+    kc::residual_forward(o.p, gx.p, gy.p, N, 0);
+    kc::accumulate(o.p, gy.p, N, 0);
+    kc::add_bias(o.p, gb.p, BT, C, 0);
+    kc::dropout_apply(o.p, BT, C, key, 0);
+    kc::scale(o.p, 0.75f, N, 0);
+    outs.push_back(o.down());
+    kc::adamw_update(gx.p, gy.p, m.p, v.p, h.p, DType::bf16, N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 0);
+    outs.insert(outs.end(), {gx.down(), m.down(), v.down()});
+    kc::pack16(h.p, gy.p, N, DType::f16, 0);
+    kc::unpack16(o.p, h.p, N, DType::f16, 0);
+    kc::round_to(gy.p, N, DType::bf16, 0);
+    outs.insert(outs.end(), {o.down(), gy.down()});
+    kc::embedding_vp_forward(o.p, gt.p, gwte.p, 0, V, B, T, C, 0);
+    kc::add_positional_rows(o.p, gwpe.p, BT, T, C, 3, 0);
+    kc::positional_backward_rows(dwpe.p, gx.p, BT, T, C, 3, 0);
+    outs.insert(outs.end(), {o.down(), dwpe.down()});
+    kc::attention_forward(ao.p, att.p, gq.p, B, T, C, NH, &key, 0);
+    kc::attention_backward(dinp.p, datt.p, gdq.p, gq.p, att.p, B, T, C, NH, &key, 0);
+    outs.push_back(dinp.down());
+    kc::found_inf(flag.p, o.p, N, 0);
+    outs.push_back({(float)flag.down()[0]});
+    return outs;
+  };
+  const auto want = run();
+  for (int threads : {32, 64, 1024}) {
+    kc::set_elementwise_block(threads);
+    const auto got = run();
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO(threads << " threads per block, output #" << i);
+      expect_close("same bits", got[i], want[i], 0, 0);
+    }
+  }
+  CHECK_THROWS_AS(kc::set_elementwise_block(48), troupe::Error);
+}
+
 TEST_CASE("CUDA caching allocator: a request beyond the GPU is a DeviceOutOfMemory naming the fix", "[cuda][gpu]") {
   GPU_OR_SKIP();
   kc::CachingAllocator a(kc::make_cuda_backend(0), "stage worker (dp 0, pp 0, tp 0)");

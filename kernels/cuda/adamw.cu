@@ -39,7 +39,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, uint16_t*
   k.step_size = lr / (1.0f - std::pow(beta1, (float)t));
   k.bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, (float)t));
   k.decay = 1.0f - lr * weight_decay;
-  adamw_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(param, grad, m, v, param16,
+  adamw_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(param, grad, m, v, param16,
                                                                dt16 == DType::bf16 ? 1 : 2, N, k);
   CUDA_LAUNCH_CHECK() << "adamw_update N=" << N;
 }

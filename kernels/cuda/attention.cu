@@ -138,11 +138,11 @@ void attention_backward(float* dinp, float* datt, const float* dout, const float
   const DropoutKey k = dr ? *drop : DropoutKey{};
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
   const int64_t rows = (int64_t)B * NH * T;
-  att_datt_kernel<<<grid_for(rows * T, kThreads), kThreads, 0, stream>>>(datt, dout, inp, B, T, C, NH, k, dr);
+  att_datt_kernel<<<grid_for(rows * T, eb()), eb(), 0, stream>>>(datt, dout, inp, B, T, C, NH, k, dr);
   CUDA_LAUNCH_CHECK() << "attention_backward (datt)";
   att_softmax_bwd_kernel<<<grid_for(rows, kRows), dim3(32, kRows), 0, stream>>>(datt, att, rows, T, scale);
   CUDA_LAUNCH_CHECK() << "attention_backward (softmax)";
-  att_dqkv_kernel<<<grid_for((int64_t)B * T * C, kThreads), kThreads, 0, stream>>>(dinp, datt, att, dout, inp, B, T,
+  att_dqkv_kernel<<<grid_for((int64_t)B * T * C, eb()), eb(), 0, stream>>>(dinp, datt, att, dout, inp, B, T,
                                                                                    C, NH, k, dr);
   CUDA_LAUNCH_CHECK() << "attention_backward (dq, dk, dv)";
 }

@@ -8,11 +8,14 @@
 
 #include "core/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/hd_math.h"
 
 namespace troupe::kernels::cuda {
 
-constexpr int kThreads = 256;  // threads per block of the elementwise kernels
+// Threads per block of the elementwise (grid-stride or one-thread-per-element) kernels:
+// 256 unless a test set another (set_elementwise_block); results never depend on it.
+inline int eb() { return elementwise_block(); }
 
 // Blocks for n items at `per_block` each (at least 1; the grid's x limit is 2^31-1).
 inline unsigned grid_for(int64_t n, int per_block) {

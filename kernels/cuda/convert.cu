@@ -28,19 +28,19 @@ int kind_of(DType dt, const char* op) {
 
 void round_to(float* x, int64_t N, DType dt, cudaStream_t stream) {
   if (dt == DType::f32 || N <= 0) return;
-  round_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(x, N, kind_of(dt, "round_to"));
+  round_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(x, N, kind_of(dt, "round_to"));
   CUDA_LAUNCH_CHECK() << "round_to N=" << N;
 }
 void pack16(uint16_t* out, const float* x, int64_t N, DType dt, cudaStream_t stream) {
   const int kind = kind_of(dt, "pack16");
   if (N <= 0) return;
-  pack_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(out, x, N, kind);
+  pack_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(out, x, N, kind);
   CUDA_LAUNCH_CHECK() << "pack16 N=" << N;
 }
 void unpack16(float* out, const uint16_t* x, int64_t N, DType dt, cudaStream_t stream) {
   const int kind = kind_of(dt, "unpack16");
   if (N <= 0) return;
-  unpack_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(out, x, N, kind);
+  unpack_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(out, x, N, kind);
   CUDA_LAUNCH_CHECK() << "unpack16 N=" << N;
 }
 

@@ -32,6 +32,14 @@
 
 namespace troupe::kernels::cuda {
 
+// Threads per block of the elementwise kernels (gelu, residual, bias, embedding and
+// position forward and backward, dropout, AdamW, conversions, scale, found-inf, the plain
+// attention's backward): 256 by default. A test
+// hook (process-wide): tests/test_cuda_kernels.cpp runs them at 32..1024 threads and
+// requires the same bits. threads: a multiple of 32 in [32, 1024].
+void set_elementwise_block(int threads);
+int elementwise_block();
+
 // ---- layernorm.cu (eps 1e-5): one warp per row ----------------------------------------
 // out (BT,C), mean (BT), rstd (BT) from inp (BT,C), weight (C), bias (C).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -1,10 +1,21 @@
 #include "kernels/cuda/device.h"
 
+#include <atomic>
 #include <cstdio>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace troupe::kernels::cuda {
+namespace {
+std::atomic<int> g_block{256};
+}
+
+void set_elementwise_block(int threads) {
+  TROUPE_CHECK(threads >= 32 && threads <= 1024 && threads % 32 == 0) << "elementwise block of " << threads << " threads";
+  g_block.store(threads, std::memory_order_relaxed);
+}
+int elementwise_block() { return g_block.load(std::memory_order_relaxed); }
 
 int device_count(std::string* why) {
   int n = 0;

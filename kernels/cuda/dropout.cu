@@ -22,7 +22,7 @@ __global__ void dropout_kernel(float* x, int64_t BT, int C, DropoutKey k) {
 void dropout_apply(float* x, int64_t BT, int C, const DropoutKey& k, cudaStream_t stream) {
   TROUPE_CHECK(BT >= 0 && C > 0 && k.T > 0);
   if (k.p <= 0.0f || BT == 0) return;
-  dropout_kernel<<<grid_for(BT * C, kThreads), kThreads, 0, stream>>>(x, BT, C, k);
+  dropout_kernel<<<grid_for(BT * C, eb()), eb(), 0, stream>>>(x, BT, C, k);
   CUDA_LAUNCH_CHECK() << "dropout_apply BT=" << BT << " C=" << C;
 }
 

@@ -63,7 +63,7 @@ void embedding_vp_forward(float* out, const int32_t* tokens, const float* wte_l,
   TROUPE_CHECK(B >= 0 && T > 0 && C > 0 && Vl > 0);
   const int64_t BT = (int64_t)B * T;
   if (BT == 0) return;
-  emb_fwd_kernel<<<grid_for(BT * C, kThreads), kThreads, 0, stream>>>(out, tokens, wte_l, lo, Vl, BT, C);
+  emb_fwd_kernel<<<grid_for(BT * C, eb()), eb(), 0, stream>>>(out, tokens, wte_l, lo, Vl, BT, C);
   CUDA_LAUNCH_CHECK() << "embedding_vp_forward B=" << B << " T=" << T << " C=" << C;
 }
 
@@ -80,7 +80,7 @@ void add_positional_rows(float* out, const float* wpe, int64_t rows, int T, int 
                          cudaStream_t stream) {
   TROUPE_CHECK(rows >= 0 && T > 0 && C > 0 && row0 >= 0);
   if (rows == 0) return;
-  pos_fwd_kernel<<<grid_for(rows * C, kThreads), kThreads, 0, stream>>>(out, wpe, rows, T, C, row0);
+  pos_fwd_kernel<<<grid_for(rows * C, eb()), eb(), 0, stream>>>(out, wpe, rows, T, C, row0);
   CUDA_LAUNCH_CHECK() << "add_positional_rows rows=" << rows << " T=" << T << " C=" << C;
 }
 
@@ -88,7 +88,7 @@ void positional_backward_rows(float* dwpe, const float* dout, int64_t rows, int 
                               cudaStream_t stream) {
   TROUPE_CHECK(rows >= 0 && T > 0 && C > 0 && row0 >= 0);
   if (rows == 0) return;
-  pos_bwd_kernel<<<grid_for((int64_t)T * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, rows, T, C, row0);
+  pos_bwd_kernel<<<grid_for((int64_t)T * C, eb()), eb(), 0, stream>>>(dwpe, dout, rows, T, C, row0);
   CUDA_LAUNCH_CHECK() << "positional_backward_rows rows=" << rows << " T=" << T << " C=" << C;
 }
 

@@ -20,14 +20,14 @@ __global__ void gelu_bwd_kernel(float* dinp, const float* inp, const float* dout
 void gelu_forward(float* out, const float* inp, int64_t N, cudaStream_t stream) {
   TROUPE_CHECK(N >= 0);
   if (N == 0) return;
-  gelu_fwd_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(out, inp, N);
+  gelu_fwd_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(out, inp, N);
   CUDA_LAUNCH_CHECK() << "gelu_forward N=" << N;
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N, cudaStream_t stream) {
   TROUPE_CHECK(N >= 0);
   if (N == 0) return;
-  gelu_bwd_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(dinp, inp, dout, N);
+  gelu_bwd_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(dinp, inp, dout, N);
   CUDA_LAUNCH_CHECK() << "gelu_backward N=" << N;
 }
 

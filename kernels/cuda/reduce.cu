@@ -61,13 +61,13 @@ void sum_squares(double* out, double* scratch, const float* x, int64_t N, cudaSt
 
 void found_inf(int* flag, const float* x, int64_t N, cudaStream_t stream) {
   if (N <= 0) return;
-  found_inf_kernel<<<grid_for(N, kThreads * 4), kThreads, 0, stream>>>(flag, x, N);
+  found_inf_kernel<<<grid_for(N, eb() * 4), eb(), 0, stream>>>(flag, x, N);
   CUDA_LAUNCH_CHECK() << "found_inf N=" << N;
 }
 
 void scale(float* x, float s, int64_t N, cudaStream_t stream) {
   if (N <= 0) return;
-  scale_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(x, s, N);
+  scale_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(x, s, N);
   CUDA_LAUNCH_CHECK() << "scale N=" << N;
 }
 

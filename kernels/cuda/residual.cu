@@ -41,18 +41,18 @@ __global__ void column_sum_kernel(float* acc, const float* x, int64_t rows, int 
 
 void residual_forward(float* out, const float* a, const float* b, int64_t N, cudaStream_t stream) {
   if (N <= 0) return;
-  residual_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(out, a, b, N);
+  residual_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(out, a, b, N);
   CUDA_LAUNCH_CHECK() << "residual_forward N=" << N;
 }
 void accumulate(float* acc, const float* x, int64_t N, cudaStream_t stream) {
   if (N <= 0) return;
-  accumulate_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(acc, x, N);
+  accumulate_kernel<<<grid_for(N, eb()), eb(), 0, stream>>>(acc, x, N);
   CUDA_LAUNCH_CHECK() << "accumulate N=" << N;
 }
 void add_bias(float* out, const float* bias, int64_t BT, int OC, cudaStream_t stream) {
   TROUPE_CHECK(BT >= 0 && OC > 0);
   if (BT == 0) return;
-  add_bias_kernel<<<grid_for(BT * OC, kThreads), kThreads, 0, stream>>>(out, bias, BT, OC);
+  add_bias_kernel<<<grid_for(BT * OC, eb()), eb(), 0, stream>>>(out, bias, BT, OC);
   CUDA_LAUNCH_CHECK() << "add_bias BT=" << BT << " OC=" << OC;
 }
 void bias_backward(float* dbias, const float* dout, int64_t BT, int OC, cudaStream_t stream) {
