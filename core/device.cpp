@@ -1,5 +1,7 @@
 #include "core/device.h"
 
+#include <new>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -56,7 +58,9 @@ void* CpuAllocator::allocate(size_t bytes) {
   const size_t n = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
   TROUPE_CHECK(n >= bytes) << "allocation of " << bytes << " bytes overflows";
   void* p = std::aligned_alloc(kAlignment, n);
-  TROUPE_CHECK(p != nullptr) << "out of memory allocating " << n << " bytes on the CPU";
+  // std::bad_alloc, not an internal error: describe_exception turns it into the sentence
+  // "out of memory ... lower train.batch_size ..." and the exit code of a resource failure
+  if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, n);
   in_use_.fetch_add(n, std::memory_order_relaxed);
   return p;
