@@ -62,5 +62,6 @@ using restored_atom = caf::atom_constant<caf::atom("restored")>;
 using busy_atom = caf::atom_constant<caf::atom("busy")>;
 using badsecret_atom = caf::atom_constant<caf::atom("badsecret")>;
 using drop_atom = caf::atom_constant<caf::atom("drop")>;
+using sigchk_atom = caf::atom_constant<caf::atom("sigchk")>;  // agent: forward this process's stop signal to process 0
 
 }  // namespace troupe

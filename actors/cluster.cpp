@@ -402,6 +402,11 @@ void Cluster::wait_for_end() {
   im.transport->abort("the job ended");  // process 0 has stopped every worker
 }
 
+int Cluster::forwarded_stop(int* from) const {
+  if (from) *from = impl_->forwarded_stop_from.load();
+  return impl_->forwarded_stop.load();
+}
+
 std::string Cluster::failure() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   return impl_->failure;

@@ -147,6 +147,11 @@ class Cluster {
   // Process 0: the coordinator (a scoped actor) gets (fail_atom, -2, reason) when a peer is
   // lost, so its waits end with that error.
   void set_coordinator(caf::actor coordinator);
+  // Process 0: the number of a stop signal (SIGTERM, SIGINT, SIGUSR1) that another process of
+  // the job received and forwarded (its agent checks its own stop_signal every 0.2 s), 0 while
+  // none has; `*from` (if given) the process that received it. The coordinator treats it as
+  // its own: a snapshot after the current step, then every process stops.
+  int forwarded_stop(int* from = nullptr) const;
   // Why the job is failing ("" while it is not): a lost process, an abort.
   std::string failure() const;
   // Stops the job everywhere (the hub tells every agent) with `reason`; idempotent. Does not

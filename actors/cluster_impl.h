@@ -4,6 +4,7 @@
 // transfer (actors/snapshot_transfer.cpp). Everything below `mu` is guarded by it; `cv`
 // wakes the Cluster's waits whenever it changes.
 #pragma once
+#include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -56,6 +57,9 @@ struct Cluster::Impl {
   bool ended = false;    // the hub said the job ended normally
   bool hub_gone = false;  // a process other than 0: the connection to the hub closed
   int unauthenticated = 0;  // control messages dropped for a wrong tag
+  // hub: a stop signal another process received and forwarded (0: none), and which process
+  std::atomic<int> forwarded_stop{0};
+  std::atomic<int> forwarded_stop_from{-1};
   // in-place recovery
   std::vector<std::vector<int64_t>> offers;  // hub: each process's memory holdings
   RecoveryPlan plan;

@@ -69,6 +69,9 @@ class Coordinator {
   void evaluate_and_log(int64_t k, MetricsLog& metrics, JobResult& res);
   // Snapshots due after step k, the disk-space watch; true when a signal stops the run.
   bool after_step(int64_t k, JobResult& res);
+  // The stop signal in force (0: none): this process's own, or one another process of the
+  // job received and forwarded (Cluster::forwarded_stop).
+  int stop_signal() const;
   // The end of a run that trained every step: summary, trace, sample, parameters, shutdown.
   void finish(JobResult& res, MetricsLog& metrics);
 

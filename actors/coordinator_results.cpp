@@ -51,8 +51,8 @@ std::string Coordinator::sample(int n, JobResult& res) {
   std::mt19937_64 rng(ctx_.sample_seed ? ctx_.sample_seed : cfg_.train.seed ^ 0x5a5a5a5aULL);
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) {
-    if (i > 0 && ctx_.stop_signal && ctx_.stop_signal->load() != 0) {  // Ctrl-C during the sample: it ends here
-      if (!ctx_.quiet) spdlog::info("signal {}: the sample stops after {} of {} tokens", ctx_.stop_signal->load(), i, n);
+    if (i > 0 && stop_signal() != 0) {  // Ctrl-C during the sample: it ends here
+      if (!ctx_.quiet) spdlog::info("signal {}: the sample stops after {} of {} tokens", stop_signal(), i, n);
       break;
     }
     const int T = std::min<int>((int)toks.size(), plan_.gpt.maxT);

@@ -296,9 +296,15 @@ void Coordinator::evaluate_and_log(int64_t k, MetricsLog& metrics, JobResult& re
   res.val_source_losses = val_source_losses_;
 }
 
+int Coordinator::stop_signal() const {
+  if (const int own = ctx_.stop_signal ? ctx_.stop_signal->load() : 0; own != 0) return own;
+  return cluster_ ? cluster_->forwarded_stop() : 0;
+}
+
 // Snapshots after step k (interval, memory interval, a signal); true when a signal stops the run.
 bool Coordinator::after_step(int64_t k, JobResult& res) {
-  const bool sig = ctx_.stop_signal && ctx_.stop_signal->load() != 0;
+  const int signo = stop_signal();
+  const bool sig = signo != 0;
   const int iv = cfg_.checkpoint.interval, miv = cfg_.checkpoint.memory_interval;
   const int32_t where = (a_.writer && ((iv > 0 && k % iv == 0) || sig) ? kSnapDisk : 0) |
                         (!a_.keepers.empty() && miv > 0 && k % miv == 0 ? kSnapMemory : 0);
@@ -307,7 +313,7 @@ bool Coordinator::after_step(int64_t k, JobResult& res) {
   if (!sig) return false;
   res.stopped_by_signal = true;
   if (!ctx_.quiet)
-    spdlog::info("signal {}: stopping after step {}{}", ctx_.stop_signal->load(), k,
+    spdlog::info("signal {}: stopping after step {}{}", signo, k,
                  a_.writer ? " (saving a snapshot)" : " (no checkpoint directory: nothing saved)");
   return true;
 }

@@ -253,6 +253,15 @@ void on_agent_message(Agent* self, int32_t from, caf::message& inner) {
       [&](restored_atom) { raise([&] { s.impl->restored[from] = true; }); },
       [&](ready_atom) { raise([&] { s.impl->ready[from] = true; }); },
       [&](hb_atom) {},
+      [&](stop_atom, int32_t sig) {  // hub: another process received a stop signal
+        if (!s.impl->hub() || sig <= 0 || sig >= 65) return;
+        int none = 0;
+        if (s.impl->forwarded_stop.compare_exchange_strong(none, sig)) {
+          s.impl->forwarded_stop_from = from;
+          spdlog::info("signal {} ({}) reached {}: the job stops after the current step", sig, strsignal(sig),
+                       s.impl->name_of(from));
+        }
+      },
       [&](end_atom) { raise([&] { s.impl->ended = true; }); },
       [&](bye_atom) { raise([&] { s.impl->bye[from] = true; }); },
       [&](abort_atom, const std::string& why) {
@@ -363,6 +372,7 @@ caf::behavior node_agent(Agent* self, std::shared_ptr<Cluster::Impl> impl) {
   st.live.assign(n, false);
   self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
   if (impl->o.cfg.fault.heartbeat_s > 0) self->delayed_send(self, secs(impl->o.cfg.fault.heartbeat_s), tick_atom::value);
+  if (!impl->hub() && impl->o.stop_signal) self->delayed_send(self, std::chrono::milliseconds(200), sigchk_atom::value);
   return {
       // this process's agent learns the hub's handle (non-hub processes)
       // (and sends it this process's join first: nothing else may precede it)
@@ -396,6 +406,23 @@ caf::behavior node_agent(Agent* self, std::shared_ptr<Cluster::Impl> impl) {
                 [](const caf::error&) {});
       },
       [=](tick_atom) { on_tick(self); },
+      // a process other than 0: a stop signal it received goes to process 0, which stops the
+      // whole job after the current step (with a snapshot); the process itself runs on until then
+      [=](sigchk_atom) {
+        auto& s = self->state;
+        const int sig = s.impl->o.stop_signal ? s.impl->o.stop_signal->load() : 0;
+        bool joined;
+        {
+          std::lock_guard<std::mutex> lk(s.impl->mu);
+          joined = s.impl->have_table && s.impl->failure.empty() && !s.impl->ended;
+        }
+        if (sig != 0 && joined && s.live[0]) {
+          post(self, 0, kAgentKind, 0, caf::make_message(stop_atom::value, (int32_t)sig));
+          spdlog::info("signal {} ({}): asked process 0 to stop the job after the current step", sig, strsignal(sig));
+          return;  // once
+        }
+        self->delayed_send(self, std::chrono::milliseconds(200), sigchk_atom::value);
+      },
       // to every peer (hub: all agents) from the Cluster's own calls
       [=](abort_atom, const std::string& why) {
         auto& s = self->state;

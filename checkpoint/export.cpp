@@ -109,7 +109,7 @@ uint64_t export_safetensors(const TrainState& st, const Config& cfg, const std::
     if (err == EFBIG)  // the file-size limit, not the disk
       throw UserError(what + " (" + std::strerror(err) + "): the export is larger than the file-size limit (ulimit -f); "
                       "raise it (ulimit -f unlimited)");
-    throw Error(what + " (" + std::strerror(err) + "); free space there or choose another output path");
+    throw UserError(what + " (" + std::strerror(err) + "); " + path_error_fix(err));
   };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

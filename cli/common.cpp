@@ -2,6 +2,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <tuple>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -280,8 +281,9 @@ void write_output_file(const std::string& path, const std::string& text, const s
   if (!ok) {
     std::error_code ec;
     fs::remove(tmp, ec);
-    throw UserError(fmt::format("cannot write {} ({}); free space there or pass another {} path", path,
-                                std::strerror(err ? err : errno), option));
+    const int code = err ? err : errno;
+    throw UserError(fmt::format("cannot write {} ({}); {} (the option {})", path, std::strerror(code),
+                                path_error_fix(code), option));
   }
 }
 
@@ -301,12 +303,17 @@ double available_memory() {
 // split; mixed precision: a 16-bit model copy, 2 bytes less), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
 // GPipe M) and the logits of a microbatch (twice: logits and their gradient).
 void check_address_space(uint64_t bytes, const std::string& what) {
-  rlimit as{};
-  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return;
   const uint64_t need = bytes + (uint64_t(1) << 30);  // + libraries, threads, buffers
-  TROUPE_USER_CHECK(as.rlim_cur >= need)
-      << "the address-space limit (ulimit -v) is " << (as.rlim_cur >> 20) << " MiB but " << what << " of this model needs "
-      << "about " << (need >> 20) << " MiB (its parameters and state, plus 1 GiB); raise it (ulimit -v unlimited)";
+  // RLIMIT_DATA counts private writable mappings (Linux >= 4.7): the model's buffers and thread stacks
+  for (const auto& [res, flag, name] : {std::tuple{RLIMIT_AS, "-v", "address-space"},
+                                        std::tuple{RLIMIT_DATA, "-d", "data-segment"}}) {
+    rlimit r{};
+    if (::getrlimit(res, &r) != 0 || r.rlim_cur == RLIM_INFINITY) continue;
+    TROUPE_USER_CHECK(r.rlim_cur >= need)
+        << "the " << name << " limit (ulimit " << flag << ") is " << (r.rlim_cur >> 20) << " MiB but " << what
+        << " of this model needs about " << (need >> 20) << " MiB (its parameters and state, plus 1 GiB); raise it "
+        << "(ulimit " << flag << " unlimited)";
+  }
 }
 
 void check_memory(const Config& c) {

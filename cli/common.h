@@ -5,12 +5,14 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "datasets/prepare.h"
 
 namespace troupe::cli {
@@ -27,6 +29,16 @@ void print_error(const std::string& text);
 Config load_config(const std::string& path, const std::vector<std::string>& sets);
 // Local time as YYYYmmdd-HHMMSS.
 std::string timestamp();
+// Runs f() and returns its result; a std::filesystem::filesystem_error from it (a name too
+// long, a loop of symbolic links) becomes a UserError naming `option` and the fix.
+template <class F>
+auto naming_option(const std::string& option, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw UserError(option + ": " + describe_filesystem_error(e));
+  }
+}
 // Checks, without creating anything, that the run directory can be created or written. Throws UserError.
 // `what` and `flag` name the folder in the error ("run directory", "--run-dir").
 void check_run_dir(const std::string& dir, const std::string& what = "run directory", const std::string& flag = "--run-dir");

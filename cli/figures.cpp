@@ -81,7 +81,7 @@ void render_png(const std::string& script, const std::string& out, const std::st
     std::error_code rm;
     fs::remove_all(dir, rm);
     fs::remove(png_tmp(out), rm);
-    return std::string("stopped by ") + (sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1") +
+    return std::string("stopped by ") + stop_signal_label(sig) +
            " while drawing " + out + "; the half-drawn picture was removed";
   });
   bool script_ok = false;

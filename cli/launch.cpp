@@ -35,6 +35,7 @@
 
 #include "core/error.h"
 #include "core/events.h"
+#include "core/interrupt.h"
 
 extern char** environ;
 
@@ -190,15 +191,17 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-// A TCP port that was free on `host` a moment ago: bind port 0, read it back, close.
+// A TCP port that was free on `host` a moment ago: bind `want` (0: any), read it back, close.
 // (Someone else may take it before rank 0 listens; then rank 0 fails and so does the job.)
-int free_port(const std::string& host) {
+// A `want` that something listens on already is refused (UserError) here, once, before any
+// process starts (SO_REUSEADDR: a port in TIME_WAIT, which rank 0 can take, passes).
+int free_port(const std::string& host, int want = 0) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
-  const int gai = ::getaddrinfo(host.c_str(), "0", &hints, &res);
+  const int gai = ::getaddrinfo(host.c_str(), std::to_string(want).c_str(), &hints, &res);
   TROUPE_USER_CHECK(gai == 0) << "cannot resolve the coordinator host " << host << " (" << ::gai_strerror(gai)
                               << "); pass --coordinator with an address of this host, e.g. 127.0.0.1:29500";
   int port = 0, err = 0;
@@ -210,6 +213,8 @@ int free_port(const std::string& host) {
     }
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(fd, (sockaddr*)&ss, &len) == 0)
       port = ntohs(ss.ss_family == AF_INET6 ? ((sockaddr_in6*)&ss)->sin6_port : ((sockaddr_in*)&ss)->sin_port);
     else
@@ -220,6 +225,9 @@ int free_port(const std::string& host) {
   TROUPE_USER_CHECK(port != 0 || err != EADDRNOTAVAIL)
       << "--coordinator host " << host << " is not an address of this host: troupe launch starts every process "
       << "here and process 0 listens there; use 127.0.0.1 or an address that `ip addr` lists";
+  TROUPE_USER_CHECK(port != 0 || want == 0 || err != EADDRINUSE)
+      << "--coordinator " << host << ":" << want << ": the port is in use (another job or program listens "
+      << "there); choose another port, or leave --coordinator out (a free port is picked)";
   TROUPE_USER_CHECK(port != 0) << "cannot find a free TCP port on " << host << " (" << std::strerror(err)
                                << "); pass --coordinator HOST:PORT";
   return port;
@@ -487,7 +495,7 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       sig = ::sigwaitinfo(&waited, &info);
     }
     if (sig < 0 || sig == SIGCHLD) continue;  // timeout / EINTR / a child changed state
-    // SIGINT, SIGTERM, SIGUSR1: the user stops the job, so a process that dies now is not
+    // SIGINT, SIGTERM, SIGUSR1 (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM): the user stops the job, so a process that dies now is not
     // started again. A terminal (Ctrl-C) sends to the whole foreground process group
     // (si_code SI_KERNEL): the children, in our group, got it themselves — a second copy
     // would make troupe train stop at once instead of snapshotting.
@@ -512,7 +520,7 @@ int run(const Options& o) {
   const std::time_t t = std::time(nullptr);
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
   const std::string launch_id = std::string(stamp) + "-" + std::to_string(::getpid());
-  (void)free_port(o.host);  // a host that is not this machine's is refused before any process starts
+  (void)free_port(o.host, o.port);  // a host that is not this machine's, or a busy port, is refused before any process starts
 
   // SIGCHLD must not be SIG_IGN (the kernel would reap the children for us); the four
   // signals are taken by sigwaitinfo, so they are blocked, not handled. They stay blocked:
@@ -525,6 +533,11 @@ int run(const Options& o) {
   sigset_t waited, old_mask;
   sigemptyset(&waited);
   for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGUSR1}) sigaddset(&waited, s);
+  // the other stop signals (core/interrupt.h) are forwarded too: by default they would end the
+  // launcher alone and orphan its processes (one inherited as ignored, nohup's SIGHUP, stays so)
+  for (int i = 0; i < kStopSignalCount; ++i)
+    if (kStopSignals[i] != SIGXCPU && !(keep_if_ignored(kStopSignals[i]) && signal_ignored(kStopSignals[i])))
+      sigaddset(&waited, kStopSignals[i]);
   ::sigprocmask(SIG_BLOCK, &waited, &old_mask);
 
   double failure_time = 0;

@@ -19,11 +19,14 @@
 #include <algorithm>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/common.h"
 #include "cli/launch.h"
 #include "cli/plan.h"
+#include "core/interrupt.h"
+#include "kernels/gemm_libs.h"
 #include "core/error.h"
 #include "stages/schedule.h"
 #include "troupe_version.h"
@@ -104,25 +107,35 @@ int check_stdout(int rc) {
 int run_command(int argc, char** argv);
 
 // Until a command installs its own handling (train's snapshot-and-stop, data preparation's
-// clean-up, a figure's temporary files), SIGINT, SIGTERM and SIGUSR1 end troupe with a
-// sentence and exit 2 instead of their default action's silent 130/143/138: it comes
-// before anything is written, or between writes that are each whole (temporary file, then
-// rename), so there is nothing to undo.
+// clean-up, a figure's temporary files), the stop signals (core/interrupt.h: SIGINT,
+// SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGXCPU) end troupe with a sentence
+// and exit 2 instead of their default action's silent 128+N: it comes before anything is
+// written, or between writes that are each whole (temporary file, then rename), so there is
+// nothing to undo. SIGXCPU keeps this handler in every command (a stop that saves a snapshot
+// would need more CPU time past the limit; snapshots already written are whole).
 extern "C" void on_early_signal(int sig) {
-  const char* text = sig == SIGINT    ? "error: stopped by SIGINT (Ctrl-C); nothing was left half-written\n"
-                     : sig == SIGTERM ? "error: stopped by SIGTERM; nothing was left half-written\n"
-                     : sig == SIGXCPU ? "error: stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise "
-                                        "it (ulimit -t unlimited); snapshots already written are kept (--resume latest)\n"
-                                      : "error: stopped by SIGUSR1 (there is no training step to save here); nothing "
-                                        "was left half-written\n";
-  (void)!::write(STDERR_FILENO, text, std::strlen(text));
+  auto put = [](const char* t) { (void)!::write(STDERR_FILENO, t, std::strlen(t)); };
+  if (sig == SIGXCPU) {
+    put("error: stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise it (ulimit -t unlimited); "
+        "snapshots already written are kept (--resume latest)\n");
+  } else {
+    put("error: stopped by ");
+    put(stop_signal_label(sig));
+    put(sig == SIGUSR1 ? " (there is no training step to save here); nothing was left half-written\n"
+                       : "; nothing was left half-written\n");
+  }
   ::_exit(2);
 }
 
 // as early as the executable's own initialisation (after the shared libraries load): the
-// window in which a signal still has its default action is the dynamic loader's
+// window in which a signal still has its default action is the dynamic loader's. A signal
+// inherited as ignored (nohup's SIGHUP) stays ignored.
 __attribute__((constructor)) void install_early_signals() {
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGXCPU}) std::signal(sig, on_early_signal);
+  for (int i = 0; i < kStopSignalCount; ++i) {
+    const int sig = kStopSignals[i];
+    if (keep_if_ignored(sig) && signal_ignored(sig)) continue;
+    std::signal(sig, on_early_signal);
+  }
 }
 
 // The checks every command shares, before anything is opened. Returns 0, or 2 when refused.
@@ -148,11 +161,17 @@ int check_process_limits() {
   // below about 1 GiB of address space (ulimit -v) the libraries, thread stacks and OpenMP
   // pools do not fit: troupe aborted (134), crashed (139) or hung, depending on the bound
   constexpr rlim_t kMinAddressSpace = rlim_t(1) << 30;
-  if (rlimit as {}; ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && as.rlim_cur < kMinAddressSpace) {
-    print_error("the address-space limit (ulimit -v) is " + std::to_string(as.rlim_cur >> 20) +
-                " MiB; troupe needs at least 1024 MiB for its libraries, threads and buffers: raise it (ulimit -v "
-                "unlimited, or a bound above the job's memory estimate)");
-    return 2;
+  // the data-segment limit (ulimit -d) counts every private writable mapping since Linux 4.7,
+  // thread stacks (8 MiB each) included: under 60 MiB a detached actor's thread failed to
+  // start and CAF's actor system then waited for it forever (a hang at exit)
+  for (const auto& [res, flag, what] : {std::tuple{RLIMIT_AS, "-v", "address-space"},
+                                        std::tuple{RLIMIT_DATA, "-d", "data-segment"}}) {
+    if (rlimit r {}; ::getrlimit(res, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < kMinAddressSpace) {
+      print_error(std::string("the ") + what + " limit (ulimit " + flag + ") is " + std::to_string(r.rlim_cur >> 20) +
+                  " MiB; troupe needs at least 1024 MiB for its libraries, threads and buffers: raise it (ulimit " +
+                  flag + " unlimited, or a bound above the job's memory estimate)");
+      return 2;
+    }
   }
   // threads: a process limit (ulimit -u) of a few made thread creation fail inside a
   // library (abort, 134); descriptors: UCX aborted under ulimit -n 9. The soft descriptor
@@ -335,8 +354,16 @@ int run_command(int argc, char** argv) {
       return cmd_simulate(so, simulate_cmd->get_option("--stages")->count() > 0,
                           simulate_cmd->get_option("--microbatches")->count() > 0,
                           simulate_cmd->get_option("--chunks")->count() > 0);
-    if (export_cmd->parsed()) return cmd_export(export_dir, export_format, export_out);
-    if (generate_cmd->parsed()) return cmd_generate(go);
+    if (export_cmd->parsed()) {
+      set_out_of_memory_fixes("run it on a machine with more memory (export holds the whole model once in fp32)");
+      return cmd_export(export_dir, export_format, export_out);
+    }
+    if (generate_cmd->parsed()) {
+      (void)kernels::gemm_choice();  // a wrong TROUPE_GEMM is refused before the model loads
+      set_out_of_memory_fixes("lower --tokens, or run it on a machine with more memory (generate holds the whole "
+                              "model and the context's activations)");
+      return cmd_generate(go);
+    }
     if (plot_cmd->parsed()) return cmd_plot(plot_dir, plot_out, plot_title);
     TROUPE_USER_CHECK(!train->parsed() || train->get_option("--run-dir")->count() == 0 || !run_dir.empty())
         << "--run-dir is empty; pass a folder (e.g. --run-dir runs/mine) or leave it out for runs/<timestamp>";
@@ -356,10 +383,17 @@ int run_command(int argc, char** argv) {
       refuse_overwriting(trace_png_, "--trace-png", files, dirs);
     }
     if (train->parsed()) return cmd_train(c, run_dir, resume);
-    if (prepare_cmd->parsed() || tokenize->parsed()) return cmd_prepare(c, report);
+    if (prepare_cmd->parsed() || tokenize->parsed()) {
+      set_out_of_memory_fixes("lower model.vocab_size or data.tokenizer_sample_mb (the tokenizer's training "
+                              "sample), or prepare on a machine with more memory");
+      return cmd_prepare(c, report);
+    }
     if (plan_cmd->parsed()) return cmd_plan(c, pc);
   } catch (const UserError& e) {
     print_error(log_prefix_ + e.what());
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // the user's paths: a name too long, a link loop
+    print_error(log_prefix_ + describe_filesystem_error(e));
     return 2;
   } catch (const std::exception& e) {
     print_error(log_prefix_ + describe_exception(e));

@@ -5,6 +5,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <cctype>
+#include <sys/resource.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -48,12 +51,15 @@
 #include "stages/stage.h"
 #include <cstring>
 #include "cli/common.h"
+#include "cli/train_checks.h"
+#include "core/interrupt.h"
 
 namespace fs = std::filesystem;
 
 namespace troupe::cli {
 namespace {
-// SIGUSR1 / SIGTERM / SIGINT: snapshot the current step and stop (exit 0). A second
+// SIGUSR1 / SIGTERM / SIGINT (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, unless inherited as
+// ignored): snapshot the current step and stop (exit 0). A second
 // SIGTERM or SIGINT while that is under way ends the process at once, if it comes more than
 // a second after the first: one request often arrives twice (Ctrl-C reaches the whole
 // process group and troupe launch forwards it too; `timeout` signals its child and then its
@@ -72,7 +78,11 @@ void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
+  for (int i = 0; i < kStopSignalCount; ++i) {
+    const int s = kStopSignals[i];
+    if (s == SIGXCPU || (keep_if_ignored(s) && signal_ignored(s))) continue;  // SIGXCPU: cli/main.cpp's exit
+    sigaction(s, &sa, nullptr);
+  }
 }
 
 // The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
@@ -100,87 +110,6 @@ std::string job_secret() {
 struct FinalError : Error {
   using Error::Error;
 };
-
-// Process 0 of several: refuses (UserError) a coordinator address it cannot listen on,
-// before anything is written.
-void check_coordinator_address(const LaunchEnv& launch) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)launch.port);
-  if (inet_pton(AF_INET, launch.host.c_str(), &a.sin_addr) == 1) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    const bool ok = fd >= 0 && ::bind(fd, (sockaddr*)&a, sizeof a) == 0;
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    TROUPE_USER_CHECK(ok) << "process 0 cannot listen on " << launch.host << ":" << launch.port << " ("
-                          << std::strerror(err) << "); choose a free port and a local address in TROUPE_COORDINATOR";
-  }
-}
-
-// An explicit checkpoint.dir: created and probed with a file (root passes access() on
-// /proc), so an unwritable one is refused (UserError) before the run starts.
-void check_checkpoint_dir(const std::string& ckpt_dir) {
-  fs::path p = fs::absolute(ckpt_dir);
-  while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
-  TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
-      << "checkpoint.dir = '" << ckpt_dir << "' cannot be created (" << p.string()
-      << (fs::is_directory(p) ? " is not writable" : " is not a directory") << "); choose a writable directory";
-  // really try (root passes access() on /proc): create it and a probe file, then remove the
-  // probe and the folders this check created (the checkpointer creates them when it saves),
-  // so a run refused later leaves no empty folder
-  std::error_code ec;
-  fs::path first_new = fs::absolute(ckpt_dir, ec);  // the outermost folder that does not exist yet
-  for (fs::path q = first_new; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) first_new = q;
-  const bool created = !fs::exists(first_new, ec);
-  fs::create_directories(ckpt_dir, ec);
-  const std::string probe = ckpt_dir + "/.troupe-probe-" + std::to_string(::getpid());
-  bool ok = !ec && fs::is_directory(ckpt_dir);
-  if (ok) {
-    std::ofstream f(probe);
-    ok = f.good() && (f << "x").good();
-  }
-  fs::remove(probe, ec);
-  if (created) fs::remove_all(first_new, ec);
-  TROUPE_USER_CHECK(ok) << "checkpoint.dir = '" << ckpt_dir
-                        << "' cannot be created or written; choose a writable directory";
-}
-
-// Refuses (UserError) more threads or stage workers than this machine can run in a sane
-// time: at most kThreadsPerCore per core (threads: train.threads; workers: those of this
-// process, each a thread of its own; at least kMinWorkers).
-void check_machine_fits(const Config& c, const LaunchEnv& launch) {
-  constexpr int kThreadsPerCore = 8, kMinWorkers = 64;
-  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
-  TROUPE_USER_CHECK(c.train.threads <= kThreadsPerCore * cores)
-      << "train.threads = " << c.train.threads << " is more than " << kThreadsPerCore << " per core of the " << cores
-      << " here; use at most " << kThreadsPerCore * cores << ", or 0 for one per core";
-  const int here = c.parallel.pp * c.parallel.tp * c.parallel.dp / std::max(1, launch.world);
-  const int most = std::max(kMinWorkers, kThreadsPerCore * cores);
-  TROUPE_USER_CHECK(here <= most) << "this process would run " << here << " stage workers (parallel.pp x tp x dp"
-                                  << (launch.world > 1 ? " / processes" : "") << "), more than " << most << " on "
-                                  << cores << " cores; use a smaller layout or more processes (troupe launch)";
-}
-
-// Refuses (UserError) a checkpoint directory without room for one snapshot (a signal's
-// save would fail and the run's work be lost); warns when it cannot hold the snapshots
-// that retention keeps plus the one being written.
-void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
-  const uint64_t need = snapshot_bytes(c), free = free_space(ckpt_dir);
-  if (free == UINT64_MAX) return;
-  auto mib = [](uint64_t b) { return fmt::format("{:.1f} MiB", b / 1048576.0); };
-  TROUPE_USER_CHECK(free >= need)
-      << "the filesystem of checkpoint.dir " << ckpt_dir << " has " << mib(free)
-      << " free but one snapshot of this model takes about " << mib(need)
-      << " (saved every checkpoint.interval steps and on SIGTERM, SIGINT or SIGUSR1); free space there or set "
-         "checkpoint.dir to another filesystem";
-  const uint64_t keep = c.checkpoint.interval > 0 ? (uint64_t)c.checkpoint.keep_last + 1 : 1;
-  if (free < keep * need)
-    spdlog::warn("the filesystem of {} has {} free, room for {} snapshot(s) of about {}; checkpoint.keep_last = {} needs "
-                 "{} (the kept ones and the one being written): free space before the snapshots fail",
-                 ckpt_dir, mib(free), free / need, mib(need), c.checkpoint.keep_last, keep);
-}
 
 // Token files, tokenizer and snapshot agree with the model (UserError naming the fix otherwise).
 void check_data(const Config& c, const PreparedData& d, const BlendLoader& loader, const Tokenizer& tok,
@@ -407,14 +336,14 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
         << "parallel.dp x pp x tp = " << workers << " workers cannot be spread evenly over " << launch.world
         << " processes; use a process count that divides " << workers;
   }
-  if (launch.world > 1 && launch.rank == 0) check_coordinator_address(launch);
+  if (launch.world > 1) check_coordinator_address(launch);
   // Everything that can be refused is refused before anything is written.
   const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
   const bool known_default = launch_id && *launch_id;  // every process knows process 0's default run dir
   const std::string run_dir = !run_dir_opt.empty() ? run_dir_opt
                               : follower           ? (known_default ? default_run_dir() : std::string())
                                                    : default_run_dir();
-  if (!follower) check_run_dir(run_dir);
+  if (!follower) naming_option("--run-dir", [&] { check_run_dir(run_dir); });
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
   const std::string ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
                                : run_dir.empty() ? std::string()
@@ -422,7 +351,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && ckpt_dir.empty()))
       << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
          "process finds the same snapshots";
-  if (!c.checkpoint.dir.empty() && !follower) check_checkpoint_dir(ckpt_dir);  // (the run directory is checked above)
+  if (!c.checkpoint.dir.empty() && !follower) naming_option("checkpoint.dir", [&] { check_checkpoint_dir(ckpt_dir); });  // (the run directory is checked above)
   // fault.policy = restart: troupe launch starts the job again after a lost process
   // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
   const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")
@@ -451,7 +380,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                                       snaps.back().second, snaps.back().first)));
     if (resume.empty() && !snaps.empty() && !in_place) resume = "latest";
   }
-  std::shared_ptr<TrainState> state = load_resume_state(c, resume, ckpt_dir, follower, restart, launch.rank);
+  std::shared_ptr<TrainState> state = naming_option(
+      "--resume", [&] { return load_resume_state(c, resume, ckpt_dir, follower, restart, launch.rank); });
   {
     Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
     validate_schedule(s);
@@ -470,7 +400,9 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
       << "--trace-png draws the measured trace: pass --trace FILE.json too";
   if (!trace_png_.empty()) check_png_output(trace_png_, "--trace-png");  // refused now, not after training
   if (!c.train.tensorboard_dir.empty() && !follower)
-    check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
+    naming_option("--tensorboard (train.tensorboard_dir)", [&] {
+      check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
+    });
   setup_logging("");
   if (!follower && !ckpt_dir.empty()) check_snapshot_space(c, ckpt_dir);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -480,11 +412,11 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   if (c.train.threads > 0 && c.train.threads < workers)
     spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
                  c.train.threads, workers, workers);
+  check_thread_limit(c, launch);
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
   if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)
-    throw UserError(std::string("stopped by ") +
-                    (sig == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM") +
+    throw UserError(std::string("stopped by ") + stop_signal_label(sig) +
                     " before training began; no run directory was made");
   std::vector<BlendLoader::Source> sources;
   for (const PreparedSource& s : d.sources)

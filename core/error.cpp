@@ -2,19 +2,73 @@
 #include "core/error.h"
 
 #include <cxxabi.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <string>
 #include <memory>
 #include <new>
+#include <tuple>
 #include <typeinfo>
 
 namespace troupe {
 
+namespace {
+std::string g_oom_fixes;  // set_out_of_memory_fixes
+
+// A finite RLIMIT_DATA or RLIMIT_AS may be what refused an allocation: {" under the
+// data-segment limit (ulimit -d = 195 MiB)", "raise that limit (ulimit -d unlimited), or "};
+// two empty strings when neither is set.
+std::pair<std::string, std::string> memory_limit_clause() {
+  for (const auto& [res, flag, what] : {std::tuple{RLIMIT_DATA, "-d", "data-segment"},
+                                        std::tuple{RLIMIT_AS, "-v", "address-space"}}) {
+    rlimit r{};
+    if (::getrlimit(res, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+      return {std::string(" under the ") + what + " limit (ulimit " + flag + " = " +
+                  std::to_string((unsigned long long)(r.rlim_cur >> 20)) + " MiB)",
+              std::string("raise that limit (ulimit ") + flag + " unlimited), or "};
+  }
+  return {};
+}
+}  // namespace
+
+void set_out_of_memory_fixes(std::string fixes) { g_oom_fixes = std::move(fixes); }
+
+const char* path_error_fix(int code) {
+  return code == ENAMETOOLONG ? "shorten it (a file name has at most 255 bytes, a path 4095)"
+         : code == ELOOP      ? "a symbolic link on it points back into itself: fix or remove that link"
+         : code == EACCES || code == EPERM ? "check the permissions of its folders, or choose another path"
+         : code == ENOSPC || code == EDQUOT ? "free space there, or choose another path"
+         : code == EROFS    ? "the filesystem is read-only: choose a writable path"
+         : code == EBUSY    ? "it is in use (a mount point?): choose another path"
+         : code == ENOTDIR  ? "a part of it that should be a folder is a file: fix the path"
+         : code == EISDIR   ? "it is a folder: name a file"
+         : code == EEXIST || code == ENOTEMPTY ? "something is in the way there: move it or choose another path"
+         : code == EXDEV    ? "it crosses filesystems: keep it on one filesystem"
+         : code == EIO      ? "the device reported an I/O error: check the disk"
+                            : "check the path";
+}
+
+std::string describe_filesystem_error(const std::filesystem::filesystem_error& e) {
+  std::string paths = "'" + e.path1().string() + "'";
+  if (!e.path2().empty()) paths += " and '" + e.path2().string() + "'";
+  if (paths.size() > 600) paths = paths.substr(0, 280) + " ... " + paths.substr(paths.size() - 280);
+  const int code = e.code().value();
+  const char* fix = path_error_fix(code);
+  return "cannot use the path " + paths + " (" + e.code().message() + "); " + fix;
+}
+
 std::string describe_exception(const std::exception& e) {
   if (dynamic_cast<const Error*>(&e)) return e.what();
-  if (dynamic_cast<const std::bad_alloc*>(&e))
-    return "out of memory (a buffer could not be allocated); lower train.batch_size or train.seq_len, raise "
-           "parallel.microbatches, set train.recompute = \"full\", or spread the model over more parallel.pp / tp";
+  if (auto* fe = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) return describe_filesystem_error(*fe);
+  if (dynamic_cast<const std::bad_alloc*>(&e)) {
+    const auto [limit, raise] = memory_limit_clause();
+    return "out of memory (a buffer could not be allocated" + limit + "); " + raise +
+           (g_oom_fixes.empty() ? "lower train.batch_size or train.seq_len, raise parallel.microbatches, set "
+                                  "train.recompute = \"full\", or spread the model over more parallel.pp / tp"
+                                : g_oom_fixes);
+  }
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status),
                                               std::free);

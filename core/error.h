@@ -8,6 +8,7 @@
 #pragma once
 #include <sstream>
 #include <stdexcept>
+#include <filesystem>
 #include <string>
 
 namespace troupe {
@@ -30,6 +31,22 @@ class UserError : public Error {
 // exception (oneDNN's dnnl::error, the standard library's) with its type, so the user
 // sees what failed. Defined in core/error.cpp.
 std::string describe_exception(const std::exception& e);
+
+// What a command says after "out of memory" (set once by the CLI for the command it runs,
+// e.g. generate's fixes instead of training's); empty: training's fixes. Not thread-safe to
+// set while another thread reads it: set it before any worker starts.
+void set_out_of_memory_fixes(std::string fixes);
+
+// A std::filesystem::filesystem_error as one sentence naming the path(s), the reason and
+// the fix for the reason (a name too long, a loop of symbolic links, permissions, a full
+// disk, a read-only filesystem, a busy mount point). For main's last catch: such an error
+// comes from the user's paths, so troupe exits 2 with it.
+std::string describe_filesystem_error(const std::filesystem::filesystem_error& e);
+
+// The fix for a failed file operation's errno, as a clause: ENOSPC "free space there, or
+// choose another path", EBUSY "it is in use (a mount point?): choose another path", ...;
+// "check the path" for a code without a specific fix.
+const char* path_error_fix(int err);
 
 namespace detail {
 // Collects the streamed context, throws on destruction (the macro's temporary ends at

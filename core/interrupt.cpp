@@ -15,6 +15,30 @@
 #include "core/error.h"
 
 namespace troupe {
+
+const int kStopSignals[kStopSignalCount] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGXCPU};
+
+const char* stop_signal_label(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT (Ctrl-C)";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGHUP: return "SIGHUP (the terminal closed; nohup keeps a run going)";
+    case SIGALRM: return "SIGALRM";
+    case SIGVTALRM: return "SIGVTALRM";
+    case SIGXCPU: return "SIGXCPU (the CPU-time limit, ulimit -t, was reached: raise it)";
+    default: return "a signal";
+  }
+}
+
+bool keep_if_ignored(int sig) { return sig == SIGHUP || sig == SIGALRM || sig == SIGUSR2 || sig == SIGVTALRM; }
+
+bool signal_ignored(int sig) {
+  struct sigaction cur {};
+  return ::sigaction(sig, nullptr, &cur) == 0 && cur.sa_handler == SIG_IGN;
+}
+
 namespace {
 std::atomic<int> g_pipe_write{-1};
 std::atomic<bool> g_active{false};
@@ -31,7 +55,8 @@ extern "C" void on_interrupt(int sig) {
 struct InterruptGuard::Impl {
   std::function<std::string(int)> on_stop;
   int fds[2] = {-1, -1};
-  struct sigaction old_int {}, old_term {}, old_usr1 {}, old_xcpu {};
+  struct sigaction old[kStopSignalCount] {};
+  bool taken[kStopSignalCount] = {};
   std::thread watcher;
 
   void watch() {
@@ -70,17 +95,16 @@ InterruptGuard::InterruptGuard(std::function<std::string(int)> on_stop) : impl_(
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, &impl_->old_int);
-  sigaction(SIGTERM, &sa, &impl_->old_term);
-  sigaction(SIGUSR1, &sa, &impl_->old_usr1);
-  sigaction(SIGXCPU, &sa, &impl_->old_xcpu);
+  for (int i = 0; i < kStopSignalCount; ++i) {
+    const int sig = kStopSignals[i];
+    if (keep_if_ignored(sig) && signal_ignored(sig)) continue;  // nohup's SIGHUP stays ignored
+    impl_->taken[i] = ::sigaction(sig, &sa, &impl_->old[i]) == 0;
+  }
 }
 
 InterruptGuard::~InterruptGuard() {
-  sigaction(SIGINT, &impl_->old_int, nullptr);
-  sigaction(SIGTERM, &impl_->old_term, nullptr);
-  sigaction(SIGUSR1, &impl_->old_usr1, nullptr);
-  sigaction(SIGXCPU, &impl_->old_xcpu, nullptr);
+  for (int i = 0; i < kStopSignalCount; ++i)
+    if (impl_->taken[i]) ::sigaction(kStopSignals[i], &impl_->old[i], nullptr);
   const unsigned char quit = 0;
   (void)!::write(impl_->fds[1], &quit, 1);
   impl_->watcher.join();  // (if a signal came first, the watcher ends the process instead)

@@ -9,7 +9,23 @@
 
 namespace troupe {
 
-// While an InterruptGuard lives, SIGINT, SIGTERM and SIGUSR1 (troupe's "save and stop") end the process cleanly instead of by
+// The signals troupe treats as a request to stop: SIGINT, SIGTERM, SIGUSR1 (troupe train's
+// "save and stop"), SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM (whose default action would end the
+// process without a word and leave partial files) and SIGXCPU (the soft CPU-time limit).
+// Count: kStopSignalCount.
+extern const int kStopSignals[];
+constexpr int kStopSignalCount = 8;
+// "SIGINT (Ctrl-C)", "SIGTERM", ... for a signal of kStopSignals ("a signal" for another).
+// Async-signal-safe (a pointer into a static table).
+const char* stop_signal_label(int sig);
+// True for a signal whose disposition troupe must leave as it found it when it is SIG_IGN
+// (inherited from nohup or a shell: SIGHUP, SIGALRM, SIGUSR2, SIGVTALRM). SIGINT, SIGTERM,
+// SIGUSR1 and SIGXCPU are always taken.
+bool keep_if_ignored(int sig);
+// True when `sig` is now ignored (SIG_IGN) in this process.
+bool signal_ignored(int sig);
+
+// While an InterruptGuard lives, the stop signals (kStopSignals, except those kept ignored) end the process cleanly instead of by
 // their default action: a watcher thread (not the signal handler, so it may allocate and
 // touch the filesystem) calls `on_stop(signal number)`, which removes what the interrupted
 // work left and returns one sentence; the guard prints "error: <sentence>" on stderr and

@@ -391,10 +391,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   std::atomic<int> phase{kWaiting};
   std::optional<InterruptGuard> interrupt;
   interrupt.emplace([&](int sig) {
-    const std::string what = std::string(sig == SIGINT    ? "SIGINT (Ctrl-C)"
-                                         : sig == SIGTERM ? "SIGTERM"
-                                         : sig == SIGXCPU ? "SIGXCPU (the CPU-time limit, ulimit -t: raise it)"
-                                                          : "SIGUSR1");
+    const std::string what = stop_signal_label(sig);
     std::error_code ec;
     if (phase == kWaiting) return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
     if (phase == kReading || phase == kCommitted) {

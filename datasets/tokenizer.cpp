@@ -137,11 +137,12 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
   TROUPE_USER_CHECK(chars > 0) << "the tokenizer's training split holds no text; use a corpus "
                                << "with text in it (data.corpus)";
   const int n_special = 2 + static_cast<int>(special.size());
-  const int min_vocab = std::max<int>(kMinVocabSize + n_special - 2, n_special + 256 + static_cast<int>(chars));
+  // + 1: the space piece '▁' is required even when the corpus has no space (required_chars)
+  const int min_vocab = std::max<int>(kMinVocabSize + n_special - 2, n_special + 256 + static_cast<int>(chars) + 1);
   TROUPE_USER_CHECK(vocab_size >= min_vocab)
       << "model.vocab_size = " << vocab_size << " is too small for this corpus: the tokenizer "
       << "needs at least " << min_vocab << " pieces (" << n_special << " special + 256 byte-fallback + " << chars
-      << " distinct characters); set model.vocab_size >= " << min_vocab;
+      << " distinct characters + the space); set model.vocab_size >= " << min_vocab;
   std::string user_symbols;
   for (const auto& t : special) user_symbols += (user_symbols.empty() ? "" : ",") + t;
 
@@ -166,6 +167,13 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
       {"num_threads", "2"},
       {"hard_vocab_limit", "true"},
   };
+  // A corpus without a space (base64, one word per line) would give no piece for it, and
+  // byte fallback of the space decodes as the bytes of '▁': the space is then a user-defined
+  // piece (required_chars would abort BPE training on its zero count). A corpus with spaces
+  // is trained as before (a user-defined '▁' would keep it from merging into words).
+  bool has_space = false;
+  for (const auto& d : train_docs) has_space = has_space || d.find(' ') != std::string::npos;
+  if (!has_space) user_symbols += (user_symbols.empty() ? "" : ",") + std::string(kSpaceSymbol);
   if (!user_symbols.empty()) args["user_defined_symbols"] = user_symbols;
 
   DocSentenceIterator it(train_docs);
@@ -262,6 +270,13 @@ Tokenizer Tokenizer::load(const std::string& path) {
       << "tokenizer model '" << path << "' has no end-of-text (eos) piece; train it with "
       << "eos_id >= 0, or leave data.tokenizer empty to train one";
 
+  // Without a piece for the space, SentencePiece byte-encodes it as '▁' (E2 96 81): it would
+  // decode as those bytes (troupe's older tokenizers, trained on a corpus without spaces).
+  const int space_id = t.sp_->PieceToId(std::string(kSpaceSymbol));
+  TROUPE_USER_CHECK(space_id >= 0 && !t.sp_->IsUnknown(space_id))
+      << "tokenizer model '" << path << "' has no piece for the space ('\u2581': it was trained on text without "
+      << "spaces), so text with spaces would not round-trip; train it with required_chars='\u2581', or leave "
+      << "data.tokenizer empty to train one (troupe adds it)";
   // A model that normalises text or adds a dummy prefix would not give back the bytes.
   const std::string probe = "  Hello,\tworld!\n\n  caf\xC3\xA9 \xF0\x9F\x98\x80 \xE6\xBC\xA2 42  ";
   TROUPE_USER_CHECK(t.decode(t.encode(probe)) == probe)

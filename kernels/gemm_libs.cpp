@@ -91,7 +91,10 @@ GemmChoice choose_gemm(const std::string& want) {
   c.bf16_native = onednn_has_bf16_matmul();
   if (!want.empty() && want != "auto") {
     TROUPE_USER_CHECK(want == "onednn" || want == "openblas" || want == "blis")
-        << "TROUPE_GEMM=" << want << " is not a GEMM library; use onednn, openblas, blis or auto";
+        << "TROUPE_GEMM=" << want << " is not a CPU GEMM library; use onednn, openblas, blis or auto"
+        << (want.find("cu") != std::string::npos ? " (TROUPE_GEMM chooses among the CPU libraries only; the CUDA "
+                                                    "kernels use cuBLASLt on their own)"
+                                                  : "");
     c.lib = want == "onednn" ? GemmLibrary::onednn : want == "openblas" ? GemmLibrary::openblas : GemmLibrary::blis;
     c.sgemm = gemm_library_sgemm(c.lib);
     TROUPE_USER_CHECK(c.sgemm) << "TROUPE_GEMM=" << want << " but " << gemm_library_name(c.lib)

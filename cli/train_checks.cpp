@@ -1,0 +1,174 @@
+// cli/train_checks.cpp — see train_checks.h.
+#include "cli/train_checks.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "checkpoint/disk.h"
+#include "cli/common.h"
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::cli {
+namespace {
+// Threads of user `uid` now running on this host (/proc/<pid>/status: Uid and Threads).
+long user_threads(uid_t uid) {
+  long n = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || !std::isdigit((unsigned char)name[0])) continue;
+    std::ifstream st(it->path() / "status");
+    long threads = 0;
+    bool mine = false;
+    for (std::string line; std::getline(st, line);) {
+      if (line.rfind("Uid:", 0) == 0) mine = std::strtoul(line.c_str() + 4, nullptr, 10) == uid;
+      if (line.rfind("Threads:", 0) == 0) threads = std::strtol(line.c_str() + 8, nullptr, 10);
+    }
+    if (mine) n += threads;
+  }
+  return n;
+}
+
+}  // namespace
+
+// Every process of several: refuses (UserError) a coordinator host name that does not
+// resolve (a permanent resolver answer; a temporary one, EAI_AGAIN, is warned about and the
+// join retries until fault.join_timeout_s). Process 0 also refuses an address it cannot
+// listen on. Before anything is written.
+void check_coordinator_address(const LaunchEnv& launch) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(launch.host.c_str(), nullptr, &hints, &res);
+  if (res) ::freeaddrinfo(res);
+  if (rc == EAI_AGAIN) {
+    spdlog::warn("TROUPE_COORDINATOR host '{}' does not resolve yet ({}); retrying until fault.join_timeout_s",
+                 launch.host, gai_strerror(rc));
+  } else {
+    TROUPE_USER_CHECK(rc == 0) << "TROUPE_COORDINATOR host '" << launch.host << "' does not resolve ("
+                               << gai_strerror(rc) << "); set it to process 0's host name or address "
+                               << "(troupe launch sets it)";
+  }
+  if (launch.rank != 0) return;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)launch.port);
+  if (inet_pton(AF_INET, launch.host.c_str(), &a.sin_addr) == 1) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const bool ok = fd >= 0 && ::bind(fd, (sockaddr*)&a, sizeof a) == 0;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    TROUPE_USER_CHECK(ok) << "process 0 cannot listen on " << launch.host << ":" << launch.port << " ("
+                          << std::strerror(err) << "); choose a free port and a local address in TROUPE_COORDINATOR";
+  }
+}
+
+// The process limit (ulimit -u, RLIMIT_NPROC) counts every thread of the user. A job whose
+// processes on this host need more than is left failed inside libgomp ("Thread creation
+// failed", exit 1, no sentence) after the data step. Refused (UserError) up front instead:
+// each process needs its thread budget (train.threads, or its share of the cores) plus
+// kOwnThreads of its own (the actor scheduler, the data plane, the snapshot writer, ...).
+// Root is not held to the limit. A sibling that started already is counted twice: the
+// check errs on the side of refusing by at most its few threads.
+void check_thread_limit(const Config& c, const LaunchEnv& launch) {
+  constexpr long kOwnThreads = 16;  // measured: 10 threads in all for a one-process tiny run on 2 cores
+  rlimit np{};
+  if (::geteuid() == 0 || ::getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY) return;
+  long local = 1;
+  if (const char* lw = std::getenv("TROUPE_LOCAL_WORLD_SIZE"); launch.world > 1 && lw && std::atol(lw) > 0)
+    local = std::min<long>(std::atol(lw), launch.world);
+  const long cores = std::max(1u, std::thread::hardware_concurrency());
+  const long budget = c.train.threads > 0 ? c.train.threads : std::max(1L, cores / local);
+  const long need = local * (budget + kOwnThreads);
+  const long in_use = user_threads(::getuid());
+  TROUPE_USER_CHECK(in_use + need <= (long)np.rlim_cur)
+      << "the process limit (ulimit -u) is " << np.rlim_cur << " threads for this user with " << in_use
+      << " in use, and this job needs about " << need << " more on this host (" << local << " process"
+      << (local > 1 ? "es" : "") << " x (" << budget << " compute threads (train.threads) + " << kOwnThreads
+      << " of troupe's own)); raise it (ulimit -u unlimited) or lower train.threads";
+}
+
+// An explicit checkpoint.dir: created and probed with a file (root passes access() on
+// /proc), so an unwritable one is refused (UserError) before the run starts.
+void check_checkpoint_dir(const std::string& ckpt_dir) {
+  fs::path p = fs::absolute(ckpt_dir);
+  while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
+      << "checkpoint.dir = '" << ckpt_dir << "' cannot be created (" << p.string()
+      << (fs::is_directory(p) ? " is not writable" : " is not a directory") << "); choose a writable directory";
+  // really try (root passes access() on /proc): create it and a probe file, then remove the
+  // probe and the folders this check created (the checkpointer creates them when it saves),
+  // so a run refused later leaves no empty folder
+  std::error_code ec;
+  fs::path first_new = fs::absolute(ckpt_dir, ec);  // the outermost folder that does not exist yet
+  for (fs::path q = first_new; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) first_new = q;
+  const bool created = !fs::exists(first_new, ec);
+  fs::create_directories(ckpt_dir, ec);
+  const std::string probe = ckpt_dir + "/.troupe-probe-" + std::to_string(::getpid());
+  bool ok = !ec && fs::is_directory(ckpt_dir);
+  if (ok) {
+    std::ofstream f(probe);
+    ok = f.good() && (f << "x").good();
+  }
+  fs::remove(probe, ec);
+  if (created) fs::remove_all(first_new, ec);
+  TROUPE_USER_CHECK(ok) << "checkpoint.dir = '" << ckpt_dir
+                        << "' cannot be created or written; choose a writable directory";
+}
+
+// Refuses (UserError) more threads or stage workers than this machine can run in a sane
+// time: at most kThreadsPerCore per core (threads: train.threads; workers: those of this
+// process, each a thread of its own; at least kMinWorkers).
+void check_machine_fits(const Config& c, const LaunchEnv& launch) {
+  constexpr int kThreadsPerCore = 8, kMinWorkers = 64;
+  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+  TROUPE_USER_CHECK(c.train.threads <= kThreadsPerCore * cores)
+      << "train.threads = " << c.train.threads << " is more than " << kThreadsPerCore << " per core of the " << cores
+      << " here; use at most " << kThreadsPerCore * cores << ", or 0 for one per core";
+  const int here = c.parallel.pp * c.parallel.tp * c.parallel.dp / std::max(1, launch.world);
+  const int most = std::max(kMinWorkers, kThreadsPerCore * cores);
+  TROUPE_USER_CHECK(here <= most) << "this process would run " << here << " stage workers (parallel.pp x tp x dp"
+                                  << (launch.world > 1 ? " / processes" : "") << "), more than " << most << " on "
+                                  << cores << " cores; use a smaller layout or more processes (troupe launch)";
+}
+
+// Refuses (UserError) a checkpoint directory without room for one snapshot (a signal's
+// save would fail and the run's work be lost); warns when it cannot hold the snapshots
+// that retention keeps plus the one being written.
+void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
+  const uint64_t need = snapshot_bytes(c), free = free_space(ckpt_dir);
+  if (free == UINT64_MAX) return;
+  auto mib = [](uint64_t b) { return fmt::format("{:.1f} MiB", b / 1048576.0); };
+  TROUPE_USER_CHECK(free >= need)
+      << "the filesystem of checkpoint.dir " << ckpt_dir << " has " << mib(free)
+      << " free but one snapshot of this model takes about " << mib(need)
+      << " (saved every checkpoint.interval steps and on SIGTERM, SIGINT or SIGUSR1); free space there or set "
+         "checkpoint.dir to another filesystem";
+  const uint64_t keep = c.checkpoint.interval > 0 ? (uint64_t)c.checkpoint.keep_last + 1 : 1;
+  if (free < keep * need)
+    spdlog::warn("the filesystem of {} has {} free, room for {} snapshot(s) of about {}; checkpoint.keep_last = {} needs "
+                 "{} (the kept ones and the one being written): free space before the snapshots fail",
+                 ckpt_dir, mib(free), free / need, mib(need), c.checkpoint.keep_last, keep);
+}
+
+
+}  // namespace troupe::cli

@@ -1,0 +1,29 @@
+// cli/train_checks.h — what `troupe train` refuses before it writes anything: a coordinator
+// address that does not resolve or cannot be listened on, a thread budget past the process
+// limit (ulimit -u) or the machine, a checkpoint.dir that cannot be created or has no room
+// for one snapshot. Each throws troupe::UserError naming the fix (exit 2).
+#pragma once
+#include <string>
+
+#include "core/config.h"
+#include "core/launch_env.h"
+
+namespace troupe::cli {
+
+// Every process of several: refuses a coordinator host name that does not resolve (a
+// permanent resolver answer; a temporary one, EAI_AGAIN, is warned about and the join
+// retries until fault.join_timeout_s). Process 0 also refuses an address it cannot listen on.
+void check_coordinator_address(const LaunchEnv& launch);
+// Refuses a job whose processes on this host need more threads than the process limit
+// (RLIMIT_NPROC, which counts every thread of the user) leaves; root is not held to it.
+void check_thread_limit(const Config& c, const LaunchEnv& launch);
+// An explicit checkpoint.dir: created and probed with a file, then removed again; refused
+// when it cannot be created or written.
+void check_checkpoint_dir(const std::string& ckpt_dir);
+// Refuses more threads (train.threads) or stage workers than this machine runs in a sane time.
+void check_machine_fits(const Config& c, const LaunchEnv& launch);
+// Refuses a checkpoint.dir without room for one snapshot; warns when it cannot hold the
+// snapshots that retention keeps plus the one being written.
+void check_snapshot_space(const Config& c, const std::string& ckpt_dir);
+
+}  // namespace troupe::cli
