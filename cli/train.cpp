@@ -413,6 +413,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
                  c.train.threads, workers, workers);
   check_thread_limit(c, launch);
+  check_device(c);
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
   if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)

@@ -21,6 +21,9 @@
 #include "checkpoint/disk.h"
 #include "cli/common.h"
 #include "core/error.h"
+#ifdef TROUPE_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -80,6 +83,24 @@ void check_coordinator_address(const LaunchEnv& launch) {
     TROUPE_USER_CHECK(ok) << "process 0 cannot listen on " << launch.host << ":" << launch.port << " ("
                           << std::strerror(err) << "); choose a free port and a local address in TROUPE_COORDINATOR";
   }
+}
+
+void check_device(const Config& c) {
+  if (c.train.device != "cuda") return;
+#ifdef TROUPE_HAVE_CUDA
+  std::string why;
+  const int n = kernels::cuda::device_count(&why);
+  TROUPE_USER_CHECK(n > 0) << "train.device = \"cuda\" but " << why
+                           << "; run on a machine with a GPU and its driver, or set train.device = \"cpu\"";
+  throw UserError("train.device = \"cuda\": " + std::to_string(n) + " GPU(s) here (" +
+                  kernels::cuda::device_description(0) +
+                  "), but the stage and shard workers do not run on GPUs yet in this version (the CUDA kernels and "
+                  "cuBLASLt GEMMs are built and tested alone); set train.device = \"cpu\"");
+#else
+  throw UserError("train.device = \"cuda\" but this troupe was built without CUDA (no nvcc when it was "
+                  "configured; troupe --version says cuda=off); rebuild with the CUDA toolkit, or set train.device = "
+                  "\"cpu\"");
+#endif
 }
 
 // The process limit (ulimit -u, RLIMIT_NPROC) counts every thread of the user. A job whose

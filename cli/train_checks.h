@@ -20,6 +20,10 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch);
 // An explicit checkpoint.dir: created and probed with a file, then removed again; refused
 // when it cannot be created or written.
 void check_checkpoint_dir(const std::string& ckpt_dir);
+// train.device = "cuda": refused, naming why — no usable GPU (the CUDA runtime's answer, or
+// a build without CUDA), or, with a GPU, that the stage and shard workers do not run on
+// GPUs yet (issue 16). "cpu": nothing to check.
+void check_device(const Config& c);
 // Refuses more threads (train.threads) or stage workers than this machine runs in a sane time.
 void check_machine_fits(const Config& c, const LaunchEnv& launch);
 // Refuses a checkpoint.dir without room for one snapshot; warns when it cannot hold the

@@ -34,7 +34,7 @@ const std::vector<Key>& key_table() {
       K(model, vocab_size),     K(model, dropout),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
       K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel), K(parallel, placement),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
-      K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(train, precision),
+      K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(train, precision), K(train, device),
       K(train, initial_loss_scale), K(train, min_loss_scale), K(train, loss_scale_window), K(train, hysteresis), K(train, tensorboard_dir), K(optim, lr),
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
@@ -428,6 +428,8 @@ void Config::validate() const {
   TROUPE_USER_CHECK(t.timeout_s >= 0.5 && t.timeout_s <= kMaxWaitS)
       << "train.timeout_s = " << t.timeout_s << "; use 0.5 to " << kMaxWaitS << " seconds"
       << " (a week; the default is 300)";
+  TROUPE_USER_CHECK(t.device == "cpu" || t.device == "cuda")
+      << "train.device = '" << t.device << "'; use \"cpu\" (the default) or \"cuda\"";
   TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full")
       << "train.recompute = '" << t.recompute << "'; use \"none\", \"selective\" (recompute the attention core in "
       << "backward) or \"full\" (recompute each layer's activations in backward)";

@@ -55,6 +55,9 @@ struct TrainConfig {
   int sample_tokens = 64;      // tokens generated at the end (0 = no sample)
   double timeout_s = 300;      // deadline for any single wait for a message
   std::string recompute = "none";  // none | full: activation recomputation per layer
+  // Where the stage and shard workers run: "cpu" (threads) or "cuda" (one GPU each; issue 16:
+  // the kernels exist, the workers do not run on GPUs yet, so "cuda" is refused with why).
+  std::string device = "cpu";
   // Mixed precision (Micikevicius et al. 2018; Megatron-LM): fp32 | bf16 | fp16 storage of
   // parameters and activations, fp32 accumulation, fp32 gradients and master weights.
   std::string precision = "fp32";

@@ -210,3 +210,12 @@ TEST_CASE("the seventh trial's classes: an unresolvable coordinator, a busy --co
     CHECK(r.rc == 0);
   }
 }
+
+TEST_CASE("train.device: a value other than cpu or cuda is refused; cuda is refused with the reason", "[cli][hostile]") {
+  Scratch s("device");
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.device=gpu", s, 60), {"train.device", "cpu"});
+  // no GPU: the CUDA runtime's answer; a GPU: the workers do not run on one yet; a build without CUDA: says so
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.device=cuda --run-dir '" + s.path("run") + "'", s, 60);
+  expect_user_error(r, {"train.device = \"cuda\"", "train.device = \"cpu\""});
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
