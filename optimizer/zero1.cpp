@@ -1,0 +1,111 @@
+// optimizer/zero1.cpp — see optimizer/zero1.h.
+#include "optimizer/zero1.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace troupe {
+
+Zero1Layout Zero1Layout::make(const std::vector<int64_t>& numels, int DP) {
+  TROUPE_CHECK(DP >= 1) << "ZeRO-1: a DP group of " << DP << " ranks";
+  Zero1Layout L;
+  L.DP = DP;
+  for (int64_t n : numels) {
+    TROUPE_CHECK(n >= 0) << "ZeRO-1: a tensor of " << n << " elements";
+    L.offset.push_back(L.N);
+    L.numel.push_back(n);
+    L.N += n;
+  }
+  L.S = (L.N + DP - 1) / DP;
+  return L;
+}
+
+std::pair<int64_t, int64_t> Zero1Layout::overlap(size_t i, int d) const {
+  return {std::max(offset[i], (int64_t)d * S), std::min(offset[i] + numel[i], shard_end(d))};
+}
+
+Zero1::Zero1(std::vector<Zero1Tensor> tensors, std::shared_ptr<Communicator> dp, const OptimConfig& optim,
+             DType compute, const LossScalerConfig& scaler, double timeout_s)
+    : t_(std::move(tensors)), dp_(std::move(dp)), o_(optim), compute_(compute), timeout_s_(timeout_s) {
+  TROUPE_CHECK(dp_) << "ZeRO-1 needs a DP communicator (a group of one without data parallelism)";
+  TROUPE_CHECK(dp_->size() <= kMaxDP) << "ZeRO-1: " << dp_->size() << " DP ranks, at most " << kMaxDP;
+  d_ = dp_->rank();
+  std::vector<int64_t> n;
+  for (auto& t : t_) n.push_back(t.numel);
+  L_ = Zero1Layout::make(n, dp_->size());
+  lo_ = (int64_t)d_ * L_.S;
+  flat_.assign((size_t)(L_.S * L_.DP), 0.0f);
+  grad_.assign((size_t)L_.S, 0.0f);
+  master_.assign((size_t)L_.S, 0.0f);
+  m_.assign((size_t)L_.S, 0.0f);
+  v_.assign((size_t)L_.S, 0.0f);
+  if (compute_ != DType::f32) out_.assign((size_t)L_.S, 0.0f);
+  if (compute_ == DType::f16) scaler_.emplace(scaler);
+}
+
+void Zero1::load(size_t i, const float* master, const float* m, const float* v) {
+  auto [a, b] = L_.overlap(i, d_);
+  if (a >= b) return;
+  const int64_t off = a - L_.offset[i], j = a - lo_, n = b - a;
+  std::memcpy(&master_[j], master + off, n * sizeof(float));
+  if (m) std::memcpy(&m_[j], m + off, n * sizeof(float));
+  else std::memset(&m_[j], 0, n * sizeof(float));
+  if (v) std::memcpy(&v_[j], v + off, n * sizeof(float));
+  else std::memset(&v_[j], 0, n * sizeof(float));
+}
+
+Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
+  TROUPE_CHECK(grads.size() == t_.size()) << "ZeRO-1: " << grads.size() << " gradients for " << t_.size() << " tensors";
+  for (size_t i = 0; i < t_.size(); ++i)
+    if (t_[i].numel > 0) std::memcpy(&flat_[L_.offset[i]], grads[i], t_[i].numel * sizeof(float));
+  Zero1Grads out;
+  if (scaler_) kernels::scale(flat_.data(), (float)scaler_->inv_scale(), L_.N);
+  out.found_inf = has_inf_or_nan(flat_.data(), (size_t)L_.N);
+  if (L_.S > 0) dp_->reduce_scatter(flat_.data(), grad_.data(), (size_t)L_.S, ReduceOp::sum, timeout_s_);
+  for (size_t i = 0; i < t_.size(); ++i) {
+    if (t_[i].norm_key < 0) continue;
+    auto [a, b] = L_.overlap(i, d_);
+    if (a < b) out.sumsq.emplace_back(t_[i].norm_key * kMaxDP + d_, kernels::sum_squares(&grad_[a - lo_], b - a));
+  }
+  return out;
+}
+
+void Zero1::apply(const Zero1Decision& dec) {
+  if (dec.skip) {  // every rank skips together: parameters, master weights and moments unchanged
+    if (scaler_) scaler_->update(true);
+    return;
+  }
+  ++updates_;
+  for (size_t i = 0; i < t_.size(); ++i) {
+    auto [a, b] = L_.overlap(i, d_);
+    if (a >= b) continue;
+    const int64_t j = a - lo_;
+    kernels::adamw_update(&master_[j], &grad_[j], &m_[j], &v_[j], b - a, (float)dec.lr, (float)o_.beta1,
+                          (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
+                          (int)updates_);
+  }
+  if (L_.S > 0) {
+    if (compute_ == DType::f32) {
+      dp_->all_gather(master_.data(), flat_.data(), (size_t)L_.S, timeout_s_);
+    } else {  // the parameters travel in the compute dtype: round the master shard first
+      std::memcpy(out_.data(), master_.data(), L_.S * sizeof(float));
+      kernels::round_to(out_.data(), L_.S, compute_);
+      dp_->all_gather(out_.data(), flat_.data(), (size_t)L_.S, timeout_s_);
+    }
+  }
+  if (scaler_) scaler_->update(false);
+}
+
+void Zero1::restore_counters(int64_t updates, double loss_scale, int growth_tracker, int hysteresis_tracker) {
+  updates_ = updates;
+  if (scaler_) scaler_->restore(loss_scale, growth_tracker, hysteresis_tracker);
+}
+
+size_t Zero1::bytes() const {
+  return sizeof(float) * (flat_.size() + grad_.size() + master_.size() + m_.size() + v_.size() + out_.size());
+}
+
+}  // namespace troupe
