@@ -40,8 +40,7 @@ class OptimizerActor {
         auto [kind, k] = work_.front();
         work_.pop_front();
         if (kind == 0) {
-          const double s = step(k);
-          self_->send(worker_, optimized_atom::value, k, s, loss_scale());
+          finish_step(k);
         } else {
           snapshot(k);
         }
@@ -54,8 +53,8 @@ class OptimizerActor {
 
   void receive_one(std::chrono::milliseconds left) {
     self_->receive(
-        [&](optimize_atom, int64_t k) {
-          worker_ = caf::actor_cast<caf::actor>(self_->current_sender());
+        [&](optimize_atom, int64_t k, StepReport& r) {
+          reports_[k] = std::move(r);
           work_.push_back({0, k});
         },
         [&](clip_atom, int64_t k, float scale, double lr, bool skip) { clip_[k] = {scale, lr, skip}; },
@@ -73,17 +72,27 @@ class OptimizerActor {
         caf::after(left) >> [] {});
   }
 
+  // The end of training step k: the update (step()), then the worker's report, with the
+  // optimizer's seconds and span added, to the coordinator (the step's end).
+  void finish_step(int64_t k) {
+    StepReport r = std::move(reports_[k]);
+    reports_.erase(k);
+    const double t0 = now_s();
+    clip_waiting_ = true;
+    clip_wait_s_ = 0;
+    r.compute_s += step(k);
+    clip_waiting_ = false;
+    r.wait_s += clip_wait_s_;
+    if (a_.trace) r.spans.push_back({'O', -1, 0, t0, now_s()});
+    self_->send(a_.coordinator, done_atom::value, k, std::move(r));
+  }
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - a_.origin).count(); }
+
   // One optimizer step over this worker's parameters (their gradients complete, the tied
   // embedding's summed): optimizer/zero1.h's reduce-scatter, this worker's norm terms and
   // found-inf to the coordinator, its decision back, the update and all-gather, the
   // compute-dtype copy into the stage's parameters. Returns compute seconds.
   double step(int64_t k) {
-    clip_waiting_ = true;
-    const double s = update(k);
-    clip_waiting_ = false;
-    return s;
-  }
-  double update(int64_t k) {
     auto t0 = Clock::now();
     Zero1& z = zero1();
     std::vector<const float*> grads;
@@ -108,12 +117,11 @@ class OptimizerActor {
     return compute_s + seconds_since(t0);
   }
 
-  double loss_scale() const { return z_ ? z_->loss_scale() : a_.precision == DType::f16 ? pending_.loss_scale : 1.0; }
-
   // Sends this worker's per-tensor sums of squares and found-inf; returns the coordinator's
   // (clipping factor, learning rate, skip) for step k.
   std::tuple<float, double, bool> exchange_norm(int64_t k, NormReport nr) {
     self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
+    const auto t0 = Clock::now();
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
     while (!clip_.count(k)) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -124,6 +132,7 @@ class OptimizerActor {
     }
     auto r = clip_[k];
     clip_.erase(k);
+    clip_wait_s_ = seconds_since(t0);
     return r;
   }
 
@@ -209,7 +218,8 @@ class OptimizerActor {
 
   caf::blocking_actor* self_;
   WorkerArgs a_;
-  caf::actor worker_;  // the worker that asked for the step in progress
+  std::map<int64_t, StepReport> reports_;  // the worker's report of each step handed over
+  double clip_wait_s_ = 0;                 // seconds the step in progress waited for the coordinator
   int s_, V_;
   bool stopped_ = false, clip_waiting_ = false;
   std::deque<std::pair<int, int64_t>> work_;  // (0 step | 1 snapshot, step)
