@@ -1,18 +1,14 @@
 // actors/optimizer_actor.cpp — see actors/optimizer_actor.h.
 #include "actors/optimizer_actor.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <map>
-#include <optional>
+#include <memory>
 #include <tuple>
 
-#include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/zero1.h"
@@ -177,6 +173,9 @@ class OptimizerActor {
     };
     const bool mixed = a_.precision != DType::f32;
     Zero1& z = zero1();
+    // Before the first update the moments are zeros: not written (a snapshot without them
+    // resumes with zeros), so the files are those of before issue 15 with DP = 1.
+    const bool moments = z.updates() > 0;
     size_t i = 0;
     for (int c = 0; c < V_; ++c)
       for (const Param& p : chunk(c).params()) {
@@ -184,6 +183,7 @@ class OptimizerActor {
         if (p.name == "wte" && !chunk(c).first()) continue;  // the head's copy: bitwise the embedding's
         z.for_owned(zi, [&](int64_t off, int64_t n, const float* master, const float* m, const float* v) {
           if (mixed) add(p, StateField::master, master, off, n);
+          if (!moments) return;
           add(p, StateField::adam_m, m, off, n);
           add(p, StateField::adam_v, v, off, n);
         });
@@ -225,7 +225,7 @@ class OptimizerActor {
   std::deque<std::pair<int, int64_t>> work_;  // (0 step | 1 snapshot, step)
   std::map<int64_t, ShardData> pending_snap_;
   std::map<int64_t, int32_t> snap_where_;  // kSnapDisk | kSnapMemory of each pending snapshot
-  std::vector<std::vector<AdamWState>> opt_;
+  std::vector<std::vector<AdamWState>> opt_;  // a resumed run's moments, until zero1() takes them
   std::map<int64_t, std::tuple<float, double, bool>> clip_;
   std::unique_ptr<Zero1> z_;  // made at first use: zero1()
   // The counters z_ starts from (a resumed run's; else zero updates and the initial scale).

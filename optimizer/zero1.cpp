@@ -42,7 +42,6 @@ Zero1::Zero1(std::vector<Zero1Tensor> tensors, std::shared_ptr<Communicator> dp,
   master_.assign((size_t)L_.S, 0.0f);
   m_.assign((size_t)L_.S, 0.0f);
   v_.assign((size_t)L_.S, 0.0f);
-  if (compute_ != DType::f32) out_.assign((size_t)L_.S, 0.0f);
   if (compute_ == DType::f16) scaler_.emplace(scaler);
 }
 
@@ -90,10 +89,12 @@ void Zero1::apply(const Zero1Decision& dec) {
   if (L_.S > 0) {
     if (compute_ == DType::f32) {
       dp_->all_gather(master_.data(), flat_.data(), (size_t)L_.S, timeout_s_);
-    } else {  // the parameters travel in the compute dtype: round the master shard first
-      std::memcpy(out_.data(), master_.data(), L_.S * sizeof(float));
-      kernels::round_to(out_.data(), L_.S, compute_);
-      dp_->all_gather(out_.data(), flat_.data(), (size_t)L_.S, timeout_s_);
+    } else {  // the parameters travel in the compute dtype: the master shard rounded in its own
+              // slot of the flat buffer, which all_gather leaves in place (collectives/group.h)
+      float* mine = flat_.data() + lo_;
+      std::memcpy(mine, master_.data(), L_.S * sizeof(float));
+      kernels::round_to(mine, L_.S, compute_);
+      dp_->all_gather(mine, flat_.data(), (size_t)L_.S, timeout_s_);
     }
   }
   if (scaler_) scaler_->update(false);
@@ -105,7 +106,7 @@ void Zero1::restore_counters(int64_t updates, double loss_scale, int growth_trac
 }
 
 size_t Zero1::bytes() const {
-  return sizeof(float) * (flat_.size() + grad_.size() + master_.size() + m_.size() + v_.size() + out_.size());
+  return sizeof(float) * (flat_.size() + grad_.size() + master_.size() + m_.size() + v_.size());
 }
 
 }  // namespace troupe

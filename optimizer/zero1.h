@@ -29,6 +29,8 @@
 //      shard with t = ++updates, the updated shard rounded to the compute dtype (bf16/fp16
 //      round to nearest even; fp32 exact) and all-gathered over DP into the flat buffer,
 //      where param(i) reads tensor i (the caller copies it into the model).
+// Memory per rank (fp32 elements): the flat buffer DP*S (about N) plus four shard buffers
+// of S (reduced gradient, master weights, AdamW m and v).
 // Errors: a collective that fails or misses its deadline (timeout_s) throws troupe::Error
 // (collectives/communicator.h) and leaves this object unusable for further steps; the fp16
 // loss scaler at its minimum throws UserError (optimizer/loss_scaler.h).
@@ -145,7 +147,6 @@ class Zero1 {
   int64_t lo_ = 0;  // first flat element of this rank's shard (d * S)
   std::vector<float> flat_;                     // DP*S: gradients in, parameters out
   std::vector<float> grad_, master_, m_, v_;    // S each: this rank's shard
-  std::vector<float> out_;                      // S: the shard in the compute dtype (16-bit only)
   std::optional<DynamicLossScaler> scaler_;
   int64_t updates_ = 0;
 };
