@@ -103,11 +103,16 @@ class GroupComm : public Communicator {
 
   void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) override {
     const Call c = begin("reduce_scatter", op == ReduceOp::sum ? kReduceScatterSum : kReduceScatterMax, timeout_s);
-    scratch_.resize((size_t)n_ * count);
+    scratch_.resize((size_t)(n_ - 1) * count);  // the other ranks' slices (a group of one: none)
     std::vector<const float*> src(n_);
     for (int r = 0; r < n_; ++r) {
-      src[r] = r == me_ ? in + (size_t)me_ * count : scratch_.data() + (size_t)r * count;
-      if (r != me_) links_->post_recv(msg(c, 0, r, me_, count), scratch_.data() + (size_t)r * count);
+      if (r == me_) {
+        src[r] = in + (size_t)me_ * count;
+        continue;
+      }
+      float* slot = scratch_.data() + (size_t)(r < me_ ? r : r - 1) * count;
+      src[r] = slot;
+      links_->post_recv(msg(c, 0, r, me_, count), slot);
     }
     for (int k = 1; k < n_; ++k) {
       const int r = (me_ + k) % n_;
