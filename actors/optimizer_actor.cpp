@@ -105,7 +105,10 @@ class OptimizerActor {
     size_t i = 0;
     for (int c = 0; c < V_; ++c) {
       for (auto& p : chunk(c).params()) {
-        if (!skip) set_compute_copy(p, z.param(i), a_.precision);
+        if (!skip) {  // the copy over the thread budget; set_compute_copy then rounds in place
+          z.copy_param(i, p.value.data());
+          set_compute_copy(p, p.value.data(), a_.precision);
+        }
         ++i;
       }
       chunk(c).zero_grads();

@@ -6,8 +6,18 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/parallel.h"
 
 namespace troupe {
+
+// dst (n) = src (n), in 64K-element chunks over the caller's thread budget.
+void copy_floats(float* dst, const float* src, int64_t n) {
+  constexpr int64_t kCopyChunk = 1 << 16;
+  parallel_for((n + kCopyChunk - 1) / kCopyChunk, [&](int64_t c) {
+    const int64_t i0 = c * kCopyChunk, i1 = std::min(n, i0 + kCopyChunk);
+    std::memcpy(dst + i0, src + i0, (i1 - i0) * sizeof(float));
+  });
+}
 
 Zero1Layout Zero1Layout::make(const std::vector<int64_t>& numels, int DP) {
   TROUPE_CHECK(DP >= 1) << "ZeRO-1: a DP group of " << DP << " ranks";
@@ -59,7 +69,7 @@ void Zero1::load(size_t i, const float* master, const float* m, const float* v) 
 Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
   TROUPE_CHECK(grads.size() == t_.size()) << "ZeRO-1: " << grads.size() << " gradients for " << t_.size() << " tensors";
   for (size_t i = 0; i < t_.size(); ++i)
-    if (t_[i].numel > 0) std::memcpy(&flat_[L_.offset[i]], grads[i], t_[i].numel * sizeof(float));
+    copy_floats(&flat_[L_.offset[i]], grads[i], t_[i].numel);
   Zero1Grads out;
   if (scaler_) kernels::scale(flat_.data(), (float)scaler_->inv_scale(), L_.N);
   out.found_inf = has_inf_or_nan(flat_.data(), (size_t)L_.N);
@@ -86,16 +96,12 @@ void Zero1::apply(const Zero1Decision& dec) {
                           (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
                           (int)updates_);
   }
-  if (L_.S > 0) {
-    if (compute_ == DType::f32) {
-      dp_->all_gather(master_.data(), flat_.data(), (size_t)L_.S, timeout_s_);
-    } else {  // the parameters travel in the compute dtype: the master shard rounded in its own
-              // slot of the flat buffer, which all_gather leaves in place (collectives/group.h)
-      float* mine = flat_.data() + lo_;
-      std::memcpy(mine, master_.data(), L_.S * sizeof(float));
-      kernels::round_to(mine, L_.S, compute_);
-      dp_->all_gather(mine, flat_.data(), (size_t)L_.S, timeout_s_);
-    }
+  if (L_.S > 0) {  // the parameters travel in the compute dtype: the master shard rounded in
+                   // its own slot of the flat buffer, which all_gather leaves in place
+    float* mine = flat_.data() + lo_;
+    copy_floats(mine, master_.data(), L_.S);
+    kernels::round_to(mine, L_.S, compute_);  // fp32: nothing to do
+    dp_->all_gather(mine, flat_.data(), (size_t)L_.S, timeout_s_);
   }
   if (scaler_) scaler_->update(false);
 }

@@ -90,6 +90,9 @@ struct Zero1Decision {
   bool skip = false;        // found-inf anywhere: no update on any rank
 };
 
+// dst (n) = src (n), copied in chunks over the caller's thread budget (kernels/parallel.h).
+void copy_floats(float* dst, const float* src, int64_t n);
+
 class Zero1 {
  public:
   static constexpr int kMaxDP = 256;  // norm keys: norm_key * kMaxDP + DP rank
@@ -116,6 +119,8 @@ class Zero1 {
   // Tensor i's parameters (numel fp32 values of the compute dtype) after an apply that did
   // not skip; undefined before.
   const float* param(size_t i) const { return flat_.data() + L_.offset[i]; }
+  // Copies param(i) to dst (numel fp32 values), over the caller's thread budget.
+  void copy_param(size_t i, float* dst) const { copy_floats(dst, param(i), L_.numel[i]); }
 
   // The owned part of tensor i for a snapshot: fn(offset inside the tensor, count, master,
   // adam_m, adam_v), each pointing at `count` fp32 values; not called when this rank owns
