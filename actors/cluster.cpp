@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actors/cluster_impl.h"
+#include "actors/coordinator_probe.h"
 #include "actors/messages.h"
 #include "actors/wire_types.h"
 #include "collectives/netif.h"
@@ -260,13 +261,25 @@ void Cluster::join() {
   for (;;) {
     caf::actor hub;
     std::string last_error;
+    int silent = 0;  // probes in a row that a server accepted and left unanswered
     while (!hub) {
-      auto h = im.sys->middleman().remote_actor(im.o.env.host, (uint16_t)im.o.env.port);
-      if (h) {
-        hub = *h;
-        break;
+      // remote_actor() has no handshake deadline: check first that a CAF node answers there
+      const Probe probe = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 3.0);
+      silent = probe.result == ProbeResult::kSilent ? silent + 1 : 0;
+      if (probe.result == ProbeResult::kForeign || silent >= 3)
+        throw UserError(fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
+                                    "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
+                                    im.o.env.host, im.o.env.port, probe.detail));
+      if (probe.result == ProbeResult::kCaf) {
+        auto h = im.sys->middleman().remote_actor(im.o.env.host, (uint16_t)im.o.env.port);
+        if (h) {
+          hub = *h;
+          break;
+        }
+        last_error = im.sys->render(h.error());
+      } else {
+        last_error = probe.detail;
       }
-      last_error = im.sys->render(h.error());
       check_stop();
       if (Clock::now() > deadline)
         throw Error(fmt::format("cannot reach the coordinator at {}:{} within fault.join_timeout_s = {} s ({}); is "

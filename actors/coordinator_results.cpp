@@ -51,6 +51,10 @@ std::string Coordinator::sample(int n, JobResult& res) {
   std::mt19937_64 rng(ctx_.sample_seed ? ctx_.sample_seed : cfg_.train.seed ^ 0x5a5a5a5aULL);
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) {
+    if (i > 0 && ctx_.stop_signal && ctx_.stop_signal->load() != 0) {  // Ctrl-C during the sample: it ends here
+      if (!ctx_.quiet) spdlog::info("signal {}: the sample stops after {} of {} tokens", ctx_.stop_signal->load(), i, n);
+      break;
+    }
     const int T = std::min<int>((int)toks.size(), plan_.gpt.maxT);
     auto ids = std::make_shared<std::vector<int32_t>>(toks.end() - T, toks.end());
     for (int t = 0; t < plan_.TP; ++t) (*self_)->send(a_.workers[t], infer_atom::value, (int64_t)i, TokenBlock{ids, 1, T});

@@ -16,6 +16,7 @@
 #include "core/events.h"
 #include "core/dtype.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "optimizer/optimizer.h"
 #include "stages/schedule.h"
@@ -349,10 +350,10 @@ class Worker {
       for (Param& p : chunk(c).params()) {
         const LogicalTensor& lt = st.tensors.at(p.name);
         const ParamSpec& sp = specs[p.index];
-        Tensor v = shard_of(lt.value, sp, g);
-        std::memcpy(p.value.data(), v.data(), p.value.nbytes());
+        Tensor v = shard_of(lt.value, sp, g);  // fp32 (a snapshot's values are fp32 in every format)
+        TROUPE_CHECK(v.numel() == p.value.numel()) << p.name << ": snapshot shard of " << v.numel() << " elements";
         if (a_.precision != DType::f32) p.master = shard_of(lt.master, sp, g);
-        set_compute_copy(p, p.value.data(), a_.precision);
+        set_compute_copy(p, v.data(), a_.precision);
       }
     }
   }
@@ -366,8 +367,9 @@ class Worker {
       for (int c = 0; c < V_; ++c)
         for (const Param& p : chunk(c).params()) {
           if (p.name == "wte" && !chunk(c).first()) continue;  // the head's copy: bitwise the embedding's
-          sd.records.push_back(ShardRecord{p.name, StateField::value, a_.tp_rank, 0, p.value.numel(),
-                                           std::vector<float>(p.value.data(), p.value.data() + p.value.numel())});
+          const Tensor v = ops::cast(p.value, DType::f32);  // the model copy's values, widened exactly
+          sd.records.push_back(ShardRecord{p.name, StateField::value, a_.tp_rank, 0, v.numel(),
+                                           std::vector<float>(v.data(), v.data() + v.numel())});
         }
     self_->send(a_.optimizer, snap_atom::value, k, where, std::move(sd));
   }
@@ -375,7 +377,7 @@ class Worker {
   void dump() {
     ParamDump d{s_, a_.tp_rank, a_.dp_rank, {}};
     for (auto& ch : a_.chunks)
-      for (auto& p : ch->params()) d.params.emplace_back(p.name, p.value.clone());
+      for (auto& p : ch->params()) d.params.emplace_back(p.name, p.value.dtype() == DType::f32 ? p.value.clone() : ops::cast(p.value, DType::f32));
     self_->send(a_.coordinator, dump_atom::value, std::move(d));
   }
 

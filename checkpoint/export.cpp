@@ -106,6 +106,9 @@ uint64_t export_safetensors(const TrainState& st, const Config& cfg, const std::
     const int err = errno;
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
+    if (err == EFBIG)  // the file-size limit, not the disk
+      throw UserError(what + " (" + std::strerror(err) + "): the export is larger than the file-size limit (ulimit -f); "
+                      "raise it (ulimit -f unlimited)");
     throw Error(what + " (" + std::strerror(err) + "); free space there or choose another output path");
   };
   {

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/file.h>
@@ -19,6 +20,8 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -175,14 +178,23 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   TROUPE_USER_CHECK(!ec && fs::is_directory(dir))
       << "cannot create " << what << " '" << dir << "' (" << (ec ? ec.message() : "not a directory") << "); " << fix;
   const std::string lock = dir + "/.lock";
-  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " (" << std::strerror(errno) << "); " << fix;
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " ("
+                             << (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)) << "); " << fix;
   TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0) << what << " '" << dir << "' is in use by another troupe "
                                                          << why_busy << "; wait for it or " << fix;
   return fd;  // held until the process exits
 }
 
 int make_run_dir(const std::string& dir) {
+  // the run's files are appended to in place: a link among them would send the records to
+  // the file it points to (a resumed run's folder is reused)
+  std::error_code ec;
+  for (const char* f : {"metrics.jsonl", "train.log", "config.toml", ".lock"})
+    TROUPE_USER_CHECK(!fs::is_symlink(fs::path(dir) / f, ec))
+        << "the run directory " << dir << " holds " << f << " as a symbolic link (to "
+        << fs::read_symlink(fs::path(dir) / f, ec).string()
+        << "); troupe does not write its records through links: remove the link or pass another --run-dir";
   return lock_folder(dir, "run directory", "process", "pass another --run-dir");
 }
 
@@ -228,6 +240,12 @@ void check_output_file(const std::string& path, const std::string& option, uint6
       << fs::read_symlink(abs, ec).string() << ") or another file";
   TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
                                                 << (abs / "out").string();
+  // file systems take names of at most 255 bytes, and the temporary file beside the output
+  // adds ".tmp-<pid>" to its name
+  const size_t name_bytes = abs.filename().string().size();
+  TROUPE_USER_CHECK(name_bytes <= 235) << option << ": the file name of " << path.substr(0, 60) << "... is " << name_bytes
+                                       << " bytes long; file systems take at most 255 and troupe writes NAME.tmp-<pid> "
+                                       << "beside it first: use a name of at most 235 bytes";
   const fs::path dir = abs.parent_path();
   TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << "cannot write " << path << ": the folder " << dir.string()
                                                << " does not exist or is not a directory; create it or pass another "
@@ -280,8 +298,17 @@ double available_memory() {
 
 // Refuses, before anything is allocated, a job that cannot fit in memory: fp32 weights,
 // gradients and AdamW moments (16 bytes per parameter, the tied embedding twice when
-// split; mixed precision adds the bf16 GEMM copy), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
+// split; mixed precision: a 16-bit model copy, 2 bytes less), stashed activations (16-bit in mixed precision) (1F1B keeps at most min(M, P - s) microbatches on stage s,
 // GPipe M) and the logits of a microbatch (twice: logits and their gradient).
+void check_address_space(uint64_t bytes, const std::string& what) {
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return;
+  const uint64_t need = bytes + (uint64_t(1) << 30);  // + libraries, threads, buffers
+  TROUPE_USER_CHECK(as.rlim_cur >= need)
+      << "the address-space limit (ulimit -v) is " << (as.rlim_cur >> 20) << " MiB but " << what << " of this model needs "
+      << "about " << (need >> 20) << " MiB (its parameters and state, plus 1 GiB); raise it (ulimit -v unlimited)";
+}
+
 void check_memory(const Config& c) {
   const GPTConfig g = GPTConfig::from(c.model);
   const int P = c.parallel.pp, M = c.parallel.microbatches, V = c.parallel.chunks;
@@ -292,7 +319,8 @@ void check_memory(const Config& c) {
   const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
   // mixed precision: the stash holds 16-bit values (+ one fp32 block of scratch per stage)
   const bool half = c.train.precision != "fp32" && c.train.recompute != "full";
-  if (c.train.precision != "fp32") params += 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
+  // mixed precision: the model's copy is 16-bit storage (2 bytes, not 4), the only copy besides the master
+  if (c.train.precision != "fp32") params -= 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const bool selective = c.train.recompute == "selective";  // no attention probabilities stashed
   const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C
                            : (half ? full_layer / 2 : full_layer) - (selective ? (half ? 2.0 : 4.0) * mbB * g.NH * T * T : 0.0);
@@ -306,6 +334,7 @@ void check_memory(const Config& c) {
   if (c.train.recompute == "full" || half || selective) acts += full_layer * P;  // one recompute/unpack buffer per stage
   acts *= DP;                                               // every replica
   const double need = params + acts;
+  check_address_space((uint64_t)need, "this training job (all its workers in this process)");
   const double have = available_memory();
   if (have <= 0) return;
   auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024)); };
@@ -354,7 +383,15 @@ PreparedData prepare(const Config& c) {
 // The default run directory: runs/<timestamp>, or runs/<launch id> for every process and
 // every restart of one `troupe launch` (TROUPE_LAUNCH_ID).
 std::string default_run_dir() {
-  if (const char* id = std::getenv("TROUPE_LAUNCH_ID"); id && *id) return std::string("runs/") + id;
+  if (const char* id = std::getenv("TROUPE_LAUNCH_ID"); id && *id) {
+    // one plain name (troupe launch makes <timestamp>-<random>): "../x" would put the run elsewhere
+    const std::string s = id;
+    TROUPE_USER_CHECK(s.size() <= 64 && s[0] != '.' &&
+                      std::all_of(s.begin(), s.end(), [](char ch) { return std::isalnum((unsigned char)ch) || ch == '-' || ch == '_' || ch == '.'; }))
+        << "TROUPE_LAUNCH_ID = '" << s.substr(0, 80) << "' is not a plain name (letters, digits, '-', '_', '.', at most 64, "
+        << "not starting with '.'); unset it (troupe launch sets it) or pass --run-dir";
+    return std::string("runs/") + s;
+  }
   std::string dir = "runs/" + timestamp();
   for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
   return dir;

@@ -60,6 +60,10 @@ void write_output_file(const std::string& path, const std::string& text, const s
 // Bytes available for this job (MemAvailable of /proc/meminfo), 0 if unknown.
 double available_memory();
 // Refuses (UserError) a job whose weights, optimizer state and activations cannot fit in memory.
+// Refuses (UserError) when an address-space limit (ulimit -v) is below `bytes` + 1 GiB:
+// under it an allocation inside a library (oneDNN) crashed instead of failing cleanly.
+// `what` names the command for the sentence.
+void check_address_space(uint64_t bytes, const std::string& what);
 void check_memory(const Config& c);
 // The console logger (stderr), plus RUN_DIR/train.log when run_dir is not empty.
 void setup_logging(const std::string& run_dir);

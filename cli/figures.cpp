@@ -2,7 +2,13 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +20,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 
 namespace fs = std::filesystem;
 
@@ -36,6 +43,27 @@ void check_png_output(const std::string& out, const std::string& option) {
   check_output_file(out, option);
 }
 
+namespace {
+// gnuplot SCRIPT with its stderr in err_path; its pid in *pid while it runs (for a signal's
+// clean-up). Returns its exit status, or -1 when it could not be started or was killed.
+int run_gnuplot(const std::string& script_path, const std::string& err_path, std::atomic<pid_t>* pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const char* argv[] = {"gnuplot", script_path.c_str(), nullptr};
+  pid_t child = -1;
+  const int err = posix_spawnp(&child, "gnuplot", &fa, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) return -1;
+  pid->store(child);
+  int st = 0;
+  while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  }
+  pid->store(0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+}  // namespace
+
 void render_png(const std::string& script, const std::string& out, const std::string& option) {
   check_png_output(out, option);
   std::error_code ec;
@@ -43,6 +71,19 @@ void render_png(const std::string& script, const std::string& out, const std::st
   TROUPE_USER_CHECK(::mkdtemp(tmpl) != nullptr) << "cannot create a temporary folder for gnuplot in /tmp ("
                                                 << std::strerror(errno) << "); free space in /tmp";
   const std::string dir = tmpl, script_path = dir + "/figure.gp", err_path = dir + "/stderr.txt";
+  // a signal while drawing: stop gnuplot, remove its folder and the half-drawn picture, exit 2
+  std::atomic<pid_t> gnuplot{0};
+  InterruptGuard interrupt([&](int sig) {
+    if (const pid_t g = gnuplot.load(); g > 0) {
+      ::kill(g, SIGKILL);
+      ::waitpid(g, nullptr, 0);
+    }
+    std::error_code rm;
+    fs::remove_all(dir, rm);
+    fs::remove(png_tmp(out), rm);
+    return std::string("stopped by ") + (sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1") +
+           " while drawing " + out + "; the half-drawn picture was removed";
+  });
   bool script_ok = false;
   {
     std::ofstream f(script_path);
@@ -50,7 +91,7 @@ void render_png(const std::string& script, const std::string& out, const std::st
     f.close();
     script_ok = f.good();
   }
-  const int rc = script_ok ? std::system(("gnuplot " + gp_quote(script_path) + " 2>" + gp_quote(err_path)).c_str()) : -1;
+  const int rc = script_ok ? run_gnuplot(script_path, err_path, &gnuplot) : -1;
   // gnuplot's own message, reduced to one printable line (it is several lines with a caret)
   std::string reason;
   {
@@ -70,9 +111,16 @@ void render_png(const std::string& script, const std::string& out, const std::st
   if (!script_ok || rc != 0 || !fs::is_regular_file(tmp, ec) || fs::file_size(tmp, ec) == 0) {
     fs::remove(tmp, ec);
     if (!script_ok) throw UserError("cannot write gnuplot's script in /tmp; free space in /tmp and draw " + out + " again");
-    throw UserError(fmt::format("gnuplot could not draw {} ({}); check that its folder has free space and is writable, "
-                                "or pass another {} path (scripts/setup.sh installs gnuplot-nox with pngcairo)",
-                                out, reason.empty() ? "it wrote an empty picture" : "gnuplot: " + reason, option));
+    // blame the disk only when gnuplot did not say why, or said it could not write
+    const bool io = reason.empty() || reason.find("annot open") != std::string::npos ||
+                    reason.find("space") != std::string::npos || reason.find("ermission") != std::string::npos;
+    if (io)
+      throw UserError(fmt::format("gnuplot could not draw {} ({}); check that its folder has free space and is "
+                                  "writable, or pass another {} path (scripts/setup.sh installs gnuplot-nox with pngcairo)",
+                                  out, reason.empty() ? "it wrote an empty picture" : "gnuplot: " + reason, option));
+    throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); the figure is beyond what gnuplot draws here: "
+                                "draw a smaller one (fewer stages or microbatches), or leave out {}",
+                                out, reason, option));
   }
   fs::rename(tmp, out, ec);
   if (ec) {
@@ -107,10 +155,15 @@ void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::
     data += fmt::format("{} {} {} {} {:#08x} {}\n", 0.5 * (b.t0 + b.t1), b.stage, 0.5 * (b.t1 - b.t0), 0.38,
                         colour_of(b.kind, b.chunk), label);
   }
+  // 55 pixels a stage, fewer past 290 stages: Cairo refuses a picture taller than 32767
+  // pixels ("Cairo is unhappy"), so the picture stays under 16,000; stage names every
+  // `every`-th row, at least 18 pixels apart
+  const int row_px = std::max(4, std::min(55, (16000 - 170) / std::max(1, stages)));
+  const int every = (18 + row_px - 1) / row_px;
   std::string ytics;
-  for (int s = 0; s < stages; ++s) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
+  for (int s = 0; s < stages; s += every) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
   std::string gp;
-  gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10'\n", 170 + 55 * stages);
+  gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10'\n", 170 + row_px * stages);
   gp += "set output " + gp_quote(png_tmp(out)) + "\n";
   gp += "$bars << EOD\n" + data + "EOD\n";
   gp += "set title " + gp_quote(title) + "\n";

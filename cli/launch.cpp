@@ -7,6 +7,7 @@
 // are forwarded to the live children, and the timeout is the end of the grace period after
 // the first failure.
 #include "cli/launch.h"
+#include "cli/common.h"
 
 #include <filesystem>
 #include <netdb.h>
@@ -28,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,7 @@ bool is_executable(const std::string& cmd) {
 Options parse_args(int argc, char** argv) {
   Options o;
   bool have_nprocs = false, have_dashdash = false;
+  std::set<std::string> seen;  // options given so far
   int i = 0;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -131,6 +134,10 @@ Options parse_args(int argc, char** argv) {
           << name << " needs a value, e.g. " << name << " " << example << "; usage: " << kUsage;
       val = argv[++i];
     };
+    if (name == "--nprocs" || name == "--coordinator" || name == "--grace" || name == "--respawn") {
+      TROUPE_USER_CHECK(seen.insert(name).second)
+          << name << " is given twice; pass it once (troupe launch would otherwise take one of them silently)";
+    }
     if (name == "--nprocs") {
       take_value("2");
       long n = 0;
@@ -428,7 +435,11 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       // --respawn process: a lost process (a signal, or troupe train's "start me again") is
       // started again at once, alone, unless the job is being stopped or has failed already.
       const bool lost = WIFSIGNALED(st) || (WIFEXITED(st) && code == kRestartStatus);
-      if (per_process && lost && !user_stop && first_status < 0 && respawns < kMaxRestarts) {
+      // a process of troupe train under fault.policy = abort marked the attempt: the job
+      // stops on a lost process, so starting it again would only be refused (cli/train.cpp)
+      std::error_code no_ec;
+      const bool abort_policy = !said.dir.empty() && std::filesystem::exists(said.dir + "/no-respawn", no_ec);
+      if (per_process && lost && !user_stop && first_status < 0 && respawns < kMaxRestarts && !abort_policy) {
         const double died_at = unix_seconds();
         const int k = ++respawns;
         say(who + what + "; starting it again (respawn " + std::to_string(k) + ")");
@@ -441,7 +452,9 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       }
       if (code == kRestartStatus) out.restartable = true;
       if (WIFEXITED(st) || !(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
-        say(who + what);
+        say(who + what + (per_process && lost && abort_policy && first_status < 0
+                              ? " (fault.policy = abort: not started again; the job stops)"
+                              : ""));
       if (first_status < 0) {
         out.failed_at = unix_seconds();
         first_status = code;
@@ -566,11 +579,11 @@ int launch_main(int argc, char** argv) {
     return run(o);
   } catch (const UserError& e) {
     std::fflush(stdout);
-    std::cerr << "error: " << e.what() << std::endl;
+    cli::print_error(e.what());  // once per job: a launch nested in a launch is refused by N processes alike
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::cerr << "error: " << e.what() << std::endl;
+    cli::print_error(e.what());
     return 1;
   }
 }

@@ -6,8 +6,10 @@
 //   troupe plan     --config FILE [--search KEYS]  memory and iteration time on a cluster (cli/plan.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,17 +103,81 @@ int check_stdout(int rc) {
 
 int run_command(int argc, char** argv);
 
-int main(int argc, char** argv) {
-  bound_openmp_spinning(argv);
+// Until a command installs its own handling (train's snapshot-and-stop, data preparation's
+// clean-up, a figure's temporary files), SIGINT, SIGTERM and SIGUSR1 end troupe with a
+// sentence and exit 2 instead of their default action's silent 130/143/138: it comes
+// before anything is written, or between writes that are each whole (temporary file, then
+// rename), so there is nothing to undo.
+extern "C" void on_early_signal(int sig) {
+  const char* text = sig == SIGINT    ? "error: stopped by SIGINT (Ctrl-C); nothing was left half-written\n"
+                     : sig == SIGTERM ? "error: stopped by SIGTERM; nothing was left half-written\n"
+                     : sig == SIGXCPU ? "error: stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise "
+                                        "it (ulimit -t unlimited); nothing was left half-written\n"
+                                      : "error: stopped by SIGUSR1 (there is no training step to save here); nothing "
+                                        "was left half-written\n";
+  (void)!::write(STDERR_FILENO, text, std::strlen(text));
+  ::_exit(2);
+}
+
+// as early as the executable's own initialisation (after the shared libraries load): the
+// window in which a signal still has its default action is the dynamic loader's
+__attribute__((constructor)) void install_early_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGXCPU}) std::signal(sig, on_early_signal);
+}
+
+// The checks every command shares, before anything is opened. Returns 0, or 2 when refused.
+int check_process_limits() {
   // a closed standard descriptor would be reused by the next open(): output meant for the
-  // terminal would land in a snapshot or a log. stdin and stderr get /dev/null; a closed
-  // stdout is refused (the output has nowhere to go).
-  for (int fd : {0, 2})
-    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-  if (::fcntl(1, F_GETFD) == -1 && errno == EBADF) {
+  // terminal would land in a snapshot or a log. Each closed one gets /dev/null at its own
+  // number (opening in order would put stderr's /dev/null at 1 when both are closed); a
+  // closed stdout is then refused (the output has nowhere to go).
+  const bool stdout_closed = ::fcntl(1, F_GETFD) == -1 && errno == EBADF;
+  for (int fd : {0, 1, 2})
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF)
+      if (const int n = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY); n >= 0 && n != fd) {
+        ::dup2(n, fd);
+        ::close(n);
+      }
+  if (stdout_closed) {
     print_error("standard output is closed (>&-); give troupe one, e.g. > /dev/null");
     return 2;
   }
+  // a file-size limit (ulimit -f) kills a writer with SIGXFSZ, leaving its temporary file;
+  // ignored, the write fails with EFBIG and is handled like a full disk
+  std::signal(SIGXFSZ, SIG_IGN);
+  // below about 1 GiB of address space (ulimit -v) the libraries, thread stacks and OpenMP
+  // pools do not fit: troupe aborted (134), crashed (139) or hung, depending on the bound
+  constexpr rlim_t kMinAddressSpace = rlim_t(1) << 30;
+  if (rlimit as {}; ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && as.rlim_cur < kMinAddressSpace) {
+    print_error("the address-space limit (ulimit -v) is " + std::to_string(as.rlim_cur >> 20) +
+                " MiB; troupe needs at least 1024 MiB for its libraries, threads and buffers: raise it (ulimit -v "
+                "unlimited, or a bound above the job's memory estimate)");
+    return 2;
+  }
+  // threads: a process limit (ulimit -u) of a few made thread creation fail inside a
+  // library (abort, 134); descriptors: UCX aborted under ulimit -n 9. The soft descriptor
+  // limit is raised to the hard one where it is low; below these floors troupe is refused.
+  if (rlimit np {}; ::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &np) == 0 && np.rlim_cur != RLIM_INFINITY &&
+                    np.rlim_cur < 256) {
+    print_error("the process limit (ulimit -u) is " + std::to_string(np.rlim_cur) +
+                "; troupe runs tens of threads (workers, OpenMP, the data plane): raise it to at least 256");
+    return 2;
+  }
+  if (rlimit nf {}; ::getrlimit(RLIMIT_NOFILE, &nf) == 0 && nf.rlim_cur < 1024) {
+    nf.rlim_cur = std::min<rlim_t>(nf.rlim_max, 1024);
+    ::setrlimit(RLIMIT_NOFILE, &nf);
+    if (nf.rlim_cur < 64) {
+      print_error("the open-file limit (ulimit -n) is " + std::to_string(nf.rlim_cur) +
+                  "; troupe needs at least 64 descriptors (files, sockets, the data plane): raise it (ulimit -n 1024)");
+      return 2;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  bound_openmp_spinning(argv);
+  if (int rc = check_process_limits(); rc != 0) return rc;
   return check_stdout(run_command(argc, argv));
 }
 
@@ -247,13 +313,19 @@ int run_command(int argc, char** argv) {
     for (CLI::App* sub : app.get_subcommands())
       for (const CLI::Option* opt : sub->get_options()) {
         const std::string name = opt->get_name();
-        if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt" || name == "--title") continue;
+        if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt") continue;
         for (const std::string& r : opt->results()) {
           // a path or number holding a newline or an escape would reach the terminal raw in the log lines
-          TROUPE_USER_CHECK(std::none_of(r.begin(), r.end(), [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7F; }))
+          // (C0 controls, DEL, and the C1 controls U+0080-U+009F: UTF-8 C2 80-9F, e.g. U+009B, a CSI)
+          bool control = false;
+          for (size_t q = 0; q < r.size(); ++q)
+            control = control || (unsigned char)r[q] < 0x20 || r[q] == 0x7F ||
+                      ((unsigned char)r[q] == 0xC2 && q + 1 < r.size() && (unsigned char)r[q + 1] >= 0x80 &&
+                       (unsigned char)r[q + 1] <= 0x9F);
+          TROUPE_USER_CHECK(!control)
               << name << " of troupe " << sub->get_name()
               << " holds a control character (a newline, a tab or an escape); pass a plain value";
-          if (name == "--run-dir" || name == "--tensorboard") continue;  // their own sentences below
+          if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)
           TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)
                                         << " of troupe " << sub->get_name()
                                         << " is empty; give it a value or leave it out (troupe help)";

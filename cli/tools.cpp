@@ -79,6 +79,7 @@ int cmd_export(const std::string& dir, const std::string& format, const std::str
   Config c = snapshot_config(dir);
   // the file holds every parameter in fp32 (the tied head once) and a small JSON header
   check_output_file(out, "output", 4 * (uint64_t)GPTConfig::from(c.model).n_params() + (1u << 20));
+  check_address_space(16 * (uint64_t)GPTConfig::from(c.model).n_params(), "export");
   TrainState st = load_snapshot(dir, c);
   setup_logging("");
   const uint64_t bytes = export_safetensors(st, c, out);
@@ -122,6 +123,7 @@ int cmd_generate(const GenerateOptions& o) {
   Config c = snapshot_config(o.dir);
   // the JSON holds vocab_size logits of up to ~16 characters each: refused before any text
   if (!o.logits_out.empty()) check_output_file(o.logits_out, "--logits-out", 16 * (uint64_t)c.model.vocab_size + 4096);
+  check_address_space(24 * (uint64_t)GPTConfig::from(c.model).n_params(), "generate");
   auto st = std::make_shared<TrainState>(load_snapshot(o.dir, c));
   // one worker holds the whole model
   c.parallel.pp = c.parallel.tp = c.parallel.dp = c.parallel.microbatches = c.parallel.chunks = 1;

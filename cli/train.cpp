@@ -66,13 +66,15 @@ extern "C" void on_stop_signal(int sig) {
   const int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
   int64_t first = 0;
   g_first_signal_ns.compare_exchange_strong(first, now);
-  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) _exit(128 + sig);
+  // (SIGXCPU, the soft CPU-time limit of ulimit -t, repeats every second: never a "second signal")
+  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && sig != SIGXCPU && first != 0 && now - first > 1000000000)
+    _exit(128 + sig);
 }
 void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
+  for (int s : {SIGUSR1, SIGTERM, SIGINT, SIGXCPU}) sigaction(s, &sa, nullptr);
 }
 
 // The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
@@ -216,7 +218,14 @@ void check_data(const Config& c, const PreparedData& d, const BlendLoader& loade
 class FreshFolders {
  public:
   explicit FreshFolders(std::string metrics) : metrics_(std::move(metrics)) {}
-  void add(const std::string& dir) { dirs_.push_back(dir); }
+  // Call before creating `dir`: records the outermost of its folders that does not exist
+  // yet (a --run-dir a/b/c made a, b and c), nothing when `dir` exists.
+  void will_create(const std::string& dir) {
+    std::error_code ec;
+    fs::path q = fs::absolute(dir, ec), first_new;
+    for (; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) first_new = q;
+    if (!first_new.empty()) dirs_.push_back(first_new.string());
+  }
   ~FreshFolders() {
     if (std::uncaught_exceptions() == 0 || dirs_.empty()) return;
     try {
@@ -386,6 +395,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     setup_logging("");
   }
   const bool follower = launch.world > 1 && launch.rank != 0;
+  // from here a stop signal is a request (a flag): before the first step it ends the
+  // command at the next check with exit 2 and no folders left; from the first step on it
+  // saves a snapshot and stops
+  install_stop_signals();
   const std::string secret = launch.world > 1 ? job_secret() : std::string();
   if (launch.world > 1) {
     TROUPE_USER_CHECK(secret.size() >= 16) << "the job secret has " << secret.size()
@@ -420,6 +433,9 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const char* respawn = std::getenv("TROUPE_RESPAWN");
   const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
   std::string resume = resume_opt;
+  if (c.fault.policy == "abort" && launch.world > 1)  // tell troupe launch not to start a lost process again
+    if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir)
+      std::ofstream(std::string(dir) + "/no-respawn") << "fault.policy = abort\n";
   if (restart > 0 && c.fault.policy == "abort")
     throw FinalError(
         "fault.policy = abort: the job stops after a lost process, so a process started again by the launcher does not "
@@ -467,6 +483,12 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                  c.train.threads, workers, workers);
   auto t0 = std::chrono::steady_clock::now();
   auto d = prepare(c);
+  if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)
+    throw UserError(std::string("stopped by ") +
+                    (sig == SIGINT    ? "SIGINT (Ctrl-C)"
+                     : sig == SIGXCPU ? "SIGXCPU (the CPU-time limit, ulimit -t, was reached: raise it)"
+                                      : "SIGTERM") +
+                    " before training began; no run directory was made");
   std::vector<BlendLoader::Source> sources;
   for (const PreparedSource& s : d.sources)
     sources.push_back({s.name, s.weight, std::make_shared<const TokenFile>(s.train_path),
@@ -482,25 +504,21 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // folders this run makes; removed again if it fails before its first step (a job that
   // cannot assemble, a signal while joining): a refusal leaves no litter
   FreshFolders fresh(run_dir + "/metrics.jsonl");
-  std::error_code fs_ec;
   if (!follower && !c.checkpoint.dir.empty() &&
       fs::absolute(ckpt_dir).lexically_normal() != fs::absolute(run_dir).lexically_normal()) {
-    const bool is_new = !fs::exists(ckpt_dir, fs_ec);
+    fresh.will_create(ckpt_dir);
     lock_folder(ckpt_dir, "checkpoint.dir",
                 "run (its snapshots would be removed by this run's checkpoint.keep_last)",
                 "choose another checkpoint.dir");
-    if (is_new) fresh.add(ckpt_dir);
   }
   if (!follower && !c.train.tensorboard_dir.empty()) {
-    const bool is_new = !fs::exists(c.train.tensorboard_dir, fs_ec);
+    fresh.will_create(c.train.tensorboard_dir);
     create_event_dir(c.train.tensorboard_dir);
-    if (is_new) fresh.add(c.train.tensorboard_dir);
   }
   if (!follower) {
-    const bool is_new = !fs::exists(run_dir, fs_ec);
+    fresh.will_create(run_dir);
     const int lock_fd = make_run_dir(run_dir);
     (void)lock_fd;
-    if (is_new) fresh.add(run_dir);
     setup_logging(run_dir);
     const std::string saved = save_config(c, run_dir);
     spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
@@ -539,7 +557,6 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                                      "(metrics.jsonl marks the resume)",
                                      state->dir, state->step)
                        : std::string("no snapshot yet: starting from step 1"));
-  install_stop_signals();
   JobResult r;
   if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, ckpt_dir, r); rc != 0) return rc;
   if (r.follower) return 0;  // process 0 reports the job

@@ -3,7 +3,9 @@
 #include <thread>
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
@@ -17,6 +19,7 @@
 
 namespace troupe {
 namespace {
+bool has_control(const std::string& s);  // a control character in a string value (below)
 
 using Ref = std::variant<int*, uint64_t*, double*, std::string*, bool*>;
 struct Key {
@@ -93,7 +96,11 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     **p = *v.value<double>();
   } else if (auto* p = std::get_if<std::string*>(&r)) {
     if (!v.is_string()) bad("a string");
-    **p = *v.value<std::string>();
+    const std::string text = *v.value<std::string>();
+    TROUPE_USER_CHECK(!has_control(text))
+        << "config key '" << k.name << "'" << where
+        << " holds a control character (NUL, a newline, an escape, ...); write the value without it";
+    **p = text;
   } else if (auto* p = std::get_if<bool*>(&r)) {
     if (!v.is_boolean()) bad("true or false");
     **p = *v.value<bool>();
@@ -142,6 +149,10 @@ std::vector<DataSource> parse_sources(const toml::node& node, const std::string&
                                                             : val.is_string());
             TROUPE_USER_CHECK(ok) << where << " key '" << k << "' must be "
                                   << (std::is_same_v<T, double> ? "a number" : std::is_same_v<T, bool> ? "true or false" : "a string");
+            if constexpr (std::is_same_v<T, std::string>)
+              TROUPE_USER_CHECK(!has_control(*v)) << where << " key '" << k
+                                                  << "' holds a control character (NUL, a newline, an escape, ...); "
+                                                     "write the value without it";
             s.*member = *v;
           },
           it->second);
@@ -213,7 +224,56 @@ Config Config::load(const std::string& path) {
   return parse(text.str(), path);
 }
 
+namespace {
+// toml++ parses dotted keys, [a.b.c] headers and nested arrays/inline tables by recursion: a
+// key of 50,000 parts overflowed the stack (SIGSEGV in every command reading the config).
+// troupe's keys have two parts and its values little nesting, so the text is refused past
+// 64 levels, counted outside strings: dots in a key or header, open brackets and braces.
+void check_toml_nesting(const std::string& text, const std::string& where) {
+  constexpr int kMaxDepth = 64;
+  int depth = 0, line = 1, dots = 0;
+  char quote = 0;
+  bool comment = false, key_part = true;  // key_part: before the '=' of a line (or in a header)
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '\n') {
+      ++line, dots = 0, comment = false, key_part = depth == 0;
+      if (quote == '"' || quote == '\'') quote = 0;  // (a multi-line string is read as several lines: conservative)
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (ch == '\\' && quote == '"') ++i;
+      else if (ch == quote) quote = 0;
+      continue;
+    }
+    if (ch == '"' || ch == '\'') quote = ch;
+    else if (ch == '#') comment = true;
+    else if (ch == '=') key_part = false;
+    else if (ch == '.' && key_part) ++dots;
+    else if (ch == '[' || ch == '{') ++depth;
+    else if ((ch == ']' || ch == '}') && depth > 0) --depth;
+    TROUPE_USER_CHECK(dots <= kMaxDepth && depth <= kMaxDepth)
+        << where << " nests deeper than " << kMaxDepth << " levels at line " << line
+        << (dots > kMaxDepth ? " (a key of more dotted parts)" : " (brackets or braces)")
+        << "; troupe's config keys are section.key: fix the file";
+  }
+}
+
+// A string value that would reach the terminal or a path raw: NUL (cuts a path short),
+// C0 controls and DEL, and the C1 controls U+0080-U+009F (UTF-8 C2 80-9F).
+bool has_control(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char ch = (unsigned char)s[i];
+    if (ch < 0x20 || ch == 0x7F) return true;
+    if (ch == 0xC2 && i + 1 < s.size() && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) return true;
+  }
+  return false;
+}
+}  // namespace
+
 Config Config::parse(const std::string& text, const std::string& path) {
+  check_toml_nesting(text, "config file '" + path + "'");
   toml::table tbl;
   try {
     tbl = toml::parse(text, path);
@@ -253,6 +313,7 @@ void Config::set(const std::string& assignment) {
   if (!k) unknown_key(name, " (from --set)");
   // Parse the value as TOML; a bare word is taken as a string.
   toml::table t;
+  check_toml_nesting("v = " + value, "--set " + name);
   try {
     t = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
@@ -263,6 +324,16 @@ void Config::set(const std::string& assignment) {
     t = toml::table{};
     t.insert("v", value);
   }
+  // a decimal TOML's parser will not take (hundreds of digits, 1e-320) is still a number
+  if (std::holds_alternative<double*>(k->ref(*this)) && !t["v"].is_number() && !value.empty() &&
+      !std::isspace((unsigned char)value[0])) {
+    char* end = nullptr;
+    const double d = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() + value.size() && std::isfinite(d)) {
+      t = toml::table{};
+      t.insert("v", d);
+    }
+  }
   assign(*this, *k, *t["v"].node(), " (from --set)");
 }
 
@@ -272,12 +343,6 @@ void Config::validate() const {
   TROUPE_USER_CHECK(m.n_layer >= 1) << "model.n_layer = " << m.n_layer << " must be at least 1";
   TROUPE_USER_CHECK(m.n_head >= 1) << "model.n_head = " << m.n_head << " must be at least 1";
   TROUPE_USER_CHECK(m.n_embd >= 1) << "model.n_embd = " << m.n_embd << " must be at least 1";
-  if (m.n_embd % m.n_head != 0) {
-    int lo = m.n_embd / m.n_head * m.n_head, hi = lo + m.n_head;
-    TROUPE_USER_FAIL() << "model.n_embd = " << m.n_embd << " is not divisible by model.n_head = " << m.n_head
-                       << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
-                       << ", or an n_head that divides " << m.n_embd;
-  }
   // upper bounds: far above any model trained (MT-NLG 530B: 105 layers, n_embd 20480), low
   // enough that parameter and activation counts cannot overflow 64-bit arithmetic
   TROUPE_USER_CHECK(m.n_layer <= 16384) << "model.n_layer = " << m.n_layer << " exceeds 16384; use fewer layers";
@@ -287,6 +352,14 @@ void Config::validate() const {
   TROUPE_USER_CHECK(m.block_size <= (1 << 20)) << "model.block_size = " << m.block_size
                                                << " exceeds 1048576; use a shorter context";
   TROUPE_USER_CHECK(m.block_size >= 1) << "model.block_size = " << m.block_size << " must be at least 1";
+  TROUPE_USER_CHECK(m.n_head <= m.n_embd) << "model.n_head = " << m.n_head << " exceeds model.n_embd = " << m.n_embd
+                                          << ": each head needs at least one channel; use fewer heads";
+  if (m.n_embd % m.n_head != 0) {
+    const int64_t lo = m.n_embd / m.n_head * m.n_head, hi = lo + m.n_head;
+    TROUPE_USER_FAIL() << "model.n_embd = " << m.n_embd << " is not divisible by model.n_head = " << m.n_head
+                       << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
+                       << ", or an n_head that divides " << m.n_embd;
+  }
   TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << m.dropout
                                                     << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";
   TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size << " must be at least 2";
@@ -322,16 +395,21 @@ void Config::validate() const {
   TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";
   TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
   auto& t = train;
-  TROUPE_USER_CHECK(t.batch_size >= 1) << "train.batch_size = " << t.batch_size << " must be at least 1";
-  if (t.batch_size % (p.dp * p.microbatches) != 0) {
+  TROUPE_USER_CHECK(t.batch_size >= 1 && t.batch_size <= kMaxBatch)
+      << "train.batch_size = " << t.batch_size << "; use 1 to " << kMaxBatch
+      << " sequences per step (MT-NLG 530B trained with 1920)";
+  TROUPE_USER_CHECK(p.microbatches <= t.batch_size)
+      << "parallel.microbatches = " << p.microbatches << " exceeds train.batch_size = " << t.batch_size
+      << ": a microbatch holds at least one sequence; use parallel.microbatches <= " << t.batch_size;
+  if (t.batch_size % ((int64_t)p.dp * p.microbatches) != 0) {
     const int per = t.batch_size / std::max(1, p.dp);
-    std::string divs;
-    for (int d = 1; d <= std::max(1, per); ++d)
-      if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d);
+    std::string divs;  // the divisors of per, listed while there are few
+    for (int d = 1, n = 0; d <= std::max(1, per) && n < 24; ++d)
+      if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d), ++n;
     TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.dp = " << p.dp
                        << " replicas x parallel.microbatches = " << p.microbatches << " equal microbatches; "
                        << "use " << (divs.empty() ? "" : "microbatches in {" + divs + "}, ")
-                       << "another parallel.dp, or a batch_size that is a multiple of " << p.dp * p.microbatches;
+                       << "another parallel.dp, or a batch_size that is a multiple of " << (int64_t)p.dp * p.microbatches;
   }
   TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
   TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "

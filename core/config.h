@@ -41,6 +41,7 @@ constexpr int kMaxThreads = 4096;         // train.threads
 constexpr int kMaxWorkers = 4096;         // parallel.pp x tp x dp stage workers in a job
 constexpr int kMaxSampleTokens = 100000;  // train.sample_tokens, troupe generate --tokens
 constexpr int kMaxEvalBatches = 100000;   // train.eval_batches
+constexpr int kMaxBatch = 1 << 24;        // train.batch_size, sequences per step
 constexpr double kMaxWaitS = 7 * 86400;   // train.timeout_s, fault.*_s: a deadline, not "forever"
 
 struct TrainConfig {

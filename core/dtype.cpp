@@ -4,6 +4,17 @@
 
 namespace troupe {
 
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType d) { return d == DType::f32 ? 4 : 2; }
+
 uint16_t f32_to_f16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -11,6 +11,14 @@
 
 namespace troupe {
 
+// The element types a Tensor stores: f32 (4 bytes), bf16 and f16 (2 bytes each, as uint16_t
+// bit patterns). The numbers are part of the wire and snapshot formats: never renumber.
+enum class DType : uint8_t { f32 = 0, bf16 = 1, f16 = 2 };
+// "f32", "bf16", "f16" ("?" for a value outside the enum).
+const char* dtype_name(DType d);
+// Bytes per element of `d`: 4 for f32, 2 for bf16 and f16.
+size_t dtype_size(DType d);
+
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -1,4 +1,7 @@
 #include "core/launch_env.h"
+#include <cstring>
+#include <cctype>
+#include <algorithm>
 
 #include <cerrno>
 #include <cstdlib>
@@ -42,6 +45,13 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
   }
   if (const char* c = get("TROUPE_COORDINATOR")) {
     const std::string hp = c;
+    // a host name or address: letters, digits, '.', '-', '_', ':' and IPv6's brackets (an
+    // escape sequence in it reached the terminal through every log line)
+    const bool plain = hp.size() <= 300 && std::all_of(hp.begin(), hp.end(), [](char ch) {
+                         return std::isalnum((unsigned char)ch) || std::strchr(".-_:[]", ch) != nullptr;
+                       });
+    TROUPE_USER_CHECK(plain) << "environment variable TROUPE_COORDINATOR holds characters a host:port cannot have; set "
+                             << "it to process 0's address and a port, e.g. 10.0.0.1:29500 (troupe launch sets it)";
     const auto colon = hp.rfind(':');
     TROUPE_USER_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < hp.size())
         << "environment variable TROUPE_COORDINATOR='" << hp << "' must be host:port, e.g. 10.0.0.1:29500";

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/interrupt.h"
+#include <optional>
 #include "datasets/pipeline.h"
 #include "datasets/sources.h"
 #include "datasets/token_file.h"
@@ -381,7 +384,33 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
         << "cannot create the data cache folder '" << p.dir << "': " << ec.message()
         << "; check permissions or set data.cache_dir";
   }
-  DirLock lock(p.dir, log);
+  // Ctrl-C / SIGTERM from here to the commit: remove what this preparation wrote, say so,
+  // exit 2 (the default action left .lock, <source>.scratch and a partial tokenizer).
+  enum Phase { kWaiting, kReading, kBuilding, kCommitted };
+  std::atomic<int> phase{kWaiting};
+  std::optional<InterruptGuard> interrupt;
+  interrupt.emplace([&](int sig) {
+    const std::string what = std::string(sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1");
+    std::error_code ec;
+    if (phase == kWaiting) return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
+    if (phase == kReading || phase == kCommitted) {
+      fs::remove(p.dir + "/.lock", ec);  // this process holds it
+      return "stopped by " + what + (phase == kReading ? " while reading the data cache " : " after preparing the data cache ") +
+             p.dir + (phase == kReading ? "; nothing was changed" : "; it is complete");
+    }
+    if (!cleanup.first_new.empty()) {
+      fs::remove_all(cleanup.first_new, ec);
+    } else {
+      std::vector<fs::path> made;
+      for (fs::directory_iterator it(p.dir, ec), end; !ec && it != end; it.increment(ec)) made.push_back(it->path());
+      for (const auto& f : made) fs::remove_all(f, ec);
+    }
+    return "stopped by " + what + " while preparing the data in " + p.dir +
+           "; its partial files were removed (nothing else was touched): run the command again to prepare it";
+  });
+  std::optional<DirLock> lock;
+  lock.emplace(p.dir, log);
+  phase = kReading;
   if (fs::exists(p.dir + "/meta.json")) {
     const std::string problem = check_committed(p, key, vocab_size);
     // A committed cache whose files do not match its meta.json was damaged after it was
@@ -393,6 +422,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     p.from_cache = true;
   } else {
     say("data: preparing " + p.dir + " from " + std::to_string(blend.size()) + " source(s)");
+    phase = kBuilding;
     remove_litter(p.dir, log);
     build(p, cfg, blend, special, vocab_size, log);
   }
@@ -419,7 +449,10 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
                                  {"unigram_entropy", p.unigram_entropy},
                                  {"sources", sources}};
     write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
+    phase = kCommitted;
   }
+  lock.reset();  // (removes .lock) and then the guard: a signal in between finds nothing to clean
+  interrupt.reset();
   char line[256];
   std::snprintf(line, sizeof line,
                 "data: %zu source(s), %zu train docs -> %llu tokens, %zu val docs -> %llu tokens, vocab %d, "

@@ -1,4 +1,5 @@
-// kernels/kernels.h — the one dispatching header for troupe's math (CPU; fp32).
+// kernels/kernels.h — troupe's raw CPU kernels (fp32 math on raw pointers). The model
+// reaches them through the tensor-level ops of kernels/ops.h, which check and dispatch.
 //
 // Legend (used in every shape comment):
 //   B batch (sequences in a microbatch), T sequence length, C channels (n_embd),
@@ -88,6 +89,9 @@ double crossentropy_forward_backward(float* logits, float* losses, const int32_t
 // Rank r of a TP group owns vocabulary rows [lo, lo+Vl); Vvalid <= Vl of them are real
 // (the rest is padding to a multiple of TP x 64, masked out of the loss).
 void embedding_vp_forward(float* out, const int32_t* tokens, const float* wte_l, int lo, int Vl, int B, int T, int C);
+// The same with wte_l as 16-bit bits of dt (bf16 or f16), rows widened to fp32 exactly.
+void embedding_vp_forward16(float* out, const int32_t* tokens, const uint16_t* wte_l, DType dt, int lo, int Vl, int B,
+                            int T, int C);
 void embedding_vp_backward(float* dwte_l, const float* dout, const int32_t* tokens, int lo, int Vl, int B, int T, int C);
 // (rows are B*T rows starting at global row row0: position t = (row0 + i) mod T; with
 // sequence parallelism B*T is a rank's share of the rows, not a multiple of T.)

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 namespace troupe {
 
@@ -147,7 +148,7 @@ Tensor assemble(const std::vector<Tensor>& parts, const ParamSpec& sp, const GPT
 
 namespace {
 void ensure(Tensor& t, std::vector<int64_t> shape) {
-  if (!t.defined() || t.shape() != shape) t = Tensor(std::move(shape));
+  if (!t.defined() || t.shape() != shape || t.dtype() != DType::f32) t = Tensor(std::move(shape));
 }
 }  // namespace
 
@@ -202,36 +203,13 @@ void tp_sum(Communicator* tp, float* x, int64_t n, double timeout_s) {
 }  // namespace
 
 void set_compute_copy(Param& p, const float* from, DType dt) {
-  if (p.value.data() != from) std::memcpy(p.value.data(), from, p.value.nbytes());
-  kernels::round_to(p.value.data(), p.value.numel(), dt);
-  if (dt == DType::bf16 && p.value.ndim() == 2) {
-    p.value16.resize((size_t)p.value.numel());
-    kernels::pack16(p.value16.data(), p.value.data(), p.value.numel(), DType::bf16);
-  } else {
-    p.value16.clear();
+  const std::vector<int64_t> shape = p.value.defined() ? p.value.shape() : p.grad.shape();
+  if (!p.value.defined() || p.value.dtype() != dt) p.value = Tensor(shape, dt);
+  if (dt == DType::f32) {
+    if (p.value.data() != from) std::memcpy(p.value.data(), from, p.value.nbytes());
+  } else {  // rounded to nearest even, straight into the 16-bit storage
+    kernels::pack16(p.value.data16(), from, p.value.numel(), dt);
   }
-}
-
-void linear_forward(float* out, const float* inp, const Param& w, const float* bias, int64_t BT, int C, int OC,
-                    DType dt) {
-  if (dt == DType::bf16) {
-    TROUPE_CHECK((int64_t)w.value16.size() == (int64_t)OC * C) << w.name << ": no bf16 copy of the weight";
-    kernels::matmul_forward_bf16(out, inp, w.value16.data(), bias, BT, C, OC);
-  } else {
-    kernels::matmul_forward(out, inp, w.value.data(), bias, BT, C, OC);
-  }
-  kernels::round_to(out, BT * OC, dt);
-}
-
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const Param& w,
-                     int64_t BT, int C, int OC, DType dt) {
-  if (dt == DType::bf16) {
-    TROUPE_CHECK((int64_t)w.value16.size() == (int64_t)OC * C) << w.name << ": no bf16 copy of the weight";
-    kernels::matmul_backward_bf16(dinp, dweight, dbias, dout, inp, w.value16.data(), BT, C, OC);
-  } else {
-    kernels::matmul_backward(dinp, dweight, dbias, dout, inp, w.value.data(), BT, C, OC);
-  }
-  if (dinp) kernels::round_to(dinp, BT * C, dt);
 }
 
 void Block::rnd(float* x, int64_t n) const { kernels::round_to(x, n, dt); }
@@ -249,35 +227,35 @@ void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) 
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
-  k::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value.data(),
-                       ln1_b->value.data(), BT, C);
+  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value,
+                       ln1_b->value, BT, C);
   rnd(a.ln1.data(), BT * C);
   // column-parallel QKV (this rank's heads), attention over them, row-parallel projection
-  linear_forward(a.qkv.data(), a.ln1.data(), *qkv_w, qkv_b->value.data(), BT, C, 3 * Cl, dt);
+  ops::linear_forward(a.qkv.data(), a.ln1.data(), qkv_w->value, &qkv_b->value, BT, C, 3 * Cl, dt);
   const bool dr = drop && drop->active;
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
   rnd(a.att.data(), a.att.numel());
   rnd(a.atty.data(), BT * Cl);
-  linear_forward(a.x2.data(), a.atty.data(), *proj_w, nullptr, BT, Cl, C, dt);
+  ops::linear_forward(a.x2.data(), a.atty.data(), proj_w->value, nullptr, BT, Cl, C, dt);
   tp_sum(tp, a.x2.data(), BT * C, timeout_s);
   rnd(a.x2.data(), BT * C);
   // bias + dropout + residual add: one fused step, rounded once (Megatron's bias_dropout_add)
-  k::add_bias(a.x2.data(), proj_b->value.data(), BT, C);
+  ops::add_bias(a.x2.data(), proj_b->value, BT, C);
   if (dr) k::dropout_apply(a.x2.data(), BT, C, drop->key(layer, 2));  // residual dropout (replicated mask)
   k::accumulate(a.x2.data(), a.x.data(), BT * C);
   rnd(a.x2.data(), BT * C);
-  k::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value.data(),
-                       ln2_b->value.data(), BT, C);
+  ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value,
+                       ln2_b->value, BT, C);
   rnd(a.ln2.data(), BT * C);
   // column-parallel fc, row-parallel proj
-  linear_forward(a.fch.data(), a.ln2.data(), *fc_w, fc_b->value.data(), BT, C, Fl, dt);
+  ops::linear_forward(a.fch.data(), a.ln2.data(), fc_w->value, &fc_b->value, BT, C, Fl, dt);
   k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
   rnd(a.fch_gelu.data(), BT * Fl);
-  linear_forward(y, a.fch_gelu.data(), *fcproj_w, nullptr, BT, Fl, C, dt);
+  ops::linear_forward(y, a.fch_gelu.data(), fcproj_w->value, nullptr, BT, Fl, C, dt);
   tp_sum(tp, y, BT * C, timeout_s);
   rnd(y, BT * C);
-  k::add_bias(y, fcproj_b->value.data(), BT, C);
+  ops::add_bias(y, fcproj_b->value, BT, C);
   if (dr) k::dropout_apply(y, BT, C, drop->key(layer, 3));
   k::accumulate(y, a.x2.data(), BT * C);
   rnd(y, BT * C);
@@ -299,31 +277,31 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
     return s.dbranch.data();
   };
   const float* dbr = branch_grad(3);
-  linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu.data(),
-                     *fcproj_w, BT, Fl, C, dt);
+  ops::linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu.data(),
+                     fcproj_w->value, BT, Fl, C, dt);
   k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
   rnd(s.dfch.data(), BT * Fl);
-  linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
-                     *fc_w, BT, C, Fl, dt);
+  ops::linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
+                     fc_w->value, BT, C, Fl, dt);
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
   rnd(s.dln.data(), BT * C);
-  k::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2.data(),
-                        ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
+  ops::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2.data(),
+                        ln2_w->value, a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
   rnd(dres, BT * C);
   // attention half: x2 = x + drop(proj(attn(qkv(ln1(x))))); dres = dL/dx2
   dbr = branch_grad(2);
-  linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty.data(),
-                     *proj_w, BT, Cl, C, dt);
+  ops::linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty.data(),
+                     proj_w->value, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
                         dr ? &ka : nullptr);
   rnd(s.dqkv.data(), BT * 3 * Cl);
-  linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
-                     *qkv_w, BT, C, 3 * Cl, dt);
+  ops::linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
+                     qkv_w->value, BT, C, 3 * Cl, dt);
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
   rnd(s.dln.data(), BT * C);
-  k::layernorm_backward(dres, ln1_w->grad.data(), ln1_b->grad.data(), s.dln.data(), a.x.data(),
-                        ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
+  ops::layernorm_backward(dres, ln1_w->grad.data(), ln1_b->grad.data(), s.dln.data(), a.x.data(),
+                        ln1_w->value, a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
   rnd(dres, BT * C);
 }
 
@@ -336,27 +314,27 @@ void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratc
   const bool dr = drop && drop->active;
   std::memcpy(g.dy.data(), dres, BT * C * sizeof(float));  // dL/d(branch), kept for W
   if (dr) k::dropout_apply(g.dy.data(), BT, C, drop->key(layer, 3)), rnd(g.dy.data(), BT * C);
-  linear_backward(s.dfch_gelu.data(), nullptr, nullptr, g.dy.data(), a.fch_gelu.data(), *fcproj_w, BT,
+  ops::linear_backward(s.dfch_gelu.data(), nullptr, nullptr, g.dy.data(), a.fch_gelu.data(), fcproj_w->value, BT,
                      Fl, C, dt);
   k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
   rnd(g.dfch.data(), BT * Fl);
-  linear_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), *fc_w, BT, C, Fl, dt);
+  ops::linear_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), fc_w->value, BT, C, Fl, dt);
   tp_sum(tp, g.dln2.data(), BT * C, timeout_s);
   rnd(g.dln2.data(), BT * C);
-  k::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2.data(), ln2_w->value.data(), a.ln2_mean.data(),
+  ops::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2.data(), ln2_w->value, a.ln2_mean.data(),
                         a.ln2_rstd.data(), BT, C);
   rnd(dres, BT * C);
   std::memcpy(g.dx2.data(), dres, BT * C * sizeof(float));
   if (dr) k::dropout_apply(g.dx2.data(), BT, C, drop->key(layer, 2)), rnd(g.dx2.data(), BT * C);
-  linear_backward(s.datty.data(), nullptr, nullptr, g.dx2.data(), a.atty.data(), *proj_w, BT, Cl, C, dt);
+  ops::linear_backward(s.datty.data(), nullptr, nullptr, g.dx2.data(), a.atty.data(), proj_w->value, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
                         dr ? &ka : nullptr);
   rnd(g.dqkv.data(), BT * 3 * Cl);
-  linear_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), *qkv_w, BT, C, 3 * Cl, dt);
+  ops::linear_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), qkv_w->value, BT, C, 3 * Cl, dt);
   tp_sum(tp, g.dln1.data(), BT * C, timeout_s);
   rnd(g.dln1.data(), BT * C);
-  k::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x.data(), ln1_w->value.data(), a.ln1_mean.data(),
+  ops::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x.data(), ln1_w->value, a.ln1_mean.data(),
                         a.ln1_rstd.data(), BT, C);
   rnd(dres, BT * C);
 }
@@ -365,18 +343,18 @@ void Block::backward_weight(const BlockActs& a, const BlockGrads& g, int B, int 
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
-  linear_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu.data(),
-                     *fcproj_w, BT, Fl, C, dt);
-  linear_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2.data(), *fc_w,
+  ops::linear_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu.data(),
+                     fcproj_w->value, BT, Fl, C, dt);
+  ops::linear_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2.data(), fc_w->value,
                      BT, C, Fl, dt);
-  k::layernorm_backward(nullptr, ln2_w->grad.data(), ln2_b->grad.data(), g.dln2.data(), a.x2.data(),
-                        ln2_w->value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
-  linear_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty.data(),
-                     *proj_w, BT, Cl, C, dt);
-  linear_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1.data(),
-                     *qkv_w, BT, C, 3 * Cl, dt);
-  k::layernorm_backward(nullptr, ln1_w->grad.data(), ln1_b->grad.data(), g.dln1.data(), a.x.data(),
-                        ln1_w->value.data(), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
+  ops::layernorm_backward(nullptr, ln2_w->grad.data(), ln2_b->grad.data(), g.dln2.data(), a.x2.data(),
+                        ln2_w->value, a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
+  ops::linear_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty.data(),
+                     proj_w->value, BT, Cl, C, dt);
+  ops::linear_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1.data(),
+                     qkv_w->value, BT, C, 3 * Cl, dt);
+  ops::layernorm_backward(nullptr, ln1_w->grad.data(), ln1_b->grad.data(), g.dln1.data(), a.x.data(),
+                        ln1_w->value, a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
 }
 
 double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
@@ -412,20 +390,20 @@ void Block::forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cf
   float* full = scratch(sp_full, BT * C);
   const bool dr = drop && drop->active;
   // LN1 on this rank's rows, all-gather the rows for the column-parallel QKV
-  k::layernorm_forward(rows, a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value.data(),
-                       ln1_b->value.data(), R, C);
+  ops::layernorm_forward(rows, a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value,
+                       ln1_b->value, R, C);
   rnd(rows, R * C);
   tp->all_gather(rows, a.ln1.data(), R * C, timeout_s);
-  linear_forward(a.qkv.data(), a.ln1.data(), *qkv_w, qkv_b->value.data(), BT, C, 3 * Cl, dt);
+  ops::linear_forward(a.qkv.data(), a.ln1.data(), qkv_w->value, &qkv_b->value, BT, C, 3 * Cl, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
   rnd(a.att.data(), a.att.numel());
   rnd(a.atty.data(), BT * Cl);
   // row-parallel projection: reduce-scatter the partial sums to this rank's rows
-  linear_forward(full, a.atty.data(), *proj_w, nullptr, BT, Cl, C, dt);
+  ops::linear_forward(full, a.atty.data(), proj_w->value, nullptr, BT, Cl, C, dt);
   tp->reduce_scatter(full, a.x2.data(), R * C, ReduceOp::sum, timeout_s);
   rnd(a.x2.data(), R * C);
-  k::add_bias(a.x2.data(), proj_b->value.data(), R, C);
+  ops::add_bias(a.x2.data(), proj_b->value, R, C);
   if (dr) {
     k::DropoutKey kd = drop->key(layer, 2);
     kd.row0 = row0;
@@ -433,17 +411,17 @@ void Block::forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cf
   }
   k::accumulate(a.x2.data(), a.x.data(), R * C);
   rnd(a.x2.data(), R * C);
-  k::layernorm_forward(rows, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value.data(),
-                       ln2_b->value.data(), R, C);
+  ops::layernorm_forward(rows, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value,
+                       ln2_b->value, R, C);
   rnd(rows, R * C);
   tp->all_gather(rows, a.ln2.data(), R * C, timeout_s);
-  linear_forward(a.fch.data(), a.ln2.data(), *fc_w, fc_b->value.data(), BT, C, Fl, dt);
+  ops::linear_forward(a.fch.data(), a.ln2.data(), fc_w->value, &fc_b->value, BT, C, Fl, dt);
   k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
   rnd(a.fch_gelu.data(), BT * Fl);
-  linear_forward(full, a.fch_gelu.data(), *fcproj_w, nullptr, BT, Fl, C, dt);
+  ops::linear_forward(full, a.fch_gelu.data(), fcproj_w->value, nullptr, BT, Fl, C, dt);
   tp->reduce_scatter(full, y, R * C, ReduceOp::sum, timeout_s);
   rnd(y, R * C);
-  k::add_bias(y, fcproj_b->value.data(), R, C);
+  ops::add_bias(y, fcproj_b->value, R, C);
   if (dr) {
     k::DropoutKey kd = drop->key(layer, 3);
     kd.row0 = row0;
@@ -478,29 +456,29 @@ void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T
     tp->reduce_scatter(s.dln.data(), rows, R * C, ReduceOp::sum, timeout_s);
     rnd(rows, R * C);
     std::fill(lnw, lnw + 2 * C, 0.0f);
-    k::layernorm_backward(dres, lnw, lnw + C, rows, xin, w->value.data(), mean, rstd, R, C);
+    ops::layernorm_backward(dres, lnw, lnw + C, rows, xin, w->value, mean, rstd, R, C);
     rnd(dres, R * C);
     tp->all_reduce(lnw, 2 * (size_t)C, ReduceOp::sum, timeout_s);
     k::accumulate(gw->grad.data(), lnw, C);
     k::accumulate(gb->grad.data(), lnw + C, C);
   };
   branch(3);
-  linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), s.dbranch.data(),
-                     a.fch_gelu.data(), *fcproj_w, BT, Fl, C, dt);
+  ops::linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), s.dbranch.data(),
+                     a.fch_gelu.data(), fcproj_w->value, BT, Fl, C, dt);
   k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
   rnd(s.dfch.data(), BT * Fl);
-  linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
-                     *fc_w, BT, C, Fl, dt);
+  ops::linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
+                     fc_w->value, BT, C, Fl, dt);
   ln_back(ln2_w, ln2_w, ln2_b, a.x2.data(), a.ln2_mean.data(), a.ln2_rstd.data());
   branch(2);
-  linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), s.dbranch.data(), a.atty.data(),
-                     *proj_w, BT, Cl, C, dt);
+  ops::linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), s.dbranch.data(), a.atty.data(),
+                     proj_w->value, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
   k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
                         dr ? &ka : nullptr);
   rnd(s.dqkv.data(), BT * 3 * Cl);
-  linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
-                     *qkv_w, BT, C, 3 * Cl, dt);
+  ops::linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
+                     qkv_w->value, BT, C, 3 * Cl, dt);
   ln_back(ln1_w, ln1_w, ln1_b, a.x.data(), a.ln1_mean.data(), a.ln1_rstd.data());
 }
 

@@ -84,27 +84,20 @@ struct Param {
   int index = -1;     // position in gpt_param_specs (the canonical order)
   bool decay = false;
   Shard shard = Shard::replicated;
-  Tensor value;       // the model's copy: fp32 holding values of the compute dtype (train.precision)
+  // The model's copy in the compute dtype (train.precision): an f32 tensor, or in mixed
+  // precision a bf16/f16 tensor (2 bytes per element) that kernels read through kernels/ops.h.
+  Tensor value;
   Tensor grad;        // fp32 accumulator (+= over microbatches): Megatron's main_grad
-  // Mixed precision: the fp32 master weights (until a ZeRO-1 optimizer takes its shard of
-  // them; empty in fp32), and value as bf16 bits for the bf16 GEMMs (2-D weights only).
+  // Mixed precision: the fp32 master weights, optimizer state kept here while the
+  // optimizer updates whole tensors (DP = 1); ZeRO-1 takes its shard of them and empties
+  // this. Empty in fp32. There is no other copy of the weights.
   Tensor master;
-  std::vector<uint16_t> value16;
 };
 
-// Makes p.value the compute-dtype copy of `from` (fp32): rounded to dt (bf16/fp16 round
-// to nearest even; fp32 copies exactly) and, for bf16 2-D weights, packed into value16.
+// Makes p.value the compute-dtype copy of `from` (fp32, p.value's numel elements; p.value
+// or p.grad gives the shape): f32 copies exactly; bf16/f16 round to nearest even into a
+// 16-bit tensor (allocated when p.value is not one of dt yet).
 void set_compute_copy(Param& p, const float* from, DType dt);
-
-// The linear layer (kernels::matmul_*) in storage precision dt: bf16 runs the bf16 GEMM
-// (oneDNN, fp32 accumulation) on w.value16; fp16 and fp32 run the fp32 GEMM (fp16 inputs
-// are already fp16 values: their products are exact in fp32, so this is an fp16 GEMM with
-// fp32 accumulation). Outputs that are activations (out, dinp) are rounded to dt; the
-// parameter gradients (dweight, dbias) stay fp32. Shapes as kernels::matmul_forward/backward.
-void linear_forward(float* out, const float* inp, const Param& w, const float* bias, int64_t BT, int C, int OC,
-                    DType dt);
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const Param& w,
-                     int64_t BT, int C, int OC, DType dt);
 
 // Activations of one block for one microbatch, saved for backward.
 struct BlockActs {

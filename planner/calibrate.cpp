@@ -105,28 +105,35 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   const bool split = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks).split_backward;
   const int P = c.parallel.pp;
   int64_t last_step = 0;
-  for (auto& e : j["traceEvents"])
-    if (e.contains("args") && e["args"].contains("step")) last_step = std::max<int64_t>(last_step, e["args"]["step"].get<int64_t>());
-  const int64_t first = last_step > 1 ? 2 : 1;
   // the compute spans (F, B, W) with what the model charges them on cores of their own
   std::vector<Span> spans;
   // the optimizer span also holds the wait for the global norm, which every stage but the
   // last to finish its backward spends idle: per step, the shortest span over the stages
   std::map<int64_t, double> opt_s;
-  for (auto& e : j["traceEvents"]) {
-    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
-    const auto& a = e["args"];
-    const int64_t step = a.value("step", (int64_t)0);
-    if (step < first) continue;
-    const std::string cat = e.value("cat", "");
-    const int s = e.value("tid", 0), chunk = a.value("chunk", 0);
-    const double t0 = e.value("ts", 0.0) * 1e-6, dur = e.value("dur", 0.0) * 1e-6;
-    if (s < 0 || s >= P || chunk < 0 || chunk >= c.parallel.chunks) continue;
-    const ChunkCost& k = cc[chunk * P + s];
-    if (cat == "F" && k.f > 0) spans.push_back({'F', t0, t0 + dur, k.f, k.tp_f});
-    if (cat == "B" && k.b > 0) spans.push_back({'B', t0, t0 + dur, split ? k.b - k.w : k.b, k.tp_b});
-    if (cat == "W" && k.w > 0) spans.push_back({'W', t0, t0 + dur, k.w, 0});
-    if (cat == "optimizer") opt_s[step] = opt_s.count(step) ? std::min(opt_s[step], dur) : dur;
+  try {  // a field of the wrong type ({"traceEvents": [1, 2]}) is the JSON library's type_error
+    for (auto& e : j["traceEvents"])
+      if (e.is_object() && e.contains("args") && e["args"].is_object() && e["args"].contains("step"))
+        last_step = std::max<int64_t>(last_step, e["args"]["step"].get<int64_t>());
+    const int64_t first = last_step > 1 ? 2 : 1;
+    for (auto& e : j["traceEvents"]) {
+      if (!e.is_object()) continue;
+      if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+      const auto& a = e["args"];
+      const int64_t step = a.value("step", (int64_t)0);
+      if (step < first) continue;
+      const std::string cat = e.value("cat", "");
+      const int s = e.value("tid", 0), chunk = a.value("chunk", 0);
+      const double t0 = e.value("ts", 0.0) * 1e-6, dur = e.value("dur", 0.0) * 1e-6;
+      if (s < 0 || s >= P || chunk < 0 || chunk >= c.parallel.chunks) continue;
+      const ChunkCost& k = cc[chunk * P + s];
+      if (cat == "F" && k.f > 0) spans.push_back({'F', t0, t0 + dur, k.f, k.tp_f});
+      if (cat == "B" && k.b > 0) spans.push_back({'B', t0, t0 + dur, split ? k.b - k.w : k.b, k.tp_b});
+      if (cat == "W" && k.w > 0) spans.push_back({'W', t0, t0 + dur, k.w, 0});
+      if (cat == "optimizer") opt_s[step] = opt_s.count(step) ? std::min(opt_s[step], dur) : dur;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError("--calibrate: " + trace.string() + " is not a trace written by troupe train --trace (a field has the " +
+                    "wrong type: " + e.what() + "); pass the run directory of a traced run");
   }
   Calibration cal;
   const HostShare host = host_share(c, cl);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 namespace troupe {
 
@@ -137,28 +138,30 @@ void Stage::share_att(Slot& sl) {
     if (a.att.defined()) a.att = shared_att_;
 }
 
+namespace {
+// t becomes a tensor of `shape` and `dt` (reallocated only when it is not one already).
+void ensure_as(Tensor& t, const std::vector<int64_t>& shape, DType dt) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != dt) t = Tensor(shape, dt);
+}
+}  // namespace
+
 void Stage::pack(Slot& sl, int i) {
-  int64_t n = 0;
-  for (Tensor* t : packed_fields(re_acts_))
-    if (!(selective() && t == &re_acts_.att)) n += t->numel();
-  auto& buf = sl.packed[i];
-  buf.resize((size_t)n);
-  int64_t off = 0;
-  for (Tensor* t : packed_fields(re_acts_)) {
-    if (selective() && t == &re_acts_.att) continue;  // recomputed in backward
-    kernels::pack16(buf.data() + off, t->data(), t->numel(), dt_);
-    off += t->numel();
+  BlockActs& a = sl.acts[i];
+  auto src = packed_fields(re_acts_), dst = packed_fields(a);
+  for (size_t k = 0; k < src.size(); ++k) {
+    if (selective() && src[k] == &re_acts_.att) continue;  // recomputed in backward
+    ensure_as(*dst[k], src[k]->shape(), dt_);
+    ops::cast(*dst[k], *src[k]);  // rounded to nearest even: exactly the values forward stored
   }
-  auto src = stat_fields(re_acts_), dst = stat_fields(sl.acts[i]);  // LayerNorm statistics stay fp32
+  auto ss = stat_fields(re_acts_), ds = stat_fields(a);  // LayerNorm statistics stay fp32
   for (int k = 0; k < 4; ++k) {
-    if (!dst[k]->defined() || dst[k]->shape() != src[k]->shape()) *dst[k] = Tensor(src[k]->shape());
-    std::memcpy(dst[k]->data(), src[k]->data(), src[k]->nbytes());
+    ensure_as(*ds[k], ss[k]->shape(), DType::f32);
+    std::memcpy(ds[k]->data(), ss[k]->data(), ss[k]->nbytes());
   }
 }
 
 void Stage::forward_blocks(Slot& sl, int B, int T, float* out, bool stash) {
   const int n = (int)blocks_.size();
-  if (packed()) sl.packed.resize(n);
   for (int i = 0; i < n; ++i) {
     float* y = (i + 1 < n) ? sl.acts[i + 1].x.data() : out;
     if (packed()) {
@@ -180,10 +183,11 @@ void Stage::forward_blocks(Slot& sl, int B, int T, float* out, bool stash) {
 
 const float* Stage::dlogits(Slot& sl) {
   if (!packed()) return sl.logits.data();
-  const int64_t n = (int64_t)sl.B * sl.T * cfg_.Vl();
-  TROUPE_CHECK((int64_t)sl.packed_logits.size() == n) << "stage " << s_ << ": no stashed dlogits";
-  if (!logits_scratch_.defined() || logits_scratch_.numel() != n) logits_scratch_ = Tensor({(int64_t)sl.B * sl.T, cfg_.Vl()});
-  kernels::unpack16(logits_scratch_.data(), sl.packed_logits.data(), n, dt_);
+  const std::vector<int64_t> shape{(int64_t)sl.B * sl.T, cfg_.Vl()};
+  TROUPE_CHECK(sl.logits.defined() && sl.logits.shape() == shape && sl.logits.dtype() == dt_)
+      << "stage " << s_ << ": no stashed dlogits";
+  ensure_as(logits_scratch_, shape, DType::f32);
+  ops::cast(logits_scratch_, sl.logits);
   return logits_scratch_.data();
 }
 
@@ -197,16 +201,15 @@ void Stage::recompute_att(BlockActs& a, Slot& sl, int i) {
 BlockActs& Stage::acts_for(Slot& sl, int i) {
   if (packed()) {
     re_acts_.ensure(sl.B, sl.T, cfg_, rows((int64_t)sl.B * sl.T));
-    const auto& buf = sl.packed.at(i);
-    int64_t off = 0;
-    for (Tensor* t : packed_fields(re_acts_)) {
-      if (selective() && t == &re_acts_.att) continue;
-      TROUPE_CHECK(off + t->numel() <= (int64_t)buf.size()) << "stage " << s_ << ": block " << i << " was not stashed";
-      kernels::unpack16(t->data(), buf.data() + off, t->numel(), dt_);
-      off += t->numel();
+    auto src = packed_fields(sl.acts[i]), dst = packed_fields(re_acts_);
+    for (size_t k = 0; k < src.size(); ++k) {
+      if (selective() && dst[k] == &re_acts_.att) continue;
+      TROUPE_CHECK(src[k]->defined() && src[k]->dtype() == dt_ && src[k]->shape() == dst[k]->shape())
+          << "stage " << s_ << ": block " << i << " was not stashed";
+      ops::cast(*dst[k], *src[k]);  // widened exactly
     }
-    auto src = stat_fields(sl.acts[i]), dst = stat_fields(re_acts_);
-    for (int k = 0; k < 4; ++k) std::memcpy(dst[k]->data(), src[k]->data(), src[k]->nbytes());
+    auto ss = stat_fields(sl.acts[i]), ds = stat_fields(re_acts_);
+    for (int k = 0; k < 4; ++k) std::memcpy(ds[k]->data(), ss[k]->data(), ss[k]->nbytes());
     re_acts_.x = sl.acts[i].x;
     if (selective()) recompute_att(re_acts_, sl, i);
     return re_acts_;
@@ -253,13 +256,13 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
     forward_blocks(*sl, B, T, sl->xf.data(), keep);
     if (sp_now_) {  // ln_f on this rank's rows, then gather all rows for the vocab-parallel head
       Tensor part({R, C});
-      kernels::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                                 lnf_w_->value.data(), lnf_b_->value.data(), R, C);
+      ops::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                                 lnf_w_->value, lnf_b_->value, R, C);
       kernels::round_to(part.data(), R * C, dt_);
       tp_->all_gather(part.data(), sl->lnf.data(), (size_t)(R * C), timeout_s_);
     } else {
-      kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                                 lnf_w_->value.data(), lnf_b_->value.data(), BT, C);
+      ops::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                                 lnf_w_->value, lnf_b_->value, BT, C);
       kernels::round_to(sl->lnf.data(), BT * C, dt_);
     }
     Tensor* lg = &sl->logits;
@@ -267,13 +270,13 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
       lg = &logits_scratch_;
       if (!lg->defined() || lg->shape() != std::vector<int64_t>{BT, cfg_.Vl()}) *lg = Tensor({BT, cfg_.Vl()});
     }
-    linear_forward(lg->data(), sl->lnf.data(), *wte_, nullptr, BT, C, cfg_.Vl(), dt_);
+    ops::linear_forward(lg->data(), sl->lnf.data(), wte_->value, nullptr, BT, C, cfg_.Vl(), dt_);
     // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
     double sum = cross_entropy(lg->data(), targets, BT, keep ? dloss : 0.0f);
     if (keep && dloss != 0.0f) kernels::round_to(lg->data(), lg->numel(), dt_);
-    if (keep && packed()) {
-      sl->packed_logits.resize((size_t)lg->numel());
-      kernels::pack16(sl->packed_logits.data(), lg->data(), lg->numel(), dt_);
+    if (keep && packed()) {  // the stashed dlogits: a tensor of dt
+      ensure_as(sl->logits, lg->shape(), dt_);
+      ops::cast(sl->logits, *lg);
     }
     if (loss_sum) *loss_sum += sum;
   }
@@ -304,8 +307,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     Tensor* dlnf = &dlnf_;
     if (!weights) dlnf = &sl.dlnf;
     ensure(*dlnf, {BT, C});
-    linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, dlogits(sl), sl.lnf.data(),
-                    *wte_, BT, C, cfg_.Vl(), dt_);
+    ops::linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, dlogits(sl), sl.lnf.data(),
+                    wte_->value, BT, C, cfg_.Vl(), dt_);
     if (sp_now_) {
       // reduce-scatter dL/d ln_f out to this rank's rows; ln_f's weight gradients over the
       // rows are partial: all-reduced so every TP rank adds the same gradient
@@ -313,8 +316,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
       tp_->reduce_scatter(dlnf->data(), part.data(), (size_t)(R * C), ReduceOp::sum, timeout_s_);
       kernels::round_to(part.data(), R * C, dt_);
       dres = Tensor({R, C});
-      kernels::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf.data(),
-                                  lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
+      ops::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf.data(),
+                                  lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
       kernels::round_to(dres.data(), R * C, dt_);
       tp_->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, timeout_s_);
       kernels::accumulate(lnf_w_->grad.data(), lnw.data(), C);
@@ -325,9 +328,9 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
         kernels::round_to(dlnf->data(), BT * C, dt_);
       }
       dres = Tensor({B, T, C});
-      kernels::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
+      ops::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
                                   weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
-                                  lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+                                  lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
       kernels::round_to(dres.data(), BT * C, dt_);
     }
   } else {
@@ -375,10 +378,10 @@ void Stage::backward_weights(int mb) {
   const int64_t BT = (int64_t)B * T;
   set_drop(mb, B, T, true);
   if (last()) {
-    linear_backward(nullptr, head_grad_.data(), nullptr, dlogits(sl), sl.lnf.data(), *wte_, BT, C, cfg_.Vl(),
+    ops::linear_backward(nullptr, head_grad_.data(), nullptr, dlogits(sl), sl.lnf.data(), wte_->value, BT, C, cfg_.Vl(),
                     dt_);
-    kernels::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
-                                lnf_w_->value.data(), sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+    ops::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
+                                lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   }
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
@@ -410,10 +413,10 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
     forward_blocks(*sl, 1, T, out.data(), false);
   } else {
     forward_blocks(*sl, 1, T, sl->xf.data(), false);
-    kernels::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                               lnf_w_->value.data(), lnf_b_->value.data(), T, C);
+    ops::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
+                               lnf_w_->value, lnf_b_->value, T, C);
     std::vector<float> local(cfg_.Vl()), all((size_t)cfg_.Vl() * cfg_.TP);
-    kernels::gemm_nt(local.data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value.data(), 1, cfg_.Vl(), C);
+    ops::gemm_nt(local.data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value, 1, cfg_.Vl(), C);
     if (tp_ && tp_->size() > 1) tp_->all_gather(local.data(), all.data(), local.size(), timeout_s_);
     else all = local;
     last_logits->assign(all.begin(), all.begin() + cfg_.V);  // drop the padding
@@ -427,8 +430,9 @@ void Stage::set_precision(DType dt) {
   dt_ = dt;
   for (auto& b : blocks_) b.dt = dt;
   for (auto& p : params_) {
-    if (dt != DType::f32 && !p.master.defined()) p.master = p.value.clone();
-    set_compute_copy(p, p.value.data(), dt);
+    if (dt == DType::f32 || p.value.dtype() == dt) continue;
+    if (!p.master.defined()) p.master = p.value.clone();  // the fp32 values become the master weights
+    set_compute_copy(p, p.master.data(), dt);             // ... and value their 16-bit copy
   }
 }
 
@@ -478,8 +482,6 @@ size_t Stage::activation_bytes() const {
     for (const Tensor* t : {&s.xf, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits})
       if (t->defined()) b += t->nbytes();
     b += s.tokens.size() * sizeof(int32_t);
-    for (auto& p : s.packed) b += p.size() * sizeof(uint16_t);
-    b += s.packed_logits.size() * sizeof(uint16_t);
   };
   for (const Tensor* t : {&re_acts_.ln1, &re_acts_.ln1_mean, &re_acts_.ln1_rstd, &re_acts_.qkv, &re_acts_.att,
                           &re_acts_.atty, &re_acts_.x2, &re_acts_.ln2, &re_acts_.ln2_mean, &re_acts_.ln2_rstd,
@@ -499,9 +501,9 @@ void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
   if (sp_now_) {  // ... reduce-scattered to this rank's rows
     const int64_t R = rows(BT), row0 = (int64_t)cfg_.tp_rank * R;
     Tensor full({BT, C});
-    kernels::embedding_vp_forward(full.data(), tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
+    ops::embedding_forward(full.data(), tokens, wte_->value, cfg_.vlo(), B, T, C);
     tp_->reduce_scatter(full.data(), out, (size_t)(R * C), ReduceOp::sum, timeout_s_);
-    kernels::add_positional_rows(out, wpe_->value.data(), R, T, C, row0);
+    ops::add_positional(out, wpe_->value, R, T, C, row0);
     if (drop_.active) {
       auto k = drop_.key(-1, 0);
       k.row0 = row0;
@@ -510,9 +512,9 @@ void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
     kernels::round_to(out, R * C, dt_);
     return;
   }
-  kernels::embedding_vp_forward(out, tokens, wte_->value.data(), cfg_.vlo(), cfg_.Vl(), B, T, C);
+  ops::embedding_forward(out, tokens, wte_->value, cfg_.vlo(), B, T, C);
   if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)BT * C, ReduceOp::sum, timeout_s_);
-  kernels::add_positional(out, wpe_->value.data(), B, T, C);
+  ops::add_positional(out, wpe_->value, BT, T, C, 0);
   if (drop_.active) kernels::dropout_apply(out, BT, C, drop_.key(-1, 0));  // embedding dropout
   kernels::round_to(out, BT * C, dt_);
 }

@@ -58,10 +58,11 @@ class Stage {
   // Sequence parallelism (parallel.sequence_parallel; Korthikanti et al. 2022): with a TP
   // group, activations between blocks and stages are this rank's B*T/TP rows.
   void set_sequence_parallel(bool on) { sp_cfg_ = on; }
-  // Mixed precision (train.precision; Micikevicius et al. 2018): keeps each parameter's
-  // fp32 value as its master weights (Param::master), makes value the compute-dtype copy,
-  // and stores every activation and activation gradient in dt (kernels compute in fp32;
-  // parameter gradients stay fp32). Call once, before the first step.
+  // Mixed precision (train.precision; Micikevicius et al. 2018): each parameter's fp32
+  // value becomes its master weights (Param::master, the optimizer's until ZeRO-1 takes
+  // its shard) and value a bf16/f16 tensor (2 bytes per element, the model's only copy);
+  // every activation and activation gradient is rounded to dt (kernels compute in fp32;
+  // parameter gradients stay fp32). Call once, before the first step (again: no-op).
   void set_precision(DType dt);
   DType precision() const { return dt_; }
   // Global index of this DP rank's first sequence of a step (dropout keys).
@@ -112,11 +113,11 @@ class Stage {
   struct Slot {
     int B = 0, T = 0;
     std::vector<int32_t> tokens;   // first stage: the microbatch tokens (for the embedding backward)
-    std::vector<BlockActs> acts;   // one per block (mixed precision: only x and the LayerNorm statistics)
-    // Mixed precision: each block's stashed activations in 16-bit storage (packed_fields order)
-    std::vector<std::vector<uint16_t>> packed;
-    std::vector<uint16_t> packed_logits;  // ... and the last stage's dlogits
-    Tensor xf, lnf, lnf_mean, lnf_rstd, logits;  // last stage: ln_f input/output, dlogits
+    // One per block. Mixed precision: the stashed activations are tensors of dt (2 bytes
+    // per element); x and the LayerNorm statistics stay fp32.
+    std::vector<BlockActs> acts;
+    Tensor xf, lnf, lnf_mean, lnf_rstd;  // last stage: ln_f input/output
+    Tensor logits;                       // last stage: dlogits (BT, Vl), of dt in mixed precision
     std::vector<BlockGrads> grads;  // zero-bubble: output gradients kept from B for W
     Tensor dlnf, dx0;               // ... and the head's dL/d ln_f out, the first stage's dL/d embedding
     bool input_done = false;        // B ran without the weights (W pending)
@@ -126,9 +127,9 @@ class Stage {
   // The activations of block i for slot sl: the stashed ones, or (recompute) the shared
   // scratch refilled by running the block's forward again from its stashed input.
   BlockActs& acts_for(Slot& sl, int i);
-  // Mixed precision without recompute: activations are stashed as 16-bit values (exactly
-  // what the fp32 buffers held: every stored activation is rounded to dt) and unpacked
-  // into the shared scratch for backward.
+  // Mixed precision without recompute: activations are stashed as tensors of dt (exactly
+  // what the fp32 buffers held: every stored activation is rounded to dt) and widened
+  // into the shared fp32 scratch for backward.
   bool packed() const { return dt_ != DType::f32 && !recompute_; }
   void pack(Slot& sl, int i);
   // The dlogits of a stashed microbatch (B*T, Vl): the slot's, or unpacked into the scratch.

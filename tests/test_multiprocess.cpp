@@ -184,6 +184,9 @@ TEST_CASE("a process killed mid-step stops every other process within the deadli
   CHECK(r.err.find("lost process 1") != std::string::npos);
   // the survivor noticed the loss by itself (the connection closed), well before the launcher's grace ran out
   CHECK(r.err.find("killed process") == std::string::npos);
+  // fault.policy = abort: troupe launch (--respawn process by default) does not start it again
+  CHECK(r.err.find("starting it again") == std::string::npos);
+  CHECK(r.err.find("fault.policy = abort: not started again") != std::string::npos);
   CHECK(r.seconds < 60);
   CHECK(survivors(s) == 0);
 }

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "model/gpt.h"
 #include "optimizer/loss_scaler.h"
@@ -148,7 +149,9 @@ TEST_CASE("bf16 GEMMs accumulate bf16 products in fp32, the same bits for any th
   w.value = Tensor({OC, C});
   auto wv = rounded((size_t)OC * C);
   set_compute_copy(w, wv.data(), DType::bf16);
-  REQUIRE(w.value16.size() == (size_t)OC * C);
+  REQUIRE(w.value.dtype() == DType::bf16);  // the model copy is the bf16 storage itself
+  REQUIRE(w.value.numel() == (int64_t)OC * C);
+  const Tensor w32 = ops::cast(w.value, DType::f32);  // its values, widened exactly
   std::vector<float> bias(OC, 0.25f), dw0(OC * C, 0.5f), db0(OC, 0.125f);
   struct Out {
     std::vector<float> out, dinp, dw, db;
@@ -157,12 +160,12 @@ TEST_CASE("bf16 GEMMs accumulate bf16 products in fp32, the same bits for any th
     set_thread_budget(threads);
     Out o{std::vector<float>(BT * OC), std::vector<float>(BT * C), dw0, db0};
     if (bf16) {
-      kernels::matmul_forward_bf16(o.out.data(), inp.data(), w.value16.data(), bias.data(), BT, C, OC);
-      kernels::matmul_backward_bf16(o.dinp.data(), o.dw.data(), o.db.data(), dout.data(), inp.data(), w.value16.data(),
+      kernels::matmul_forward_bf16(o.out.data(), inp.data(), w.value.data16(), bias.data(), BT, C, OC);
+      kernels::matmul_backward_bf16(o.dinp.data(), o.dw.data(), o.db.data(), dout.data(), inp.data(), w.value.data16(),
                                     BT, C, OC);
     } else {
-      kernels::matmul_forward(o.out.data(), inp.data(), w.value.data(), bias.data(), BT, C, OC);
-      kernels::matmul_backward(o.dinp.data(), o.dw.data(), o.db.data(), dout.data(), inp.data(), w.value.data(), BT, C,
+      kernels::matmul_forward(o.out.data(), inp.data(), w32.data(), bias.data(), BT, C, OC);
+      kernels::matmul_backward(o.dinp.data(), o.dw.data(), o.db.data(), dout.data(), inp.data(), w32.data(), BT, C,
                                OC);
     }
     set_thread_budget(1);
@@ -204,7 +207,7 @@ TEST_CASE("bf16 master weights: updates far below bf16 spacing still land", "[pr
   for (int i = 0; i < 16; ++i) p.grad.data()[i] = 0.5f;
   p.master = p.value.clone();
   set_compute_copy(p, p.master.data(), DType::bf16);
-  Tensor lost = p.value.clone();  // the update applied to bf16 weights, no master
+  Tensor lost = ops::cast(p.value, DType::f32);  // the update applied to bf16 weights, no master
   AdamWState st, st_lost;
   int steps_until_moved = -1;
   for (int t = 1; t <= 60; ++t) {
@@ -214,15 +217,16 @@ TEST_CASE("bf16 master weights: updates far below bf16 spacing still land", "[pr
     kernels::round_to(lost.data(), lost.numel(), DType::bf16);
     if (t == 1) {
       CHECK(p.master.data()[0] < 1.0f);  // the master moved ...
-      CHECK(p.value.data()[0] == 1.0f);  // ... the bf16 copy not yet
+      CHECK(p.value.at(0) == 1.0f);  // ... the bf16 copy not yet
     }
-    if (steps_until_moved < 0 && p.value.data()[0] < 1.0f) steps_until_moved = t;
+    if (steps_until_moved < 0 && p.value.at(0) < 1.0f) steps_until_moved = t;
   }
   CHECK(lost.data()[0] == 1.0f);  // every update lost to rounding
   CHECK(steps_until_moved > 1);
   CHECK(steps_until_moved <= 25);
-  CHECK(p.value.data()[0] == bf16_to_f32(f32_to_bf16(p.master.data()[0])));
+  CHECK(p.value.at(0) == bf16_to_f32(f32_to_bf16(p.master.data()[0])));
   CHECK(p.master.data()[0] == Approx(1.0 - 60 * lr).epsilon(1e-3));
-  // the GEMM copy is the bf16 bits of the model copy
-  CHECK(bf16_to_f32(p.value16[5]) == p.value.data()[5]);
+  // the model copy (which the GEMMs read) is 16-bit storage: the bf16 bits of the master
+  CHECK(p.value.dtype() == DType::bf16);
+  CHECK(p.value.data16()[5] == f32_to_bf16(p.master.data()[5]));
 }

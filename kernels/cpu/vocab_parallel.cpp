@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/fastmath.h"
 #include "kernels/kernels.h"
@@ -30,6 +31,19 @@ void embedding_vp_forward(float* out, const int32_t* tokens, const float* wte_l,
     float* o = out + bt * C;
     if (tok >= lo && tok < lo + Vl) std::memcpy(o, wte_l + (int64_t)(tok - lo) * C, C * sizeof(float));
     else std::memset(o, 0, C * sizeof(float));
+  });
+}
+
+void embedding_vp_forward16(float* out, const int32_t* tokens, const uint16_t* wte_l, DType dt, int lo, int Vl, int B,
+                            int T, int C) {
+  TROUPE_CHECK(dt == DType::bf16 || dt == DType::f16) << "embedding_vp_forward16 of " << dtype_name(dt);
+  parallel_for((int64_t)B * T, [&](int64_t bt) {
+    const int tok = tokens[bt];
+    float* o = out + bt * C;
+    if (tok < lo || tok >= lo + Vl) return (void)std::memset(o, 0, C * sizeof(float));
+    const uint16_t* w = wte_l + (int64_t)(tok - lo) * C;
+    if (dt == DType::bf16) bf16_to_f32(w, o, (size_t)C);
+    else f16_to_f32(w, o, (size_t)C);
   });
 }
 

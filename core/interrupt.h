@@ -1,0 +1,35 @@
+// core/interrupt.h — SIGINT/SIGTERM during work that leaves partial files (data preparation).
+//
+// Without this, Ctrl-C during `troupe prepare` (or the data step of `troupe train`) killed
+// the process with the default action: exit 130/143, no sentence, and the half-built cache
+// folder (.lock, <source>.scratch, a partial tokenizer.model) left behind.
+#pragma once
+#include <functional>
+#include <string>
+
+namespace troupe {
+
+// While an InterruptGuard lives, SIGINT, SIGTERM and SIGUSR1 (troupe's "save and stop") end the process cleanly instead of by
+// their default action: a watcher thread (not the signal handler, so it may allocate and
+// touch the filesystem) calls `on_stop(signal number)`, which removes what the interrupted
+// work left and returns one sentence; the guard prints "error: <sentence>" on stderr and
+// ends the process with _exit(2) (exit 2: the user stopped it; nothing half-written stays).
+// An exception from on_stop is reported the same way with its text.
+//
+// The destructor restores the previous handlers and joins the watcher; a signal that
+// arrives after that gets the previous behaviour. Guards do not nest: constructing one
+// while another lives throws troupe::Error. Not for code that has its own stop handling
+// (troupe train's step loop snapshots on a signal instead).
+class InterruptGuard {
+ public:
+  explicit InterruptGuard(std::function<std::string(int sig)> on_stop);
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace troupe
