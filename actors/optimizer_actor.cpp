@@ -105,9 +105,11 @@ class OptimizerActor {
     size_t i = 0;
     for (int c = 0; c < V_; ++c) {
       for (auto& p : chunk(c).params()) {
-        if (!skip) {  // the copy over the thread budget; set_compute_copy then rounds in place
-          z.copy_param(i, p.value.data());
-          set_compute_copy(p, p.value.data(), a_.precision);
+        if (!skip) {  // fp32: the copy over the thread budget; 16-bit: packed straight from the flat buffer
+          if (a_.precision == DType::f32 && p.value.defined() && p.value.dtype() == DType::f32)
+            z.copy_param(i, p.value.data());
+          else
+            set_compute_copy(p, z.param(i), a_.precision);
         }
         ++i;
       }
