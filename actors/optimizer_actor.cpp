@@ -140,7 +140,8 @@ class OptimizerActor {
   // The ZeRO-1 optimizer (optimizer/zero1.h) over this worker's parameters, chunk by chunk,
   // made at its first use (the worker has restored a resumed run's values by then): the
   // master weights are the mixed-precision fp32 masters (else the fp32 values), the moments
-  // a resumed run's. Counted once in the global norm: TP-replicated tensors by TP rank 0,
+  // a resumed run's. The parameters' gradients (and fp32 values) become views of its
+  // buffers. Counted once in the global norm: TP-replicated tensors by TP rank 0,
   // the tied embedding by the first stage. It then holds the only master copy.
   Zero1& zero1() {
     if (z_) return *z_;
@@ -160,6 +161,12 @@ class OptimizerActor {
                  st.v.defined() ? st.v.data() : nullptr);
         p.master = Tensor();  // the optimizer keeps only its shard
         opt_[c][pi] = AdamWState();
+        // The gradients become views of the flat buffer (no copy in); fp32 values views of
+        // the parameter buffer (updated in place, no copy out).
+        Tensor g = z_->grad_view(i, p.grad.shape());
+        copy_floats(g.data(), p.grad.data(), p.grad.numel());
+        p.grad = g;
+        if (Tensor v = z_->value_view(i, p.value.shape()); v.defined() && p.value.dtype() == DType::f32) p.value = v;
       }
     z_->restore_counters(pending_.updates, pending_.loss_scale, pending_.growth_tracker, pending_.hysteresis_tracker);
     return *z_;

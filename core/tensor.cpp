@@ -37,6 +37,20 @@ void Tensor::zero_() {
   if (numel_) std::memset(data_.get(), 0, nbytes());
 }
 
+Tensor Tensor::alias(std::shared_ptr<void> owner, float* data, std::vector<int64_t> shape) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.numel_ = 1;
+  for (auto d : t.shape_) {
+    TROUPE_CHECK(d >= 0) << "negative dimension in " << t.shape_str();
+    t.numel_ *= d;
+  }
+  t.dtype_ = DType::f32;
+  t.device_ = Device::cpu();
+  t.data_ = std::shared_ptr<void>(std::move(owner), data);
+  return t;
+}
+
 Tensor Tensor::view(std::vector<int64_t> shape) const {
   int64_t n = 1;
   for (auto d : shape) n *= d;

@@ -73,6 +73,9 @@ class Tensor {
   void zero_();
   // Same storage, new shape (numel must match). Errors: Error on a numel mismatch.
   Tensor view(std::vector<int64_t> shape) const;
+  // A host f32 tensor over `data` (shape's elements), which `owner` keeps alive (shared
+  // ownership: e.g. a slice of one flat buffer; optimizer/zero1.h's gradient views).
+  static Tensor alias(std::shared_ptr<void> owner, float* data, std::vector<int64_t> shape);
   // This tensor on `device` (itself when already there), copied on `stream`.
   Tensor to(const Device& device, const Stream& stream) const;
   std::string shape_str() const;

@@ -47,19 +47,23 @@ Zero1::Zero1(std::vector<Zero1Tensor> tensors, std::shared_ptr<Communicator> dp,
   for (auto& t : t_) n.push_back(t.numel);
   L_ = Zero1Layout::make(n, dp_->size());
   lo_ = (int64_t)d_ * L_.S;
-  flat_.assign((size_t)(L_.S * L_.DP), 0.0f);
-  grad_.assign((size_t)L_.S, 0.0f);
-  master_.assign((size_t)L_.S, 0.0f);
+  flat_ = std::make_shared<std::vector<float>>((size_t)(L_.S * L_.DP), 0.0f);
+  if (compute_ == DType::f32) pflat_ = std::make_shared<std::vector<float>>((size_t)(L_.S * L_.DP), 0.0f);
+  else master_.assign((size_t)L_.S, 0.0f);
   m_.assign((size_t)L_.S, 0.0f);
   v_.assign((size_t)L_.S, 0.0f);
   if (compute_ == DType::f16) scaler_.emplace(scaler);
 }
 
 void Zero1::load(size_t i, const float* master, const float* m, const float* v) {
+  if (pflat_) {  // fp32: the whole tensor (the model's values are views of pflat_)
+    float* dst = pflat_->data() + L_.offset[i];
+    if (dst != master) std::memmove(dst, master, L_.numel[i] * sizeof(float));
+  }
   auto [a, b] = L_.overlap(i, d_);
   if (a >= b) return;
   const int64_t off = a - L_.offset[i], j = a - lo_, n = b - a;
-  std::memcpy(&master_[j], master + off, n * sizeof(float));
+  if (!pflat_) std::memcpy(&master_[j], master + off, n * sizeof(float));
   if (m) std::memcpy(&m_[j], m + off, n * sizeof(float));
   else std::memset(&m_[j], 0, n * sizeof(float));
   if (v) std::memcpy(&v_[j], v + off, n * sizeof(float));
@@ -68,16 +72,19 @@ void Zero1::load(size_t i, const float* master, const float* m, const float* v) 
 
 Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
   TROUPE_CHECK(grads.size() == t_.size()) << "ZeRO-1: " << grads.size() << " gradients for " << t_.size() << " tensors";
-  for (size_t i = 0; i < t_.size(); ++i)
-    copy_floats(&flat_[L_.offset[i]], grads[i], t_[i].numel);
+  float* flat = flat_->data();
+  for (size_t i = 0; i < t_.size(); ++i)  // nothing to copy for a grad_view
+    if (grads[i] != flat + L_.offset[i]) copy_floats(flat + L_.offset[i], grads[i], t_[i].numel);
   Zero1Grads out;
-  if (scaler_) kernels::scale(flat_.data(), (float)scaler_->inv_scale(), L_.N);
-  out.found_inf = has_inf_or_nan(flat_.data(), (size_t)L_.N);
-  if (L_.S > 0) dp_->reduce_scatter(flat_.data(), grad_.data(), (size_t)L_.S, ReduceOp::sum, timeout_s_);
+  if (scaler_) kernels::scale(flat, (float)scaler_->inv_scale(), L_.N);
+  out.found_inf = has_inf_or_nan(flat, (size_t)L_.N);
+  // In place: this rank's slice of the flat buffer becomes its reduced shard.
+  if (L_.S > 0) dp_->reduce_scatter(flat, flat + lo_, (size_t)L_.S, ReduceOp::sum, timeout_s_);
+  const float* grad = flat + lo_;
   for (size_t i = 0; i < t_.size(); ++i) {
     if (t_[i].norm_key < 0) continue;
     auto [a, b] = L_.overlap(i, d_);
-    if (a < b) out.sumsq.emplace_back(t_[i].norm_key * kMaxDP + d_, kernels::sum_squares(&grad_[a - lo_], b - a));
+    if (a < b) out.sumsq.emplace_back(t_[i].norm_key * kMaxDP + d_, kernels::sum_squares(grad + (a - lo_), b - a));
   }
   return out;
 }
@@ -88,20 +95,26 @@ void Zero1::apply(const Zero1Decision& dec) {
     return;
   }
   ++updates_;
+  float* master = this->master();
+  const float* grad = flat_->data() + lo_;  // the reduced shard (reduce_gradients)
   for (size_t i = 0; i < t_.size(); ++i) {
     auto [a, b] = L_.overlap(i, d_);
     if (a >= b) continue;
     const int64_t j = a - lo_;
-    kernels::adamw_update(&master_[j], &grad_[j], &m_[j], &v_[j], b - a, (float)dec.lr, (float)o_.beta1,
+    kernels::adamw_update(master + j, grad + j, &m_[j], &v_[j], b - a, (float)dec.lr, (float)o_.beta1,
                           (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
                           (int)updates_);
   }
-  if (L_.S > 0) {  // the parameters travel in the compute dtype: the master shard rounded in
-                   // its own slot of the flat buffer, which all_gather leaves in place
-    float* mine = flat_.data() + lo_;
-    copy_floats(mine, master_.data(), L_.S);
-    kernels::round_to(mine, L_.S, compute_);  // fp32: nothing to do
-    dp_->all_gather(mine, flat_.data(), (size_t)L_.S, timeout_s_);
+  if (L_.S > 0) {  // all_gather in place. fp32: the master shard is the own slice of the
+                   // parameter buffer. 16-bit: the parameters travel in the compute dtype, the
+                   // master shard rounded in its own slot of the (spent) gradient buffer
+    float* buf = (pflat_ ? pflat_ : flat_)->data();
+    float* mine = buf + lo_;
+    if (!pflat_) {
+      copy_floats(mine, master_.data(), L_.S);
+      kernels::round_to(mine, L_.S, compute_);
+    }
+    dp_->all_gather(mine, buf, (size_t)L_.S, timeout_s_);
   }
   if (scaler_) scaler_->update(false);
 }
@@ -112,7 +125,7 @@ void Zero1::restore_counters(int64_t updates, double loss_scale, int growth_trac
 }
 
 size_t Zero1::bytes() const {
-  return sizeof(float) * (flat_.size() + grad_.size() + master_.size() + m_.size() + v_.size());
+  return sizeof(float) * (flat_->size() + (pflat_ ? pflat_->size() : 0) + master_.size() + m_.size() + v_.size());
 }
 
 }  // namespace troupe

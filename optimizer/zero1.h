@@ -29,8 +29,13 @@
 //      shard with t = ++updates, the updated shard rounded to the compute dtype (bf16/fp16
 //      round to nearest even; fp32 exact) and all-gathered over DP into the flat buffer,
 //      where param(i) reads tensor i (the caller copies it into the model).
-// Memory per rank (fp32 elements): the flat buffer DP*S (about N) plus four shard buffers
-// of S (reduced gradient, master weights, AdamW m and v).
+// Memory per rank (fp32 elements). The flat gradient buffer DP*S (about N), which the
+// model's gradients may be views of (grad_view: no copy in), reduced in place (its own
+// slice is the reduced shard) and reused for the gathered 16-bit parameters; the AdamW
+// moments m and v (S each). fp32: a flat parameter buffer DP*S whose own slice is the master
+// shard and which the model's values may be views of (value_view: AdamW updates them in
+// place, all_gather in place, no copy out): about 4N at DP = 1 with the model's values and
+// gradients counted. 16-bit: a master shard of S (about 4N + the 16-bit values at DP = 1).
 // Errors: a collective that fails or misses its deadline (timeout_s) throws troupe::Error
 // (collectives/communicator.h) and leaves this object unusable for further steps; the fp16
 // loss scaler at its minimum throws UserError (optimizer/loss_scaler.h).
@@ -110,6 +115,18 @@ class Zero1 {
   // moments (null: zeros, as before a first update); this rank keeps the part in its shard.
   void load(size_t i, const float* master, const float* m, const float* v);
 
+  // Tensor i's gradient as a view of the flat buffer (shape: numel elements); a gradient
+  // passed to reduce_gradients that is this view is not copied. The buffer is reused for
+  // parameters by apply: zero the gradients after reading param(i).
+  Tensor grad_view(size_t i, std::vector<int64_t> shape) const {
+    return Tensor::alias(flat_, flat_->data() + L_.offset[i], std::move(shape));
+  }
+  // fp32: tensor i's value as a view of the flat parameter buffer (the master weights, the
+  // whole tensor loaded by load), which apply updates in place; 16-bit: undefined.
+  Tensor value_view(size_t i, std::vector<int64_t> shape) const {
+    if (!pflat_) return Tensor();
+    return Tensor::alias(pflat_, pflat_->data() + L_.offset[i], std::move(shape));
+  }
   // Step 1. grads[i]: tensor i's local fp32 gradient (numel elements), read only. Collective
   // over DP (every rank calls it with the same layout). Returns this rank's norm terms and
   // found-inf. Throws Error (collective failed or timed out).
@@ -118,9 +135,12 @@ class Zero1 {
   void apply(const Zero1Decision& d);
   // Tensor i's parameters (numel fp32 values of the compute dtype) after an apply that did
   // not skip; undefined before.
-  const float* param(size_t i) const { return flat_.data() + L_.offset[i]; }
-  // Copies param(i) to dst (numel fp32 values), over the caller's thread budget.
-  void copy_param(size_t i, float* dst) const { copy_floats(dst, param(i), L_.numel[i]); }
+  const float* param(size_t i) const { return (pflat_ ? pflat_ : flat_)->data() + L_.offset[i]; }
+  // Copies param(i) to dst (numel fp32 values), over the caller's thread budget; nothing
+  // when dst is param(i) (a value_view).
+  void copy_param(size_t i, float* dst) const {
+    if (dst != param(i)) copy_floats(dst, param(i), L_.numel[i]);
+  }
 
   // The owned part of tensor i for a snapshot: fn(offset inside the tensor, count, master,
   // adam_m, adam_v), each pointing at `count` fp32 values; not called when this rank owns
@@ -130,7 +150,7 @@ class Zero1 {
     auto [a, b] = L_.overlap(i, d_);
     if (a >= b) return;
     const int64_t j = a - lo_;
-    fn(a - L_.offset[i], b - a, &master_[j], &m_[j], &v_[j]);
+    fn(a - L_.offset[i], b - a, master() + j, &m_[j], &v_[j]);
   }
 
   int64_t updates() const { return updates_; }  // AdamW's t: applied (not skipped) steps
@@ -150,8 +170,11 @@ class Zero1 {
   int d_ = 0;
   Zero1Layout L_;
   int64_t lo_ = 0;  // first flat element of this rank's shard (d * S)
-  std::vector<float> flat_;                     // DP*S: gradients in, parameters out
-  std::vector<float> grad_, master_, m_, v_;    // S each: this rank's shard
+  float* master() { return pflat_ ? pflat_->data() + lo_ : master_.data(); }
+  const float* master() const { return pflat_ ? pflat_->data() + lo_ : master_.data(); }
+  std::shared_ptr<std::vector<float>> flat_;   // DP*S: gradients in (reduced in place), 16-bit parameters out
+  std::shared_ptr<std::vector<float>> pflat_;  // fp32 only, DP*S: parameters; its slice [lo_, lo_+S) the master shard
+  std::vector<float> master_, m_, v_;          // S each: this rank's shard (master_: 16-bit only)
   std::optional<DynamicLossScaler> scaler_;
   int64_t updates_ = 0;
 };
