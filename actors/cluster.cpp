@@ -261,24 +261,55 @@ void Cluster::join() {
   for (;;) {
     caf::actor hub;
     std::string last_error;
-    int silent = 0;  // probes in a row that a server accepted and left unanswered
     while (!hub) {
-      // remote_actor() has no handshake deadline: check first that a CAF node answers there
-      const Probe probe = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 3.0);
-      silent = probe.result == ProbeResult::kSilent ? silent + 1 : 0;
-      if (probe.result == ProbeResult::kForeign || silent >= 3)
-        throw UserError(fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
-                                    "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
-                                    im.o.env.host, im.o.env.port, probe.detail));
-      if (probe.result == ProbeResult::kCaf) {
-        auto h = im.sys->middleman().remote_actor(im.o.env.host, (uint16_t)im.o.env.port);
-        if (h) {
-          hub = *h;
-          break;
+      // remote_actor() has no handshake deadline (CAF 0.17, actor-framework#504): pointed at
+      // a server of another kind it never returns. A watchdog holds the join's deadline and
+      // the stop signal over it; past either it says what answers there (a probe, made only
+      // then: probing a live coordinator's port disturbed CAF's broker) and ends the process
+      // with exit 2 (nothing of a joining process needs cleaning up; the blocked call cannot
+      // be cancelled, so the process cannot shut down normally).
+      std::atomic<bool> returned{false};
+      std::thread watchdog([&] {
+        while (!returned.load()) {
+          const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
+          std::string sentence;
+          if (sig != 0) {
+            sentence = fmt::format("stopped by signal {} while joining the job at {}:{}; nothing was trained",
+                                   sig, im.o.env.host, im.o.env.port);
+          } else if (Clock::now() > deadline) {
+            const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
+            sentence = p.result == ProbeResult::kCaf
+                           ? fmt::format("the coordinator at {}:{} did not answer this process's connection within "
+                                         "fault.join_timeout_s = {} s; check that process 0 is running and not stopped",
+                                         im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s)
+                           : fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
+                                         "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
+                                         im.o.env.host, im.o.env.port, p.detail);
+          }
+          if (!sentence.empty()) {
+            const std::string line = "error: " + (im.o.env.world > 1 ? fmt::format("[process {}] ", im.o.env.rank) : "") +
+                                     sentence + "\n";
+            (void)!::write(STDERR_FILENO, line.data(), line.size());
+            ::_exit(2);
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
-        last_error = im.sys->render(h.error());
-      } else {
-        last_error = probe.detail;
+      });
+      auto h = im.sys->middleman().remote_actor(im.o.env.host, (uint16_t)im.o.env.port);
+      returned = true;
+      watchdog.join();
+      if (h) {
+        hub = *h;
+        break;
+      }
+      last_error = im.sys->render(h.error());
+      if (last_error.find("malformed_basp_message") != std::string::npos || Clock::now() > deadline) {
+        // something answered with other bytes, or nothing answered in time: say what is there
+        const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
+        if (p.result == ProbeResult::kForeign || p.result == ProbeResult::kSilent)
+          throw UserError(fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
+                                      "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
+                                      im.o.env.host, im.o.env.port, p.detail));
       }
       check_stop();
       if (Clock::now() > deadline)

@@ -112,7 +112,7 @@ extern "C" void on_early_signal(int sig) {
   const char* text = sig == SIGINT    ? "error: stopped by SIGINT (Ctrl-C); nothing was left half-written\n"
                      : sig == SIGTERM ? "error: stopped by SIGTERM; nothing was left half-written\n"
                      : sig == SIGXCPU ? "error: stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise "
-                                        "it (ulimit -t unlimited); nothing was left half-written\n"
+                                        "it (ulimit -t unlimited); snapshots already written are kept (--resume latest)\n"
                                       : "error: stopped by SIGUSR1 (there is no training step to save here); nothing "
                                         "was left half-written\n";
   (void)!::write(STDERR_FILENO, text, std::strlen(text));

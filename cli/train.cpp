@@ -66,15 +66,13 @@ extern "C" void on_stop_signal(int sig) {
   const int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
   int64_t first = 0;
   g_first_signal_ns.compare_exchange_strong(first, now);
-  // (SIGXCPU, the soft CPU-time limit of ulimit -t, repeats every second: never a "second signal")
-  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && sig != SIGXCPU && first != 0 && now - first > 1000000000)
-    _exit(128 + sig);
+  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) _exit(128 + sig);
 }
 void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGUSR1, SIGTERM, SIGINT, SIGXCPU}) sigaction(s, &sa, nullptr);
+  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
 }
 
 // The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
@@ -223,7 +221,8 @@ class FreshFolders {
   void will_create(const std::string& dir) {
     std::error_code ec;
     fs::path q = fs::absolute(dir, ec), first_new;
-    for (; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) first_new = q;
+    // (symlink_status: a dangling link on the path exists and is the user's, never removed)
+    for (; !q.empty() && !fs::exists(fs::symlink_status(q, ec)) && q != q.parent_path(); q = q.parent_path()) first_new = q;
     if (!first_new.empty()) dirs_.push_back(first_new.string());
   }
   ~FreshFolders() {
@@ -485,9 +484,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   auto d = prepare(c);
   if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)
     throw UserError(std::string("stopped by ") +
-                    (sig == SIGINT    ? "SIGINT (Ctrl-C)"
-                     : sig == SIGXCPU ? "SIGXCPU (the CPU-time limit, ulimit -t, was reached: raise it)"
-                                      : "SIGTERM") +
+                    (sig == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM") +
                     " before training began; no run directory was made");
   std::vector<BlendLoader::Source> sources;
   for (const PreparedSource& s : d.sources)

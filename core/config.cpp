@@ -250,7 +250,8 @@ void check_toml_nesting(const std::string& text, const std::string& where) {
     if (ch == '"' || ch == '\'') quote = ch;
     else if (ch == '#') comment = true;
     else if (ch == '=') key_part = false;
-    else if (ch == '.' && key_part) ++dots;
+    // a dot after a name (a.b, also a key inside an inline table), not in a number (1.5)
+    else if (ch == '.' && (key_part || (i > 0 && !std::isdigit((unsigned char)text[i - 1])))) ++dots;
     else if (ch == '[' || ch == '{') ++depth;
     else if ((ch == ']' || ch == '}') && depth > 0) --depth;
     TROUPE_USER_CHECK(dots <= kMaxDepth && depth <= kMaxDepth)

@@ -31,7 +31,7 @@ extern "C" void on_interrupt(int sig) {
 struct InterruptGuard::Impl {
   std::function<std::string(int)> on_stop;
   int fds[2] = {-1, -1};
-  struct sigaction old_int {}, old_term {}, old_usr1 {};
+  struct sigaction old_int {}, old_term {}, old_usr1 {}, old_xcpu {};
   std::thread watcher;
 
   void watch() {
@@ -73,12 +73,14 @@ InterruptGuard::InterruptGuard(std::function<std::string(int)> on_stop) : impl_(
   sigaction(SIGINT, &sa, &impl_->old_int);
   sigaction(SIGTERM, &sa, &impl_->old_term);
   sigaction(SIGUSR1, &sa, &impl_->old_usr1);
+  sigaction(SIGXCPU, &sa, &impl_->old_xcpu);
 }
 
 InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &impl_->old_int, nullptr);
   sigaction(SIGTERM, &impl_->old_term, nullptr);
   sigaction(SIGUSR1, &impl_->old_usr1, nullptr);
+  sigaction(SIGXCPU, &impl_->old_xcpu, nullptr);
   const unsigned char quit = 0;
   (void)!::write(impl_->fds[1], &quit, 1);
   impl_->watcher.join();  // (if a signal came first, the watcher ends the process instead)

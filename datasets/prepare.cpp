@@ -378,7 +378,8 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   {
     std::error_code ec;
     fs::path q = fs::absolute(p.dir, ec);
-    for (; !q.empty() && !fs::exists(q, ec) && q != q.parent_path(); q = q.parent_path()) cleanup.first_new = q;
+    for (; !q.empty() && !fs::exists(fs::symlink_status(q, ec)) && q != q.parent_path(); q = q.parent_path())
+      cleanup.first_new = q;
     fs::create_directories(p.dir, ec);
     TROUPE_USER_CHECK(!ec && fs::is_directory(p.dir))
         << "cannot create the data cache folder '" << p.dir << "': " << ec.message()
@@ -390,7 +391,10 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   std::atomic<int> phase{kWaiting};
   std::optional<InterruptGuard> interrupt;
   interrupt.emplace([&](int sig) {
-    const std::string what = std::string(sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1");
+    const std::string what = std::string(sig == SIGINT    ? "SIGINT (Ctrl-C)"
+                                         : sig == SIGTERM ? "SIGTERM"
+                                         : sig == SIGXCPU ? "SIGXCPU (the CPU-time limit, ulimit -t: raise it)"
+                                                          : "SIGUSR1");
     std::error_code ec;
     if (phase == kWaiting) return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
     if (phase == kReading || phase == kCommitted) {
