@@ -1,6 +1,7 @@
 // optimizer/zero1.cpp — see optimizer/zero1.h.
 #include "optimizer/zero1.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -18,6 +19,21 @@ void copy_floats(float* dst, const float* src, int64_t n) {
     std::memcpy(dst + i0, src + i0, (i1 - i0) * sizeof(float));
   });
 }
+
+namespace {
+// Whether x (n) holds an inf or NaN (core/dtype.h), in 64K-element chunks over the caller's
+// thread budget (the whole gradient buffer every step: one thread alone took milliseconds).
+bool any_inf_or_nan(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t nc = (n + kChunk - 1) / kChunk;
+  std::vector<char> bad((size_t)nc, 0);
+  parallel_for(nc, [&](int64_t c) {
+    const int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
+    bad[c] = has_inf_or_nan(x + i0, (size_t)(i1 - i0));
+  });
+  return std::find(bad.begin(), bad.end(), 1) != bad.end();
+}
+}  // namespace
 
 Zero1Layout Zero1Layout::make(const std::vector<int64_t>& numels, int DP) {
   TROUPE_CHECK(DP >= 1) << "ZeRO-1: a DP group of " << DP << " ranks";
@@ -47,37 +63,37 @@ Zero1::Zero1(std::vector<Zero1Tensor> tensors, std::shared_ptr<Communicator> dp,
   for (auto& t : t_) n.push_back(t.numel);
   L_ = Zero1Layout::make(n, dp_->size());
   lo_ = (int64_t)d_ * L_.S;
-  flat_ = std::make_shared<std::vector<float>>((size_t)(L_.S * L_.DP), 0.0f);
-  if (compute_ == DType::f32) pflat_ = std::make_shared<std::vector<float>>((size_t)(L_.S * L_.DP), 0.0f);
-  else master_.assign((size_t)L_.S, 0.0f);
-  m_.assign((size_t)L_.S, 0.0f);
-  v_.assign((size_t)L_.S, 0.0f);
+  flat_ = Tensor({L_.S * L_.DP});  // zero-filled
+  if (compute_ == DType::f32) pflat_ = Tensor({L_.S * L_.DP});
+  else master_ = Tensor({L_.S});
+  m_ = Tensor({L_.S});
+  v_ = Tensor({L_.S});
   if (compute_ == DType::f16) scaler_.emplace(scaler);
 }
 
 void Zero1::load(size_t i, const float* master, const float* m, const float* v) {
-  if (pflat_) {  // fp32: the whole tensor (the model's values are views of pflat_)
-    float* dst = pflat_->data() + L_.offset[i];
+  if (pflat_.defined()) {  // fp32: the whole tensor (the model's values are views of pflat_)
+    float* dst = pflat_.data() + L_.offset[i];
     if (dst != master) std::memmove(dst, master, L_.numel[i] * sizeof(float));
   }
   auto [a, b] = L_.overlap(i, d_);
   if (a >= b) return;
   const int64_t off = a - L_.offset[i], j = a - lo_, n = b - a;
-  if (!pflat_) std::memcpy(&master_[j], master + off, n * sizeof(float));
-  if (m) std::memcpy(&m_[j], m + off, n * sizeof(float));
-  else std::memset(&m_[j], 0, n * sizeof(float));
-  if (v) std::memcpy(&v_[j], v + off, n * sizeof(float));
-  else std::memset(&v_[j], 0, n * sizeof(float));
+  if (!pflat_.defined()) std::memcpy(master_.data() + j, master + off, n * sizeof(float));
+  if (m) std::memcpy(m_.data() + j, m + off, n * sizeof(float));
+  else std::memset(m_.data() + j, 0, n * sizeof(float));
+  if (v) std::memcpy(v_.data() + j, v + off, n * sizeof(float));
+  else std::memset(v_.data() + j, 0, n * sizeof(float));
 }
 
 Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
   TROUPE_CHECK(grads.size() == t_.size()) << "ZeRO-1: " << grads.size() << " gradients for " << t_.size() << " tensors";
-  float* flat = flat_->data();
+  float* flat = flat_.data();
   for (size_t i = 0; i < t_.size(); ++i)  // nothing to copy for a grad_view
     if (grads[i] != flat + L_.offset[i]) copy_floats(flat + L_.offset[i], grads[i], t_[i].numel);
   Zero1Grads out;
   if (scaler_) kernels::scale(flat, (float)scaler_->inv_scale(), L_.N);
-  out.found_inf = has_inf_or_nan(flat, (size_t)L_.N);
+  out.found_inf = any_inf_or_nan(flat, L_.N);
   // In place: this rank's slice of the flat buffer becomes its reduced shard.
   if (L_.S > 0) dp_->reduce_scatter(flat, flat + lo_, (size_t)L_.S, ReduceOp::sum, timeout_s_);
   const float* grad = flat + lo_;
@@ -96,21 +112,21 @@ void Zero1::apply(const Zero1Decision& dec) {
   }
   ++updates_;
   float* master = this->master();
-  const float* grad = flat_->data() + lo_;  // the reduced shard (reduce_gradients)
+  const float* grad = flat_.data() + lo_;  // the reduced shard (reduce_gradients)
   for (size_t i = 0; i < t_.size(); ++i) {
     auto [a, b] = L_.overlap(i, d_);
     if (a >= b) continue;
     const int64_t j = a - lo_;
-    kernels::adamw_update(master + j, grad + j, &m_[j], &v_[j], b - a, (float)dec.lr, (float)o_.beta1,
+    kernels::adamw_update(master + j, grad + j, m_.data() + j, v_.data() + j, b - a, (float)dec.lr, (float)o_.beta1,
                           (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
                           (int)updates_);
   }
   if (L_.S > 0) {  // all_gather in place. fp32: the master shard is the own slice of the
                    // parameter buffer. 16-bit: the parameters travel in the compute dtype, the
                    // master shard rounded in its own slot of the (spent) gradient buffer
-    float* buf = (pflat_ ? pflat_ : flat_)->data();
+    float* buf = (pflat_.defined() ? pflat_ : flat_).data();
     float* mine = buf + lo_;
-    if (!pflat_) {
+    if (!pflat_.defined()) {
       copy_floats(mine, master_.data(), L_.S);
       kernels::round_to(mine, L_.S, compute_);
     }
@@ -125,7 +141,7 @@ void Zero1::restore_counters(int64_t updates, double loss_scale, int growth_trac
 }
 
 size_t Zero1::bytes() const {
-  return sizeof(float) * (flat_->size() + (pflat_ ? pflat_->size() : 0) + master_.size() + m_.size() + v_.size());
+  return flat_.nbytes() + pflat_.nbytes() + master_.nbytes() + m_.nbytes() + v_.nbytes();
 }
 
 }  // namespace troupe

@@ -118,14 +118,12 @@ class Zero1 {
   // Tensor i's gradient as a view of the flat buffer (shape: numel elements); a gradient
   // passed to reduce_gradients that is this view is not copied. The buffer is reused for
   // parameters by apply: zero the gradients after reading param(i).
-  Tensor grad_view(size_t i, std::vector<int64_t> shape) const {
-    return Tensor::alias(flat_, flat_->data() + L_.offset[i], std::move(shape));
-  }
+  Tensor grad_view(size_t i, std::vector<int64_t> shape) const { return flat_.slice(L_.offset[i], std::move(shape)); }
   // fp32: tensor i's value as a view of the flat parameter buffer (the master weights, the
   // whole tensor loaded by load), which apply updates in place; 16-bit: undefined.
   Tensor value_view(size_t i, std::vector<int64_t> shape) const {
-    if (!pflat_) return Tensor();
-    return Tensor::alias(pflat_, pflat_->data() + L_.offset[i], std::move(shape));
+    if (!pflat_.defined()) return Tensor();
+    return pflat_.slice(L_.offset[i], std::move(shape));
   }
   // Step 1. grads[i]: tensor i's local fp32 gradient (numel elements), read only. Collective
   // over DP (every rank calls it with the same layout). Returns this rank's norm terms and
@@ -135,7 +133,7 @@ class Zero1 {
   void apply(const Zero1Decision& d);
   // Tensor i's parameters (numel fp32 values of the compute dtype) after an apply that did
   // not skip; undefined before.
-  const float* param(size_t i) const { return (pflat_ ? pflat_ : flat_)->data() + L_.offset[i]; }
+  const float* param(size_t i) const { return (pflat_.defined() ? pflat_ : flat_).data() + L_.offset[i]; }
   // Copies param(i) to dst (numel fp32 values), over the caller's thread budget; nothing
   // when dst is param(i) (a value_view).
   void copy_param(size_t i, float* dst) const {
@@ -150,7 +148,7 @@ class Zero1 {
     auto [a, b] = L_.overlap(i, d_);
     if (a >= b) return;
     const int64_t j = a - lo_;
-    fn(a - L_.offset[i], b - a, master() + j, &m_[j], &v_[j]);
+    fn(a - L_.offset[i], b - a, master() + j, m_.data() + j, v_.data() + j);
   }
 
   int64_t updates() const { return updates_; }  // AdamW's t: applied (not skipped) steps
@@ -170,11 +168,13 @@ class Zero1 {
   int d_ = 0;
   Zero1Layout L_;
   int64_t lo_ = 0;  // first flat element of this rank's shard (d * S)
-  float* master() { return pflat_ ? pflat_->data() + lo_ : master_.data(); }
-  const float* master() const { return pflat_ ? pflat_->data() + lo_ : master_.data(); }
-  std::shared_ptr<std::vector<float>> flat_;   // DP*S: gradients in (reduced in place), 16-bit parameters out
-  std::shared_ptr<std::vector<float>> pflat_;  // fp32 only, DP*S: parameters; its slice [lo_, lo_+S) the master shard
-  std::vector<float> master_, m_, v_;          // S each: this rank's shard (master_: 16-bit only)
+  float* master() { return pflat_.defined() ? pflat_.data() + lo_ : master_.data(); }
+  const float* master() const { return pflat_.defined() ? pflat_.data() + lo_ : master_.data(); }
+  // Tensors (core/tensor.h): the device allocator's 64-byte aligned, counted memory, so the
+  // model's views (gradients, fp32 values) are aligned as its own tensors were.
+  Tensor flat_;              // DP*S: gradients in (reduced in place), 16-bit parameters out
+  Tensor pflat_;             // fp32 only, DP*S: parameters; its slice [lo_, lo_+S) the master shard
+  Tensor master_, m_, v_;    // S each: this rank's shard (master_: 16-bit only)
   std::optional<DynamicLossScaler> scaler_;
   int64_t updates_ = 0;
 };
