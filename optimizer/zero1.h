@@ -5,7 +5,7 @@
 // updates only its part and the parameters are all-gathered back.
 //
 // One code path for every DP size: DP = 1 is a group of one, where the reduce-scatter and
-// the all-gather are copies. Pure C++: no actors; the DP Communicator is passed in, so the
+// the all-gather (both in place) move nothing. Pure C++: no actors; the DP Communicator is passed in, so the
 // whole step is unit-testable with make_local_group (tests/test_zero1.cpp).
 //
 // The flat buffer (Zero1Layout). The tensors of one worker, in the caller's order (a stage
@@ -15,7 +15,8 @@
 // Padding is never read into a value, a norm or a snapshot.
 //
 // One step (all fp32; units: elements, seconds):
-//   1. reduce_gradients: each tensor's gradient is copied into the flat buffer; fp16: the
+//   1. reduce_gradients: each tensor's gradient is copied into the flat buffer (nothing to
+//      copy for a grad_view, as the optimizer actor's gradients are); fp16: the
 //      whole buffer is unscaled (x 1/loss scale, a power of two: exact); found-inf is this
 //      rank's "any inf/NaN" (before the reduction); reduce-scatter (sum, canonical order of
 //      collectives/communicator.h) over DP leaves rank d the summed gradient of its shard;
