@@ -32,7 +32,6 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 using wire_atom = caf::atom_constant<caf::atom("wire")>;
 // worker <-> its optimizer actor (actors/optimizer_actor.h)
 using optimize_atom = caf::atom_constant<caf::atom("optimize")>;
-using optimized_atom = caf::atom_constant<caf::atom("optimized")>;
 
 // --- snapshots (actors/messages.h, actors/checkpointer.h)
 using snap_atom = caf::atom_constant<caf::atom("snap")>;

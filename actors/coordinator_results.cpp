@@ -36,7 +36,7 @@ double Coordinator::evaluate() {
     for (int j = 0; j < nb; ++j) {
       int64_t k = -(++eval_counter_);
       for (auto& da : a_.datas) (*self_)->send(da, batch_atom::value, k, 1 + s, (int64_t)j);
-      for (auto& w : a_.workers) (*self_)->send(w, step_atom::value, k, 1);
+      for (auto& w : a_.workers) (*self_)->send(w, step_atom::value, k, 1, scaler_ ? scaler_->scale() : 1.0);
     }
     auto total = collect_done(0, "validation", nb * plan_.P * plan_.TP * plan_.DP);
     val_source_losses_.push_back(total.loss_sum / (double)total.tokens);

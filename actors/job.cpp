@@ -221,7 +221,8 @@ void Coordinator::train_step(int64_t k, int64_t k0, MetricsLog& metrics, JobResu
   auto t0 = Clock::now();
   const double lr = lr_at(cfg_.optim, k);
   for (auto& da : a_.datas) (*self_)->send(da, batch_atom::value, (int64_t)k, 0, (int64_t)k);
-  for (auto& w : a_.workers) (*self_)->send(w, step_atom::value, (int64_t)k, 0);
+  const double scale = scaler_ ? scaler_->scale() : 1.0;  // the loss scale of this step (fp16)
+  for (auto& w : a_.workers) (*self_)->send(w, step_atom::value, (int64_t)k, 0, scale);
   bool skip = false;
   const double norm = reduce_norms(k, lr, skip, metrics);
   auto done = collect_done(k, "step " + std::to_string(k));

@@ -11,16 +11,21 @@
 //   coordinator -> data actor   (batch_atom, k, kind, index)
 //   data actor  -> stage 0      (tokens_atom, k, mb, TokenBlock)     for every microbatch
 //   data actor  -> stage P-1    (targets_atom, k, mb, TokenBlock)
-//   coordinator -> every worker (step_atom, k, kind)
+//   coordinator -> every worker (step_atom, k, kind, loss scale)
 //   worker      -> worker       (act_atom, k, mb, chunk, Tensor (B,T,C))   F(mb, chunk)
 //   worker      -> worker       (grad_atom, k, mb, chunk, Tensor (B,T,C))  B(mb, chunk)
 //               `chunk` is the receiving chunk: virtual stage v = chunk*P + s sends
 //               activations to v+1 and gradients to v-1 (stages/schedule.h).
 //   train only: stage 0 <-> stage P-1 (tied_atom, k, Tensor (V,C)): the other side's
-//               tied-embedding gradient; worker -> coordinator (norm_atom, k, NormReport);
-//               coordinator -> workers (clip_atom, k, grad_scale, lr, skip); AdamW unless
-//               skip (found-inf anywhere: every rank skips the update together).
-//   worker      -> coordinator  (done_atom, k, StepReport)
+//               tied-embedding gradient, sent like an activation or gradient;
+//               worker -> its optimizer actor (optimize_atom, k, StepReport);
+//               optimizer actor -> coordinator (norm_atom, k, NormReport);
+//               coordinator -> optimizer actors (clip_atom, k, grad_scale, lr, skip); AdamW
+//               unless skip (found-inf anywhere: every rank skips the update together);
+//               optimizer actor -> coordinator (done_atom, k, StepReport): the step's end.
+//               (4 messages per worker, the optimizer's wait for clip_atom the only wait;
+//               before issue 15: 5, and the worker also waited for its optimizer.)
+//   eval: worker -> coordinator (done_atom, k, StepReport)
 // Inference: coordinator -> stage 0 (infer_atom, id, TokenBlock); virtual stages pass
 // (infer_atom, id, chunk, Tensor) on; the last -> coordinator (logits_atom, id, Tensor (V)).
 // A worker that fails sends (fail_atom, stage, message) to the coordinator and exits.
@@ -51,8 +56,8 @@ namespace troupe {
 // Snapshots (memory): coordinator -> every process's keeper (meminfo_atom, k, updates,
 // loss-scale bits, growth tracker, hysteresis tracker); keeper -> its peer process's keeper
 // (peershard_atom, k, global rank, ShardData): the copy of a shard another process holds.
-// The optimizer step: worker -> its optimizer actor (optimize_atom, k); back
-// (optimized_atom, k, compute_s, next loss scale). See actors/optimizer_actor.h.
+// The optimizer step: worker -> its optimizer actor (optimize_atom, k, StepReport); the
+// optimizer actor reports the step's end (done_atom). See actors/optimizer_actor.h.
 // An in-place recovery: coordinator -> every local worker and optimizer actor
 // (restore_atom, RestoreState) before the first step: continue from this state.
 constexpr int32_t kSnapDisk = 1, kSnapMemory = 2;

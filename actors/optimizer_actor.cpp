@@ -1,20 +1,17 @@
 // actors/optimizer_actor.cpp — see actors/optimizer_actor.h.
 #include "actors/optimizer_actor.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <map>
-#include <optional>
+#include <memory>
 #include <tuple>
 
-#include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/zero1.h"
 
 namespace troupe {
 namespace {
@@ -27,7 +24,7 @@ class OptimizerActor {
   OptimizerActor(caf::blocking_actor* self, WorkerArgs a)
       : self_(self), a_(std::move(a)), s_(a_.pp_rank), V_((int)a_.chunks.size()) {
     for (auto& c : a_.chunks) opt_.emplace_back(c->params().size());
-    if (a_.precision == DType::f16) scaler_.emplace(a_.scaler);
+    pending_ = Counters{0, a_.scaler.initial_scale, 0, a_.scaler.hysteresis};
     if (a_.resume) resume_from(*a_.resume);
   }
 
@@ -39,8 +36,7 @@ class OptimizerActor {
         auto [kind, k] = work_.front();
         work_.pop_front();
         if (kind == 0) {
-          const double s = step(k);
-          self_->send(worker_, optimized_atom::value, k, s, loss_scale());
+          finish_step(k);
         } else {
           snapshot(k);
         }
@@ -53,8 +49,8 @@ class OptimizerActor {
 
   void receive_one(std::chrono::milliseconds left) {
     self_->receive(
-        [&](optimize_atom, int64_t k) {
-          worker_ = caf::actor_cast<caf::actor>(self_->current_sender());
+        [&](optimize_atom, int64_t k, StepReport& r) {
+          reports_[k] = std::move(r);
           work_.push_back({0, k});
         },
         [&](clip_atom, int64_t k, float scale, double lr, bool skip) { clip_[k] = {scale, lr, skip}; },
@@ -72,73 +68,61 @@ class OptimizerActor {
         caf::after(left) >> [] {});
   }
 
-  // One optimizer step over this worker's parameters (their gradients complete, the tied
-  // embedding's summed): unscale (fp16), found-inf, the global norm via the coordinator,
-  // clipping, AdamW on the fp32 master weights (ZeRO-1 shard over DP), the compute-dtype
-  // copy back into the stage's parameters. Returns compute seconds.
-  double step(int64_t k) {
+  // The end of training step k: the update (step()), then the worker's report, with the
+  // optimizer's seconds and span added, to the coordinator (the step's end).
+  void finish_step(int64_t k) {
+    StepReport r = std::move(reports_[k]);
+    reports_.erase(k);
+    const double t0 = now_s();
     clip_waiting_ = true;
-    const double s = update(k);
+    clip_wait_s_ = 0;
+    r.compute_s += step(k);
     clip_waiting_ = false;
-    return s;
+    r.wait_s += clip_wait_s_;
+    if (a_.trace) r.spans.push_back({'O', -1, 0, t0, now_s()});
+    self_->send(a_.coordinator, done_atom::value, k, std::move(r));
   }
-  double update(int64_t k) {
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - a_.origin).count(); }
+
+  // One optimizer step over this worker's parameters (their gradients complete, the tied
+  // embedding's summed): optimizer/zero1.h's reduce-scatter, this worker's norm terms and
+  // found-inf to the coordinator, its decision back, the update and all-gather, the
+  // compute-dtype copy into the stage's parameters. Returns compute seconds.
+  double step(int64_t k) {
     auto t0 = Clock::now();
-    const bool found_inf = unscale_and_check(k);
-    if (a_.dp && a_.dp->size() > 1) return seconds_since(t0) + zero1_step(k, found_inf);
-    NormReport nr{s_, {}, found_inf};
-    for (auto& ch : a_.chunks) {
-      auto part = ch->grad_sumsq();
-      nr.sumsq.insert(nr.sumsq.end(), part.begin(), part.end());
-    }
+    Zero1& z = zero1();
+    std::vector<const float*> grads;
+    for (int c = 0; c < V_; ++c)
+      for (auto& p : chunk(c).params()) {
+        if (k == a_.fault_inf_step && grads.empty()) p.grad.data()[p.grad.numel() / 2] = INFINITY;  // fault injection (tests)
+        grads.push_back(p.grad.data());
+      }
+    Zero1Grads g = z.reduce_gradients(grads);
     double compute_s = seconds_since(t0);
-    auto [scale, lr, skip] = exchange_norm(k, std::move(nr));
+    auto [scale, lr, skip] = exchange_norm(k, NormReport{s_, std::move(g.sumsq), g.found_inf});
     t0 = Clock::now();
-    if (!skip) ++updates_;
+    z.apply(Zero1Decision{scale, lr, skip});
+    size_t i = 0;
     for (int c = 0; c < V_; ++c) {
-      auto& ps = chunk(c).params();
-      for (size_t i = 0; i < ps.size(); ++i) {
-        if (skip) break;
-        Param& p = ps[i];
-        if (a_.precision == DType::f32) {
-          adamw_step(p.value, p.grad, opt_[c][i], a_.optim, p.decay, lr, scale, updates_);
-        } else {  // update the fp32 master weights, then the model's compute-dtype copy
-          adamw_step(p.master, p.grad, opt_[c][i], a_.optim, p.decay, lr, scale, updates_);
-          set_compute_copy(p, p.master.data(), a_.precision);
+      for (auto& p : chunk(c).params()) {
+        if (!skip) {  // fp32: the copy over the thread budget; 16-bit: packed straight from the flat buffer
+          if (a_.precision == DType::f32 && p.value.defined() && p.value.dtype() == DType::f32)
+            z.copy_param(i, p.value.data());
+          else
+            set_compute_copy(p, z.param(i), a_.precision);
         }
+        ++i;
       }
       chunk(c).zero_grads();
     }
-    end_scaler_step(skip);
     return compute_s + seconds_since(t0);
-  }
-
-
-  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
-  // fp16: gradients are unscaled (x 1/scale, a power of two: exact) before anything reads
-  // them. Returns whether this worker's gradients hold an inf/NaN (its found-inf, which the
-  // coordinator max-reduces over every TP, PP and DP rank before anyone acts).
-  bool unscale_and_check(int64_t k) {
-    step_scale_ = loss_scale();
-    bool found = false;
-    for (int c = 0; c < V_; ++c)
-      for (auto& p : chunk(c).params()) {
-        if (scaler_) kernels::scale(p.grad.data(), (float)scaler_->inv_scale(), p.grad.numel());
-        if (k == a_.fault_inf_step && c == 0 && &p == &chunk(0).params().front())
-          p.grad.data()[p.grad.numel() / 2] = INFINITY;  // fault injection (tests)
-        found = found || has_inf_or_nan(p.grad.data(), (size_t)p.grad.numel());
-      }
-    return found;
-  }
-  // Every worker updates its scaler from the same global decision: identical scales.
-  void end_scaler_step(bool skip) {
-    if (scaler_) scaler_->update(skip);
   }
 
   // Sends this worker's per-tensor sums of squares and found-inf; returns the coordinator's
   // (clipping factor, learning rate, skip) for step k.
   std::tuple<float, double, bool> exchange_norm(int64_t k, NormReport nr) {
     self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
+    const auto t0 = Clock::now();
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
     while (!clip_.count(k)) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -149,115 +133,44 @@ class OptimizerActor {
     }
     auto r = clip_[k];
     clip_.erase(k);
+    clip_wait_s_ = seconds_since(t0);
     return r;
   }
 
-  // ZeRO stage 1 (Rajbhandari et al. 2020) over the DP group: this worker's parameters are
-  // one flat buffer (padded to a multiple of DP with zeros); gradients are reduce-scattered
-  // so DP rank d owns elements [d*S, (d+1)*S) of the sum; it keeps the fp32 master weights
-  // and AdamW moments of that shard only, updates them, and the parameters are
-  // all-gathered back. Padding never reaches a real value.
-  double zero1_step(int64_t k, bool found_inf) {
-    auto t0 = Clock::now();
-    Communicator& dp = *a_.dp;
-    const int DP = dp.size(), d = a_.dp_rank;
-    if (!z_.ready) {
-      for (int c = 0; c < V_; ++c)
-        for (size_t pi = 0; pi < chunk(c).params().size(); ++pi) {
-          auto& p = chunk(c).params()[pi];
-          z_.params.push_back(&p);
-          z_.opt.push_back(&opt_[c][pi]);
-          z_.offset.push_back(z_.N);
-          // counted once in the global norm: TP-replicated tensors by TP rank 0, the tied
-          // embedding by the first stage
-          z_.counted.push_back(!(p.shard == Shard::replicated && a_.tp_rank != 0) && !(p.name == "wte" && !chunk(c).first()));
-          z_.N += p.value.numel();
-        }
-      z_.S = (z_.N + DP - 1) / DP;
-      z_.lo = (int64_t)d * z_.S;
-      z_.flat.assign(z_.S * DP, 0.0f);
-      z_.grad.assign(z_.S, 0.0f);
-      z_.master.assign(z_.S, 0.0f);
-      z_.m.assign(z_.S, 0.0f);
-      z_.v.assign(z_.S, 0.0f);
-      for (size_t i = 0; i < z_.params.size(); ++i) {  // master shard = this rank's part of the initial weights
-        Param& p = *z_.params[i];
-        const Tensor& from = p.master.defined() ? p.master : p.value;  // fp32 master (mixed precision)
-        const AdamWState& st = *z_.opt[i];  // moments of a resumed run
-        overlap(i, [&](int64_t a, int64_t b) {
-          const int64_t off = a - z_.offset[i], j = a - z_.lo;
-          std::memcpy(&z_.master[j], from.data() + off, (b - a) * sizeof(float));
-          if (st.m.defined()) {
-            std::memcpy(&z_.m[j], st.m.data() + off, (b - a) * sizeof(float));
-            std::memcpy(&z_.v[j], st.v.data() + off, (b - a) * sizeof(float));
-          }
-        });
-        p.master = Tensor();  // the optimizer keeps only its shard
-        *z_.opt[i] = AdamWState();
+  // The ZeRO-1 optimizer (optimizer/zero1.h) over this worker's parameters, chunk by chunk,
+  // made at its first use (the worker has restored a resumed run's values by then): the
+  // master weights are the mixed-precision fp32 masters (else the fp32 values), the moments
+  // a resumed run's. The parameters' gradients (and fp32 values) become views of its
+  // buffers. Counted once in the global norm: TP-replicated tensors by TP rank 0,
+  // the tied embedding by the first stage. It then holds the only master copy.
+  Zero1& zero1() {
+    if (z_) return *z_;
+    std::vector<Zero1Tensor> ts;
+    for (int c = 0; c < V_; ++c)
+      for (auto& p : chunk(c).params()) {
+        const bool counted = !(p.shard == Shard::replicated && a_.tp_rank != 0) && !(p.name == "wte" && !chunk(c).first());
+        ts.push_back({p.value.numel(), p.decay, counted ? p.index * Stage::kMaxTP + a_.tp_rank : -1});
       }
-      if (a_.precision != DType::f32) z_.shard.assign(z_.S, 0.0f);
-      z_.ready = true;
-    }
-    for (size_t i = 0; i < z_.params.size(); ++i)
-      std::memcpy(&z_.flat[z_.offset[i]], z_.params[i]->grad.data(), z_.params[i]->grad.nbytes());
-    dp.reduce_scatter(z_.flat.data(), z_.grad.data(), (size_t)z_.S, ReduceOp::sum, a_.timeout_s);
-    NormReport nr{s_, {}, found_inf};
-    for (size_t i = 0; i < z_.params.size(); ++i) {
-      if (!z_.counted[i]) continue;
-      double ss = 0;
-      bool any = false;
-      overlap(i, [&](int64_t a, int64_t b) {
-        ss = kernels::sum_squares(&z_.grad[a - z_.lo], b - a);
-        any = true;
-      });
-      if (any) nr.sumsq.emplace_back((z_.params[i]->index * Stage::kMaxTP + a_.tp_rank) * kMaxDP + d, ss);
-    }
-    double compute_s = seconds_since(t0);
-    auto [scale, lr, skip] = exchange_norm(k, std::move(nr));
-    t0 = Clock::now();
-    if (skip) {  // every rank skips together: parameters, master weights and moments unchanged
-      for (int c = 0; c < V_; ++c) chunk(c).zero_grads();
-      end_scaler_step(true);
-      return compute_s + seconds_since(t0);
-    }
-    ++updates_;
-    const auto& o = a_.optim;
-    for (size_t i = 0; i < z_.params.size(); ++i)
-      overlap(i, [&](int64_t a, int64_t b) {
-        const int64_t j = a - z_.lo;
-        kernels::adamw_update(&z_.master[j], &z_.grad[j], &z_.m[j], &z_.v[j], b - a, (float)lr, (float)o.beta1,
-                              (float)o.beta2, (float)o.eps, z_.params[i]->decay ? (float)o.weight_decay : 0.0f, scale,
-                              (int)updates_);
-      });
-    if (a_.precision == DType::f32) {
-      dp.all_gather(z_.master.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
-    } else {  // the parameters travel in the compute dtype: round the master shard first
-      std::memcpy(z_.shard.data(), z_.master.data(), z_.S * sizeof(float));
-      kernels::round_to(z_.shard.data(), z_.S, a_.precision);
-      dp.all_gather(z_.shard.data(), z_.flat.data(), (size_t)z_.S, a_.timeout_s);
-    }
-    for (size_t i = 0; i < z_.params.size(); ++i) set_compute_copy(*z_.params[i], &z_.flat[z_.offset[i]], a_.precision);
-    for (int c = 0; c < V_; ++c) chunk(c).zero_grads();
-    end_scaler_step(false);
-    return compute_s + seconds_since(t0);
+    z_ = std::make_unique<Zero1>(std::move(ts), a_.dp, a_.optim, a_.precision, a_.scaler, a_.timeout_s);
+    size_t i = 0;
+    for (int c = 0; c < V_; ++c)
+      for (size_t pi = 0; pi < chunk(c).params().size(); ++pi, ++i) {
+        Param& p = chunk(c).params()[pi];
+        const AdamWState& st = opt_[c][pi];  // moments of a resumed run
+        z_->load(i, (p.master.defined() ? p.master : p.value).data(), st.m.defined() ? st.m.data() : nullptr,
+                 st.v.defined() ? st.v.data() : nullptr);
+        p.master = Tensor();  // the optimizer keeps only its shard
+        opt_[c][pi] = AdamWState();
+        // The gradients become views of the flat buffer (no copy in); fp32 values views of
+        // the parameter buffer (updated in place, no copy out).
+        Tensor g = z_->grad_view(i, p.grad.shape());
+        copy_floats(g.data(), p.grad.data(), p.grad.numel());
+        p.grad = g;
+        if (Tensor v = z_->value_view(i, p.value.shape()); v.defined() && p.value.dtype() == DType::f32) p.value = v;
+      }
+    z_->restore_counters(pending_.updates, pending_.loss_scale, pending_.growth_tracker, pending_.hysteresis_tracker);
+    return *z_;
   }
-  // Calls fn(a, b) with the flat range of parameter i inside this rank's shard, if any.
-  template <class F>
-  void overlap(size_t i, F fn) const {
-    const int64_t a = std::max(z_.offset[i], z_.lo);
-    const int64_t b = std::min(z_.offset[i] + z_.params[i]->value.numel(), std::min(z_.lo + z_.S, z_.N));
-    if (a < b) fn(a, b);
-  }
-  static constexpr int kMaxDP = 256;
-  struct Zero1 {
-    bool ready = false;
-    std::vector<Param*> params;
-    std::vector<AdamWState*> opt;
-    std::vector<int64_t> offset;
-    std::vector<bool> counted;
-    int64_t N = 0, S = 0, lo = 0;
-    std::vector<float> flat, grad, master, m, v, shard;
-  } z_;
 
   // The optimizer half of a snapshot (checkpoint/snapshot.h): the worker's value records
   // arrive in `pending_snap_`; this adds the fp32 master weights and AdamW moments this
@@ -271,32 +184,25 @@ class OptimizerActor {
       sd.records.push_back(ShardRecord{p.name, f, a_.tp_rank, off, p.value.numel(), std::vector<float>(data, data + n)});
     };
     const bool mixed = a_.precision != DType::f32;
-    size_t zi = 0;
-    for (int c = 0; c < V_; ++c) {
-      auto& ps = chunk(c).params();
-      for (size_t i = 0; i < ps.size(); ++i, ++zi) {
-        const Param& p = ps[i];
+    Zero1& z = zero1();
+    // Before the first update the moments are zeros: not written (a snapshot without them
+    // resumes with zeros), so the files are those of before issue 15 with DP = 1.
+    const bool moments = z.updates() > 0;
+    size_t i = 0;
+    for (int c = 0; c < V_; ++c)
+      for (const Param& p : chunk(c).params()) {
+        const size_t zi = i++;
         if (p.name == "wte" && !chunk(c).first()) continue;  // the head's copy: bitwise the embedding's
-        const int64_t n = p.value.numel();
-        if (z_.ready) {  // ZeRO-1: this rank's shard of master and moments
-          overlap(zi, [&](int64_t a, int64_t b) {
-            const int64_t off = a - z_.offset[zi], j = a - z_.lo;
-            if (mixed) add(p, StateField::master, &z_.master[j], off, b - a);
-            add(p, StateField::adam_m, &z_.m[j], off, b - a);
-            add(p, StateField::adam_v, &z_.v[j], off, b - a);
-          });
-        } else if (a_.dp_rank == 0) {
-          if (mixed) add(p, StateField::master, p.master.data(), 0, n);
-          const AdamWState& st = opt_[c][i];
-          if (st.m.defined()) {
-            add(p, StateField::adam_m, st.m.data(), 0, n);
-            add(p, StateField::adam_v, st.v.data(), 0, n);
-          }
-        }
+        z.for_owned(zi, [&](int64_t off, int64_t n, const float* master, const float* m, const float* v) {
+          if (mixed) add(p, StateField::master, master, off, n);
+          if (!moments) return;
+          add(p, StateField::adam_m, m, off, n);
+          add(p, StateField::adam_v, v, off, n);
+        });
       }
-    }
-    SnapAck ack{updates_, loss_scale(), scaler_ ? scaler_->growth_tracker() : 0,
-                scaler_ ? scaler_->hysteresis_tracker() : 0, seconds_since(t0)};
+    const DynamicLossScaler* sc = z.scaler();
+    SnapAck ack{z.updates(), z.loss_scale(), sc ? sc->growth_tracker() : 0, sc ? sc->hysteresis_tracker() : 0,
+                seconds_since(t0)};
     const int32_t where = snap_where_[k];
     snap_where_.erase(k);
     if ((where & kSnapDisk) && (where & kSnapMemory)) self_->send(a_.keeper, shard_atom::value, k, sd);
@@ -318,23 +224,28 @@ class OptimizerActor {
         if (lt.m.defined()) opt_[c][i] = AdamWState{shard_of(lt.m, sp, g), shard_of(lt.v, sp, g)};
       }
     }
-    updates_ = st.updates;
-    if (scaler_) scaler_->restore(st.loss_scale, st.growth_tracker, st.hysteresis_tracker);
+    pending_ = Counters{st.updates, st.loss_scale, st.growth_tracker, st.hysteresis_tracker};
+    z_.reset();  // made again from these moments and the worker's restored master weights
   }
 
   caf::blocking_actor* self_;
   WorkerArgs a_;
-  caf::actor worker_;  // the worker that asked for the step in progress
+  std::map<int64_t, StepReport> reports_;  // the worker's report of each step handed over
+  double clip_wait_s_ = 0;                 // seconds the step in progress waited for the coordinator
   int s_, V_;
   bool stopped_ = false, clip_waiting_ = false;
   std::deque<std::pair<int, int64_t>> work_;  // (0 step | 1 snapshot, step)
   std::map<int64_t, ShardData> pending_snap_;
   std::map<int64_t, int32_t> snap_where_;  // kSnapDisk | kSnapMemory of each pending snapshot
-  std::vector<std::vector<AdamWState>> opt_;
+  std::vector<std::vector<AdamWState>> opt_;  // a resumed run's moments, until zero1() takes them
   std::map<int64_t, std::tuple<float, double, bool>> clip_;
-  std::optional<DynamicLossScaler> scaler_;
-  double step_scale_ = 1.0;  // the loss scale of the step in progress
-  int64_t updates_ = 0;      // optimizer updates applied (AdamW's t; skipped steps do not count)
+  std::unique_ptr<Zero1> z_;  // made at first use: zero1()
+  // The counters z_ starts from (a resumed run's; else zero updates and the initial scale).
+  struct Counters {
+    int64_t updates = 0;
+    double loss_scale = 1.0;
+    int growth_tracker = 0, hysteresis_tracker = 0;
+  } pending_;
 };
 
 }  // namespace

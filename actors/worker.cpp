@@ -42,12 +42,12 @@ struct Control {
   Tensor act;
   int chunk = 0;
   int where = kSnapDisk;  // snap: kSnapDisk | kSnapMemory
+  double scale = 1.0;     // step: the loss scale (fp16; else 1)
 };
 
 class Worker {
  public:
   Worker(caf::blocking_actor* self, WorkerArgs a) : self_(self), a_(std::move(a)), s_(a_.pp_rank), V_((int)a_.chunks.size()) {
-    scale_ = a_.precision == DType::f16 ? a_.scaler.initial_scale : 1.0;
     if (a_.resume) resume_from(*a_.resume);
     forward_only_ = schedule_forward_only(a_.M, V_);
   }
@@ -65,7 +65,7 @@ class Worker {
       control_.pop_front();
       switch (c.what) {
         case Control::stop: return;
-        case Control::step: run_step(c.k, c.kind); break;
+        case Control::step: run_step(c.k, c.kind, c.scale); break;
         case Control::infer_tokens: infer(c.k, 0, c.block.T, c.block.ids->data(), Tensor()); break;
         case Control::infer_act: infer(c.k, c.chunk, (int)c.act.dim(1), nullptr, c.act); break;
         case Control::dump: dump(); break;
@@ -122,8 +122,9 @@ class Worker {
         [&](act_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kAct, k, mb, c}] = t; },
         [&](grad_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kGrad, k, mb, c}] = t; },
         [&](tied_atom, int64_t k, const Tensor& t) { tensors_[{kTied, k, 0, 0}] = t; },
-        [&](optimized_atom, int64_t k, double s, double next_scale) { opt_done_[k] = {s, next_scale}; },
-        [&](step_atom, int64_t k, int kind) { control_.push_back({Control::step, k, kind, {}, {}, 0}); },
+        [&](step_atom, int64_t k, int kind, double scale) {
+          control_.push_back({Control::step, k, kind, {}, {}, 0, kSnapDisk, scale});
+        },
         [&](infer_atom, int64_t id, const TokenBlock& b) { control_.push_back({Control::infer_tokens, id, 0, b, {}, 0}); },
         [&](infer_atom, int64_t id, int c, const Tensor& t) { control_.push_back({Control::infer_act, id, 0, {}, t, c}); },
         [&](dump_atom) { control_.push_back({Control::dump, 0, 0, {}, {}, 0}); },
@@ -195,7 +196,7 @@ class Worker {
     span('S', mb, c, t0);
   }
 
-  void run_step(int64_t k, int kind) {
+  void run_step(int64_t k, int kind, double loss_scale) {
     const bool train = kind == 0;
     if (train && k == a_.fault_kill_step && !a_.fault_kill_phase) inject_fault(k);
     wait_s_ = 0;
@@ -204,9 +205,11 @@ class Worker {
     const int PV = a_.P * V_;
     const bool split = a_.schedule->split_backward;
     pos_ = 0;
-    step_scale_ = scale_;
+    step_scale_ = loss_scale;
     for (auto& ch : a_.chunks) ch->set_step(k);
-    for (const Action& act : (train ? a_.schedule->stages[s_] : forward_only_)) {
+    const std::vector<Action>& actions = train ? a_.schedule->stages[s_] : forward_only_;
+    const int tied_at = train ? tied_send_pos(actions) : -1;
+    for (const Action& act : actions) {
       if (train && k == a_.fault_kill_step && a_.fault_kill_phase == (char)act.kind) inject_fault(k);
       const int c = act.chunk, v = virt(c);
       Stage& st = chunk(c);
@@ -219,7 +222,7 @@ class Worker {
         auto t0 = Clock::now();
         const double s0 = now_s();
         // fp16: the loss is scaled (DynamicLossScaler) so small gradients survive fp16 storage
-        const float dloss = (tgt.ids && tgt.dloss > 0 ? tgt.dloss : a_.dloss) * (float)loss_scale();
+        const float dloss = (tgt.ids && tgt.dloss > 0 ? tgt.dloss : a_.dloss) * (float)step_scale_;
         Tensor out = st.forward(act.mb, a_.B, a_.T, tok.ids ? tok.ids->data() : nullptr, in,
                                 tgt.ids ? tgt.ids->data() : nullptr, dloss, &loss_sum, train);
         compute_s += seconds_since(t0);
@@ -243,13 +246,14 @@ class Worker {
         compute_s += seconds_since(t0);
         span('W', act.mb, c, s0);
       }
+      if (pos_ == tied_at) send_tied(k);
       ++pos_;
     }
     if (train) {
+      auto t0 = Clock::now();
+      tie_embedding(k);
+      compute_s += seconds_since(t0);
       if (k == a_.fault_kill_step && a_.fault_kill_phase == 'O') inject_fault(k);
-      const double s0 = now_s();
-      compute_s += finish_train_step(k);
-      span('O', -1, 0, s0);
     }
     pos_ = -1;
     size_t act_bytes = 0;
@@ -259,7 +263,9 @@ class Worker {
     StepReport rep{s_, a_.tp_rank, a_.dp_rank, loss_sum, tokens, compute_s, wait_s_, act_bytes, step_scale_,
                    std::move(spans_)};
     spans_.clear();
-    self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
+    // training: the optimizer actor runs the update and reports the step to the coordinator
+    if (train) self_->send(a_.optimizer, optimize_atom::value, k, std::move(rep));
+    else self_->send(a_.coordinator, done_atom::value, k, std::move(rep));
   }
 
   // Fault injection (tests, benchmarks): the whole process gets fault_kill_signal.
@@ -269,11 +275,28 @@ class Worker {
     ::raise(a_.fault_kill_signal);
   }
 
-  // Tied embedding, gradient norm, clipping, AdamW. Returns compute seconds.
-  double finish_train_step(int64_t k) {
-    // The first virtual stage (stage 0, chunk 0) and the last (stage P-1, chunk V-1)
-    // exchange their tied-embedding accumulators; both compute embed + head
-    // (commutative: the same bits on both sides).
+  // The tied embedding (P > 1): the first virtual stage (stage 0, chunk 0) and the last
+  // (stage P-1, chunk V-1) exchange their accumulators like the other pipeline tensors, each
+  // as soon as its last backward action on that chunk has run: the position in `actions`
+  // after which this worker sends (-1: it sends nothing).
+  int tied_send_pos(const std::vector<Action>& actions) const {
+    if (a_.P == 1 || (s_ != 0 && s_ != a_.P - 1)) return -1;
+    const int c = s_ == 0 ? 0 : V_ - 1;
+    int pos = -1;
+    for (size_t i = 0; i < actions.size(); ++i)
+      if (actions[i].chunk == c && actions[i].kind != Action::F) pos = (int)i;
+    return pos;
+  }
+  void send_tied(int64_t k) {
+    Stage* first = s_ == 0 ? &chunk(0) : nullptr;
+    Tensor mine = first ? first->find("wte")->grad.clone() : chunk(V_ - 1).head_grad().clone();
+    const double t0 = now_s();
+    self_->send(peers_[first ? a_.P - 1 : 0], tied_atom::value, k, std::move(mine));
+    span('S', -1, first ? 0 : V_ - 1, t0);
+  }
+  // Sums the two tied-embedding accumulators (both sides compute embed + head: commutative,
+  // the same bits), from the peer's message or, with P = 1, this worker's own chunks.
+  void tie_embedding(int64_t k) {
     Stage* first = s_ == 0 ? &chunk(0) : nullptr;
     Stage* last = s_ == a_.P - 1 ? &chunk(V_ - 1) : nullptr;
     if (first && last) {
@@ -285,22 +308,14 @@ class Worker {
         last->tie_grads(embed);
       }
     } else if (first || last) {
-      Tensor mine = first ? first->find("wte")->grad.clone() : last->head_grad().clone();
-      self_->send(peers_[first ? a_.P - 1 : 0], tied_atom::value, k, std::move(mine));
+      const int c = first ? 0 : V_ - 1;
+      const double t0 = now_s();
+      const bool waited = !tensors_.count({kTied, k, 0, 0});
       Tensor other = take(tensors_, kTied, k, 0, 0);
+      if (waited) span('R', -1, c, t0);
       (first ? first : last)->tie_grads(other);
     }
-    // the optimizer actor runs the step (it owns master weights, moments and the scaler)
-    self_->send(a_.optimizer, optimize_atom::value, k);
-    wait_until([&] { return opt_done_.count(k) > 0; }, "the optimizer actor's step " + std::to_string(k),
-               WaitState::kCoordinator, k, 2.0 * a_.timeout_s + 1.0);
-    auto [s, next_scale] = opt_done_[k];
-    opt_done_.erase(k);
-    scale_ = next_scale;
-    return s;
   }
-  // The loss scale of the next step (fp16; 1 otherwise), as the optimizer actor reports it.
-  double loss_scale() const { return scale_; }
 
   void infer(int64_t id, int c, int T, const int32_t* tokens, const Tensor& in) {
     const int PV = a_.P * V_;
@@ -341,7 +356,6 @@ class Worker {
         set_compute_copy(p, v.data(), a_.precision);
       }
     }
-    scale_ = a_.precision == DType::f16 ? st.loss_scale : 1.0;
   }
 
   // Snapshot of step k (checkpoint/snapshot.h): the values of this worker's parameters (DP
@@ -374,9 +388,7 @@ class Worker {
   std::vector<caf::actor> peers_;
   std::map<Key, Tensor> tensors_;
   std::map<Key, TokenBlock> blocks_;
-  std::map<int64_t, std::pair<double, double>> opt_done_;  // step -> (optimizer seconds, next loss scale)
-  double scale_ = 1.0;       // the loss scale of the next step (fp16)
-  double step_scale_ = 1.0;  // the loss scale of the step in progress
+  double step_scale_ = 1.0;  // the loss scale of the step in progress (fp16; else 1)
   std::deque<Control> control_;
   double wait_s_ = 0;
   bool aborted_ = false;

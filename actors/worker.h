@@ -10,13 +10,16 @@
 //   in  (wire_atom, vector<actor> peers)          once, first: the workers of its (dp, tp) by stage
 //   in  (tokens_atom, int64_t k, int mb, TokenBlock)    data actor -> first stage
 //   in  (targets_atom, int64_t k, int mb, TokenBlock)   data actor -> last stage
-//   in  (step_atom, int64_t k, int kind)          coordinator: run step k (kind 0 train, 1 eval)
+//   in  (step_atom, int64_t k, int kind, double loss_scale)   coordinator: run step k (kind 0
+//       train, 1 eval) with this loss scale (fp16: the coordinator's mirror of the scaler; else 1)
 //   in/out (act_atom, int64_t k, int mb, int chunk, Tensor (B,T,C))   F: from v-1 / to v+1
 //   in/out (grad_atom, int64_t k, int mb, int chunk, Tensor (B,T,C))  B: from v+1 / to v-1
-//   in/out (tied_atom, int64_t k, Tensor (V,C))   first <-> last stage: the tied wte gradient
-//   out (optimize_atom, int64_t k)                to its optimizer actor, when the grads are complete
-//   in  (optimized_atom, int64_t k, double compute_s, double next_loss_scale)   its optimizer actor
-//   out (done_atom, int64_t k, StepReport)        to the coordinator, at the end of each step
+//   in/out (tied_atom, int64_t k, Tensor (V,C))   first <-> last stage: the tied wte gradient,
+//       sent after the sender's last backward action on that chunk
+//   out (optimize_atom, int64_t k, StepReport)    to its optimizer actor, when the grads are
+//       complete (training); it reports the step's end to the coordinator, the worker waits for
+//       nothing (actors/optimizer_actor.h)
+//   out (done_atom, int64_t k, StepReport)        to the coordinator, at the end of an evaluation step
 //   in  (infer_atom, int64_t id, TokenBlock)      coordinator -> stage 0: a forward pass to sample
 //   in/out (infer_atom, int64_t id, int chunk, Tensor)   between stages
 //   out (logits_atom, int64_t id, Tensor (V))     last stage -> coordinator

@@ -46,6 +46,7 @@ class Communicator {
   // buf (count) <- reduction of every rank's buf (in place).
   virtual void all_reduce(float* buf, size_t count, ReduceOp op, double timeout_s) = 0;
   // in (size * count), out (count): out = reduction over ranks of in[rank * count ...].
+  // out may be this rank's own slice of in (in place: a group of one copies nothing).
   virtual void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) = 0;
   // in (count), out (size * count): out[r * count ...] = rank r's in.
   virtual void all_gather(const float* in, float* out, size_t count, double timeout_s) = 0;

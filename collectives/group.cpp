@@ -103,11 +103,24 @@ class GroupComm : public Communicator {
 
   void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) override {
     const Call c = begin("reduce_scatter", op == ReduceOp::sum ? kReduceScatterSum : kReduceScatterMax, timeout_s);
-    scratch_.resize((size_t)n_ * count);
+    // The other ranks' slices (a group of one: none); in place (out is this rank's slice of
+    // in) past rank 0 also this rank's own, which the ordered sum would overwrite first.
+    const bool alias = n_ > 1 && me_ > 0 && out == in + (size_t)me_ * count;
+    scratch_.resize((size_t)(n_ - (alias ? 0 : 1)) * count);
     std::vector<const float*> src(n_);
     for (int r = 0; r < n_; ++r) {
-      src[r] = r == me_ ? in + (size_t)me_ * count : scratch_.data() + (size_t)r * count;
-      if (r != me_) links_->post_recv(msg(c, 0, r, me_, count), scratch_.data() + (size_t)r * count);
+      if (r == me_) {
+        src[r] = in + (size_t)me_ * count;
+        if (alias) {
+          float* own = scratch_.data() + (size_t)(n_ - 1) * count;
+          std::memcpy(own, src[r], count * sizeof(float));
+          src[r] = own;
+        }
+        continue;
+      }
+      float* slot = scratch_.data() + (size_t)(r < me_ ? r : r - 1) * count;
+      src[r] = slot;
+      links_->post_recv(msg(c, 0, r, me_, count), slot);
     }
     for (int k = 1; k < n_; ++k) {
       const int r = (me_ + k) % n_;

@@ -37,6 +37,23 @@ void Tensor::zero_() {
   if (numel_) std::memset(data_.get(), 0, nbytes());
 }
 
+Tensor Tensor::slice(int64_t offset, std::vector<int64_t> shape) const {
+  check_host(DType::f32);
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.numel_ = 1;
+  for (auto d : t.shape_) {
+    TROUPE_CHECK(d >= 0) << "negative dimension in " << t.shape_str();
+    t.numel_ *= d;
+  }
+  TROUPE_CHECK(offset >= 0 && offset + t.numel_ <= numel_)
+      << "slice [" << offset << ", " << offset + t.numel_ << ") of a tensor of " << numel_ << " elements";
+  t.dtype_ = DType::f32;
+  t.device_ = device_;
+  t.data_ = std::shared_ptr<void>(data_, static_cast<float*>(data_.get()) + offset);
+  return t;
+}
+
 Tensor Tensor::view(std::vector<int64_t> shape) const {
   int64_t n = 1;
   for (auto d : shape) n *= d;

@@ -1,0 +1,147 @@
+// optimizer/zero1.cpp — see optimizer/zero1.h.
+#include "optimizer/zero1.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+
+namespace troupe {
+
+// dst (n) = src (n), in 64K-element chunks over the caller's thread budget.
+void copy_floats(float* dst, const float* src, int64_t n) {
+  constexpr int64_t kCopyChunk = 1 << 16;
+  parallel_for((n + kCopyChunk - 1) / kCopyChunk, [&](int64_t c) {
+    const int64_t i0 = c * kCopyChunk, i1 = std::min(n, i0 + kCopyChunk);
+    std::memcpy(dst + i0, src + i0, (i1 - i0) * sizeof(float));
+  });
+}
+
+namespace {
+// Whether x (n) holds an inf or NaN (core/dtype.h), in 64K-element chunks over the caller's
+// thread budget (the whole gradient buffer every step: one thread alone took milliseconds).
+bool any_inf_or_nan(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t nc = (n + kChunk - 1) / kChunk;
+  std::vector<char> bad((size_t)nc, 0);
+  parallel_for(nc, [&](int64_t c) {
+    const int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
+    bad[c] = has_inf_or_nan(x + i0, (size_t)(i1 - i0));
+  });
+  return std::find(bad.begin(), bad.end(), 1) != bad.end();
+}
+}  // namespace
+
+Zero1Layout Zero1Layout::make(const std::vector<int64_t>& numels, int DP) {
+  TROUPE_CHECK(DP >= 1) << "ZeRO-1: a DP group of " << DP << " ranks";
+  Zero1Layout L;
+  L.DP = DP;
+  for (int64_t n : numels) {
+    TROUPE_CHECK(n >= 0) << "ZeRO-1: a tensor of " << n << " elements";
+    L.offset.push_back(L.N);
+    L.numel.push_back(n);
+    L.N += n;
+  }
+  L.S = (L.N + DP - 1) / DP;
+  return L;
+}
+
+std::pair<int64_t, int64_t> Zero1Layout::overlap(size_t i, int d) const {
+  return {std::max(offset[i], (int64_t)d * S), std::min(offset[i] + numel[i], shard_end(d))};
+}
+
+Zero1::Zero1(std::vector<Zero1Tensor> tensors, std::shared_ptr<Communicator> dp, const OptimConfig& optim,
+             DType compute, const LossScalerConfig& scaler, double timeout_s)
+    : t_(std::move(tensors)), dp_(std::move(dp)), o_(optim), compute_(compute), timeout_s_(timeout_s) {
+  TROUPE_CHECK(dp_) << "ZeRO-1 needs a DP communicator (a group of one without data parallelism)";
+  TROUPE_CHECK(dp_->size() <= kMaxDP) << "ZeRO-1: " << dp_->size() << " DP ranks, at most " << kMaxDP;
+  d_ = dp_->rank();
+  std::vector<int64_t> n;
+  for (auto& t : t_) n.push_back(t.numel);
+  L_ = Zero1Layout::make(n, dp_->size());
+  lo_ = (int64_t)d_ * L_.S;
+  flat_ = Tensor({L_.S * L_.DP});  // zero-filled
+  if (compute_ == DType::f32) pflat_ = Tensor({L_.S * L_.DP});
+  else master_ = Tensor({L_.S});
+  m_ = Tensor({L_.S});
+  v_ = Tensor({L_.S});
+  if (compute_ == DType::f16) scaler_.emplace(scaler);
+}
+
+void Zero1::load(size_t i, const float* master, const float* m, const float* v) {
+  if (pflat_.defined()) {  // fp32: the whole tensor (the model's values are views of pflat_)
+    float* dst = pflat_.data() + L_.offset[i];
+    if (dst != master) std::memmove(dst, master, L_.numel[i] * sizeof(float));
+  }
+  auto [a, b] = L_.overlap(i, d_);
+  if (a >= b) return;
+  const int64_t off = a - L_.offset[i], j = a - lo_, n = b - a;
+  if (!pflat_.defined()) std::memcpy(master_.data() + j, master + off, n * sizeof(float));
+  if (m) std::memcpy(m_.data() + j, m + off, n * sizeof(float));
+  else std::memset(m_.data() + j, 0, n * sizeof(float));
+  if (v) std::memcpy(v_.data() + j, v + off, n * sizeof(float));
+  else std::memset(v_.data() + j, 0, n * sizeof(float));
+}
+
+Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
+  TROUPE_CHECK(grads.size() == t_.size()) << "ZeRO-1: " << grads.size() << " gradients for " << t_.size() << " tensors";
+  float* flat = flat_.data();
+  for (size_t i = 0; i < t_.size(); ++i)  // nothing to copy for a grad_view
+    if (grads[i] != flat + L_.offset[i]) copy_floats(flat + L_.offset[i], grads[i], t_[i].numel);
+  Zero1Grads out;
+  if (scaler_) kernels::scale(flat, (float)scaler_->inv_scale(), L_.N);
+  out.found_inf = any_inf_or_nan(flat, L_.N);
+  // In place: this rank's slice of the flat buffer becomes its reduced shard.
+  if (L_.S > 0) dp_->reduce_scatter(flat, flat + lo_, (size_t)L_.S, ReduceOp::sum, timeout_s_);
+  const float* grad = flat + lo_;
+  for (size_t i = 0; i < t_.size(); ++i) {
+    if (t_[i].norm_key < 0) continue;
+    auto [a, b] = L_.overlap(i, d_);
+    if (a < b) out.sumsq.emplace_back(t_[i].norm_key * kMaxDP + d_, kernels::sum_squares(grad + (a - lo_), b - a));
+  }
+  return out;
+}
+
+void Zero1::apply(const Zero1Decision& dec) {
+  if (dec.skip) {  // every rank skips together: parameters, master weights and moments unchanged
+    if (scaler_) scaler_->update(true);
+    return;
+  }
+  ++updates_;
+  float* master = this->master();
+  const float* grad = flat_.data() + lo_;  // the reduced shard (reduce_gradients)
+  for (size_t i = 0; i < t_.size(); ++i) {
+    auto [a, b] = L_.overlap(i, d_);
+    if (a >= b) continue;
+    const int64_t j = a - lo_;
+    kernels::adamw_update(master + j, grad + j, m_.data() + j, v_.data() + j, b - a, (float)dec.lr, (float)o_.beta1,
+                          (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
+                          (int)updates_);
+  }
+  if (L_.S > 0) {  // all_gather in place. fp32: the master shard is the own slice of the
+                   // parameter buffer. 16-bit: the parameters travel in the compute dtype, the
+                   // master shard rounded in its own slot of the (spent) gradient buffer
+    float* buf = (pflat_.defined() ? pflat_ : flat_).data();
+    float* mine = buf + lo_;
+    if (!pflat_.defined()) {
+      copy_floats(mine, master_.data(), L_.S);
+      kernels::round_to(mine, L_.S, compute_);
+    }
+    dp_->all_gather(mine, buf, (size_t)L_.S, timeout_s_);
+  }
+  if (scaler_) scaler_->update(false);
+}
+
+void Zero1::restore_counters(int64_t updates, double loss_scale, int growth_tracker, int hysteresis_tracker) {
+  updates_ = updates;
+  if (scaler_) scaler_->restore(loss_scale, growth_tracker, hysteresis_tracker);
+}
+
+size_t Zero1::bytes() const {
+  return flat_.nbytes() + pflat_.nbytes() + master_.nbytes() + m_.nbytes() + v_.nbytes();
+}
+
+}  // namespace troupe

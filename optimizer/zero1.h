@@ -1,0 +1,183 @@
+// optimizer/zero1.h — ZeRO stage 1 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations
+// Toward Training Trillion Parameter Models", P_os) as Megatron-LM's distributed optimizer
+// does it (megatron/core/optimizer/distrib_optimizer.py): the fp32 master weights and the
+// AdamW moments of one model shard are split over its data-parallel (DP) group; each DP rank
+// updates only its part and the parameters are all-gathered back.
+//
+// One code path for every DP size: DP = 1 is a group of one, where the reduce-scatter and
+// the all-gather (both in place) move nothing. Pure C++: no actors; the DP Communicator is passed in, so the
+// whole step is unit-testable with make_local_group (tests/test_zero1.cpp).
+//
+// The flat buffer (Zero1Layout). The tensors of one worker, in the caller's order (a stage
+// worker: chunk by chunk, each chunk's parameters in canonical order), lie back to back in
+// one fp32 buffer of N elements, padded with zeros to DP * S, S = ceil(N / DP). DP rank d
+// owns the flat range [d*S, min((d+1)*S, N)); a tensor may straddle two (or more) shards.
+// Padding is never read into a value, a norm or a snapshot.
+//
+// One step (all fp32; units: elements, seconds):
+//   1. reduce_gradients: each tensor's gradient is copied into the flat buffer (nothing to
+//      copy for a grad_view, as the optimizer actor's gradients are); fp16: the
+//      whole buffer is unscaled (x 1/loss scale, a power of two: exact); found-inf is this
+//      rank's "any inf/NaN" (before the reduction); reduce-scatter (sum, canonical order of
+//      collectives/communicator.h) over DP leaves rank d the summed gradient of its shard;
+//      the per-tensor sums of squares of that shard (fp64, kernels::sum_squares) come back
+//      keyed (norm_key * kMaxDP + d), so that every (tensor, DP piece) is one term of the
+//      global norm summed in canonical order by optimizer.h's global_grad_norm.
+//   2. The caller reduces the norms and found-inf over every rank (the coordinator) and
+//      returns a Zero1Decision: (clip scale, lr, skip).
+//   3. apply: skip (found-inf anywhere): nothing changes but the loss scaler. Otherwise
+//      AdamW (kernels::adamw_update, torch.optim.AdamW semantics) on the owned master
+//      shard with t = ++updates, the updated shard rounded to the compute dtype (bf16/fp16
+//      round to nearest even; fp32 exact) and all-gathered over DP into the flat buffer,
+//      where param(i) reads tensor i (the caller copies it into the model).
+// Memory per rank (fp32 elements). The flat gradient buffer DP*S (about N), which the
+// model's gradients may be views of (grad_view: no copy in), reduced in place (its own
+// slice is the reduced shard) and reused for the gathered 16-bit parameters; the AdamW
+// moments m and v (S each). fp32: a flat parameter buffer DP*S whose own slice is the master
+// shard and which the model's values may be views of (value_view: AdamW updates them in
+// place, all_gather in place, no copy out): about 4N at DP = 1 with the model's values and
+// gradients counted. 16-bit: a master shard of S (about 4N + the 16-bit values at DP = 1).
+// Errors: a collective that fails or misses its deadline (timeout_s) throws troupe::Error
+// (collectives/communicator.h) and leaves this object unusable for further steps; the fp16
+// loss scaler at its minimum throws UserError (optimizer/loss_scaler.h).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "core/config.h"
+#include "core/dtype.h"
+#include "core/tensor.h"  // DType
+#include "optimizer/loss_scaler.h"
+
+namespace troupe {
+
+// One tensor of the flat buffer.
+struct Zero1Tensor {
+  int64_t numel = 0;   // elements (> 0)
+  bool decay = false;  // AdamW weight decay applies
+  int norm_key = -1;   // its canonical gradient-norm key (stages: index * kMaxTP + TP rank);
+                       // -1: not counted here (another rank counts the same values)
+};
+
+// Where every tensor and every rank's shard lie in the flat buffer. Pure arithmetic.
+struct Zero1Layout {
+  std::vector<int64_t> offset;  // offset[i]: first flat element of tensor i
+  std::vector<int64_t> numel;   // numel[i]
+  int64_t N = 0;                // real elements (sum of numel)
+  int64_t S = 0;                // elements per shard: ceil(N / DP) (0 when N == 0)
+  int DP = 1;                   // ranks in the DP group
+
+  // The layout of tensors of these sizes over DP ranks. Throws Error for DP < 1 or a
+  // negative size.
+  static Zero1Layout make(const std::vector<int64_t>& numels, int DP);
+  // Rank d's real elements: [shard_begin(d), shard_end(d)), possibly empty (the last ranks
+  // of a tiny buffer hold only padding).
+  int64_t shard_begin(int d) const { return std::min<int64_t>((int64_t)d * S, N); }
+  int64_t shard_end(int d) const { return std::min<int64_t>((int64_t)(d + 1) * S, N); }
+  // The flat range [a, b) of tensor i inside rank d's shard (a >= b: none).
+  std::pair<int64_t, int64_t> overlap(size_t i, int d) const;
+};
+
+// This rank's half of step 1: its pieces of the global gradient norm and its found-inf.
+struct Zero1Grads {
+  std::vector<std::pair<int, double>> sumsq;  // (norm_key * kMaxDP + DP rank, sum of squares)
+  bool found_inf = false;                     // an inf/NaN in this rank's unscaled gradients
+};
+
+// The global decision of step 2 (the same on every rank).
+struct Zero1Decision {
+  float clip_scale = 1.0f;  // gradient multiplier (optimizer.h clip_scale; 1: no clipping)
+  double lr = 0.0;          // learning rate of this step (optimizer.h lr_at)
+  bool skip = false;        // found-inf anywhere: no update on any rank
+};
+
+// dst (n) = src (n), copied in chunks over the caller's thread budget (kernels/parallel.h).
+void copy_floats(float* dst, const float* src, int64_t n);
+
+class Zero1 {
+ public:
+  static constexpr int kMaxDP = 256;  // norm keys: norm_key * kMaxDP + DP rank
+
+  // tensors: the flat buffer's contents, in order. dp: the DP group (size 1 without data
+  // parallelism; this rank is dp->rank()). compute: the dtype the parameters are all-gathered
+  // in (f32, bf16, f16). f16 adds the dynamic loss scaler `scaler`. timeout_s: the deadline of
+  // each collective. Throws Error when dp is null or dp->size() > kMaxDP.
+  Zero1(std::vector<Zero1Tensor> tensors, std::shared_ptr<Communicator> dp, const OptimConfig& optim, DType compute,
+        const LossScalerConfig& scaler, double timeout_s);
+
+  const Zero1Layout& layout() const { return L_; }
+  int rank() const { return d_; }
+  // Loads tensor i's fp32 master weights (numel elements, the whole tensor) and AdamW
+  // moments (null: zeros, as before a first update); this rank keeps the part in its shard.
+  void load(size_t i, const float* master, const float* m, const float* v);
+
+  // Tensor i's gradient as a view of the flat buffer (shape: numel elements); a gradient
+  // passed to reduce_gradients that is this view is not copied. The buffer is reused for
+  // parameters by apply: zero the gradients after reading param(i).
+  Tensor grad_view(size_t i, std::vector<int64_t> shape) const { return flat_.slice(L_.offset[i], std::move(shape)); }
+  // fp32: tensor i's value as a view of the flat parameter buffer (the master weights, the
+  // whole tensor loaded by load), which apply updates in place; 16-bit: undefined.
+  Tensor value_view(size_t i, std::vector<int64_t> shape) const {
+    if (!pflat_.defined()) return Tensor();
+    return pflat_.slice(L_.offset[i], std::move(shape));
+  }
+  // Step 1. grads[i]: tensor i's local fp32 gradient (numel elements), read only. Collective
+  // over DP (every rank calls it with the same layout). Returns this rank's norm terms and
+  // found-inf. Throws Error (collective failed or timed out).
+  Zero1Grads reduce_gradients(const std::vector<const float*>& grads);
+  // Step 3. Collective over DP unless d.skip. Updates the loss scaler (fp16) with d.skip.
+  void apply(const Zero1Decision& d);
+  // Tensor i's parameters (numel fp32 values of the compute dtype) after an apply that did
+  // not skip; undefined before.
+  const float* param(size_t i) const { return (pflat_.defined() ? pflat_ : flat_).data() + L_.offset[i]; }
+  // Copies param(i) to dst (numel fp32 values), over the caller's thread budget; nothing
+  // when dst is param(i) (a value_view).
+  void copy_param(size_t i, float* dst) const {
+    if (dst != param(i)) copy_floats(dst, param(i), L_.numel[i]);
+  }
+
+  // The owned part of tensor i for a snapshot: fn(offset inside the tensor, count, master,
+  // adam_m, adam_v), each pointing at `count` fp32 values; not called when this rank owns
+  // none of it.
+  template <class F>
+  void for_owned(size_t i, F fn) const {
+    auto [a, b] = L_.overlap(i, d_);
+    if (a >= b) return;
+    const int64_t j = a - lo_;
+    fn(a - L_.offset[i], b - a, master() + j, m_.data() + j, v_.data() + j);
+  }
+
+  int64_t updates() const { return updates_; }  // AdamW's t: applied (not skipped) steps
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  const DynamicLossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  // Continues from a snapshot's counters (the scaler's only in fp16).
+  void restore_counters(int64_t updates, double loss_scale, int growth_tracker, int hysteresis_tracker);
+  // Bytes of optimizer state and buffers this object holds.
+  size_t bytes() const;
+
+ private:
+  std::vector<Zero1Tensor> t_;
+  std::shared_ptr<Communicator> dp_;
+  OptimConfig o_;
+  DType compute_;
+  double timeout_s_;
+  int d_ = 0;
+  Zero1Layout L_;
+  int64_t lo_ = 0;  // first flat element of this rank's shard (d * S)
+  float* master() { return pflat_.defined() ? pflat_.data() + lo_ : master_.data(); }
+  const float* master() const { return pflat_.defined() ? pflat_.data() + lo_ : master_.data(); }
+  // Tensors (core/tensor.h): the device allocator's 64-byte aligned, counted memory, so the
+  // model's views (gradients, fp32 values) are aligned as its own tensors were.
+  Tensor flat_;              // DP*S: gradients in (reduced in place), 16-bit parameters out
+  Tensor pflat_;             // fp32 only, DP*S: parameters; its slice [lo_, lo_+S) the master shard
+  Tensor master_, m_, v_;    // S each: this rank's shard (master_: 16-bit only)
+  std::optional<DynamicLossScaler> scaler_;
+  int64_t updates_ = 0;
+};
+
+}  // namespace troupe

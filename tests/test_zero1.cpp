@@ -1,0 +1,218 @@
+// optimizer/zero1.h without actors: the flat layout's shard offsets for odd sizes, DP = 1
+// and DP = 2, 3 giving the same bits, fp16 unscaling, and found-inf skipping the update.
+// Gradients are small multiples of 1/8, so their sums over DP ranks and their sums of
+// squares are exact in any order: any DP size must give bitwise the same parameters.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "collectives/communicator.h"
+#include "kernels/kernels.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/zero1.h"
+
+using namespace troupe;
+
+namespace {
+
+// Runs fn(rank) on one thread per rank; rethrows the first error. (Catch2 v2's assertions
+// are not thread-safe: the threads only compute, the test checks afterwards.)
+void on_ranks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> th;
+  std::vector<std::exception_ptr> err(n);
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        err[r] = std::current_exception();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+}
+
+const std::vector<int64_t> kSizes = {7, 5, 13, 1, 6};  // N = 32: odd pieces, tensors straddle shards
+
+std::vector<Zero1Tensor> tensors() {
+  std::vector<Zero1Tensor> ts;
+  for (size_t i = 0; i < kSizes.size(); ++i) ts.push_back({kSizes[i], i % 2 == 0, i == 3 ? -1 : (int)i * 10});
+  return ts;
+}
+// Rank r's gradient of tensor i at step k (of a DP group of n): multiples of 1/8 whose sum
+// over the ranks is the same for every n.
+float grad_of(int64_t k, size_t i, int64_t e, int r, int n) {
+  const int whole = (int)((k * 7 + (int64_t)i * 5 + e * 3) % 17) - 8;  // the DP sum
+  return r == 0 ? (float)(whole - (n - 1)) / 8 : 1.0f / 8;
+}
+float master_of(size_t i, int64_t e) { return 0.25f * (float)((int64_t)i * 3 - e) / 16; }
+
+struct Run {
+  std::vector<std::vector<float>> params;  // after the last step (as rank 0 sees them)
+  std::vector<std::vector<float>> master, m, v;  // assembled from every rank's shard
+  std::vector<double> norms;
+  std::vector<bool> skipped;
+  double loss_scale = 1.0;
+  int64_t updates = 0;
+};
+
+// Steps 1..steps of a DP group of n; `inf_at` (step, rank): an inf in that rank's gradient.
+Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {-1, -1}) {
+  auto comms = make_local_group(n, "zero1 test");
+  OptimConfig o;
+  o.grad_clip = 1.0;
+  o.weight_decay = 0.1;
+  LossScalerConfig sc;
+  sc.initial_scale = scale;
+  std::vector<std::unique_ptr<Zero1>> z(n);
+  on_ranks(n, [&](int r) {
+    z[r] = std::make_unique<Zero1>(tensors(), comms[r], o, dt, sc, 10.0);
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      std::vector<float> w(kSizes[i]);
+      for (int64_t e = 0; e < kSizes[i]; ++e) w[e] = master_of(i, e);
+      z[r]->load(i, w.data(), nullptr, nullptr);
+    }
+  });
+  Run out;
+  for (int k = 1; k <= steps; ++k) {
+    std::vector<Zero1Grads> g(n);
+    on_ranks(n, [&](int r) {
+      std::vector<std::vector<float>> grads(kSizes.size());
+      std::vector<const float*> ptr;
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        for (int64_t e = 0; e < kSizes[i]; ++e) grads[i].push_back(grad_of(k, i, e, r, n) * (float)z[r]->loss_scale());
+        if (k == inf_at.first && r == inf_at.second && i == 2) grads[i][4] = INFINITY;
+        ptr.push_back(grads[i].data());
+      }
+      g[r] = z[r]->reduce_gradients(ptr);
+    });
+    std::vector<std::pair<int, double>> all;
+    bool inf = false;
+    for (auto& x : g) all.insert(all.end(), x.sumsq.begin(), x.sumsq.end()), inf = inf || x.found_inf;
+    const double norm = global_grad_norm(all);
+    const bool skip = inf || !std::isfinite(norm);
+    out.norms.push_back(norm);
+    out.skipped.push_back(skip);
+    const Zero1Decision d{skip ? 1.0f : clip_scale(norm, o.grad_clip), lr_at(o, k), skip};
+    on_ranks(n, [&](int r) { z[r]->apply(d); });
+  }
+  for (size_t i = 0; i < kSizes.size(); ++i) {
+    out.params.emplace_back(z[0]->param(i), z[0]->param(i) + kSizes[i]);
+    for (auto* f : {&out.master, &out.m, &out.v}) f->emplace_back(kSizes[i], NAN);
+    for (int r = 0; r < n; ++r)
+      z[r]->for_owned(i, [&](int64_t off, int64_t cnt, const float* ma, const float* m, const float* v) {
+        for (int64_t e = 0; e < cnt; ++e) {
+          CHECK(std::isnan(out.master[i][off + e]));  // owned by exactly one rank
+          out.master[i][off + e] = ma[e], out.m[i][off + e] = m[e], out.v[i][off + e] = v[e];
+        }
+      });
+    for (int r = 1; r < n && !out.skipped.back(); ++r)  // every rank holds the same gathered parameters
+      CHECK(std::equal(out.params[i].begin(), out.params[i].end(), z[r]->param(i)));
+  }
+  out.loss_scale = z[0]->loss_scale();
+  out.updates = z[0]->updates();
+  return out;
+}
+
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 layout: shard offsets for odd sizes, every element owned once", "[optimizer][zero1]") {
+  auto L = Zero1Layout::make({3, 5, 1}, 2);
+  CHECK(L.N == 9);
+  CHECK(L.S == 5);
+  CHECK(L.offset == std::vector<int64_t>{0, 3, 8});
+  CHECK(L.shard_begin(0) == 0);
+  CHECK(L.shard_end(0) == 5);
+  CHECK(L.shard_begin(1) == 5);
+  CHECK(L.shard_end(1) == 9);  // the padding element 9 is nobody's
+  CHECK(L.overlap(1, 0) == std::pair<int64_t, int64_t>{3, 5});
+  CHECK(L.overlap(1, 1) == std::pair<int64_t, int64_t>{5, 8});
+  auto [a, b] = L.overlap(0, 1);
+  CHECK(a >= b);
+  auto L4 = Zero1Layout::make({3, 5, 1}, 4);  // S = 3: rank 3 holds padding only
+  CHECK(L4.S == 3);
+  CHECK(L4.shard_begin(3) == 9);
+  CHECK(L4.shard_end(3) == 9);
+  auto L1 = Zero1Layout::make({3, 5, 1}, 1);  // DP = 1: one shard, everything
+  CHECK(L1.S == 9);
+  CHECK(L1.overlap(2, 0) == std::pair<int64_t, int64_t>{8, 9});
+  for (int DP : {1, 2, 3, 5, 7, 16, 40}) {
+    auto Lx = Zero1Layout::make(kSizes, DP);
+    INFO("DP=" << DP);
+    CHECK(Lx.S * DP >= Lx.N);
+    CHECK(Lx.S * DP < Lx.N + DP);  // at most DP-1 padding elements
+    std::vector<int> owners(Lx.N, 0);
+    for (int d = 0; d < DP; ++d)
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        auto [lo, hi] = Lx.overlap(i, d);
+        for (int64_t e = lo; e < hi; ++e) ++owners[e];
+      }
+    CHECK(std::all_of(owners.begin(), owners.end(), [](int c) { return c == 1; }));
+  }
+  CHECK_THROWS(Zero1Layout::make({3}, 0));
+}
+
+TEST_CASE("ZeRO-1: DP=1 and DP=2, 3 give bitwise the same parameters, moments and norms", "[optimizer][zero1]") {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    INFO("dtype " << (int)dt);
+    const double scale = dt == DType::f16 ? 1024.0 : 1.0;
+    Run one = run(1, 4, dt, scale);
+    CHECK(one.updates == 4);
+    CHECK(one.norms[0] > 1.0);  // the clipping is exercised
+    for (int n : {2, 3}) {
+      INFO("DP=" << n);
+      Run r = run(n, 4, dt, scale);
+      CHECK(same_bits(r.params, one.params));
+      CHECK(same_bits(r.master, one.master));
+      CHECK(same_bits(r.m, one.m));
+      CHECK(same_bits(r.v, one.v));
+      CHECK(r.norms == one.norms);
+    }
+    if (dt != DType::f32) {  // the gathered parameters are the master weights rounded to dt
+      for (size_t i = 0; i < one.params.size(); ++i)
+        for (size_t e = 0; e < one.params[i].size(); ++e) {
+          float x = one.master[i][e];
+          kernels::round_to(&x, 1, dt);
+          CHECK(one.params[i][e] == x);
+        }
+    }
+  }
+  // fp16: gradients scaled by the loss scale are unscaled exactly: the fp32 run's bits
+  Run f32 = run(2, 3, DType::f32, 1.0), f16 = run(2, 3, DType::f16, 4096.0);
+  CHECK(same_bits(f32.master, f16.master));
+  CHECK(f32.norms == f16.norms);
+}
+
+TEST_CASE("ZeRO-1: found-inf on one rank skips the step on every rank", "[optimizer][zero1]") {
+  // step 2 has an inf in rank 1's gradient (DP=3): nothing moves at step 2, so the run equals
+  // one whose step 2 never happened; the fp16 scaler counts the overflow (hysteresis 2)
+  Run skipped = run(3, 3, DType::f16, 1024.0, {2, 1});
+  CHECK(skipped.skipped == std::vector<bool>{false, true, false});
+  CHECK(skipped.updates == 2);
+  CHECK(skipped.loss_scale == 1024.0);  // hysteresis: one overflow does not back off yet
+  Run twice = run(3, 1, DType::f16, 1024.0);
+  CHECK(twice.updates == 1);
+  // after step 1 the moments are nonzero; a skipped step leaves master and moments unchanged:
+  Run until2 = run(3, 2, DType::f16, 1024.0, {2, 1});
+  CHECK(until2.updates == 1);
+  CHECK(same_bits(until2.master, twice.master));
+  CHECK(same_bits(until2.m, twice.m));
+  CHECK(same_bits(until2.v, twice.v));
+  // DP=1 is the same code path: its found-inf skips too (the first step: nothing to keep)
+  Run first = run(1, 2, DType::f16, 1024.0, {1, 0});
+  CHECK(first.skipped == std::vector<bool>{true, false});
+  CHECK(first.updates == 1);
+}
