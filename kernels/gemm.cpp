@@ -113,6 +113,7 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
   }
   auto& [prim, a_md, b_md, c_md] = it->second;
   memory a(a_md, ctx.eng, const_cast<uint16_t*>(A)), b(b_md, ctx.eng, const_cast<uint16_t*>(B)), c(c_md, ctx.eng, Cm);
+  SignalsHeld held;  // (gemm_libs.h: oneDNN's JIT kernels and signals)
   prim.execute(ctx.strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   ctx.strm.wait();
 }

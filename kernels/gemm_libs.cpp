@@ -2,6 +2,7 @@
 #include "kernels/gemm_libs.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -37,6 +38,7 @@ void cblas_call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
 void onednn_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                   int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  SignalsHeld held;  // (gemm_libs.h: the JIT kernel's rsp points into the heap)
   dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
   TROUPE_CHECK(st == dnnl_success) << "dnnl_sgemm failed with status " << int(st);
 }
@@ -115,6 +117,14 @@ GemmChoice choose_gemm(const std::string& want) {
   c.sgemm = gemm_library_sgemm(c.lib);
   return c;
 }
+
+SignalsHeld::SignalsHeld() {
+  sigset_t async;
+  sigfillset(&async);
+  for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS}) sigdelset(&async, s);
+  pthread_sigmask(SIG_BLOCK, &async, &old_);
+}
+SignalsHeld::~SignalsHeld() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
 
 const char* gemm_library_name(GemmLibrary lib) {
   switch (lib) {

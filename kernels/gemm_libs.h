@@ -22,6 +22,8 @@
 // for this CPU (avx512_core and up). Elsewhere (oneDNN 2.6 on AVX2) the same math runs in
 // fp32: the bf16 inputs widened exactly, products exact in fp32, fp32 accumulation.
 #pragma once
+#include <signal.h>
+
 #include <cstdint>
 #include <string>
 
@@ -67,5 +69,24 @@ void set_gemm_choice(GemmLibrary lib, bool bf16_native);
 // Whether oneDNN can create a bf16 matmul primitive on this CPU (probed once; a oneDNN
 // error means no).
 bool onednn_has_bf16_matmul();
+
+// Holds the asynchronous signals (all but SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT
+// and SIGSYS) back from the calling thread while it lives; they are delivered to another
+// thread, or to this one when the guard ends. Every call into oneDNN's kernels runs under
+// one: oneDNN 2.x's JIT f32 GEMM kernels (jit_avx512_common_gemm_f32, jit_avx_gemm_f32)
+// point rsp into a heap workspace while they run (oneDNN issue #4845, fixed in 3.11), so a
+// signal handled on that thread meanwhile (troupe train's SIGTERM/SIGINT/SIGUSR1, the
+// CPU-time limit's SIGXCPU, which the kernel sends to the thread that is computing) wrote
+// its frame into the heap: "corrupted size vs. prev_size" or "double free" aborts later.
+class SignalsHeld {
+ public:
+  SignalsHeld();
+  ~SignalsHeld();
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+
+ private:
+  sigset_t old_;
+};
 
 }  // namespace troupe::kernels

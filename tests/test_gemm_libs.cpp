@@ -14,7 +14,14 @@
 #include <stdexcept>
 #include <vector>
 
+#include <pthread.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -82,6 +89,84 @@ TEST_CASE("every installed GEMM library computes the linear layer, the same bits
   }
   CHECK(tried >= 1);
   CHECK(kernels::gemm_library_sgemm(GemmLibrary::onednn) != nullptr);  // linked: always there
+}
+
+namespace {
+// The stack of the thread under test, and what the signal handler saw of it.
+std::atomic<uintptr_t> g_stack_lo{0}, g_stack_hi{0};
+std::atomic<int> g_delivered{0}, g_outside{0};
+extern "C" void note_interrupted_rsp(int, siginfo_t*, void* ctx) {
+  const auto rsp = (uintptr_t)static_cast<ucontext_t*>(ctx)->uc_mcontext.gregs[REG_RSP];
+  ++g_delivered;
+  if (rsp < g_stack_lo.load() || rsp > g_stack_hi.load()) ++g_outside;
+}
+}  // namespace
+
+// oneDNN 2.x's JIT f32 GEMM kernels point rsp into a heap workspace while they run (oneDNN
+// issue #4845): a signal handled on that thread wrote its frame into the heap, and a run of
+// troupe train stopped by SIGXCPU (sent to the computing thread) aborted with a corrupted
+// heap. troupe holds signals back during oneDNN calls (kernels::SignalsHeld). The handler
+// here runs on an alternate stack (the test must not corrupt the heap itself) and records
+// where the interrupted code's stack pointer was.
+TEST_CASE("a signal never interrupts a oneDNN GEMM whose stack pointer is outside its stack", "[gemm][kernels]") {
+  ChoiceGuard guard;
+  const bool bf16 = kernels::onednn_has_bf16_matmul();
+  kernels::set_gemm_choice(GemmLibrary::onednn, bf16);
+  const int64_t M = 128;
+  const int K = 128, N = 512;  // a linear layer's block (kernels/gemm.cpp), the shapes of configs/tiny.toml
+  const auto a = randn(M * K, 4), b = randn((size_t)N * K, 5);
+  std::vector<uint16_t> b16(b.size());
+  f32_to_bf16(b.data(), b16.data(), b.size());
+  struct sigaction sa {}, old {};
+  sa.sa_sigaction = note_interrupted_rsp;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
+  g_delivered = 0;
+  g_outside = 0;
+  std::atomic<bool> ready{false}, done{false};
+  std::thread t([&] {
+    std::vector<char> alt(1 << 16);
+    stack_t ss{};
+    ss.ss_sp = alt.data();
+    ss.ss_size = alt.size();
+    sigaltstack(&ss, nullptr);
+    pthread_attr_t at;
+    void* lo = nullptr;
+    size_t size = 0;
+    pthread_getattr_np(pthread_self(), &at);
+    pthread_attr_getstack(&at, &lo, &size);
+    pthread_attr_destroy(&at);
+    g_stack_lo = (uintptr_t)lo;
+    g_stack_hi = (uintptr_t)lo + size;
+    ready = true;
+    std::vector<float> c(M * N), d((size_t)N * K);
+    const auto sgemm = kernels::gemm_library_sgemm(GemmLibrary::onednn);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2) && g_delivered < 4000) {
+      sgemm(false, true, M, N, K, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+      sgemm(true, false, N, K, M, c.data(), N, a.data(), K, 0.0f, d.data(), K);
+      if (bf16) kernels::matmul_forward_bf16(c.data(), a.data(), b16.data(), nullptr, M, K, N);
+    }
+    done = true;
+    sigset_t usr2;  // no signal lands after the alternate stack is gone
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+    ss.ss_flags = SS_DISABLE;
+    sigaltstack(&ss, nullptr);
+  });
+  while (!ready) std::this_thread::yield();
+  const pthread_t th = t.native_handle();
+  while (!done) {
+    pthread_kill(th, SIGUSR2);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  t.join();
+  sigaction(SIGUSR2, &old, nullptr);
+  INFO(g_delivered.load() << " signals handled during GEMMs");
+  CHECK(g_delivered > 0);
+  CHECK(g_outside == 0);
 }
 
 TEST_CASE("the library follows the CPU: oneDNN where it runs AVX-512, BLIS elsewhere, TROUPE_GEMM overrides", "[gemm]") {
