@@ -559,10 +559,13 @@ std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_l
   const int keep = std::max(1, keep_last);
   for (int i = 0; i + keep < (int)all.size(); ++i) {
     std::error_code ec;
+    // a snapshot reached through a symbolic link lives elsewhere (another run's, a copy the
+    // user linked in): it may be read, never deleted through the link
+    if (fs::is_symlink(all[i].second, ec)) continue;
     // the manifest goes first: a half-deleted directory is never taken for a snapshot
     fs::remove(fs::path(all[i].second) / kManifest, ec);
     fs::remove_all(all[i].second, ec);
-    gone.push_back(all[i].second);
+    if (!fs::exists(fs::symlink_status(all[i].second, ec))) gone.push_back(all[i].second);  // (a read-only one stays)
   }
   return gone;
 }

@@ -146,7 +146,9 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
 
 // Deletes complete snapshots older than the newest `keep_last` ones (keep_last >= 1: the
 // newest complete one always stays). Directories without a manifest (in progress or left
-// by a crash) are not touched. Returns the deleted directories.
+// by a crash) are not touched, nor is a snapshot that is a symbolic link (it lives
+// elsewhere). Returns the directories actually deleted (a read-only one stays and is not
+// counted).
 std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last);
 
 // Config keys allowed to differ between a snapshot and the run that resumes from it.

@@ -88,7 +88,7 @@ std::string default_run_dir();
 int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt);
 // troupe prepare (and its alias tokenize): cli/prepare.cpp. `report` ("" = none) gets
 // report.json's content; the table goes to stdout.
-int cmd_prepare(const Config& c, const std::string& report);
+int cmd_prepare(const Config& c, const std::string& report, const std::string& config_path);
 int cmd_export(const std::string& dir, const std::string& format, const std::string& out);
 struct GenerateOptions {
   std::string dir, prompt, logits_out;

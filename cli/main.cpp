@@ -131,6 +131,10 @@ extern "C" void on_early_signal(int sig) {
 // window in which a signal still has its default action is the dynamic loader's. A signal
 // inherited as ignored (nohup's SIGHUP) stays ignored.
 __attribute__((constructor)) void install_early_signals() {
+  // a closed pipe (train 2>&1 | head) must not kill a run mid-step without a snapshot: writes
+  // to it fail with EPIPE instead (logging goes on in train.log; a command whose output is
+  // its result stops with exit 2, see run_command's last check)
+  std::signal(SIGPIPE, SIG_IGN);
   for (int i = 0; i < kStopSignalCount; ++i) {
     const int sig = kStopSignals[i];
     if (keep_if_ignored(sig) && signal_ignored(sig)) continue;
@@ -386,7 +390,7 @@ int run_command(int argc, char** argv) {
     if (prepare_cmd->parsed() || tokenize->parsed()) {
       set_out_of_memory_fixes("lower model.vocab_size or data.tokenizer_sample_mb (the tokenizer's training "
                               "sample), or prepare on a machine with more memory");
-      return cmd_prepare(c, report);
+      return cmd_prepare(c, report, config_path);
     }
     if (plan_cmd->parsed()) return cmd_plan(c, pc);
   } catch (const UserError& e) {

@@ -9,12 +9,12 @@
 
 namespace troupe::cli {
 
-int cmd_prepare(const Config& c, const std::string& report) {
+int cmd_prepare(const Config& c, const std::string& report, const std::string& config_path) {
   if (!report.empty()) {  // refuse an unwritable report path, or one on the data, before the work
     std::vector<std::string> inputs = {c.data.corpus, c.data.tokenizer, c.data.cache_dir};
     for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
     for (const std::string& out : {report, std::filesystem::path(report).replace_extension(".removed.jsonl").string()})
-      refuse_overwriting(out, "--report", {}, inputs);
+      refuse_overwriting(out, "--report", {config_path, c.data.corpus, c.data.tokenizer}, inputs);
     check_output_file(report, "--report");
     check_output_file(std::filesystem::path(report).replace_extension(".removed.jsonl").string(), "--report");
   }

@@ -101,6 +101,9 @@ struct TextStream {
     const int32_t one[1] = {id};
     const std::string text = utf8.push(tok->decode(one));
     if (!text.empty()) std::cout << text << std::flush;
+    // a reader that went away (generate | head): stop drawing (SIGPIPE is ignored, cli/main.cpp)
+    TROUPE_USER_CHECK(std::cout.good()) << "cannot write to standard output (its reader closed it, or the disk is "
+                                        << "full); the generation stopped there";
   }
   void finish() { std::cout << utf8.finish() << std::endl; }
 };

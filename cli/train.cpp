@@ -380,6 +380,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                                       snaps.back().second, snaps.back().first)));
     if (resume.empty() && !snaps.empty() && !in_place) resume = "latest";
   }
+  check_memory(c);  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
   std::shared_ptr<TrainState> state = naming_option(
       "--resume", [&] { return load_resume_state(c, resume, ckpt_dir, follower, restart, launch.rank); });
   {
@@ -389,7 +390,6 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
         << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as "
         << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
   }
-  check_memory(c);
   (void)kernels::gemm_choice();  // an unknown or uninstalled TROUPE_GEMM is refused before anything is written
   if (!trace_path_.empty()) {  // refused now, not after training; a trace takes ~200 bytes per action of a stage
     const uint64_t actions = (uint64_t)c.train.steps * c.parallel.pp * c.parallel.microbatches * c.parallel.chunks * 3;

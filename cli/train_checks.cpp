@@ -111,7 +111,10 @@ void check_device(const Config& c) {
 // Root is not held to the limit. A sibling that started already is counted twice: the
 // check errs on the side of refusing by at most its few threads.
 void check_thread_limit(const Config& c, const LaunchEnv& launch) {
-  constexpr long kOwnThreads = 16;  // measured: 10 threads in all for a one-process tiny run on 2 cores
+  // measured: 10 threads for a one-process tiny run on 2 cores; 337 for 8 processes of
+  // train.threads = 16 (each: the stage worker's OpenMP team and the optimizer actor's, of
+  // the budget each, and ~10 of its own)
+  constexpr long kOwnThreads = 16;
   rlimit np{};
   if (::geteuid() == 0 || ::getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY) return;
   long local = 1;
@@ -119,12 +122,12 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
     local = std::min<long>(std::atol(lw), launch.world);
   const long cores = std::max(1u, std::thread::hardware_concurrency());
   const long budget = c.train.threads > 0 ? c.train.threads : std::max(1L, cores / local);
-  const long need = local * (budget + kOwnThreads);
+  const long need = local * (2 * budget + kOwnThreads);
   const long in_use = user_threads(::getuid());
   TROUPE_USER_CHECK(in_use + need <= (long)np.rlim_cur)
-      << "the process limit (ulimit -u) is " << np.rlim_cur << " threads for this user with " << in_use
-      << " in use, and this job needs about " << need << " more on this host (" << local << " process"
-      << (local > 1 ? "es" : "") << " x (" << budget << " compute threads (train.threads) + " << kOwnThreads
+      << "the process limit (ulimit -u) is " << np.rlim_cur << " threads for this user, counting those already "
+      << "running, and this job needs about " << need << " on this host (" << local << " process"
+      << (local > 1 ? "es" : "") << " x (2 x " << budget << " compute threads (train.threads) + " << kOwnThreads
       << " of troupe's own)); raise it (ulimit -u unlimited) or lower train.threads";
 }
 
@@ -177,6 +180,17 @@ void check_machine_fits(const Config& c, const LaunchEnv& launch) {
 // that retention keeps plus the one being written.
 void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
   const uint64_t need = snapshot_bytes(c), free = free_space(ckpt_dir);
+  // the file-size limit (ulimit -f): every snapshot failed (EFBIG) and the run still ended 0.
+  // Its largest file is a shard; the bound checked is the snapshot over the TP degree (a
+  // stage's shard is smaller when PP > 1, but the first stage holds the embedding too: a
+  // limit between the two is refused, and named)
+  if (rlimit fs_lim{}; ::getrlimit(RLIMIT_FSIZE, &fs_lim) == 0 && fs_lim.rlim_cur != RLIM_INFINITY) {
+    const uint64_t shard = need / std::max<uint64_t>(1, (uint64_t)c.parallel.tp);
+    TROUPE_USER_CHECK(fs_lim.rlim_cur >= shard)
+        << "the file-size limit (ulimit -f) is " << (fs_lim.rlim_cur >> 10) << " KiB but a snapshot shard of this "
+        << "model takes about " << (shard >> 10) << " KiB (snapshots every checkpoint.interval steps and on a stop "
+        << "signal would fail); raise it (ulimit -f unlimited)";
+  }
   if (free == UINT64_MAX) return;
   auto mib = [](uint64_t b) { return fmt::format("{:.1f} MiB", b / 1048576.0); };
   TROUPE_USER_CHECK(free >= need)

@@ -211,11 +211,59 @@ TEST_CASE("the seventh trial's classes: an unresolvable coordinator, a busy --co
   }
 }
 
-TEST_CASE("train.device: a value other than cpu or cuda is refused; cuda is refused with the reason", "[cli][hostile]") {
+TEST_CASE("train.device: a value other than cpu or cuda is refused, and cuda is refused with the reason", "[cli][hostile]") {
   Scratch s("device");
   expect_user_error(run_troupe("train --config configs/tiny.toml --set train.device=gpu", s, 60), {"train.device", "cpu"});
   // no GPU: the CUDA runtime's answer; a GPU: the workers do not run on one yet; a build without CUDA: says so
   const Run r = run_troupe("train --config configs/tiny.toml --set train.device=cuda --run-dir '" + s.path("run") + "'", s, 60);
   expect_user_error(r, {"train.device = \"cuda\"", "train.device = \"cpu\""});
   CHECK_FALSE(fs::exists(s.path("run")));
+}
+
+TEST_CASE("the eighth trial's classes: a report onto the config, retention through a linked snapshot, a closed pipe, "
+          "ulimit -f, a resume under a memory limit",
+          "[cli][hostile]") {
+  Scratch s("eighth");
+  const std::string cache = " --set data.cache_dir='" + s.path("cache") + "'";
+  {  // prepare --report naming its own config: refused, the config intact
+    fs::copy_file(std::string(TROUPE_SOURCE_DIR) + "/configs/tiny.toml", s.path("cfg.toml"));
+    const std::string before = slurp(s.path("cfg.toml"));
+    expect_user_error(run_troupe("prepare --config '" + s.path("cfg.toml") + "' --report '" + s.path("cfg.toml") + "'" + cache, s, 120),
+                      {"--report", "destroy"});
+    CHECK(slurp(s.path("cfg.toml")) == before);
+  }
+  // a run with two snapshots, one of them linked into another checkpoint.dir
+  REQUIRE(run_troupe("train --config configs/tiny.toml --set train.steps=4 --set checkpoint.interval=2 --set "
+                     "train.sample_tokens=0" + cache + " --run-dir '" + s.path("a") + "'",
+                     s)
+              .rc == 0);
+  fs::create_directories(s.path("b"));
+  fs::create_symlink(s.path("a/checkpoints/step-00000002"), s.path("b/step-00000002"));
+  {  // retention never deletes through the link: the linked snapshot stays whole
+    const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=6 --set checkpoint.interval=2 --set "
+                             "checkpoint.keep_last=1 --set train.sample_tokens=0 --set checkpoint.dir='" + s.path("b") +
+                                 "'" + cache + " --resume latest --run-dir '" + s.path("rb") + "'",
+                             s);
+    INFO(r.err);
+    CHECK(r.rc == 0);
+    CHECK(fs::exists(s.path("a/checkpoints/step-00000002/manifest.capnp")));
+  }
+  {  // a closed pipe on stderr (train 2>&1 | head): the run goes on to its end, exit 0
+    shell_status("cd '" + std::string(TROUPE_SOURCE_DIR) + "' && '" + troupe_bin() +
+                 "' train --config configs/tiny.toml --set train.steps=30 --set train.sample_tokens=0" + cache +
+                 " --run-dir '" + s.path("pipe") + "' 2>&1 | head -2 > /dev/null");
+    CHECK(slurp(s.path("pipe/metrics.jsonl")).find("\"steps\":30,\"summary\":true") != std::string::npos);
+  }
+  // the file-size limit under one snapshot shard: refused before the run
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=2 --set checkpoint.interval=1" + cache +
+                                   " --run-dir '" + s.path("fs") + "'",
+                               s, 60, "ulimit -f 100;"),
+                    {"ulimit -f"});
+  CHECK_FALSE(fs::exists(s.path("fs")));
+  // a resume under an address-space limit too small for the job: refused like a fresh run (exit 2, the limit named)
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=6 --set model.n_layer=24 --set "
+                               "model.n_embd=1024 --set model.n_head=16" + cache + " --resume '" +
+                                   s.path("a/checkpoints/step-00000004") + "' --run-dir '" + s.path("rv") + "'",
+                               s, 60, "ulimit -v 1500000;"),
+                    {"ulimit -v"});
 }
