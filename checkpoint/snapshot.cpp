@@ -100,7 +100,9 @@ void fsync_dir(const std::string& dir) {
 std::vector<char> read_all(const std::string& path) {
   std::vector<char> buf;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TROUPE_USER_CHECK(fd >= 0) << "cannot open " << path << ": " << errno_text();
+  const int err = errno;
+  TROUPE_USER_CHECK(fd >= 0) << "cannot open " << path << ": " << errno_text() << "; "
+                             << (err == ENOENT ? "the snapshot is incomplete: pass another one" : path_error_fix(err));
   struct stat st {};
   ::fstat(fd, &st);
   buf.resize((size_t)st.st_size);

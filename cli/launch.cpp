@@ -467,6 +467,17 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
         out.failed_at = unix_seconds();
         first_status = code;
         deadline = now_s() + o.grace_s;
+        // exit 2 is a refusal (bad input: troupe train's UserError): the job cannot go on, and a
+        // process still waiting for it to join would wait out the grace period and be killed,
+        // leaving its run directory. SIGTERM the others now: one joining stops at once and
+        // removes what it made; one training saves a snapshot and stops (SIGKILL after the grace)
+        if (code == 2 && !user_stop) {
+          bool any = false;
+          for (int q = 0; q < N; ++q)
+            if (pid[q] && ::kill(pid[q], SIGTERM) == 0) any = true;
+          if (any) say("launch: stopping the other processes (SIGTERM): the job cannot go on without process " +
+                       std::to_string(r));
+        }
       }
     }
   };

@@ -77,6 +77,15 @@ int cmd_export(const std::string& dir, const std::string& format, const std::str
   check_snapshot_arg(dir);
   refuse_overwriting(out, "output", {}, {dir});
   Config c = snapshot_config(dir);
+  {  // nor the run's own files: its corpus and tokenizer (the snapshot's config names them), its
+     // metrics and log beside the checkpoints folder, its data cache
+    const fs::path run = fs::path(dir).parent_path().parent_path();
+    std::vector<std::string> files = {c.data.corpus, c.data.tokenizer, (run / "metrics.jsonl").string(),
+                                      (run / "train.log").string(), (run / "config.toml").string()};
+    std::vector<std::string> dirs = {c.data.cache_dir};
+    for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
+    refuse_overwriting(out, "output", files, dirs);
+  }
   // the file holds every parameter in fp32 (the tied head once) and a small JSON header
   check_output_file(out, "output", 4 * (uint64_t)GPTConfig::from(c.model).n_params() + (1u << 20));
   check_address_space(16 * (uint64_t)GPTConfig::from(c.model).n_params(), "export");

@@ -254,6 +254,29 @@ TEST_CASE("the eighth trial's classes: a report onto the config, retention throu
                  " --run-dir '" + s.path("pipe") + "' 2>&1 | head -2 > /dev/null");
     CHECK(slurp(s.path("pipe/metrics.jsonl")).find("\"steps\":30,\"summary\":true") != std::string::npos);
   }
+  // export onto the run's own corpus (named in the snapshot's config) or metrics: refused, both intact
+  {
+    const std::string corpus = slurp(std::string(TROUPE_SOURCE_DIR) + "/tests/data/tiny_corpus.txt");
+    expect_user_error(run_troupe("export '" + s.path("a/checkpoints/step-00000004") + "' tests/data/tiny_corpus.txt", s, 60),
+                      {"destroy"});
+    CHECK(slurp(std::string(TROUPE_SOURCE_DIR) + "/tests/data/tiny_corpus.txt") == corpus);
+    expect_user_error(run_troupe("export '" + s.path("a/checkpoints/step-00000004") + "' '" + s.path("a/metrics.jsonl") + "'", s, 60),
+                      {"destroy"});
+  }
+  {  // a process of a launched job refuses (exit 2) while process 0 waits for it to join: the
+     // launcher stops process 0 at once (SIGTERM), not after the grace period, and no run
+     // directory stays
+    const auto t0 = std::chrono::steady_clock::now();
+    const Run r = run_troupe("launch --nprocs 2 --grace 60 -- /bin/sh -c 'if [ \"$TROUPE_RANK\" = 1 ]; then exit 2; fi; "
+                             "exec \"$0\" \"$@\"' '" + troupe_bin() + "' train --config configs/tiny.toml --set "
+                             "parallel.pp=2 --set train.steps=2" + cache + " --run-dir '" + s.path("js") + "'",
+                             s, 120);
+    INFO(r.err);
+    CHECK(r.rc == 2);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+    CHECK(r.err.find("stopping the other processes") != std::string::npos);
+    CHECK_FALSE(fs::exists(s.path("js")));
+  }
   // the file-size limit under one snapshot shard: refused before the run
   expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=2 --set checkpoint.interval=1" + cache +
                                    " --run-dir '" + s.path("fs") + "'",
