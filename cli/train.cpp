@@ -351,7 +351,13 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && ckpt_dir.empty()))
       << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
          "process finds the same snapshots";
-  if (!c.checkpoint.dir.empty() && !follower) naming_option("checkpoint.dir", [&] { check_checkpoint_dir(ckpt_dir); });  // (the run directory is checked above)
+  if (!c.checkpoint.dir.empty() && !follower) {
+    // not on the run's inputs: its data cache (a .lock and retention there), corpus, tokenizer
+    std::vector<std::string> dirs = {c.data.cache_dir};
+    for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
+    refuse_overwriting(ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);
+    naming_option("checkpoint.dir", [&] { check_checkpoint_dir(ckpt_dir); });
+  }  // (the run directory is checked above)
   // fault.policy = restart: troupe launch starts the job again after a lost process
   // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
   const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")

@@ -290,3 +290,13 @@ TEST_CASE("the eighth trial's classes: a report onto the config, retention throu
                                s, 60, "ulimit -v 1500000;"),
                     {"ulimit -v"});
 }
+
+TEST_CASE("checkpoint.dir inside the data cache is refused before anything is written", "[cli][hostile]") {
+  Scratch s("ckcache");
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set data.cache_dir='" + s.path("cache") +
+                               "' --set checkpoint.dir='" + s.path("cache/ck") + "' --run-dir '" + s.path("run") + "'",
+                           s, 60);
+  expect_user_error(r, {"checkpoint.dir", "inside"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+  CHECK_FALSE(fs::exists(s.path("cache/ck")));
+}
