@@ -415,6 +415,8 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
   Attempt out;
   int first_status = -1;  // the launcher's exit status once a child failed
   double deadline = 0;    // end of the grace period (monotonic seconds)
+  double term_at = 0;     // a process refused (exit 2): when the others get SIGTERM (0: never)
+  constexpr double kRefusalTermS = 2.0;
   bool stragglers_killed = false;
   bool user_stop = false;  // SIGINT, SIGTERM or SIGUSR1 came (forwarded or not): no more respawns
   int respawns = 0;        // processes started again in this attempt (--respawn process), all ranks
@@ -469,15 +471,10 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
         deadline = now_s() + o.grace_s;
         // exit 2 is a refusal (bad input: troupe train's UserError): the job cannot go on, and a
         // process still waiting for it to join would wait out the grace period and be killed,
-        // leaving its run directory. SIGTERM the others now: one joining stops at once and
-        // removes what it made; one training saves a snapshot and stops (SIGKILL after the grace)
-        if (code == 2 && !user_stop) {
-          bool any = false;
-          for (int q = 0; q < N; ++q)
-            if (pid[q] && ::kill(pid[q], SIGTERM) == 0) any = true;
-          if (any) say("launch: stopping the other processes (SIGTERM): the job cannot go on without process " +
-                       std::to_string(r));
-        }
+        // leaving its run directory. The others get kRefusalTermS to refuse the same way by
+        // themselves (a wrong config refuses everywhere), then SIGTERM: one joining stops at
+        // once and removes what it made; one training saves a snapshot (SIGKILL after the grace)
+        if (code == 2 && !user_stop) term_at = now_s() + kRefusalTermS;
       }
     }
   };
@@ -485,6 +482,14 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
   for (;;) {
     reap();
     if (live == 0) break;
+    if (term_at > 0 && now_s() >= term_at) {
+      term_at = 0;
+      bool any = false;
+      for (int q = 0; q < N; ++q)
+        if (pid[q] && ::kill(pid[q], SIGTERM) == 0) any = true;
+      if (any) say("launch: stopping the other processes (SIGTERM): the job cannot go on without the process that refused to run");
+      continue;
+    }
     if (first_status >= 0 && !stragglers_killed && now_s() >= deadline) {
       for (int r = 0; r < N; ++r) {
         if (!pid[r]) continue;
@@ -499,7 +504,7 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
     siginfo_t info{};
     int sig;
     if (first_status >= 0 && !stragglers_killed) {
-      const double left = std::max(0.0, deadline - now_s());
+      const double left = std::max(0.0, (term_at > 0 ? std::min(deadline, term_at) : deadline) - now_s());
       timespec ts{(time_t)left, (long)((left - std::floor(left)) * 1e9)};
       sig = ::sigtimedwait(&waited, &info, &ts);
     } else {
