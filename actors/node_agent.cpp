@@ -294,6 +294,11 @@ void on_envelope(Agent* self, int32_t from, int32_t to, uint64_t seq, std::vecto
   caf::message inner = msg.get_as<caf::message>(2);
   const bool is_join = kind == kAgentKind && inner.match_elements(JoinMsg{});
   if (s.impl->hub() && is_join && answer_out_of_band(self, from, inner)) return;
+  // hub: after its join, process p speaks only through the agent that joined as p. A second
+  // process holding the job's secret and claiming p (refused above) sent its own abort on
+  // the next sequence number, and the job took it for process p's (it ended 75)
+  if (s.impl->hub() && !is_join && s.peers[from] && caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[from])
+    return reject(self, from, "not from the process that joined as process " + std::to_string(from));
   if (is_join && inner.get_as<int32_t>(1) != from) return reject(self, from, "a join whose rank differs from its envelope's");
   if (seq <= s.seq_in[from]) return reject(self, from, "replayed or reordered (sequence " + std::to_string(seq) + ")");
   s.seq_in[from] = seq;

@@ -300,3 +300,26 @@ TEST_CASE("checkpoint.dir inside the data cache is refused before anything is wr
   CHECK_FALSE(fs::exists(s.path("run")));
   CHECK_FALSE(fs::exists(s.path("cache/ck")));
 }
+
+TEST_CASE("a second process claiming a rank that is held is refused, and the job goes on to its end", "[cli][hostile][multiprocess]") {
+  Scratch s("duprank");
+  // a free port for the coordinator
+  const std::string port = std::to_string(29000 + (::getpid() % 900));
+  const std::string env = "export TROUPE_JOB_SECRET=0123456789abcdef0123456789abcdef TROUPE_WORLD_SIZE=2 "
+                          "TROUPE_COORDINATOR=127.0.0.1:" + port + "; ";
+  const std::string tr = "'" + troupe_bin() + "' train --config configs/tiny.toml --set train.steps=3 --set parallel.pp=2 "
+                         "--set train.sample_tokens=0 --set fault.join_timeout_s=30 --set data.cache_dir='" +
+                         s.path("cache") + "'";
+  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && " + env + "TROUPE_RANK=0 timeout 120 " + tr +
+                          " --run-dir '" + s.path("r0") + "' 2> '" + s.path("e0") + "' > /dev/null & A=$!; sleep 2; " +
+                          "TROUPE_RANK=1 timeout 120 " + tr + " --run-dir '" + s.path("r1") + "' 2> '" + s.path("e1") +
+                          "' > /dev/null & B=$!; TROUPE_RANK=1 timeout 120 " + tr + " --run-dir '" + s.path("r2") +
+                          "' 2> '" + s.path("e2") + "' > /dev/null & C=$!; wait $A; echo $? > '" + s.path("rc0") +
+                          "'; wait $B; b=$?; wait $C; c=$?; echo $b $c > '" + s.path("rc12") + "'";
+  shell_status(cmd);
+  INFO(slurp(s.path("e0")) << "\n--\n" << slurp(s.path("e1")) << "\n--\n" << slurp(s.path("e2")));
+  CHECK(std::atoi(slurp(s.path("rc0")).c_str()) == 0);  // the job finished
+  const std::string rc12 = slurp(s.path("rc12"));
+  CHECK((rc12 == "0 2\n" || rc12 == "2 0\n"));  // one rank 1 trained, the other was refused
+  CHECK((slurp(s.path("e1")) + slurp(s.path("e2"))).find("is already held by") != std::string::npos);
+}
