@@ -552,7 +552,7 @@ int run(const Options& o) {
   // the other stop signals (core/interrupt.h) are forwarded too: by default they would end the
   // launcher alone and orphan its processes (one inherited as ignored, nohup's SIGHUP, stays so)
   for (int i = 0; i < kStopSignalCount; ++i)
-    if (kStopSignals[i] != SIGXCPU && !(keep_if_ignored(kStopSignals[i]) && signal_ignored(kStopSignals[i])))
+    if (kStopSignals[i] != SIGXCPU && !left_ignored(kStopSignals[i]))
       sigaddset(&waited, kStopSignals[i]);
   ::sigprocmask(SIG_BLOCK, &waited, &old_mask);
 

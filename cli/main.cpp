@@ -137,7 +137,7 @@ __attribute__((constructor)) void install_early_signals() {
   std::signal(SIGPIPE, SIG_IGN);
   for (int i = 0; i < kStopSignalCount; ++i) {
     const int sig = kStopSignals[i];
-    if (keep_if_ignored(sig) && signal_ignored(sig)) continue;
+    if (left_ignored(sig)) continue;
     std::signal(sig, on_early_signal);
   }
 }

@@ -80,7 +80,7 @@ void install_stop_signals() {
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < kStopSignalCount; ++i) {
     const int s = kStopSignals[i];
-    if (s == SIGXCPU || (keep_if_ignored(s) && signal_ignored(s))) continue;  // SIGXCPU: cli/main.cpp's exit
+    if (s == SIGXCPU || left_ignored(s)) continue;  // SIGXCPU: cli/main.cpp's exit
     sigaction(s, &sa, nullptr);
   }
 }

@@ -32,9 +32,8 @@ const char* stop_signal_label(int sig) {
   }
 }
 
-bool keep_if_ignored(int sig) { return sig == SIGHUP || sig == SIGALRM || sig == SIGUSR2 || sig == SIGVTALRM; }
-
-bool signal_ignored(int sig) {
+bool left_ignored(int sig) {
+  if (sig != SIGHUP && sig != SIGALRM && sig != SIGUSR2 && sig != SIGVTALRM) return false;
   struct sigaction cur {};
   return ::sigaction(sig, nullptr, &cur) == 0 && cur.sa_handler == SIG_IGN;
 }
@@ -97,7 +96,7 @@ InterruptGuard::InterruptGuard(std::function<std::string(int)> on_stop) : impl_(
   sa.sa_flags = SA_RESTART;
   for (int i = 0; i < kStopSignalCount; ++i) {
     const int sig = kStopSignals[i];
-    if (keep_if_ignored(sig) && signal_ignored(sig)) continue;  // nohup's SIGHUP stays ignored
+    if (left_ignored(sig)) continue;  // nohup's SIGHUP stays ignored
     impl_->taken[i] = ::sigaction(sig, &sa, &impl_->old[i]) == 0;
   }
 }

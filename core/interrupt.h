@@ -18,12 +18,10 @@ constexpr int kStopSignalCount = 8;
 // "SIGINT (Ctrl-C)", "SIGTERM", ... for a signal of kStopSignals ("a signal" for another).
 // Async-signal-safe (a pointer into a static table).
 const char* stop_signal_label(int sig);
-// True for a signal whose disposition troupe must leave as it found it when it is SIG_IGN
-// (inherited from nohup or a shell: SIGHUP, SIGALRM, SIGUSR2, SIGVTALRM). SIGINT, SIGTERM,
-// SIGUSR1 and SIGXCPU are always taken.
-bool keep_if_ignored(int sig);
-// True when `sig` is now ignored (SIG_IGN) in this process.
-bool signal_ignored(int sig);
+// True when troupe must leave `sig` as it found it: SIGHUP, SIGALRM, SIGUSR2 or SIGVTALRM
+// inherited as ignored (SIG_IGN, from nohup or a shell). SIGINT, SIGTERM, SIGUSR1 and
+// SIGXCPU are always taken.
+bool left_ignored(int sig);
 
 // While an InterruptGuard lives, the stop signals (kStopSignals, except those kept ignored) end the process cleanly instead of by
 // their default action: a watcher thread (not the signal handler, so it may allocate and
