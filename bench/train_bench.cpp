@@ -1,7 +1,8 @@
 // bench/train_bench.cpp — troupe's side of `make bench`:
 //   1. tokens/s, ms/step and MFU of a full training step (forward, backward, clip, AdamW)
 //      through the actor pipeline, PP=1, on the bench model (default L=4, C=256, NH=4,
-//      T=128, V=8192, B=16, 2 threads), median of --iters steps after --warmup;
+//      T=128, V=8192, B=16, 2 threads, --precision fp32|bf16|fp16), median of --iters steps
+//      after --warmup;
 //   2. troupe's matmul (fixed-block GEMM calls, kernels/gemm.cpp) GFLOP/s on the model's
 //      shapes against oneDNN's own multi-threaded sgemm on the whole matrices.
 // Prints one JSON object per line.
@@ -29,8 +30,13 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 
 int main(int argc, char** argv) {
   int L = 4, C = 256, NH = 4, T = 128, V = 8192, B = 16, threads = 2, warmup = 3, iters = 10, pp = 1, M = 1;
+  std::string precision = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
+    if (a == "--precision") {
+      precision = argv[i + 1];
+      continue;
+    }
     int v = std::atoi(argv[i + 1]);
     if (a == "--n_layer") L = v;
     else if (a == "--n_embd") C = v;
@@ -48,6 +54,7 @@ int main(int argc, char** argv) {
   c.parallel.pp = pp;
   c.parallel.microbatches = M;
   c.train.threads = threads;
+  c.train.precision = precision;  // fp32 | bf16 | fp16 (train.precision)
   JobContext ctx = bench::random_tokens(V);
   auto r = run_job(c, ctx);
   std::vector<double> ms(r.step_ms.begin() + warmup, r.step_ms.end());
@@ -55,8 +62,10 @@ int main(int argc, char** argv) {
   double med = ms[ms.size() / 2];
   double tps = B * T / (med / 1e3);
   printf("{\"name\": \"train_step\", \"tokens_per_s\": %.1f, \"ms_per_step\": %.2f, \"mfu\": %.4f, "
-         "\"peak_gflops\": %.1f, \"flops_per_token\": %.0f, \"threads\": %d, \"pp\": %d, \"microbatches\": %d}\n",
-         tps, med, tps * r.flops_per_token / r.peak_flops, r.peak_flops / 1e9, r.flops_per_token, threads, pp, M);
+         "\"peak_gflops\": %.1f, \"flops_per_token\": %.0f, \"threads\": %d, \"pp\": %d, \"microbatches\": %d, "
+         "\"precision\": \"%s\", \"activation_bytes\": %zu}\n",
+         tps, med, tps * r.flops_per_token / r.peak_flops, r.peak_flops / 1e9, r.flops_per_token, threads, pp, M,
+         precision.c_str(), r.activation_bytes);
 
   // GEMM: troupe's blocked matmul vs the library's own threaded GEMM, same shapes, same threads.
   set_thread_budget(threads);

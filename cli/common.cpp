@@ -324,8 +324,10 @@ void check_memory(const Config& c) {
   // value + gradient on every replica, fp32 master + 2 moments sharded over DP (ZeRO-1)
   double params = (8.0 * DP + 12.0) * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
-  // mixed precision: the stash holds 16-bit values (+ one fp32 block of scratch per stage)
+  // mixed precision: the stash holds 16-bit values (stages/stage.h: an fp32 (B*T, C)
+  // workspace per stage, or with sequence parallelism one fp32 block of scratch)
   const bool half = c.train.precision != "fp32" && c.train.recompute != "full";
+  const bool sp = c.parallel.sequence_parallel && c.parallel.tp > 1;
   // mixed precision: the model's copy is 16-bit storage (2 bytes, not 4), the only copy besides the master
   if (c.train.precision != "fp32") params -= 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const bool selective = c.train.recompute == "selective";  // no attention probabilities stashed
@@ -337,8 +339,14 @@ void check_memory(const Config& c) {
   const SimResult sim = simulate(sched, Costs{});
   double acts = 0;
   for (int st = 0; st < P; ++st) acts += sim.peak_inflight[st] * ((double)g.L / (P * V)) * per_layer;
-  acts += 2.0 * 4.0 * mbB * T * g.V;                        // logits + dlogits of one microbatch
-  if (c.train.recompute == "full" || half || selective) acts += full_layer * P;  // one recompute/unpack buffer per stage
+  // logits + dlogits of one microbatch (mixed precision: 16-bit dlogits + 32 fp32 rows)
+  acts += half ? (2.0 * mbB * T + 4.0 * std::min(32, mbB * T)) * g.V : 2.0 * 4.0 * mbB * T * g.V;
+  if (c.train.recompute == "full" || (half && sp)) {
+    acts += full_layer * P;  // one recompute/unpack buffer per stage
+  } else {
+    if (half) acts += 4.0 * mbB * T * g.C * P;                                  // the residual stream's fp32 workspace
+    if (selective) acts += (half ? 2.0 : 4.0) * mbB * g.NH * T * T * P;  // the one attention-probability buffer
+  }
   acts *= DP;                                               // every replica
   const double need = params + acts;
   check_address_space((uint64_t)need, "this training job (all its workers in this process)");

@@ -118,75 +118,155 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, 
   ctx.strm.wait();
 }
 
+// A 16-bit activation of dtype dt (bf16 or f16) widened exactly into dst (n).
+void widen16(float* dst, const uint16_t* src, int64_t n, DType dt) { unpack16(dst, src, n, dt); }
+
+// dbias[o0, o0 + ocs) += column sums of a 16-bit dout (BT, OC), rows in order: the bits of
+// dbias_block on the widened values (each addition the same, in the same order).
+void dbias_block16(float* dbias, const uint16_t* dout, DType dt, int64_t BT, int OC, int64_t o0, int64_t ocs) {
+  float* db = dbias + o0;
+  float row[kOcBlock];
+  for (int64_t r = 0; r < BT; ++r) {
+    widen16(row, dout + r * OC + o0, ocs, dt);
+#pragma omp simd
+    for (int64_t j = 0; j < ocs; ++j) db[j] += row[j];
+  }
+}
+
+// The calling thread's buffer of at least n elements (kept: no page faults per call).
+template <class E>
+E* tl_buffer(std::vector<E>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
 }  // namespace
 
-void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16, const float* bias, int64_t BT, int C,
-                         int OC) {
+void matmul_forward_act(void* out, DType odt, const void* inp, DType idt, const float* weight,
+                        const uint16_t* weight16, const float* bias, int64_t BT, int C, int OC) {
   TROUPE_CHECK(BT >= 0 && C > 0 && OC > 0);
-  if (!gemm_choice().bf16_native) {  // the same math in fp32: bf16 values widened exactly
-    thread_local std::vector<float> x32, w32;
-    widen_bf16(x32, inp, BT * C);
-    widen_bf16(w32, weight16, (int64_t)OC * C);
-    matmul_forward(out, x32.data(), w32.data(), bias, BT, C, OC);
-    return;
+  TROUPE_CHECK((weight != nullptr) != (weight16 != nullptr)) << "matmul_forward_act: give one weight";
+  const bool native = weight16 && gemm_choice().bf16_native;
+  thread_local std::vector<float> w32v;
+  if (weight16 && !native) {  // the same math in fp32: bf16 values widened exactly
+    weight = tl_buffer(w32v, (size_t)OC * C);
+    bf16_to_f32(weight16, w32v.data(), (size_t)OC * C);
   }
   const int64_t nblk = (BT + kRowBlock - 1) / kRowBlock;
   parallel_for(nblk, [&](int64_t b) {
-    int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-    thread_local std::vector<uint16_t> a16;
-    a16.resize((size_t)rows * C);
-    f32_to_bf16(inp + r0 * C, a16.data(), (size_t)(rows * C));
-    float* o = out + r0 * OC;
-    gemm_bf16(rows, OC, C, a16.data(), C, false, weight16, C, true, false, o, OC);
+    const int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
+    thread_local std::vector<uint16_t> a16v;
+    thread_local std::vector<float> a32v, o32v;
+    const float* in32 = idt == DType::f32 ? static_cast<const float*>(inp) + r0 * C : nullptr;
+    const uint16_t* in16 = idt == DType::f32 ? nullptr : static_cast<const uint16_t*>(inp) + r0 * C;
+    float* o = odt == DType::f32 ? static_cast<float*>(out) + r0 * OC : tl_buffer(o32v, (size_t)(rows * OC));
+    if (native) {  // bf16 GEMM: the input as bf16 (an fp32 input rounded to nearest even)
+      const uint16_t* a = in16;
+      if (!a) {
+        f32_to_bf16(in32, tl_buffer(a16v, (size_t)(rows * C)), (size_t)(rows * C));
+        a = a16v.data();
+      }
+      gemm_bf16(rows, OC, C, a, C, false, weight16, C, true, false, o, OC);
+    } else {  // fp32 GEMM: 16-bit inputs widened exactly; with bf16 weights an fp32 input is rounded to bf16
+      const float* a = in32;
+      if (in16 || weight16) {
+        float* w = tl_buffer(a32v, (size_t)(rows * C));
+        if (in16) {
+          widen16(w, in16, rows * C, idt);
+        } else {
+          uint16_t* t = tl_buffer(a16v, (size_t)(rows * C));
+          f32_to_bf16(in32, t, (size_t)(rows * C));
+          bf16_to_f32(t, w, (size_t)(rows * C));
+        }
+        a = w;
+      }
+      sgemm(false, true, rows, OC, C, a, C, weight, C, 0.0f, o, OC);
+    }
     if (bias) add_bias_rows(o, bias, rows, OC);
+    if (odt != DType::f32) pack16(static_cast<uint16_t*>(out) + r0 * OC, o, rows * OC, odt);
   });
+}
+
+void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16, const float* bias, int64_t BT, int C,
+                         int OC) {
+  matmul_forward_act(out, DType::f32, inp, DType::f32, nullptr, weight16, bias, BT, C, OC);
+}
+
+void matmul_backward_act(float* dinp, float* dweight, float* dbias, const void* dout, DType ddt, const void* inp,
+                         DType idt, const float* weight, const uint16_t* weight16, int64_t BT, int C, int OC) {
+  TROUPE_CHECK(BT >= 0 && C > 0 && OC > 0);
+  TROUPE_CHECK((weight != nullptr) != (weight16 != nullptr)) << "matmul_backward_act: give one weight";
+  const bool native = weight16 && gemm_choice().bf16_native;
+  const int64_t nrow = (BT + kRowBlock - 1) / kRowBlock;
+  const int64_t noc = (dweight || dbias) ? (OC + kOcBlock - 1) / kOcBlock : 0;
+  const int64_t n_dinp = dinp ? nrow : 0;
+  const float* dout32 = ddt == DType::f32 ? static_cast<const float*>(dout) : nullptr;
+  const uint16_t* dout16 = ddt == DType::f32 ? nullptr : static_cast<const uint16_t*>(dout);
+  auto dbias_of = [&](int64_t o0, int64_t ocs) {  // sums the dout given (fp32 unrounded, or its 16-bit values)
+    if (dout32)
+      dbias_block(dbias, dout32, BT, OC, o0, ocs);
+    else
+      dbias_block16(dbias, dout16, ddt, BT, OC, o0, ocs);
+  };
+  // (the calling thread's buffers: other threads see them through these pointers)
+  thread_local std::vector<uint16_t> d16v, x16v;
+  thread_local std::vector<float> d32v, x32v, w32v;
+  if (native) {
+    // bf16 operands made once per call where the activations are fp32: dout (BT,OC), and
+    // for dweight inp (BT,C); dweight reads dout transposed through the primitive's strides.
+    const uint16_t* d16 = dout16;
+    const uint16_t* x16 = idt == DType::f32 ? nullptr : static_cast<const uint16_t*>(inp);
+    uint16_t* dconv = d16 ? nullptr : tl_buffer(d16v, (size_t)(BT * OC));
+    uint16_t* xconv = (dweight && !x16) ? tl_buffer(x16v, (size_t)(BT * C)) : nullptr;
+    if (dconv || xconv)
+      parallel_for(nrow, [&](int64_t b) {
+        const int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
+        if (dconv) f32_to_bf16(dout32 + r0 * OC, dconv + r0 * OC, (size_t)(rows * OC));
+        if (xconv) f32_to_bf16(static_cast<const float*>(inp) + r0 * C, xconv + r0 * C, (size_t)(rows * C));
+      });
+    if (dconv) d16 = dconv;
+    if (xconv) x16 = xconv;
+    parallel_for(n_dinp + noc, [&](int64_t b) {
+      if (b < n_dinp) {
+        const int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
+        gemm_bf16(rows, C, OC, d16 + r0 * OC, OC, false, weight16, C, false, false, dinp + r0 * C, C);
+        return;
+      }
+      const int64_t o0 = (b - n_dinp) * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
+      if (dweight) gemm_bf16(ocs, C, BT, d16 + o0, OC, true, x16, C, false, true, dweight + o0 * C, C);
+      if (dbias) dbias_of(o0, ocs);
+    });
+    return;
+  }
+  // fp32 GEMMs: 16-bit operands widened exactly; with bf16 weights (a CPU without a native
+  // bf16 GEMM) fp32 operands are rounded to bf16 first — the same math as the bf16 GEMM.
+  auto as_f32 = [&](std::vector<float>& buf, const void* p, DType dt, int64_t n) -> const float* {
+    if (dt == DType::f32 && !weight16) return static_cast<const float*>(p);
+    if (dt == DType::f32) {
+      widen_bf16(buf, static_cast<const float*>(p), n);
+      return buf.data();
+    }
+    float* w = tl_buffer(buf, (size_t)n);
+    widen16(w, static_cast<const uint16_t*>(p), n, dt);
+    return w;
+  };
+  const float* d32 = as_f32(d32v, dout, ddt, BT * OC);
+  const float* x32 = dweight ? as_f32(x32v, inp, idt, BT * C) : nullptr;
+  if (weight16) {
+    weight = tl_buffer(w32v, (size_t)OC * C);
+    bf16_to_f32(weight16, w32v.data(), (size_t)OC * C);
+  }
+  matmul_backward(dinp, dweight, nullptr, d32, x32, weight, BT, C, OC);
+  if (dbias) {
+    parallel_for(noc, [&](int64_t b) {
+      const int64_t o0 = b * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
+      dbias_of(o0, ocs);
+    });
+  }
 }
 
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const uint16_t* weight16, int64_t BT, int C, int OC) {
-  TROUPE_CHECK(BT >= 0 && C > 0 && OC > 0);
-  if (!gemm_choice().bf16_native) {  // the same math in fp32: bf16 values widened exactly
-    thread_local std::vector<float> d32, x32, w32;
-    widen_bf16(d32, dout, BT * OC);
-    if (dweight) widen_bf16(x32, inp, BT * C);
-    widen_bf16(w32, weight16, (int64_t)OC * C);
-    // dbias sums the unrounded dout, as the native path does
-    matmul_backward(dinp, dweight, nullptr, d32.data(), x32.data(), w32.data(), BT, C, OC);
-    if (dbias) {
-      const int64_t noc = (OC + kOcBlock - 1) / kOcBlock;
-      parallel_for(noc, [&](int64_t b) {
-        int64_t o0 = b * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
-        dbias_block(dbias, dout, BT, OC, o0, ocs);
-      });
-    }
-    return;
-  }
-  const int64_t nrow = (BT + kRowBlock - 1) / kRowBlock;
-  const int64_t noc = (dweight || dbias) ? (OC + kOcBlock - 1) / kOcBlock : 0;
-  const int64_t n_dinp = dinp ? nrow : 0;
-  // bf16 copies made once per call: dout (BT,OC), and for dweight inp (BT,C); dweight
-  // reads dout transposed through the primitive's strides.
-  // (the calling thread's buffers: other threads see them through these pointers)
-  thread_local std::vector<uint16_t> d16v, x16v;
-  d16v.resize((size_t)BT * OC);
-  if (dweight) x16v.resize((size_t)BT * C);
-  uint16_t* d16 = d16v.data();
-  uint16_t* x16 = x16v.data();
-  parallel_for(nrow, [&](int64_t b) {
-    int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-    f32_to_bf16(dout + r0 * OC, d16 + r0 * OC, (size_t)(rows * OC));
-    if (dweight) f32_to_bf16(inp + r0 * C, x16 + r0 * C, (size_t)(rows * C));
-  });
-  parallel_for(n_dinp + noc, [&](int64_t b) {
-    if (b < n_dinp) {
-      int64_t r0 = b * kRowBlock, rows = std::min(kRowBlock, BT - r0);
-      gemm_bf16(rows, C, OC, d16 + r0 * OC, OC, false, weight16, C, false, false, dinp + r0 * C, C);
-      return;
-    }
-    int64_t o0 = (b - n_dinp) * kOcBlock, ocs = std::min<int64_t>(kOcBlock, OC - o0);
-    if (dweight) gemm_bf16(ocs, C, BT, d16 + o0, OC, true, x16, C, false, true, dweight + o0 * C, C);
-    if (dbias) dbias_block(dbias, dout, BT, OC, o0, ocs);
-  });
+  matmul_backward_act(dinp, dweight, dbias, dout, DType::f32, inp, DType::f32, nullptr, weight16, BT, C, OC);
 }
 
 void gemm_nt(float* out, const float* A, const float* Bm, int64_t M, int64_t N, int64_t K) {

@@ -49,6 +49,20 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
                          int OC);
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const uint16_t* weight16, int64_t BT, int C, int OC);
+// The linear layer with activations of any storage dtype (train.precision), on the same
+// fixed blocks and with the bits of the functions above:
+//   forward : out (BT,OC) of odt = inp (BT,C) of idt · weight^T + bias; a 16-bit out is
+//             each fp32 row block after the bias, rounded to nearest even (as round_to +
+//             pack16); 16-bit inp is read as it is (bf16 GEMM) or widened exactly.
+//   backward: dinp (BT,C) assigned, dweight (OC,C) +=, dbias (OC) += (fp32, each may be
+//             null) from dout (BT,OC) of ddt and inp (BT,C) of idt.
+// weight: exactly one of `weight` (fp32 (OC,C): fp32 GEMM) and `weight16` (bf16 bits:
+// the bf16 GEMM, or its fp32 math where the CPU has none, fp32 operands rounded to bf16).
+// Errors: Error on bad sizes or two/no weights.
+void matmul_forward_act(void* out, DType odt, const void* inp, DType idt, const float* weight,
+                        const uint16_t* weight16, const float* bias, int64_t BT, int C, int OC);
+void matmul_backward_act(float* dinp, float* dweight, float* dbias, const void* dout, DType ddt, const void* inp,
+                         DType idt, const float* weight, const uint16_t* weight16, int64_t BT, int C, int OC);
 // out (M,N) = A (M,K) · B(N,K)^T, plain GEMM on fixed blocks (used by tests/bench).
 void gemm_nt(float* out, const float* A, const float* Bm, int64_t M, int64_t N, int64_t K);
 

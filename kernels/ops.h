@@ -9,9 +9,11 @@
 // bits are those of the fp32 buffer holding the rounded values that troupe used before.
 // bf16 weights go to the bf16 GEMM (oneDNN, fp32 accumulation) as they are; f16 and 1-D
 // parameters (biases, LayerNorm) are widened into scratch the op owns for the call.
-// Activations are still fp32 buffers here (raw pointers, contiguous, sizes as stated),
-// rounded to the storage dtype `dt` after each op that writes one; they become tensors
-// of dt when activation storage turns 16-bit.
+// Activations: the raw-pointer ops take fp32 buffers (contiguous, sizes as stated),
+// rounded to the storage dtype `dt` after each op that writes one. The tensor ops at the
+// end ("activations of any storage dtype") take activations as tensors of f32 or of dt:
+// 16-bit ones are read and written as they are (kernels compute in fp32 on the exact
+// values and round on store), with the bits of the fp32-buffer ops.
 //
 // Errors: every op raises troupe::Error (TROUPE_CHECK) on a shape, dtype or device
 // mismatch, naming the op and the tensor.
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/dropout.h"
 
 namespace troupe::ops {
 
@@ -77,5 +80,46 @@ void add_bias(float* out, const Tensor& bias, int64_t BT, int OC);
 void embedding_forward(float* out, const int32_t* tokens, const Tensor& wte_l, int lo, int B, int T, int C);
 // out (rows,C) += wpe (maxT,C, any dtype)[(row0 + i) mod T] for row i.
 void add_positional(float* out, const Tensor& wpe, int64_t rows, int T, int C, int64_t row0);
+
+// ---- activations of any storage dtype (kernels/ops_act.cpp) -----------------------------
+// Each takes activation tensors of f32 or of a 16-bit dtype (numel as stated; shapes are
+// the caller's) and gives the bits of the fp32-buffer op above on the same values: an f32
+// output is rounded to dt in place, a 16-bit one rounded to nearest even as it is stored.
+// Gradients (dinp, datt, dweight, ...) are fp32 buffers. Errors: Error on a numel,
+// dtype or device mismatch. Per call, at most a few row blocks are widened into the
+// calling thread's fp32 buffers (nothing of a whole activation's size, except the f16 or
+// non-native bf16 GEMM backward, which widens its operands).
+// out (BT,OC) = inp (BT,C) · weight (OC,C)^T + bias (OC).
+void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias, int64_t BT, int C, int OC,
+                    DType dt);
+// out (rows,OC) fp32 = rows [r0, r0 + rows) of inp (any dtype, C columns) · weight^T,
+// rounded to dt (no bias): a block of the LM head's logits.
+void linear_forward_rows(float* out, const Tensor& inp, int64_t r0, int64_t rows, const Tensor& weight, int C, int OC,
+                         DType dt);
+// dinp (BT,C) = dout · weight (rounded to dt); dweight (OC,C) +=, dbias (OC) += (each may
+// be null) from dout (BT,OC) and inp (BT,C) of any dtype.
+void linear_backward(float* dinp, float* dweight, float* dbias, const Tensor& dout, const Tensor& inp,
+                     const Tensor& weight, int64_t BT, int C, int OC, DType dt);
+// The same with an fp32 dout (BT,OC) and inp (BT,C) of any dtype.
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const Tensor& inp,
+                     const Tensor& weight, int64_t BT, int C, int OC, DType dt);
+// out (BT,C) = layernorm(inp (BT,C)), rounded to dt; mean, rstd (BT) fp32.
+void layernorm_forward(Tensor& out, float* mean, float* rstd, const Tensor& inp, const Tensor& weight,
+                       const Tensor& bias, int64_t BT, int C, DType dt);
+// dinp (BT,C) +=, dweight, dbias (C) += from dout (BT,C) fp32 and inp (BT,C) of any dtype.
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const Tensor& inp,
+                        const Tensor& weight, const float* mean, const float* rstd, int64_t BT, int C);
+// out (N) = gelu(inp (N)), rounded to dt; dinp (N) = dout (N) * gelu'(inp).
+void gelu_forward(Tensor& out, const Tensor& inp, DType dt);
+void gelu_backward(float* dinp, const Tensor& inp, const float* dout);
+// acc (N) += x (N, any dtype).
+void accumulate(float* acc, const Tensor& x);
+// Causal attention as kernels::attention_forward: out (B,T,C) and att (B,NH,T,T) rounded
+// to dt, from qkv (B,T,3C); backward: dinp (B,T,3C) assigned, datt scratch, from dout
+// (B,T,C) fp32. 16-bit tensors are processed one sequence at a time.
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int B, int T, int C, int NH,
+                       const kernels::DropoutKey* drop, DType dt);
+void attention_backward(float* dinp, float* datt, const float* dout, const Tensor& qkv, const Tensor& att, int B, int T,
+                        int C, int NH, const kernels::DropoutKey* drop);
 
 }  // namespace troupe::ops

@@ -152,8 +152,12 @@ void ensure(Tensor& t, std::vector<int64_t> shape) {
 }
 }  // namespace
 
-void BlockActs::ensure(int B, int T, const GPTConfig& g, int64_t rows) {
-  using troupe::ensure;
+void BlockActs::ensure(int B, int T, const GPTConfig& g, int64_t rows, DType dt) {
+  // the stored activations in dt, the LayerNorm statistics in fp32
+  auto ensure = [dt](Tensor& t, std::vector<int64_t> shape) {
+    const DType want = shape.size() == 1 ? DType::f32 : dt;
+    if (!t.defined() || t.shape() != shape || t.dtype() != want) t = Tensor(std::move(shape), want);
+  };
   const int64_t BT = (int64_t)B * T;
   const int64_t R = rows < 0 ? BT : rows;
   const int C = g.C;
@@ -214,51 +218,56 @@ void set_compute_copy(Param& p, const float* from, DType dt) {
 
 void Block::rnd(float* x, int64_t n) const { kernels::round_to(x, n, dt); }
 
-void Block::recompute_attention(BlockActs& a, float* atty_scratch, int B, int T, const GPTConfig& cfg) const {
+void Block::recompute_attention(BlockActs& a, Tensor& atty_scratch, int B, int T, const GPTConfig& cfg) const {
   namespace k = kernels;
   const bool dr = drop && drop->active;
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
-  k::attention_forward(atty_scratch, a.att.data(), a.qkv.data(), B, T, cfg.Cl(), cfg.NHl(), dr ? &ka : nullptr);
-  rnd(a.att.data(), a.att.numel());
+  ops::attention_forward(atty_scratch, a.att, a.qkv, B, T, cfg.Cl(), cfg.NHl(), dr ? &ka : nullptr, dt);
 }
 
-void Block::forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
-  if (sp_on()) return forward_sp(y, a, B, T, cfg);
+Tensor& Block::fp32_work(const Tensor& like, int64_t n) const {
+  if (like.dtype() == DType::f32) return const_cast<Tensor&>(like);
+  TROUPE_CHECK(work) << "block " << layer << ": 16-bit activations need the stage's fp32 workspace";
+  if (!work->defined() || work->numel() != n) *work = Tensor({n});
+  return *work;
+}
+
+void Block::forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
+  if (sp_on()) return forward_sp(y.data(), a, B, T, cfg);
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
-  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value,
-                       ln1_b->value, BT, C);
-  rnd(a.ln1.data(), BT * C);
+  ops::layernorm_forward(a.ln1, a.ln1_mean.data(), a.ln1_rstd.data(), a.x, ln1_w->value, ln1_b->value, BT, C, dt);
   // column-parallel QKV (this rank's heads), attention over them, row-parallel projection
-  ops::linear_forward(a.qkv.data(), a.ln1.data(), qkv_w->value, &qkv_b->value, BT, C, 3 * Cl, dt);
+  ops::linear_forward(a.qkv, a.ln1, qkv_w->value, &qkv_b->value, BT, C, 3 * Cl, dt);
   const bool dr = drop && drop->active;
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
-  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
-  rnd(a.att.data(), a.att.numel());
-  rnd(a.atty.data(), BT * Cl);
-  ops::linear_forward(a.x2.data(), a.atty.data(), proj_w->value, nullptr, BT, Cl, C, dt);
-  tp_sum(tp, a.x2.data(), BT * C, timeout_s);
-  rnd(a.x2.data(), BT * C);
+  ops::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, cfg.NHl(), dr ? &ka : nullptr, dt);
+  // The residual stream is summed in fp32: in a.x2 itself, or (16-bit a.x2) in the
+  // workspace, stored once rounded.
+  Tensor& x2 = fp32_work(a.x2, BT * C);
+  ops::linear_forward(x2, a.atty, proj_w->value, nullptr, BT, Cl, C, dt);
+  tp_sum(tp, x2.data(), BT * C, timeout_s);
+  rnd(x2.data(), BT * C);
   // bias + dropout + residual add: one fused step, rounded once (Megatron's bias_dropout_add)
-  ops::add_bias(a.x2.data(), proj_b->value, BT, C);
-  if (dr) k::dropout_apply(a.x2.data(), BT, C, drop->key(layer, 2));  // residual dropout (replicated mask)
-  k::accumulate(a.x2.data(), a.x.data(), BT * C);
-  rnd(a.x2.data(), BT * C);
-  ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value,
-                       ln2_b->value, BT, C);
-  rnd(a.ln2.data(), BT * C);
+  ops::add_bias(x2.data(), proj_b->value, BT, C);
+  if (dr) k::dropout_apply(x2.data(), BT, C, drop->key(layer, 2));  // residual dropout (replicated mask)
+  ops::accumulate(x2.data(), a.x);
+  rnd(x2.data(), BT * C);
+  if (&x2 != &a.x2) ops::cast(a.x2, x2);
+  ops::layernorm_forward(a.ln2, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2, ln2_w->value, ln2_b->value, BT, C, dt);
   // column-parallel fc, row-parallel proj
-  ops::linear_forward(a.fch.data(), a.ln2.data(), fc_w->value, &fc_b->value, BT, C, Fl, dt);
-  k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
-  rnd(a.fch_gelu.data(), BT * Fl);
-  ops::linear_forward(y, a.fch_gelu.data(), fcproj_w->value, nullptr, BT, Fl, C, dt);
-  tp_sum(tp, y, BT * C, timeout_s);
-  rnd(y, BT * C);
-  ops::add_bias(y, fcproj_b->value, BT, C);
-  if (dr) k::dropout_apply(y, BT, C, drop->key(layer, 3));
-  k::accumulate(y, a.x2.data(), BT * C);
-  rnd(y, BT * C);
+  ops::linear_forward(a.fch, a.ln2, fc_w->value, &fc_b->value, BT, C, Fl, dt);
+  ops::gelu_forward(a.fch_gelu, a.fch, dt);
+  Tensor& yw = fp32_work(y, BT * C);
+  ops::linear_forward(yw, a.fch_gelu, fcproj_w->value, nullptr, BT, Fl, C, dt);
+  tp_sum(tp, yw.data(), BT * C, timeout_s);
+  rnd(yw.data(), BT * C);
+  ops::add_bias(yw.data(), fcproj_b->value, BT, C);
+  if (dr) k::dropout_apply(yw.data(), BT, C, drop->key(layer, 3));
+  ops::accumulate(yw.data(), a.x2);
+  rnd(yw.data(), BT * C);
+  if (&yw != &y) ops::cast(y, yw);
 }
 
 void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
@@ -277,31 +286,31 @@ void Block::backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, c
     return s.dbranch.data();
   };
   const float* dbr = branch_grad(3);
-  ops::linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu.data(),
-                     fcproj_w->value, BT, Fl, C, dt);
-  k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
+  ops::linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), dbr, a.fch_gelu,
+                       fcproj_w->value, BT, Fl, C, dt);
+  ops::gelu_backward(s.dfch.data(), a.fch, s.dfch_gelu.data());
   rnd(s.dfch.data(), BT * Fl);
-  ops::linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
-                     fc_w->value, BT, C, Fl, dt);
+  ops::linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2, fc_w->value, BT, C,
+                       Fl, dt);
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
   rnd(s.dln.data(), BT * C);
-  ops::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2.data(),
-                        ln2_w->value, a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
+  ops::layernorm_backward(dres, ln2_w->grad.data(), ln2_b->grad.data(), s.dln.data(), a.x2, ln2_w->value,
+                          a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
   rnd(dres, BT * C);
   // attention half: x2 = x + drop(proj(attn(qkv(ln1(x))))); dres = dL/dx2
   dbr = branch_grad(2);
-  ops::linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty.data(),
-                     proj_w->value, BT, Cl, C, dt);
+  ops::linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), dbr, a.atty, proj_w->value, BT, Cl,
+                       C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
-  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
-                        dr ? &ka : nullptr);
+  ops::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv, a.att, B, T, Cl, cfg.NHl(),
+                          dr ? &ka : nullptr);
   rnd(s.dqkv.data(), BT * 3 * Cl);
-  ops::linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
-                     qkv_w->value, BT, C, 3 * Cl, dt);
+  ops::linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1, qkv_w->value, BT,
+                       C, 3 * Cl, dt);
   tp_sum(tp, s.dln.data(), BT * C, timeout_s);
   rnd(s.dln.data(), BT * C);
-  ops::layernorm_backward(dres, ln1_w->grad.data(), ln1_b->grad.data(), s.dln.data(), a.x.data(),
-                        ln1_w->value, a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
+  ops::layernorm_backward(dres, ln1_w->grad.data(), ln1_b->grad.data(), s.dln.data(), a.x, ln1_w->value,
+                          a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
   rnd(dres, BT * C);
 }
 
@@ -314,62 +323,61 @@ void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratc
   const bool dr = drop && drop->active;
   std::memcpy(g.dy.data(), dres, BT * C * sizeof(float));  // dL/d(branch), kept for W
   if (dr) k::dropout_apply(g.dy.data(), BT, C, drop->key(layer, 3)), rnd(g.dy.data(), BT * C);
-  ops::linear_backward(s.dfch_gelu.data(), nullptr, nullptr, g.dy.data(), a.fch_gelu.data(), fcproj_w->value, BT,
-                     Fl, C, dt);
-  k::gelu_backward(g.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
+  ops::linear_backward(s.dfch_gelu.data(), nullptr, nullptr, g.dy.data(), a.fch_gelu, fcproj_w->value, BT, Fl, C, dt);
+  ops::gelu_backward(g.dfch.data(), a.fch, s.dfch_gelu.data());
   rnd(g.dfch.data(), BT * Fl);
-  ops::linear_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2.data(), fc_w->value, BT, C, Fl, dt);
+  ops::linear_backward(g.dln2.data(), nullptr, nullptr, g.dfch.data(), a.ln2, fc_w->value, BT, C, Fl, dt);
   tp_sum(tp, g.dln2.data(), BT * C, timeout_s);
   rnd(g.dln2.data(), BT * C);
-  ops::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2.data(), ln2_w->value, a.ln2_mean.data(),
-                        a.ln2_rstd.data(), BT, C);
+  ops::layernorm_backward(dres, nullptr, nullptr, g.dln2.data(), a.x2, ln2_w->value, a.ln2_mean.data(),
+                          a.ln2_rstd.data(), BT, C);
   rnd(dres, BT * C);
   std::memcpy(g.dx2.data(), dres, BT * C * sizeof(float));
   if (dr) k::dropout_apply(g.dx2.data(), BT, C, drop->key(layer, 2)), rnd(g.dx2.data(), BT * C);
-  ops::linear_backward(s.datty.data(), nullptr, nullptr, g.dx2.data(), a.atty.data(), proj_w->value, BT, Cl, C, dt);
+  ops::linear_backward(s.datty.data(), nullptr, nullptr, g.dx2.data(), a.atty, proj_w->value, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
-  k::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
-                        dr ? &ka : nullptr);
+  ops::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv, a.att, B, T, Cl, cfg.NHl(),
+                          dr ? &ka : nullptr);
   rnd(g.dqkv.data(), BT * 3 * Cl);
-  ops::linear_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1.data(), qkv_w->value, BT, C, 3 * Cl, dt);
+  ops::linear_backward(g.dln1.data(), nullptr, nullptr, g.dqkv.data(), a.ln1, qkv_w->value, BT, C, 3 * Cl, dt);
   tp_sum(tp, g.dln1.data(), BT * C, timeout_s);
   rnd(g.dln1.data(), BT * C);
-  ops::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x.data(), ln1_w->value, a.ln1_mean.data(),
-                        a.ln1_rstd.data(), BT, C);
+  ops::layernorm_backward(dres, nullptr, nullptr, g.dln1.data(), a.x, ln1_w->value, a.ln1_mean.data(),
+                          a.ln1_rstd.data(), BT, C);
   rnd(dres, BT * C);
 }
 
 void Block::backward_weight(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const {
-  namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
-  ops::linear_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu.data(),
-                     fcproj_w->value, BT, Fl, C, dt);
-  ops::linear_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2.data(), fc_w->value,
-                     BT, C, Fl, dt);
-  ops::layernorm_backward(nullptr, ln2_w->grad.data(), ln2_b->grad.data(), g.dln2.data(), a.x2.data(),
-                        ln2_w->value, a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
-  ops::linear_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty.data(),
-                     proj_w->value, BT, Cl, C, dt);
-  ops::linear_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1.data(),
-                     qkv_w->value, BT, C, 3 * Cl, dt);
-  ops::layernorm_backward(nullptr, ln1_w->grad.data(), ln1_b->grad.data(), g.dln1.data(), a.x.data(),
-                        ln1_w->value, a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
+  ops::linear_backward(nullptr, fcproj_w->grad.data(), fcproj_b->grad.data(), g.dy.data(), a.fch_gelu,
+                       fcproj_w->value, BT, Fl, C, dt);
+  ops::linear_backward(nullptr, fc_w->grad.data(), fc_b->grad.data(), g.dfch.data(), a.ln2, fc_w->value, BT, C, Fl,
+                       dt);
+  ops::layernorm_backward(nullptr, ln2_w->grad.data(), ln2_b->grad.data(), g.dln2.data(), a.x2, ln2_w->value,
+                          a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
+  ops::linear_backward(nullptr, proj_w->grad.data(), proj_b->grad.data(), g.dx2.data(), a.atty, proj_w->value, BT, Cl,
+                       C, dt);
+  ops::linear_backward(nullptr, qkv_w->grad.data(), qkv_b->grad.data(), g.dqkv.data(), a.ln1, qkv_w->value, BT, C,
+                       3 * Cl, dt);
+  ops::layernorm_backward(nullptr, ln1_w->grad.data(), ln1_b->grad.data(), g.dln1.data(), a.x, ln1_w->value,
+                          a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
 }
 
 double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
-                                    Communicator* tp, float dloss, double timeout_s) {
+                                    Communicator* tp, float dloss, double timeout_s, float* losses_out) {
   for (int64_t i = 0; i < BT; ++i)
     TROUPE_CHECK(targets[i] >= -1 && targets[i] < cfg.V)
         << "target id " << targets[i] << " outside [0," << cfg.V << ") (or -1 for an ignored position)";
   const bool multi = tp && tp->size() > 1;
-  std::vector<float> gmax(BT), red(2 * BT), losses(BT);
+  std::vector<float> gmax(BT), red(2 * BT), own(losses_out ? 0 : BT);
+  float* losses = losses_out ? losses_out : own.data();
   kernels::ce_vp_max(gmax.data(), logits, BT, cfg.Vl(), cfg.Vvalid());
   if (multi) tp->all_reduce(gmax.data(), (size_t)BT, ReduceOp::max, timeout_s);
   kernels::ce_vp_exp_sum(logits, red.data(), red.data() + BT, gmax.data(), targets, cfg.vlo(), BT, cfg.Vl(),
                          cfg.Vvalid(), dloss != 0.0f);
   if (multi) tp->all_reduce(red.data(), (size_t)(2 * BT), ReduceOp::sum, timeout_s);
-  return kernels::ce_vp_finish(logits, losses.data(), gmax.data(), red.data(), red.data() + BT, targets, cfg.vlo(), BT,
+  return kernels::ce_vp_finish(logits, losses, gmax.data(), red.data(), red.data() + BT, targets, cfg.vlo(), BT,
                                cfg.Vl(), cfg.Vvalid(), dloss);
 }
 

@@ -103,10 +103,12 @@ void set_compute_copy(Param& p, const float* from, DType dt);
 struct BlockActs {
   Tensor x;            // (B,T,C) block input (residual stream)
   Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, x2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-  // Allocates everything but x (which the caller owns) for (B, T), local TP shapes. With
-  // sequence parallelism (`rows` = this rank's share of B*T) x2 and the LayerNorm
-  // statistics hold only those rows; ln1/ln2 (the gathered LayerNorm outputs) hold all.
-  void ensure(int B, int T, const GPTConfig& g, int64_t rows = -1);
+  // Allocates everything but x (which the caller owns) for (B, T), local TP shapes, the
+  // stored activations as tensors of dt (mixed precision: 2 bytes per element) and the
+  // LayerNorm statistics in fp32. With sequence parallelism (`rows` = this rank's share
+  // of B*T) x2 and the statistics hold only those rows; ln1/ln2 (the gathered LayerNorm
+  // outputs) hold all.
+  void ensure(int B, int T, const GPTConfig& g, int64_t rows = -1, DType dt = DType::f32);
 };
 
 // Scratch shared by all blocks of a stage during backward.
@@ -149,8 +151,13 @@ struct Block {
   DType dt = DType::f32;
   double timeout_s = 300;
   Param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
-  // y (B,T,C) = block(a.x); a must hold x on entry.
-  void forward(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
+  // The stage's fp32 workspace (B*T*C elements, allocated on first use): where the
+  // residual stream is summed when the stored activations are 16-bit.
+  Tensor* work = nullptr;
+  // y (B,T,C) = block(a.x); a must hold x on entry. a's activations and y are tensors of
+  // f32 or of dt (16-bit: read and written as they are, kernels/ops.h); with sequence
+  // parallelism all are f32.
+  void forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
   // dres (B,T,C): on entry dL/dy, on exit dL/dx (updated in place). Accumulates param grads.
   void backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;
   // The same split in two (Qi et al. 2024): backward_input updates dres to dL/dx and
@@ -163,13 +170,15 @@ struct Block {
   // the attention probabilities after softmax and dropout, from the stashed a.qkv (BT,3Cl)
   // with forward's kernel, dropout key and rounding, so they are bitwise the ones forward
   // computed; atty_scratch (BT,Cl) takes the attention output again and is discarded.
-  void recompute_attention(BlockActs& a, float* atty_scratch, int B, int T, const GPTConfig& cfg) const;
+  void recompute_attention(BlockActs& a, Tensor& atty_scratch, int B, int T, const GPTConfig& cfg) const;
 
  private:
   // Sequence parallelism (Korthikanti et al. 2022): x, x2 and the output are this rank's
   // rows (B*T/TP, C); all-gather before the column-parallel layers, reduce-scatter after
   // the row-parallel ones; LayerNorm weight gradients are all-reduced over the TP group.
   void rnd(float* x, int64_t n) const;
+  // `like` itself when it is f32, else *work as an fp32 tensor of n elements.
+  Tensor& fp32_work(const Tensor& like, int64_t n) const;
   bool sp_on() const { return sp && *sp && tp && tp->size() > 1; }
   void forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
   void backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;
@@ -182,7 +191,8 @@ struct Block {
 // rank); with dloss != 0 the logits become dlogits = (softmax - onehot) * dloss, 0 in
 // padded columns. A target of -1 marks an ignored position (padding): loss 0, no gradient.
 // Errors: a target outside [0, V) other than -1; collective errors (deadline timeout_s).
+// losses (BT, optional) receives each row's loss.
 double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
-                                    Communicator* tp, float dloss, double timeout_s);
+                                    Communicator* tp, float dloss, double timeout_s, float* losses = nullptr);
 
 }  // namespace troupe

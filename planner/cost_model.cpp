@@ -270,9 +270,15 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
   // memory per stage
   pl.peak_inflight = sched ? peak_stash(*sched) : std::vector<int>(P, 1);
   const double per_layer = activation_bytes_per_layer(c.model, b, T, pc.tp, sp, c.train.recompute, half, o.impl);
-  const double buffer = c.train.recompute != "none" || (half && o.impl == Impl::troupe)
+  // Workspace per stage: one fp32 layer where the trainer recomputes (and troupe, with
+  // sequence parallelism in 16 bits, where it unpacks its 16-bit stash); troupe in 16 bits
+  // otherwise keeps only the residual stream's fp32 (b, T, C) workspace (kernels read and
+  // write the 16-bit activations; stages/stage.h).
+  const bool troupe = o.impl == Impl::troupe, direct16 = half && troupe && c.train.recompute == "none" && !sp;
+  const double buffer = c.train.recompute != "none" || (half && troupe && sp)
                             ? activation_bytes_per_layer(c.model, b, T, pc.tp, false, "none", false, o.impl)
-                            : 0.0;  // troupe: one fp32 recompute/unpack buffer per stage
+                        : direct16 ? 4.0 * b * T * c.model.n_embd
+                                   : 0.0;
   const double Vl = GPTConfig::from(c.model, pc.tp).Vl();
   pl.capacity = cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0) - cl.dev.reserve;
   for (int s = 0; s < P; ++s) {
@@ -281,12 +287,15 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
     pl.stage_layers.push_back(layers);
     const double n = stage_params(c, bounds, s);
     Memory mem;
-    mem.weights = n * (4 + (half ? 2 : 0));
+    mem.weights = n * (half ? (troupe ? 2 : 6) : 4);  // troupe: the 16-bit copy only (fp32 master: optimizer)
     mem.grads = n * 4;
     mem.optimizer = n * 12 / pc.dp;
     mem.activations = pl.peak_inflight[s] * ((double)layers / V) * per_layer;
     mem.workspace = buffer + cl.dev.reserve;
-    if (s == P - 1) mem.workspace += (o.impl == Impl::troupe ? 8.0 : 4.0) * b * T * Vl;  // logits (+ their gradient)
+    if (s == P - 1) {  // logits (+ their gradient); troupe in 16 bits: the 16-bit dlogits + 32 fp32 rows
+      const bool logits16 = half && troupe && c.train.recompute == "none";
+      mem.workspace += logits16 ? 2.0 * b * T * Vl + 4.0 * std::min(32, b * T) * Vl : (troupe ? 8.0 : 4.0) * b * T * Vl;
+    }
     pl.stage_memory.push_back(mem);
     if (mem.total() > pl.stage_memory[pl.worst_stage].total()) pl.worst_stage = s;
   }

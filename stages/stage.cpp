@@ -69,6 +69,7 @@ Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int la
     b.timeout_s = timeout_s_;
     b.drop = &drop_;
     b.sp = &sp_now_;
+    b.work = &work_;
     b.ln1_w = find(p + "ln_1.weight");
     b.ln1_b = find(p + "ln_1.bias");
     b.qkv_w = find(p + "attn.qkv.weight");
@@ -92,7 +93,7 @@ Param* Stage::find(const std::string& name) {
 }
 
 void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool is_first, bool is_last,
-                         bool full_acts, int64_t rows, bool fp32_logits) {
+                         bool full_acts, int64_t rows, bool fp32_logits, DType act_dt) {
   B = b;
   T = t;
   const int64_t BT = (int64_t)b * t;
@@ -100,14 +101,18 @@ void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool i
   const std::vector<int64_t> xshape = sp ? std::vector<int64_t>{rows, cfg.C} : std::vector<int64_t>{b, t, cfg.C};
   acts.resize(nblocks);
   for (int i = 0; i < nblocks; ++i) {
-    if (full_acts) acts[i].ensure(b, t, cfg, rows);
-    // Block 0's input on a non-first stage is the received tensor, set per microbatch.
-    if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != xshape)) acts[i].x = Tensor(xshape);
+    if (full_acts) acts[i].ensure(b, t, cfg, rows, act_dt);
+    // Block 0's input on a non-first stage is the received tensor, set per microbatch; on
+    // the first stage the embedding's output (fp32); later blocks' inputs in act_dt.
+    const DType xdt = i > 0 ? act_dt : DType::f32;
+    if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != xshape || acts[i].x.dtype() != xdt))
+      acts[i].x = Tensor(xshape, xdt);
   }
   if (is_first) tokens.resize(BT);
-  if (is_last && (!xf.defined() || xf.shape() != std::vector<int64_t>{rows, cfg.C} || lnf.dim(0) != BT)) {
-    xf = Tensor({rows, cfg.C});
-    lnf = Tensor({BT, cfg.C});
+  if (is_last && (!xf.defined() || xf.shape() != std::vector<int64_t>{rows, cfg.C} || lnf.dim(0) != BT ||
+                  xf.dtype() != act_dt)) {
+    xf = Tensor({rows, cfg.C}, act_dt);
+    lnf = Tensor({BT, cfg.C}, act_dt);
     lnf_mean = Tensor({rows});
     lnf_rstd = Tensor({rows});
     if (fp32_logits) logits = Tensor({BT, cfg.Vl()});  // (else a shared scratch + the 16-bit stash)
@@ -133,7 +138,8 @@ std::array<Tensor*, 4> stat_fields(BlockActs& a) { return {&a.ln1_mean, &a.ln1_r
 
 void Stage::share_att(Slot& sl) {
   const std::vector<int64_t> shape{sl.B, cfg_.NHl(), sl.T, sl.T};
-  if (!shared_att_.defined() || shared_att_.shape() != shape) shared_att_ = Tensor(shape);
+  if (!shared_att_.defined() || shared_att_.shape() != shape || shared_att_.dtype() != act_dt())
+    shared_att_ = Tensor(shape, act_dt());
   for (auto& a : sl.acts)
     if (a.att.defined()) a.att = shared_att_;
 }
@@ -160,10 +166,10 @@ void Stage::pack(Slot& sl, int i) {
   }
 }
 
-void Stage::forward_blocks(Slot& sl, int B, int T, float* out, bool stash) {
+void Stage::forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash) {
   const int n = (int)blocks_.size();
   for (int i = 0; i < n; ++i) {
-    float* y = (i + 1 < n) ? sl.acts[i + 1].x.data() : out;
+    Tensor& y = (i + 1 < n) ? sl.acts[i + 1].x : out;
     if (packed()) {
       re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));
       re_acts_.x = sl.acts[i].x;
@@ -181,21 +187,41 @@ void Stage::forward_blocks(Slot& sl, int B, int T, float* out, bool stash) {
   }
 }
 
-const float* Stage::dlogits(Slot& sl) {
-  if (!packed()) return sl.logits.data();
-  const std::vector<int64_t> shape{(int64_t)sl.B * sl.T, cfg_.Vl()};
-  TROUPE_CHECK(sl.logits.defined() && sl.logits.shape() == shape && sl.logits.dtype() == dt_)
-      << "stage " << s_ << ": no stashed dlogits";
-  ensure_as(logits_scratch_, shape, DType::f32);
-  ops::cast(logits_scratch_, sl.logits);
-  return logits_scratch_.data();
+double Stage::head_forward16(Slot& sl, const int32_t* targets, int64_t BT, bool keep, float dloss) {
+  const int C = cfg_.C, Vl = cfg_.Vl();
+  const int64_t K = std::min<int64_t>(kHeadRows, BT);
+  ensure_as(logits_scratch_, {K, Vl}, DType::f32);
+  if (keep) ensure_as(sl.logits, {BT, Vl}, dt_);
+  std::vector<float> losses((size_t)BT);
+  for (int64_t r0 = 0; r0 < BT; r0 += K) {
+    const int64_t rows = std::min(K, BT - r0);
+    float* lg = logits_scratch_.data();
+    ops::linear_forward_rows(lg, sl.lnf, r0, rows, wte_->value, C, Vl, dt_);
+    // the loss in fp32 on the stored logits (Megatron casts them to fp32)
+    vocab_parallel_cross_entropy(lg, targets + r0, rows, cfg_, tp_, keep ? dloss : 0.0f, timeout_s_,
+                                 losses.data() + r0);
+    if (keep) kernels::pack16(sl.logits.data16() + r0 * Vl, lg, rows * Vl, dt_);  // dlogits, rounded to dt
+  }
+  double total = 0.0;  // the rows in order, as one call sums them
+  for (int64_t i = 0; i < BT; ++i) total += losses[i];
+  return total;
+}
+
+void Stage::head_backward(Slot& sl, float* dlnf, float* dwte) {
+  const int64_t BT = (int64_t)sl.B * sl.T;
+  if (logits16()) {  // the 16-bit dlogits read as they are
+    TROUPE_CHECK(sl.logits.defined() && sl.logits.numel() == BT * cfg_.Vl() && sl.logits.dtype() == dt_)
+        << "stage " << s_ << ": no stashed dlogits";
+    return ops::linear_backward(dlnf, dwte, nullptr, sl.logits, sl.lnf, wte_->value, BT, cfg_.C, cfg_.Vl(), dt_);
+  }
+  ops::linear_backward(dlnf, dwte, nullptr, sl.logits.data(), sl.lnf.data(), wte_->value, BT, cfg_.C, cfg_.Vl(), dt_);
 }
 
 void Stage::recompute_att(BlockActs& a, Slot& sl, int i) {
-  if (!re_atty_.defined() || re_atty_.numel() != (int64_t)sl.B * sl.T * cfg_.Cl())
-    re_atty_ = Tensor({(int64_t)sl.B * sl.T, cfg_.Cl()});
-  if (a.att.shape() != std::vector<int64_t>{sl.B, cfg_.NHl(), sl.T, sl.T}) a.att = Tensor({sl.B, cfg_.NHl(), sl.T, sl.T});
-  blocks_[i].recompute_attention(a, re_atty_.data(), sl.B, sl.T, cfg_);
+  const DType dt = a.qkv.dtype();  // the block's stored activations: f32, or dt (direct 16-bit)
+  ensure_as(re_atty_, {(int64_t)sl.B * sl.T, cfg_.Cl()}, dt);
+  ensure_as(a.att, {sl.B, cfg_.NHl(), sl.T, sl.T}, dt);
+  blocks_[i].recompute_attention(a, re_atty_, sl.B, sl.T, cfg_);
 }
 
 BlockActs& Stage::acts_for(Slot& sl, int i) {
@@ -223,7 +249,7 @@ BlockActs& Stage::acts_for(Slot& sl, int i) {
   re_acts_.ensure(sl.B, sl.T, cfg_);
   if (!re_out_.defined() || re_out_.numel() != (int64_t)sl.B * sl.T * cfg_.C) re_out_ = Tensor({sl.B, sl.T, cfg_.C});
   re_acts_.x = sl.acts[i].x;
-  blocks_[i].forward(re_out_.data(), re_acts_, sl.B, sl.T, cfg_);
+  blocks_[i].forward(re_out_, re_acts_, sl.B, sl.T, cfg_);
   return re_acts_;
 }
 
@@ -234,7 +260,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   auto sl = take_slot();
   sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
   const int64_t BT = (int64_t)B * T, R = rows(BT);
-  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), R, !packed());
+  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), R, !logits16(), act_dt());
   if (selective() && !packed()) share_att(*sl);  // packed: forward's att is the one scratch already
   set_drop(mb, B, T, keep);
   const int C = cfg_.C;
@@ -250,10 +276,10 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   Tensor out;
   if (!last()) {
     out = sp_now_ ? Tensor({R, C}) : Tensor({B, T, C});
-    forward_blocks(*sl, B, T, out.data(), keep);
+    forward_blocks(*sl, B, T, out, keep);
   } else {
     TROUPE_CHECK(targets != nullptr);
-    forward_blocks(*sl, B, T, sl->xf.data(), keep);
+    forward_blocks(*sl, B, T, sl->xf, keep);
     if (sp_now_) {  // ln_f on this rank's rows, then gather all rows for the vocab-parallel head
       Tensor part({R, C});
       ops::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
@@ -261,22 +287,18 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
       kernels::round_to(part.data(), R * C, dt_);
       tp_->all_gather(part.data(), sl->lnf.data(), (size_t)(R * C), timeout_s_);
     } else {
-      ops::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                                 lnf_w_->value, lnf_b_->value, BT, C);
-      kernels::round_to(sl->lnf.data(), BT * C, dt_);
+      ops::layernorm_forward(sl->lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, lnf_w_->value, lnf_b_->value,
+                             BT, C, dt_);
     }
-    Tensor* lg = &sl->logits;
-    if (packed()) {
-      lg = &logits_scratch_;
-      if (!lg->defined() || lg->shape() != std::vector<int64_t>{BT, cfg_.Vl()}) *lg = Tensor({BT, cfg_.Vl()});
-    }
-    ops::linear_forward(lg->data(), sl->lnf.data(), wte_->value, nullptr, BT, C, cfg_.Vl(), dt_);
-    // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
-    double sum = cross_entropy(lg->data(), targets, BT, keep ? dloss : 0.0f);
-    if (keep && dloss != 0.0f) kernels::round_to(lg->data(), lg->numel(), dt_);
-    if (keep && packed()) {  // the stashed dlogits: a tensor of dt
-      ensure_as(sl->logits, lg->shape(), dt_);
-      ops::cast(sl->logits, *lg);
+    double sum = 0.0;
+    if (logits16()) {
+      sum = head_forward16(*sl, targets, BT, keep, dloss);
+    } else {
+      Tensor* lg = &sl->logits;
+      ops::linear_forward(lg->data(), sl->lnf.data(), wte_->value, nullptr, BT, C, cfg_.Vl(), dt_);
+      // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
+      sum = cross_entropy(lg->data(), targets, BT, keep ? dloss : 0.0f);
+      if (keep && dloss != 0.0f) kernels::round_to(lg->data(), lg->numel(), dt_);
     }
     if (loss_sum) *loss_sum += sum;
   }
@@ -307,8 +329,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     Tensor* dlnf = &dlnf_;
     if (!weights) dlnf = &sl.dlnf;
     ensure(*dlnf, {BT, C});
-    ops::linear_backward(dlnf->data(), weights ? head_grad_.data() : nullptr, nullptr, dlogits(sl), sl.lnf.data(),
-                    wte_->value, BT, C, cfg_.Vl(), dt_);
+    head_backward(sl, dlnf->data(), weights ? head_grad_.data() : nullptr);
     if (sp_now_) {
       // reduce-scatter dL/d ln_f out to this rank's rows; ln_f's weight gradients over the
       // rows are partial: all-reduced so every TP rank adds the same gradient
@@ -329,8 +350,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
       }
       dres = Tensor({B, T, C});
       ops::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
-                                  weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf.data(),
-                                  lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+                              weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf, lnf_w_->value,
+                              sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
       kernels::round_to(dres.data(), BT * C, dt_);
     }
   } else {
@@ -378,10 +399,9 @@ void Stage::backward_weights(int mb) {
   const int64_t BT = (int64_t)B * T;
   set_drop(mb, B, T, true);
   if (last()) {
-    ops::linear_backward(nullptr, head_grad_.data(), nullptr, dlogits(sl), sl.lnf.data(), wte_->value, BT, C, cfg_.Vl(),
-                    dt_);
-    ops::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf.data(),
-                                lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+    head_backward(sl, nullptr, head_grad_.data());
+    ops::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf, lnf_w_->value,
+                            sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
   }
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
@@ -400,7 +420,7 @@ void Stage::backward_weights(int mb) {
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
   auto sl = take_slot();
   sp_now_ = false;  // inference runs the plain TP path (any length)
-  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), T, !packed());
+  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), T, !logits16(), act_dt());
   set_drop(0, 1, T, false);
   const int C = cfg_.C;
   if (first())
@@ -410,13 +430,14 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   Tensor out;
   if (!last()) {
     out = Tensor({1, T, C});
-    forward_blocks(*sl, 1, T, out.data(), false);
+    forward_blocks(*sl, 1, T, out, false);
   } else {
-    forward_blocks(*sl, 1, T, sl->xf.data(), false);
-    ops::layernorm_forward(sl->lnf.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                               lnf_w_->value, lnf_b_->value, T, C);
+    forward_blocks(*sl, 1, T, sl->xf, false);
+    Tensor lnf({(int64_t)T, C});  // fp32, not rounded: sampling reads the full-precision logits
+    ops::layernorm_forward(lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, lnf_w_->value, lnf_b_->value, T, C,
+                           DType::f32);
     std::vector<float> local(cfg_.Vl()), all((size_t)cfg_.Vl() * cfg_.TP);
-    ops::gemm_nt(local.data(), sl->lnf.data() + (int64_t)(T - 1) * C, wte_->value, 1, cfg_.Vl(), C);
+    ops::gemm_nt(local.data(), lnf.data() + (int64_t)(T - 1) * C, wte_->value, 1, cfg_.Vl(), C);
     if (tp_ && tp_->size() > 1) tp_->all_gather(local.data(), all.data(), local.size(), timeout_s_);
     else all = local;
     last_logits->assign(all.begin(), all.begin() + cfg_.V);  // drop the padding
@@ -485,7 +506,8 @@ size_t Stage::activation_bytes() const {
   };
   for (const Tensor* t : {&re_acts_.ln1, &re_acts_.ln1_mean, &re_acts_.ln1_rstd, &re_acts_.qkv, &re_acts_.att,
                           &re_acts_.atty, &re_acts_.x2, &re_acts_.ln2, &re_acts_.ln2_mean, &re_acts_.ln2_rstd,
-                          &re_acts_.fch, &re_acts_.fch_gelu, &re_out_, &logits_scratch_, &shared_att_, &re_atty_})
+                          &re_acts_.fch, &re_acts_.fch_gelu, &re_out_, &logits_scratch_, &shared_att_, &re_atty_,
+                          &work_})
     if (t->defined()) b += t->nbytes();
   for (auto& [k, s] : stash_) add_slot(*s);
   for (auto& s : free_) add_slot(*s);

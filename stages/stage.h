@@ -122,18 +122,33 @@ class Stage {
     Tensor dlnf, dx0;               // ... and the head's dL/d ln_f out, the first stage's dL/d embedding
     bool input_done = false;        // B ran without the weights (W pending)
     void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last, bool full_acts, int64_t rows,
-                bool fp32_logits);
+                bool fp32_logits, DType act_dt);
   };
   // The activations of block i for slot sl: the stashed ones, or (recompute) the shared
   // scratch refilled by running the block's forward again from its stashed input.
   BlockActs& acts_for(Slot& sl, int i);
-  // Mixed precision without recompute: activations are stashed as tensors of dt (exactly
-  // what the fp32 buffers held: every stored activation is rounded to dt) and widened
-  // into the shared fp32 scratch for backward.
-  bool packed() const { return dt_ != DType::f32 && !recompute_; }
+  // Mixed precision without recompute stores every activation as a tensor of dt (2 bytes
+  // per element; exactly the values the fp32 buffers held, each rounded to dt):
+  // - direct16: kernels read and write them as they are (kernels/ops.h); the residual
+  //   stream is summed in the one fp32 workspace work_ (B*T*C);
+  // - packed (sequence parallelism, whose collectives move fp32): each block runs on the
+  //   shared fp32 scratch re_acts_ and is packed into dt after forward, widened back for
+  //   backward.
+  bool sp_active() const { return sp_cfg_ && tp_ && tp_->size() > 1; }
+  bool direct16() const { return dt_ != DType::f32 && !recompute_ && !sp_active(); }
+  bool packed() const { return dt_ != DType::f32 && !recompute_ && sp_active(); }
+  bool logits16() const { return dt_ != DType::f32 && !recompute_; }  // the stashed dlogits in dt
+  DType act_dt() const { return direct16() ? dt_ : DType::f32; }
+  Tensor work_;
+  // The head's weight-side backward from the stashed dlogits: dlnf (BT,C) = dlogits · wte,
+  // dwte (Vl,C) += dlogits^T · lnf (either may be null).
+  void head_backward(Slot& sl, float* dlnf, float* dwte);
   void pack(Slot& sl, int i);
-  // The dlogits of a stashed microbatch (B*T, Vl): the slot's, or unpacked into the scratch.
-  const float* dlogits(Slot& sl);
+  // Mixed precision: the head's forward in blocks of kHeadRows rows (logits fp32 in
+  // logits_scratch_, one block at a time; the loss; the dlogits stashed in dt). Returns the
+  // summed token losses, the bits of one call over all rows.
+  static constexpr int64_t kHeadRows = 32;
+  double head_forward16(Slot& sl, const int32_t* targets, int64_t BT, bool keep, float dloss);
   Tensor logits_scratch_;
   std::unique_ptr<Slot> take_slot();
   void embed(float* out, const int32_t* tokens, int B, int T);
@@ -141,7 +156,7 @@ class Stage {
   double cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss);
   Communicator* tp_ = nullptr;
   double timeout_s_ = 300;
-  void forward_blocks(Slot& sl, int B, int T, float* out, bool stash = true);
+  void forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash = true);
   bool recompute_ = false;
   bool selective_ = false;
   bool selective() const { return selective_ && !recompute_; }

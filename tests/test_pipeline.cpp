@@ -516,7 +516,8 @@ TEST_CASE("bf16 and fp16 runs are layout-independent and track fp32", "[pipeline
     for (auto& [n, t] : pb) CHECK(std::memcmp(t.data(), pr[n].data(), t.nbytes()) == 0);
     auto f2 = run_job(tiny(2, 2), ctx());
     INFO("activation bytes: " << b.activation_bytes << " vs fp32 " << f2.activation_bytes);
-    CHECK(b.activation_bytes < 0.75 * f2.activation_bytes);  // (plus one block of fp32 scratch)
+    // (each stage also holds a (B*T, C) fp32 workspace and the LM head 32 rows of fp32 logits)
+    CHECK(b.activation_bytes <= 0.55 * f2.activation_bytes);
   }
 }
 
