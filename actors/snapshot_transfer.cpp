@@ -9,6 +9,7 @@
 #include "actors/cluster_impl.h"
 #include "actors/messages.h"
 #include "checkpoint/memory_store.h"
+#include "collectives/matching.h"
 #include "collectives/wire.h"
 #include "core/error.h"
 
@@ -41,6 +42,10 @@ void deliver_arriving_snapshots(const std::shared_ptr<Cluster::Impl>& impl) {
   impl->transport->on_arrival(kWireSnapshot, [weak](const WireHeader& h, Tensor t) {
     auto im = weak.lock();
     if (!im) return;
+    if (h.dtype != DType::f32) {  // snapshot bytes travel as f32 words
+      spdlog::warn("data plane: {} from rank {} is {}, not f32; dropped", wire_ident(h), h.source, dtype_name(h.dtype));
+      return;
+    }
     if (h.chunk == 0) {
       caf::actor keeper;
       {

@@ -16,6 +16,7 @@
 
 #include "actors/cluster_impl.h"
 #include "actors/messages.h"
+#include "collectives/matching.h"
 #include "collectives/wire.h"
 #include "core/events.h"
 
@@ -38,6 +39,12 @@ void deliver_arriving_tensors(const std::shared_ptr<Cluster::Impl>& impl) {
     }
     const int64_t k = h.step;
     const int mb = h.microbatch, c = h.chunk;
+    // activations and their gradients travel in the storage dtype; the tied-embedding
+    // gradient is an fp32 main gradient
+    if (h.kind == kWireTied && h.dtype != DType::f32) {
+      spdlog::warn("data plane: {} from rank {} is {}, not f32; dropped", wire_ident(h), h.source, dtype_name(h.dtype));
+      return;
+    }
     switch (h.kind) {
       case kWireActivation: caf::anon_send(dst, act_atom::value, k, mb, c, std::move(t)); break;
       case kWireGradient: caf::anon_send(dst, grad_atom::value, k, mb, c, std::move(t)); break;
@@ -74,7 +81,7 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
       h.kind = kind;
       h.source = src;
       h.destination = dst;
-      h.dtype = DType::f32;
+      h.dtype = t.dtype();
       h.shape = t.shape();
       h.bytes = t.nbytes();
       if (k == delay_step && delay_s > 0) {
@@ -82,7 +89,7 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
         std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
       }
       try {
-        transport->send(h, t.data(), timeout_s);
+        transport->send(h, t.raw(), timeout_s);
       } catch (const std::exception& e) {
         self->send(coordinator, fail_atom::value, src_stage, fmt::format("sending to rank {} failed: {}", dst, e.what()));
       }

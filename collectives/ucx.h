@@ -79,8 +79,9 @@ class UcxTransport {
   // want's (naming both), or after abort().
   void recv(const WireHeader& want, void* buf, double timeout_s);
   // Messages of `kind` whose destination is a rank of this process are not kept for
-  // recv(): the handler gets each with its payload in a new f32 Tensor of the header's
-  // shape, on the progress thread (it must not block: e.g. forward to a CAF actor).
+  // recv(): the handler gets each with its payload in a new Tensor of the header's dtype
+  // and shape (the handler checks the dtype it takes), on the progress thread (it must
+  // not block: e.g. forward to a CAF actor).
   void on_arrival(uint8_t kind, std::function<void(const WireHeader&, Tensor)> handler);
   // Every wait in progress and every later call throws Error(reason). Idempotent.
   void abort(const std::string& reason);

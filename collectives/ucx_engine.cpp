@@ -420,34 +420,23 @@ void Engine::on_header(uint64_t stag, const uint8_t* frame, size_t n) {
   std::unique_lock<std::mutex> lk(mu_);
   auto hit = handlers_.find(h.kind);
   if (n > hn) {  // the payload came inline
-    const bool wrong = hit != handlers_.end() && h.dtype != DType::f32;
     lk.unlock();
-    if (wrong)
-      spdlog::warn("data plane: {} from rank {} is {}, its handler takes f32; dropped", wire_ident(h), h.source,
-                   dtype_name(h.dtype));
-    else
-      deliver_copy(h, frame + hn, proc);
+    deliver_copy(h, frame + hn, proc);
     return;
   }
   if (hit != handlers_.end()) {
     Handler fn = hit->second;
     lk.unlock();
-    if (h.dtype != DType::f32) {
-      spdlog::warn("data plane: {} from rank {} is {}, its handler takes f32; dropped", wire_ident(h), h.source,
-                   dtype_name(h.dtype));
-      discard(dtag, h.bytes, proc);
-      return;
-    }
     auto* rx = new Rx(Rx::kHandler, this);
     rx->proc = proc;
     rx->h = h;
-    rx->t = Tensor(h.shape);
+    rx->t = Tensor(h.shape, h.dtype);
     rx->fn = std::move(fn);
     if (h.bytes == 0) {
       recv_done(rx, nullptr, UCS_OK, 0);
       return;
     }
-    post_tag_recv(rx, rx->t.data(), h.bytes, dtag);
+    post_tag_recv(rx, rx->t.raw(), h.bytes, dtag);
     return;
   }
   std::shared_ptr<Op> target;

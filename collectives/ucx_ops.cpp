@@ -308,8 +308,6 @@ void Engine::deliver_local(const WireHeader& h, const void* payload) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (aborted_) throw Error(abort_reason_);
-    TROUPE_CHECK(!handlers_.count(h.kind) || h.dtype == DType::f32)
-        << "send of " << wire_ident(h) << ": arrival handlers take f32 tensors, not " << dtype_name(h.dtype);
   }
   deliver_copy(h, payload, o_.process);
 }
@@ -322,10 +320,10 @@ void Engine::deliver_copy(const WireHeader& h, const void* payload, int proc) {
   if (hit != handlers_.end()) {
     Handler fn = hit->second;
     lk.unlock();
-    Tensor t(h.shape);
+    Tensor t(h.shape, h.dtype);
     TROUPE_CHECK(t.nbytes() == h.bytes) << "send of " << wire_ident(h) << ": " << h.bytes << " bytes for shape "
                                         << shape_text(h.shape);
-    if (h.bytes) std::memcpy(t.data(), payload, h.bytes);
+    if (h.bytes) std::memcpy(t.raw(), payload, h.bytes);
     lk.lock();
     calls_.push_back(HandlerCall{std::move(fn), h, std::move(t)});  // called on the progress thread
     lk.unlock();

@@ -275,7 +275,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   }
   Tensor out;
   if (!last()) {
-    out = sp_now_ ? Tensor({R, C}) : Tensor({B, T, C});
+    out = sp_now_ ? Tensor({R, C}) : Tensor({B, T, C}, act_dt());  // 16-bit: what crosses to the next stage
     forward_blocks(*sl, B, T, out, keep);
   } else {
     TROUPE_CHECK(targets != nullptr);
@@ -358,7 +358,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     TROUPE_CHECK(dout.defined() && dout.numel() == R * C)
         << "stage " << s_ << " got a gradient of " << dout.shape_str() << ", expected (" << B << "," << T << "," << C
         << ")";
-    dres = std::move(dout);  // updated in place and handed back
+    // updated in place and handed back (a 16-bit gradient is widened: its values exactly)
+    dres = dout.dtype() == DType::f32 ? std::move(dout) : ops::cast(dout, DType::f32);
   }
   scratch_.ensure(B, T, cfg_);
   if (!weights) sl.grads.resize(blocks_.size());
@@ -386,6 +387,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   } else {
     sl.input_done = true;
   }
+  // the gradient for the previous stage in the storage dtype (its values are rounded to it)
+  if (dres.defined() && act_dt() != DType::f32) return ops::cast(dres, act_dt());
   return dres;
 }
 

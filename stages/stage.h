@@ -9,9 +9,12 @@
 // bitwise equal. With P = 1 the one stage holds both roles and one copy.
 //
 // Shapes: a microbatch is B sequences of T tokens; activations passed between stages are
-// (B,T,C) fp32 tensors handed over by reference: forward() returns a fresh tensor the
-// caller sends on; backward() returns dL/d(input), computed in place in the gradient
-// tensor it was given (or a fresh one on the last stage).
+// (B,T,C) tensors handed over by reference, in the storage dtype (mixed precision: bf16 or
+// fp16, 2 bytes per element; fp32 otherwise, and with sequence parallelism): forward()
+// returns a fresh tensor the caller sends on; backward() returns dL/d(input), computed in
+// place in the gradient tensor it was given when that is fp32 (a 16-bit one is widened
+// first, and the result handed back as a fresh 16-bit tensor), or a fresh one on the last
+// stage.
 #pragma once
 #include <map>
 #include <memory>

@@ -105,6 +105,8 @@ TEST_CASE("layouts over 2 and 4 processes equal the one-process run bitwise", "[
       {"pp2", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=1", {2}},
       // fp16 from a 2^32 loss scale: the first steps overflow, so inf norms cross processes
       {"pp2dp2-fp16", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=2 --set train.precision=fp16", {2}},
+      // bf16: the activations and their gradients cross processes as 16-bit tensors
+      {"pp2-bf16", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=1 --set train.precision=bf16", {2}},
       {"tp2", "--set parallel.pp=1 --set parallel.tp=2 --set parallel.dp=1", {2}},
       {"dp2", "--set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=2", {2}},
       {"tp2pp2", "--set parallel.pp=2 --set parallel.tp=2 --set parallel.dp=1", {2, 4}},
