@@ -194,8 +194,7 @@ void bandwidth(size_t bytes) {
   });
 }
 
-void latency() {
-  const int iters = 2000;
+void latency(int iters = 2000) {
   run_procs(2, 120, [&](int p, std::shared_ptr<UcxTransport> t) {
     char b[8] = {};
     std::vector<double> rtt;
@@ -251,8 +250,8 @@ void allreduce(int n, size_t bytes) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;  // 64 MiB figures only
-  if (argc > 1 && std::strcmp(argv[1], "--latency") == 0) {  // the 8-byte round trip only
-    latency();
+  if (argc > 1 && std::strcmp(argv[1], "--latency") == 0) {  // the 8-byte round trip only [N round trips]
+    latency(argc > 2 ? std::clamp(std::atoi(argv[2]), 1, 10000000) : 2000);
     return g_failed ? 1 : 0;
   }
   if (!quick)

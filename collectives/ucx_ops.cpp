@@ -83,8 +83,9 @@ std::shared_ptr<Op> Engine::post_send(const WireHeader& h, const void* payload) 
     op->state = Op::kDone;
     return op;
   }
-  op->frame = encode_header(h, o_.secret);  // HMAC on the caller's thread, not the progress thread
-  if (h.bytes && h.bytes <= kInlineBytes)  // a small payload travels in the header's message
+  const bool inlined = h.bytes && h.bytes <= kInlineBytes;
+  op->frame = encode_header(h, o_.secret, inlined ? h.bytes : 0);  // HMAC on the caller's thread
+  if (inlined)  // a small payload travels in the header's message
     op->frame.insert(op->frame.end(), (const uint8_t*)payload, (const uint8_t*)payload + h.bytes);
   {
     std::lock_guard<std::mutex> lk(mu_);
