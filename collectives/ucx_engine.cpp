@@ -149,12 +149,9 @@ bool Engine::step(bool run_calls, bool* stop_out) {
   if (stop_out) *stop_out = stop;
   if (stop) return true;
   bool busy = !cmds.empty() || !calls.empty();
-  // the progress thread drains UCX before it probes; a waiting caller probes after each call,
-  // so a message that arrived is handled without another (empty) poll of the sockets first
-  if (run_calls) {
-    while (ucp_worker_progress(worker_) != 0) busy = true;
-  } else {
-    busy = ucp_worker_progress(worker_) != 0 || busy;
+  while (ucp_worker_progress(worker_) != 0) {  // a waiting caller probes after each call, not
+    busy = true;                               // after an empty poll of the sockets
+    if (!run_calls) break;
   }
   busy = probe() || busy;
   busy = close_failed() || busy;
@@ -358,9 +355,7 @@ bool Engine::probe() {
     auto* rx = new Rx(Rx::kHeader, this);
     rx->stag = info.sender_tag;
     rx->probed = info.length;
-    // the announced length (a longer frame than the largest valid one completes truncated
-    // and is dropped below)
-    rx->bytes.resize(std::clamp<size_t>(info.length, 1, kMaxFrame + kInlineBytes));
+    rx->bytes.resize(std::clamp<size_t>(info.length, 1, kMaxFrame + kInlineBytes));  // longer: truncated, dropped
     hdr_q_.push_back(rx);
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
