@@ -3,10 +3,9 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <kj/exception.h>
+#define OPENSSL_SUPPRESS_DEPRECATED  // SHA256_Init/Update/Final: see HmacCtx
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/core_names.h>
-#include <openssl/params.h>
+#include <openssl/sha.h>
 
 #include <cstring>
 
@@ -18,37 +17,30 @@ namespace {
 
 // HMAC-SHA256 per thread, keyed once: the SHA-256 states after the key's inner and outer
 // pad blocks are kept, and each message starts from copies of them (RFC 2104 as written).
-// OpenSSL's one-shot HMAC() fetches the digest and schedules the key on every call (1.6 us),
-// its EVP_MAC re-initialised per message costs 0.39 us, these copies 0.29 us; paid twice per
-// data-plane message (bench/ucx_bench --latency).
+// Per message (bench/ucx_bench --latency pays it twice per message): OpenSSL's one-shot
+// HMAC() 1.6 us (it fetches the digest and schedules the key every time), EVP_MAC
+// re-initialised 0.39 us, EVP_MD_CTX copies 0.29 us (OpenSSL 3.0 allocates per copy),
+// these plain SHA256_CTX copies 0.18 us. The low-level SHA-256 calls are deprecated since
+// OpenSSL 3.0 in favour of EVP, not removed; they use the same SHA-NI/AVX code.
 struct HmacCtx {
-  EVP_MD* md = nullptr;
-  EVP_MD_CTX* inner = nullptr;  // after H(K ^ ipad)'s first block
-  EVP_MD_CTX* outer = nullptr;  // after H(K ^ opad)'s first block
-  EVP_MD_CTX* work = nullptr;
+  SHA256_CTX inner;  // after H(K ^ ipad)'s first block
+  SHA256_CTX outer;  // after H(K ^ opad)'s first block
   std::string key;
   bool keyed = false;
-  ~HmacCtx() {
-    EVP_MD_CTX_free(work);
-    EVP_MD_CTX_free(outer);
-    EVP_MD_CTX_free(inner);
-    EVP_MD_free(md);
-  }
 };
 
 bool hmac_key(HmacCtx& h, const std::string& key) {
   constexpr size_t kBlock = 64;  // SHA-256's block
   uint8_t k[kBlock] = {};
-  unsigned len = 0;
   if (key.size() > kBlock) {  // a long key is hashed first (RFC 2104)
-    if (EVP_Digest(key.data(), key.size(), k, &len, h.md, nullptr) != 1) return false;
+    if (!SHA256((const uint8_t*)key.data(), key.size(), k)) return false;
   } else {
     std::memcpy(k, key.data(), key.size());
   }
   uint8_t ipad[kBlock], opad[kBlock];
   for (size_t i = 0; i < kBlock; ++i) ipad[i] = k[i] ^ 0x36, opad[i] = k[i] ^ 0x5c;
-  const bool ok = EVP_DigestInit_ex(h.inner, h.md, nullptr) == 1 && EVP_DigestUpdate(h.inner, ipad, kBlock) == 1 &&
-                  EVP_DigestInit_ex(h.outer, h.md, nullptr) == 1 && EVP_DigestUpdate(h.outer, opad, kBlock) == 1;
+  const bool ok = SHA256_Init(&h.inner) == 1 && SHA256_Update(&h.inner, ipad, kBlock) == 1 &&
+                  SHA256_Init(&h.outer) == 1 && SHA256_Update(&h.outer, opad, kBlock) == 1;
   OPENSSL_cleanse(k, kBlock);
   OPENSSL_cleanse(ipad, kBlock);
   OPENSSL_cleanse(opad, kBlock);
@@ -59,13 +51,6 @@ bool hmac_key(HmacCtx& h, const std::string& key) {
 
 void hmac_sha256(const std::string& key, const uint8_t* data, size_t n, uint8_t out[32]) {
   thread_local HmacCtx h;
-  if (!h.md) {
-    h.md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-    h.inner = EVP_MD_CTX_new();
-    h.outer = EVP_MD_CTX_new();
-    h.work = EVP_MD_CTX_new();
-    if (!h.md || !h.inner || !h.outer || !h.work) throw Error("HMAC-SHA256: OpenSSL has no SHA-256");
-  }
   if (!h.keyed || h.key != key) {
     h.keyed = false;
     if (!hmac_key(h, key)) throw Error("HMAC-SHA256: keying failed");
@@ -73,12 +58,12 @@ void hmac_sha256(const std::string& key, const uint8_t* data, size_t n, uint8_t 
     h.keyed = true;
   }
   uint8_t inner[32];
-  unsigned a = 0, b = 0;
-  if (EVP_MD_CTX_copy_ex(h.work, h.inner) != 1 || EVP_DigestUpdate(h.work, data, n) != 1 ||
-      EVP_DigestFinal_ex(h.work, inner, &a) != 1 || EVP_MD_CTX_copy_ex(h.work, h.outer) != 1 ||
-      EVP_DigestUpdate(h.work, inner, sizeof inner) != 1 || EVP_DigestFinal_ex(h.work, out, &b) != 1 || a != 32 ||
-      b != 32)
-    throw Error("HMAC-SHA256 failed");
+  SHA256_CTX c = h.inner;
+  bool ok = SHA256_Update(&c, data, n) == 1 && SHA256_Final(inner, &c) == 1;
+  c = h.outer;
+  ok = ok && SHA256_Update(&c, inner, sizeof inner) == 1 && SHA256_Final(out, &c) == 1;
+  OPENSSL_cleanse(&c, sizeof c);
+  if (!ok) throw Error("HMAC-SHA256 failed");
 }
 
 std::vector<uint8_t> hmac_sha256(const std::string& key, const uint8_t* data, size_t n) {
