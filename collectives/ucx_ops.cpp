@@ -38,6 +38,7 @@ void Engine::abort(const std::string& reason) {
 // ucx_perftest's busy polling), until done() holds. lk (on mu_) is held on entry and exit.
 template <class Done>
 void Engine::progress_while_waiting(std::unique_lock<std::mutex>& lk, Clock::time_point deadline, Done&& done) {
+  if (done()) return;  // nothing to wait for (a send UCX completed at once)
   const auto until = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                            std::chrono::duration<double>(kWaitSpinS)));
   ++spinners_;
