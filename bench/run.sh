@@ -151,12 +151,16 @@ add("export_logits_max_abs_diff_vs_pytorch", ex["max_abs_diff"], "logit", False,
 # bandwidth average / overall (MB/s = 2^20 bytes/s), message rate average / overall
 pt_bw = float(open(f"{out}/ucx_perftest_bw.txt").read().split()[6])
 pt_lat = float(open(f"{out}/ucx_perftest_lat.txt").read().split()[3])
+pt_lat_median = float(open(f"{out}/ucx_perftest_lat.txt").read().split()[2])
 ux = [json.loads(l) for l in open(f"{out}/ucx.jsonl") if l.startswith("{")]
 for j in ux:
     if j["name"] == "ucx_p2p_bw" and j["bytes"] == 64 << 20:
         add("ucx_p2p_bw_64MiB", j["mib_s"], "MiB/s", True, "ucx_perftest-1.13-tag_bw-e", pt_bw)
     elif j["name"] == "ucx_p2p_latency":
         add("ucx_p2p_latency_8B", j["usec"], "us", False, "ucx_perftest-1.13-tag_lat-e-busy-poll", pt_lat)
+        # medians: less moved by other jobs on the machine than the means (docs/multiprocess.md)
+        add("ucx_p2p_latency_8B_median", j["usec_median"], "us", False, "ucx_perftest-1.13-tag_lat-e-busy-poll-50%ile",
+            pt_lat_median)
     elif j["name"] == "ucx_allreduce_busbw" and j["bytes"] == 64 << 20:
         add(f"ucx_allreduce_busbw_64MiB_{j['processes']}procs", j["busbw_gbs"], "GB/s", True,
             "ucx_perftest-1.13-tag_bw-e-64MiB", pt_bw * 2**20 / 1e9)

@@ -5,7 +5,9 @@
 //      the receiver keeps `window` recvs posted), one thread per window slot on each side
 //      since send/recv block; MiB/s (2^20 bytes/s, ucx_perftest's "MB/s") over the receiver's
 //      time for all messages;
-//   2. ping-pong latency of 8 B messages: half the average round trip, microseconds;
+//   2. ping-pong latency of 8 B messages: half the average (and the median) round trip,
+//      microseconds, over 10000 round trips like bench/run.sh's ucx_perftest (--latency
+//      [N]: this part alone, N round trips);
 //   3. all-reduce bus bandwidth (nccl-tests: busbw = bytes / time * 2 (n-1) / n) over 2 and
 //      4 processes, one rank each, 1 MiB .. 64 MiB of fp32.
 // Prints one JSON object per line.
@@ -194,8 +196,7 @@ void bandwidth(size_t bytes) {
   });
 }
 
-void latency() {
-  const int iters = 2000;
+void latency(int iters = 10000) {  // as many round trips as bench/run.sh asks of ucx_perftest
   run_procs(2, 120, [&](int p, std::shared_ptr<UcxTransport> t) {
     char b[8] = {};
     std::vector<double> rtt;
@@ -251,8 +252,8 @@ void allreduce(int n, size_t bytes) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;  // 64 MiB figures only
-  if (argc > 1 && std::strcmp(argv[1], "--latency") == 0) {  // the 8-byte round trip only
-    latency();
+  if (argc > 1 && std::strcmp(argv[1], "--latency") == 0) {  // the 8-byte round trip only [N round trips]
+    latency(argc > 2 ? std::clamp(std::atoi(argv[2]), 1, 10000000) : 10000);
     return g_failed ? 1 : 0;
   }
   if (!quick)

@@ -149,7 +149,10 @@ bool Engine::step(bool run_calls, bool* stop_out) {
   if (stop_out) *stop_out = stop;
   if (stop) return true;
   bool busy = !cmds.empty() || !calls.empty();
-  while (ucp_worker_progress(worker_) != 0) busy = true;
+  while (ucp_worker_progress(worker_) != 0) {  // a waiting caller probes after each call, not
+    busy = true;                               // after an empty poll of the sockets
+    if (!run_calls) break;
+  }
   busy = probe() || busy;
   busy = close_failed() || busy;
   return busy;
@@ -352,7 +355,7 @@ bool Engine::probe() {
     auto* rx = new Rx(Rx::kHeader, this);
     rx->stag = info.sender_tag;
     rx->probed = info.length;
-    rx->bytes.resize(kMaxFrame + kInlineBytes);  // a longer frame completes truncated and is dropped
+    rx->bytes.resize(std::clamp<size_t>(info.length, 1, kMaxFrame + kInlineBytes));  // longer: truncated, dropped
     hdr_q_.push_back(rx);
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;

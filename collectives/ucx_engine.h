@@ -30,7 +30,8 @@
 //
 // Threads: one thread at a time calls UCX (worker in serialized mode, token_): the
 // progress thread, or a caller that waits for its messages and progresses the worker
-// itself for up to kWaitSpinS (handlers still run on the progress thread). While callers do
+// itself for up to kWaitSpinS, probing for headers after every ucp_worker_progress call
+// (handlers still run on the progress thread). While callers do
 // that, and for kParkS after the last of them got its messages, the progress thread parks
 // on park_cv_ instead of waking for every event (a caller that gives up spinning, queued
 // commands and arrival handlers wake it at once). Callers queue commands (a std::function

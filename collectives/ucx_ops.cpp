@@ -38,6 +38,7 @@ void Engine::abort(const std::string& reason) {
 // ucx_perftest's busy polling), until done() holds. lk (on mu_) is held on entry and exit.
 template <class Done>
 void Engine::progress_while_waiting(std::unique_lock<std::mutex>& lk, Clock::time_point deadline, Done&& done) {
+  if (done()) return;  // nothing to wait for (a send UCX completed at once)
   const auto until = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                            std::chrono::duration<double>(kWaitSpinS)));
   ++spinners_;
@@ -83,8 +84,9 @@ std::shared_ptr<Op> Engine::post_send(const WireHeader& h, const void* payload) 
     op->state = Op::kDone;
     return op;
   }
-  op->frame = encode_header(h, o_.secret);  // HMAC on the caller's thread, not the progress thread
-  if (h.bytes && h.bytes <= kInlineBytes)  // a small payload travels in the header's message
+  const bool inlined = h.bytes && h.bytes <= kInlineBytes;
+  op->frame = encode_header(h, o_.secret, inlined ? h.bytes : 0);  // HMAC on the caller's thread
+  if (inlined)  // a small payload travels in the header's message
     op->frame.insert(op->frame.end(), (const uint8_t*)payload, (const uint8_t*)payload + h.bytes);
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -48,12 +48,14 @@ struct WireLimits {
   int max_dims = 8;
 };
 
-// HMAC-SHA256 (RFC 2104) of data under key; 32 bytes. (OpenSSL.)
+// HMAC-SHA256 (RFC 2104) of data under key; 32 bytes. (OpenSSL's SHA-256.)
 std::vector<uint8_t> hmac_sha256(const std::string& key, const uint8_t* data, size_t n);
+void hmac_sha256(const std::string& key, const uint8_t* data, size_t n, uint8_t out[32]);
 
 // Frame: u32 little-endian length L of the Cap'n Proto message, the message (L bytes, a
-// multiple of 8), then the 32-byte HMAC of (length + message) under `secret`.
-std::vector<uint8_t> encode_header(const WireHeader& h, const std::string& secret);
+// multiple of 8), then the 32-byte HMAC of (length + message) under `secret`. The vector has
+// room for `extra` more bytes (a payload sent after the frame) without reallocating.
+std::vector<uint8_t> encode_header(const WireHeader& h, const std::string& secret, size_t extra = 0);
 
 // Parses and checks a frame (see above). Throws ProtocolError naming what is wrong.
 WireHeader decode_header(const uint8_t* data, size_t n, const std::string& secret, const WireLimits& lim);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -28,6 +29,32 @@ WireHeader sample() {
   return h;
 }
 }  // namespace
+
+TEST_CASE("HMAC-SHA256 gives RFC 4231's values, for short, block-sized and long keys, key after key", "[wire]") {
+  auto hex = [](const std::vector<uint8_t>& v) {
+    std::string s;
+    char b[3];
+    for (uint8_t c : v) std::snprintf(b, sizeof b, "%02x", c), s += b;
+    return s;
+  };
+  auto mac = [&](const std::string& key, const std::string& data) {
+    return hex(hmac_sha256(key, (const uint8_t*)data.data(), data.size()));
+  };
+  const std::string k1(20, '\x0b'), k6(131, '\xaa'), k64(64, 'k');
+  for (int round = 0; round < 2; ++round) {  // the per-thread key cache must follow each key
+    CHECK(mac(k1, "Hi There") == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");  // case 1
+    CHECK(mac("Jefe", "what do ya want for nothing?") ==
+          "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");  // case 2
+    CHECK(mac(k6, "Test Using Larger Than Block-Size Key - Hash Key First") ==
+          "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");  // case 6
+    // a key of exactly one block is used as it is; one byte longer is hashed first (Python's hmac)
+    CHECK(mac(k64, "") == "83026a325aaee70e36cfe607536aa1054104ad1077c36134810d4ccded1ccd3b");
+    CHECK(mac(k64 + "k", std::string(200, 'x')) == "f21efe1ab8581cb729f0daa95d5be8a9215cb01b164e877913770c9d0bf74bb5");
+  }
+  uint8_t out[32];
+  hmac_sha256("Jefe", (const uint8_t*)"what do ya want for nothing?", 28, out);
+  CHECK(hex(std::vector<uint8_t>(out, out + 32)) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
 
 TEST_CASE("data-plane headers round-trip and are refused without the job secret", "[wire]") {
   WireLimits lim;
