@@ -324,10 +324,9 @@ void check_memory(const Config& c) {
   // value + gradient on every replica, fp32 master + 2 moments sharded over DP (ZeRO-1)
   double params = (8.0 * DP + 12.0) * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const double full_layer = activation_bytes_per_layer(mbB, T, g.C, g.NH);
-  // mixed precision: the stash holds 16-bit values (stages/stage.h: an fp32 (B*T, C)
-  // workspace per stage, or with sequence parallelism one fp32 block of scratch)
+  // mixed precision: the stash holds 16-bit values (stages/stage.h: + an fp32 (B*T, C)
+  // workspace per stage)
   const bool half = c.train.precision != "fp32" && c.train.recompute != "full";
-  const bool sp = c.parallel.sequence_parallel && c.parallel.tp > 1;
   // mixed precision: the model's copy is 16-bit storage (2 bytes, not 4), the only copy besides the master
   if (c.train.precision != "fp32") params -= 2.0 * DP * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const bool selective = c.train.recompute == "selective";  // no attention probabilities stashed
@@ -341,7 +340,7 @@ void check_memory(const Config& c) {
   for (int st = 0; st < P; ++st) acts += sim.peak_inflight[st] * ((double)g.L / (P * V)) * per_layer;
   // logits + dlogits of one microbatch (mixed precision: 16-bit dlogits + 32 fp32 rows)
   acts += half ? (2.0 * mbB * T + 4.0 * std::min(32, mbB * T)) * g.V : 2.0 * 4.0 * mbB * T * g.V;
-  if (c.train.recompute == "full" || (half && sp)) {
+  if (c.train.recompute == "full") {
     acts += full_layer * P;  // one recompute/unpack buffer per stage
   } else {
     if (half) acts += 4.0 * mbB * T * g.C * P;                                  // the residual stream's fp32 workspace

@@ -233,7 +233,7 @@ Tensor& Block::fp32_work(const Tensor& like, int64_t n) const {
 }
 
 void Block::forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
-  if (sp_on()) return forward_sp(y.data(), a, B, T, cfg);
+  if (sp_on()) return forward_sp(y, a, B, T, cfg);
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T;
@@ -381,62 +381,83 @@ double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64
                                cfg.Vl(), cfg.Vvalid(), dloss);
 }
 
+void gather_rows(Communicator* tp, const Tensor& rows, Tensor& full, double timeout_s) {
+  const size_t n = (size_t)rows.numel();
+  TROUPE_CHECK(tp && full.dtype() == rows.dtype() && (size_t)full.numel() == n * tp->size())
+      << "gather_rows: " << rows.shape_str() << " " << dtype_name(rows.dtype()) << " rows into "
+      << full.shape_str() << " " << dtype_name(full.dtype());
+  if (rows.dtype() == DType::f32) return tp->all_gather(rows.data(), full.data(), n, timeout_s);
+  // 16-bit words travel as the payload of the fp32 collective: two to a word, or (an odd
+  // count) one per word; all_gather only moves bytes
+  if (n % 2 == 0)
+    return tp->all_gather(reinterpret_cast<const float*>(rows.data16()), reinterpret_cast<float*>(full.data16()), n / 2,
+                          timeout_s);
+  std::vector<uint32_t> in(n), out(n * tp->size());
+  for (size_t i = 0; i < n; ++i) in[i] = rows.data16()[i];
+  tp->all_gather(reinterpret_cast<const float*>(in.data()), reinterpret_cast<float*>(out.data()), n, timeout_s);
+  for (size_t i = 0; i < out.size(); ++i) full.data16()[i] = (uint16_t)out[i];
+}
+
 namespace {
 // Per-thread scratch of the sequence-parallel paths (each stage worker has its own thread).
-thread_local std::vector<float> sp_rows, sp_full, sp_lnw;
+thread_local std::vector<float> sp_rows, sp_lnw;
+thread_local Tensor sp_rows16, sp_full;
 float* scratch(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
+// t as a tensor of n elements of dt (reallocated only when it is not one).
+Tensor& scratch(Tensor& t, int64_t n, DType dt) {
+  if (!t.defined() || t.numel() != n || t.dtype() != dt) t = Tensor({n}, dt);
+  return t;
+}
 }  // namespace
 
-void Block::forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
+void Block::forward_sp(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
   namespace k = kernels;
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl(), TP = tp->size();
   const int64_t BT = (int64_t)B * T, R = BT / TP, row0 = (int64_t)cfg.tp_rank * R;
-  float* rows = scratch(sp_rows, R * C);
-  float* full = scratch(sp_full, BT * C);
+  Tensor& rows = scratch(sp_rows16, R * C, a.ln1.dtype());  // a LayerNorm's output rows, stored as a.ln1
+  Tensor& full = scratch(sp_full, BT * C, DType::f32);       // a row-parallel layer's partial sums
   const bool dr = drop && drop->active;
   // LN1 on this rank's rows, all-gather the rows for the column-parallel QKV
-  ops::layernorm_forward(rows, a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), ln1_w->value,
-                       ln1_b->value, R, C);
-  rnd(rows, R * C);
-  tp->all_gather(rows, a.ln1.data(), R * C, timeout_s);
-  ops::linear_forward(a.qkv.data(), a.ln1.data(), qkv_w->value, &qkv_b->value, BT, C, 3 * Cl, dt);
+  ops::layernorm_forward(rows, a.ln1_mean.data(), a.ln1_rstd.data(), a.x, ln1_w->value, ln1_b->value, R, C, dt);
+  gather_rows(tp, rows, a.ln1, timeout_s);
+  ops::linear_forward(a.qkv, a.ln1, qkv_w->value, &qkv_b->value, BT, C, 3 * Cl, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
-  k::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, cfg.NHl(), dr ? &ka : nullptr);
-  rnd(a.att.data(), a.att.numel());
-  rnd(a.atty.data(), BT * Cl);
-  // row-parallel projection: reduce-scatter the partial sums to this rank's rows
-  ops::linear_forward(full, a.atty.data(), proj_w->value, nullptr, BT, Cl, C, dt);
-  tp->reduce_scatter(full, a.x2.data(), R * C, ReduceOp::sum, timeout_s);
-  rnd(a.x2.data(), R * C);
-  ops::add_bias(a.x2.data(), proj_b->value, R, C);
+  ops::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, cfg.NHl(), dr ? &ka : nullptr, dt);
+  // row-parallel projection: reduce-scatter the partial sums to this rank's rows, summed
+  // with the residual in fp32 (a.x2 itself, or the workspace when it is 16-bit)
+  ops::linear_forward(full, a.atty, proj_w->value, nullptr, BT, Cl, C, dt);
+  Tensor& x2 = fp32_work(a.x2, R * C);
+  tp->reduce_scatter(full.data(), x2.data(), R * C, ReduceOp::sum, timeout_s);
+  rnd(x2.data(), R * C);
+  ops::add_bias(x2.data(), proj_b->value, R, C);
   if (dr) {
     k::DropoutKey kd = drop->key(layer, 2);
     kd.row0 = row0;
-    k::dropout_apply(a.x2.data(), R, C, kd);
+    k::dropout_apply(x2.data(), R, C, kd);
   }
-  k::accumulate(a.x2.data(), a.x.data(), R * C);
-  rnd(a.x2.data(), R * C);
-  ops::layernorm_forward(rows, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), ln2_w->value,
-                       ln2_b->value, R, C);
-  rnd(rows, R * C);
-  tp->all_gather(rows, a.ln2.data(), R * C, timeout_s);
-  ops::linear_forward(a.fch.data(), a.ln2.data(), fc_w->value, &fc_b->value, BT, C, Fl, dt);
-  k::gelu_forward(a.fch_gelu.data(), a.fch.data(), BT * Fl);
-  rnd(a.fch_gelu.data(), BT * Fl);
-  ops::linear_forward(full, a.fch_gelu.data(), fcproj_w->value, nullptr, BT, Fl, C, dt);
-  tp->reduce_scatter(full, y, R * C, ReduceOp::sum, timeout_s);
-  rnd(y, R * C);
-  ops::add_bias(y, fcproj_b->value, R, C);
+  ops::accumulate(x2.data(), a.x);
+  rnd(x2.data(), R * C);
+  if (&x2 != &a.x2) ops::cast(a.x2, x2);
+  ops::layernorm_forward(rows, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2, ln2_w->value, ln2_b->value, R, C, dt);
+  gather_rows(tp, rows, a.ln2, timeout_s);
+  ops::linear_forward(a.fch, a.ln2, fc_w->value, &fc_b->value, BT, C, Fl, dt);
+  ops::gelu_forward(a.fch_gelu, a.fch, dt);
+  ops::linear_forward(full, a.fch_gelu, fcproj_w->value, nullptr, BT, Fl, C, dt);
+  Tensor& yw = fp32_work(y, R * C);
+  tp->reduce_scatter(full.data(), yw.data(), R * C, ReduceOp::sum, timeout_s);
+  rnd(yw.data(), R * C);
+  ops::add_bias(yw.data(), fcproj_b->value, R, C);
   if (dr) {
     k::DropoutKey kd = drop->key(layer, 3);
     kd.row0 = row0;
-    k::dropout_apply(y, R, C, kd);
+    k::dropout_apply(yw.data(), R, C, kd);
   }
-  k::accumulate(y, a.x2.data(), R * C);
-  rnd(y, R * C);
+  ops::accumulate(yw.data(), a.x2);
+  rnd(yw.data(), R * C);
+  if (&yw != &y) ops::cast(y, yw);
 }
 
 void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
@@ -460,7 +481,7 @@ void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T
   };
   // LayerNorm backward on this rank's rows; its weight gradients are partial sums over the
   // rows, all-reduced so every TP rank adds the same (replicated) gradient.
-  auto ln_back = [&](const Param* w, Param* gw, Param* gb, const float* xin, const float* mean, const float* rstd) {
+  auto ln_back = [&](const Param* w, Param* gw, Param* gb, const Tensor& xin, const float* mean, const float* rstd) {
     tp->reduce_scatter(s.dln.data(), rows, R * C, ReduceOp::sum, timeout_s);
     rnd(rows, R * C);
     std::fill(lnw, lnw + 2 * C, 0.0f);
@@ -472,22 +493,22 @@ void Block::backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T
   };
   branch(3);
   ops::linear_backward(s.dfch_gelu.data(), fcproj_w->grad.data(), fcproj_b->grad.data(), s.dbranch.data(),
-                     a.fch_gelu.data(), fcproj_w->value, BT, Fl, C, dt);
-  k::gelu_backward(s.dfch.data(), a.fch.data(), s.dfch_gelu.data(), BT * Fl);
+                       a.fch_gelu, fcproj_w->value, BT, Fl, C, dt);
+  ops::gelu_backward(s.dfch.data(), a.fch, s.dfch_gelu.data());
   rnd(s.dfch.data(), BT * Fl);
-  ops::linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2.data(),
-                     fc_w->value, BT, C, Fl, dt);
-  ln_back(ln2_w, ln2_w, ln2_b, a.x2.data(), a.ln2_mean.data(), a.ln2_rstd.data());
+  ops::linear_backward(s.dln.data(), fc_w->grad.data(), fc_b->grad.data(), s.dfch.data(), a.ln2, fc_w->value, BT, C,
+                       Fl, dt);
+  ln_back(ln2_w, ln2_w, ln2_b, a.x2, a.ln2_mean.data(), a.ln2_rstd.data());
   branch(2);
-  ops::linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), s.dbranch.data(), a.atty.data(),
-                     proj_w->value, BT, Cl, C, dt);
+  ops::linear_backward(s.datty.data(), proj_w->grad.data(), proj_b->grad.data(), s.dbranch.data(), a.atty,
+                       proj_w->value, BT, Cl, C, dt);
   const k::DropoutKey ka = dr ? drop->key(layer, 1, cfg.tp_rank * cfg.NHl(), cfg.maxT) : k::DropoutKey{};
-  k::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), B, T, Cl, cfg.NHl(),
-                        dr ? &ka : nullptr);
+  ops::attention_backward(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv, a.att, B, T, Cl, cfg.NHl(),
+                          dr ? &ka : nullptr);
   rnd(s.dqkv.data(), BT * 3 * Cl);
-  ops::linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1.data(),
-                     qkv_w->value, BT, C, 3 * Cl, dt);
-  ln_back(ln1_w, ln1_w, ln1_b, a.x.data(), a.ln1_mean.data(), a.ln1_rstd.data());
+  ops::linear_backward(s.dln.data(), qkv_w->grad.data(), qkv_b->grad.data(), s.dqkv.data(), a.ln1, qkv_w->value, BT,
+                       C, 3 * Cl, dt);
+  ln_back(ln1_w, ln1_w, ln1_b, a.x, a.ln1_mean.data(), a.ln1_rstd.data());
 }
 
 }  // namespace troupe

@@ -155,8 +155,7 @@ struct Block {
   // residual stream is summed when the stored activations are 16-bit.
   Tensor* work = nullptr;
   // y (B,T,C) = block(a.x); a must hold x on entry. a's activations and y are tensors of
-  // f32 or of dt (16-bit: read and written as they are, kernels/ops.h); with sequence
-  // parallelism all are f32.
+  // f32 or of dt (16-bit: read and written as they are, kernels/ops.h).
   void forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
   // dres (B,T,C): on entry dL/dy, on exit dL/dx (updated in place). Accumulates param grads.
   void backward(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;
@@ -180,9 +179,14 @@ struct Block {
   // `like` itself when it is f32, else *work as an fp32 tensor of n elements.
   Tensor& fp32_work(const Tensor& like, int64_t n) const;
   bool sp_on() const { return sp && *sp && tp && tp->size() > 1; }
-  void forward_sp(float* y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
+  void forward_sp(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
   void backward_sp(float* dres, BlockActs& a, BlockScratch& s, int B, int T, const GPTConfig& cfg) const;
 };
+
+// Sequence parallelism: full (TP*R rows, in TP rank order) = every TP rank's rows (R rows),
+// all-gathered over tp. rows and full are tensors of one dtype: f32, or 16-bit (whose words
+// are only moved: the same bits). Errors: a size or dtype mismatch; collective errors.
+void gather_rows(Communicator* tp, const Tensor& rows, Tensor& full, double timeout_s);
 
 // Vocab-parallel softmax cross-entropy (Megatron-LM): logits (BT, Vl) are this TP rank's
 // columns [vlo, vlo+Vl) of the padded vocabulary; the row max, the sum of exponentials and

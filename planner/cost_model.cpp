@@ -270,12 +270,11 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
   // memory per stage
   pl.peak_inflight = sched ? peak_stash(*sched) : std::vector<int>(P, 1);
   const double per_layer = activation_bytes_per_layer(c.model, b, T, pc.tp, sp, c.train.recompute, half, o.impl);
-  // Workspace per stage: one fp32 layer where the trainer recomputes (and troupe, with
-  // sequence parallelism in 16 bits, where it unpacks its 16-bit stash); troupe in 16 bits
-  // otherwise keeps only the residual stream's fp32 (b, T, C) workspace (kernels read and
-  // write the 16-bit activations; stages/stage.h).
-  const bool troupe = o.impl == Impl::troupe, direct16 = half && troupe && c.train.recompute == "none" && !sp;
-  const double buffer = c.train.recompute != "none" || (half && troupe && sp)
+  // Workspace per stage: one fp32 layer where the trainer recomputes; troupe in 16 bits
+  // keeps only the residual stream's fp32 (b, T, C) workspace (kernels read and write the
+  // 16-bit activations; stages/stage.h).
+  const bool troupe = o.impl == Impl::troupe, direct16 = half && troupe && c.train.recompute == "none";
+  const double buffer = c.train.recompute != "none"
                             ? activation_bytes_per_layer(c.model, b, T, pc.tp, false, "none", false, o.impl)
                         : direct16 ? 4.0 * b * T * c.model.n_embd
                                    : 0.0;

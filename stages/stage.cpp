@@ -128,14 +128,6 @@ std::unique_ptr<Stage::Slot> Stage::take_slot() {
   return std::make_unique<Slot>();
 }
 
-namespace {
-// The activations of a block stashed in 16 bits (mixed precision), in this order.
-std::array<Tensor*, 8> packed_fields(BlockActs& a) {
-  return {&a.ln1, &a.qkv, &a.att, &a.atty, &a.x2, &a.ln2, &a.fch, &a.fch_gelu};
-}
-std::array<Tensor*, 4> stat_fields(BlockActs& a) { return {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}; }
-}  // namespace
-
 void Stage::share_att(Slot& sl) {
   const std::vector<int64_t> shape{sl.B, cfg_.NHl(), sl.T, sl.T};
   if (!shared_att_.defined() || shared_att_.shape() != shape || shared_att_.dtype() != act_dt())
@@ -151,32 +143,11 @@ void ensure_as(Tensor& t, const std::vector<int64_t>& shape, DType dt) {
 }
 }  // namespace
 
-void Stage::pack(Slot& sl, int i) {
-  BlockActs& a = sl.acts[i];
-  auto src = packed_fields(re_acts_), dst = packed_fields(a);
-  for (size_t k = 0; k < src.size(); ++k) {
-    if (selective() && src[k] == &re_acts_.att) continue;  // recomputed in backward
-    ensure_as(*dst[k], src[k]->shape(), dt_);
-    ops::cast(*dst[k], *src[k]);  // rounded to nearest even: exactly the values forward stored
-  }
-  auto ss = stat_fields(re_acts_), ds = stat_fields(a);  // LayerNorm statistics stay fp32
-  for (int k = 0; k < 4; ++k) {
-    ensure_as(*ds[k], ss[k]->shape(), DType::f32);
-    std::memcpy(ds[k]->data(), ss[k]->data(), ss[k]->nbytes());
-  }
-}
-
 void Stage::forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash) {
   const int n = (int)blocks_.size();
   for (int i = 0; i < n; ++i) {
     Tensor& y = (i + 1 < n) ? sl.acts[i + 1].x : out;
-    if (packed()) {
-      re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));
-      re_acts_.x = sl.acts[i].x;
-      blocks_[i].forward(y, re_acts_, B, T, cfg_);
-      if (stash) pack(sl, i);
-      re_acts_.x = Tensor();
-    } else if (recompute_) {
+    if (recompute_) {
       re_acts_.ensure(B, T, cfg_);
       re_acts_.x = sl.acts[i].x;
       blocks_[i].forward(y, re_acts_, B, T, cfg_);
@@ -225,21 +196,6 @@ void Stage::recompute_att(BlockActs& a, Slot& sl, int i) {
 }
 
 BlockActs& Stage::acts_for(Slot& sl, int i) {
-  if (packed()) {
-    re_acts_.ensure(sl.B, sl.T, cfg_, rows((int64_t)sl.B * sl.T));
-    auto src = packed_fields(sl.acts[i]), dst = packed_fields(re_acts_);
-    for (size_t k = 0; k < src.size(); ++k) {
-      if (selective() && dst[k] == &re_acts_.att) continue;
-      TROUPE_CHECK(src[k]->defined() && src[k]->dtype() == dt_ && src[k]->shape() == dst[k]->shape())
-          << "stage " << s_ << ": block " << i << " was not stashed";
-      ops::cast(*dst[k], *src[k]);  // widened exactly
-    }
-    auto ss = stat_fields(sl.acts[i]), ds = stat_fields(re_acts_);
-    for (int k = 0; k < 4; ++k) std::memcpy(ds[k]->data(), ss[k]->data(), ss[k]->nbytes());
-    re_acts_.x = sl.acts[i].x;
-    if (selective()) recompute_att(re_acts_, sl, i);
-    return re_acts_;
-  }
   if (selective()) {
     recompute_att(sl.acts[i], sl, i);
     return sl.acts[i];
@@ -260,8 +216,8 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   auto sl = take_slot();
   sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
   const int64_t BT = (int64_t)B * T, R = rows(BT);
-  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), R, !logits16(), act_dt());
-  if (selective() && !packed()) share_att(*sl);  // packed: forward's att is the one scratch already
+  sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, R, !logits16(), act_dt());
+  if (selective()) share_att(*sl);
   set_drop(mb, B, T, keep);
   const int C = cfg_.C;
   if (first()) {
@@ -275,17 +231,16 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   }
   Tensor out;
   if (!last()) {
-    out = sp_now_ ? Tensor({R, C}) : Tensor({B, T, C}, act_dt());  // 16-bit: what crosses to the next stage
+    out = sp_now_ ? Tensor({R, C}, act_dt()) : Tensor({B, T, C}, act_dt());  // 16-bit: what crosses to the next stage
     forward_blocks(*sl, B, T, out, keep);
   } else {
     TROUPE_CHECK(targets != nullptr);
     forward_blocks(*sl, B, T, sl->xf, keep);
     if (sp_now_) {  // ln_f on this rank's rows, then gather all rows for the vocab-parallel head
-      Tensor part({R, C});
-      ops::layernorm_forward(part.data(), sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf.data(),
-                                 lnf_w_->value, lnf_b_->value, R, C);
-      kernels::round_to(part.data(), R * C, dt_);
-      tp_->all_gather(part.data(), sl->lnf.data(), (size_t)(R * C), timeout_s_);
+      Tensor part({R, C}, act_dt());
+      ops::layernorm_forward(part, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, lnf_w_->value, lnf_b_->value, R,
+                             C, dt_);
+      gather_rows(tp_, part, sl->lnf, timeout_s_);
     } else {
       ops::layernorm_forward(sl->lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, lnf_w_->value, lnf_b_->value,
                              BT, C, dt_);
@@ -337,8 +292,8 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
       tp_->reduce_scatter(dlnf->data(), part.data(), (size_t)(R * C), ReduceOp::sum, timeout_s_);
       kernels::round_to(part.data(), R * C, dt_);
       dres = Tensor({R, C});
-      ops::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf.data(),
-                                  lnf_w_->value, sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
+      ops::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf, lnf_w_->value,
+                              sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
       kernels::round_to(dres.data(), R * C, dt_);
       tp_->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, timeout_s_);
       kernels::accumulate(lnf_w_->grad.data(), lnw.data(), C);
@@ -371,7 +326,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
       sl.grads[i].ensure(B, T, cfg_);
       blocks_[i].backward_input(dres.data(), a, sl.grads[i], scratch_, B, T, cfg_);
     }
-    if (recompute_ || packed()) re_acts_.x = Tensor();
+    if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
     if (weights)
@@ -408,7 +363,7 @@ void Stage::backward_weights(int mb) {
   }
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
-    if (recompute_ || packed()) re_acts_.x = Tensor();
+    if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
     embed_backward(sl.dx0.data(), sl.tokens.data(), B, T);
@@ -423,7 +378,7 @@ void Stage::backward_weights(int mb) {
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
   auto sl = take_slot();
   sp_now_ = false;  // inference runs the plain TP path (any length)
-  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_ && !packed(), T, !logits16(), act_dt());
+  sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, T, !logits16(), act_dt());
   set_drop(0, 1, T, false);
   const int C = cfg_.C;
   if (first())

@@ -130,23 +130,19 @@ class Stage {
   // The activations of block i for slot sl: the stashed ones, or (recompute) the shared
   // scratch refilled by running the block's forward again from its stashed input.
   BlockActs& acts_for(Slot& sl, int i);
-  // Mixed precision without recompute stores every activation as a tensor of dt (2 bytes
-  // per element; exactly the values the fp32 buffers held, each rounded to dt):
-  // - direct16: kernels read and write them as they are (kernels/ops.h); the residual
-  //   stream is summed in the one fp32 workspace work_ (B*T*C);
-  // - packed (sequence parallelism, whose collectives move fp32): each block runs on the
-  //   shared fp32 scratch re_acts_ and is packed into dt after forward, widened back for
-  //   backward.
-  bool sp_active() const { return sp_cfg_ && tp_ && tp_->size() > 1; }
-  bool direct16() const { return dt_ != DType::f32 && !recompute_ && !sp_active(); }
-  bool packed() const { return dt_ != DType::f32 && !recompute_ && sp_active(); }
-  bool logits16() const { return dt_ != DType::f32 && !recompute_; }  // the stashed dlogits in dt
+  // Mixed precision without full recompute stores every activation as a tensor of dt (2
+  // bytes per element; exactly the values fp32 buffers held, each rounded to dt), which
+  // the kernels read and write as they are (kernels/ops.h); the residual stream is summed
+  // in the one fp32 workspace work_ (B*T*C, or this rank's rows with sequence parallelism,
+  // whose all-gathers move the 16-bit words). Full recompute keeps fp32 block inputs and
+  // the one fp32 block of scratch re_acts_.
+  bool direct16() const { return dt_ != DType::f32 && !recompute_; }
+  bool logits16() const { return direct16(); }  // the stashed dlogits in dt
   DType act_dt() const { return direct16() ? dt_ : DType::f32; }
   Tensor work_;
   // The head's weight-side backward from the stashed dlogits: dlnf (BT,C) = dlogits · wte,
   // dwte (Vl,C) += dlogits^T · lnf (either may be null).
   void head_backward(Slot& sl, float* dlnf, float* dwte);
-  void pack(Slot& sl, int i);
   // Mixed precision: the head's forward in blocks of kHeadRows rows (logits fp32 in
   // logits_scratch_, one block at a time; the loss; the dlogits stashed in dt). Returns the
   // summed token losses, the bits of one call over all rows.
