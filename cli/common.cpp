@@ -64,8 +64,13 @@ void print_error(const std::string& text) {
   std::cerr.flush();
   // whatever the error quotes (file contents, flags, a peer's words) reaches the terminal escaped
   std::string shown = printable(text);
-  if (shown.size() > 2000)  // a 100 KB value quoted back helps nobody
-    shown = shown.substr(0, 1000) + " ... (" + std::to_string(shown.size() - 1000) + " more characters)";
+  if (shown.size() > 2000) {  // a 100 KB value quoted back helps nobody; the end says the reason and the fix
+    size_t head = 900, tail = 900;
+    while (head > 0 && ((unsigned char)shown[head] & 0xC0) == 0x80) --head;  // cut between UTF-8 characters
+    while (tail < shown.size() && ((unsigned char)shown[shown.size() - tail] & 0xC0) == 0x80) ++tail;
+    shown = shown.substr(0, head) + " ... (" + std::to_string(shown.size() - head - tail) + " characters left out) ... " +
+            shown.substr(shown.size() - tail);
+  }
   const std::string line = "error: " + shown + "\n";
   // inside troupe launch: a line another process of the job printed already is not repeated
   if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir) {
@@ -410,6 +415,28 @@ std::string default_run_dir() {
   std::string dir = "runs/" + timestamp();
   for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
   return dir;
+}
+
+std::string claim_run_dir(const std::string& chosen, std::string* made) {
+  made->clear();
+  std::error_code ec;
+  const fs::path parent = fs::path(chosen).parent_path();
+  if (!parent.empty() && !fs::exists(fs::symlink_status(parent, ec)) && fs::create_directories(parent, ec))
+    *made = parent.string();
+  // runs/YYYYmmdd-HHMMSS[-n]: the base without its -n
+  std::string base = chosen;
+  const std::string name = fs::path(chosen).filename().string();
+  if (std::count(name.begin(), name.end(), '-') == 2) base = chosen.substr(0, chosen.rfind('-'));
+  std::string dir = chosen;
+  for (int i = 1; i < 100000; ++i) {
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      if (made->empty()) *made = dir;
+      return dir;
+    }
+    if (errno != EEXIST) break;
+    dir = base + "-" + std::to_string(i);
+  }
+  return chosen;
 }
 
 

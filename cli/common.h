@@ -83,6 +83,12 @@ void setup_logging(const std::string& run_dir);
 PreparedData prepare(const Config& c);
 // runs/<timestamp>, or runs/<TROUPE_LAUNCH_ID> inside a troupe launch.
 std::string default_run_dir();
+// Takes the automatic run directory `chosen` (runs/<timestamp>[-n], default_run_dir's
+// choice made before the data was prepared) by creating it exclusively; when another run
+// took that name meanwhile (runs started in the same second), the next free -n. Returns the
+// name taken; *made gets the outermost folder created ("" when none: then make_run_dir says
+// why the folder cannot be made).
+std::string claim_run_dir(const std::string& chosen, std::string* made);
 
 // Subcommands (cli/train.cpp, cli/tools.cpp).
 int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt);

@@ -16,6 +16,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -403,9 +404,17 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
         ++killed;
       }
       live = 0;
-      TROUPE_CHECK(false) << "cannot start process " << r << " of " << N << (started_as[r] ? " again" : "")
-                          << ": fork failed (" << std::strerror(e) << "); the " << killed
-                          << " already running were killed";
+      struct rlimit nproc {};
+      const bool limited = ::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY;
+      const std::string fix = e == EAGAIN && limited
+                                  ? "the limit on processes (ulimit -u = " + std::to_string(nproc.rlim_cur) +
+                                        ") is reached: raise ulimit -u, or start fewer processes (--nprocs)"
+                              : e == EAGAIN || e == ENOMEM
+                                  ? std::string("the system is out of processes or memory: start fewer processes (--nprocs)")
+                                  : std::string("start fewer processes (--nprocs)");
+      TROUPE_USER_FAIL() << "cannot start process " << r << " of " << N << (started_as[r] ? " again" : "")
+                         << ": fork failed (" << std::strerror(e) << "), and the " << killed
+                         << " already running were stopped; " << fix;
     }
     pid[r] = p;
     ++live;
