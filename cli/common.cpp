@@ -59,6 +59,30 @@ std::string trace_png_;
 std::string log_prefix_;
 std::shared_ptr<spdlog::logger> file_log_;
 
+std::string launch_errdir() {
+  static const std::string dir = [] {
+    const char* d = std::getenv("TROUPE_LAUNCH_ERRDIR");
+    if (!d || !*d) return std::string();
+    std::ifstream in(std::string(d) + "/launcher");
+    long launcher = 0;
+    if (!(in >> launcher) || launcher <= 1) return std::string();
+    // walk up the parents (troupe launch -- sh -c 'troupe train ...' puts a shell between)
+    long p = ::getppid();
+    for (int depth = 0; depth < 16 && p > 1; ++depth) {
+      if (p == launcher) return std::string(d);
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      const size_t close = text.rfind(')');
+      if (close == std::string::npos) break;
+      std::istringstream rest(text.substr(close + 1));
+      std::string state;
+      if (!(rest >> state >> p)) break;
+    }
+    return std::string();
+  }();
+  return dir;
+}
+
 void print_error(const std::string& text) {
   std::fflush(stdout);
   std::cerr.flush();
@@ -73,7 +97,8 @@ void print_error(const std::string& text) {
   }
   const std::string line = "error: " + shown + "\n";
   // inside troupe launch: a line another process of the job printed already is not repeated
-  if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir) {
+  if (const std::string errdir = launch_errdir(); !errdir.empty()) {
+    const char* dir = errdir.c_str();
     // FNV-1a of the line without its "[process N] " prefix: the same sentence from every process
     std::string_view said = line;
     if (said.rfind("error: [process ", 0) == 0)

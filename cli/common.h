@@ -25,6 +25,10 @@ extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: th
 // One "error: <text>" report on stderr in a single write(2), so the lines of several
 // processes sharing a terminal do not interleave.
 void print_error(const std::string& text);
+// TROUPE_LAUNCH_ERRDIR when this process runs under the troupe launch that made it (the
+// folder's `launcher` file names a process above this one), else "": the variable set by
+// hand or left over from another launch is ignored (it silenced repeated errors).
+std::string launch_errdir();
 // Loads FILE, applies each "section.key=value" override, validates. Throws UserError.
 Config load_config(const std::string& path, const std::vector<std::string>& sets);
 // Local time as YYYYmmdd-HHMMSS.

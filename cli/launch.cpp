@@ -10,6 +10,7 @@
 #include "cli/common.h"
 
 #include <filesystem>
+#include <fstream>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -324,6 +325,8 @@ struct SaidOnce {
   SaidOnce() {
     char tmpl[] = "/tmp/troupe-said-XXXXXX";
     if (::mkdtemp(tmpl)) dir = tmpl;
+    // the processes honour the folder only under the launcher named here (cli/common.cpp launch_errdir)
+    if (!dir.empty()) std::ofstream(dir + "/launcher") << ::getpid() << "\n";
   }
   ~SaidOnce() {
     std::error_code ec;

@@ -87,8 +87,16 @@ void install_stop_signals() {
 
 // The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
 // first line of the file TROUPE_JOB_SECRET_FILE.
+// The job secret: TROUPE_JOB_SECRET, else the first line of TROUPE_JOB_SECRET_FILE. Either
+// way without trailing blanks, tabs or a carriage return (a file saved with CRLF line ends,
+// `echo "$S " > FILE`): the same secret, however it was written down.
+std::string trim_secret(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.pop_back();
+  return s;
+}
+
 std::string job_secret() {
-  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return s;
+  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return trim_secret(s);
   if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
     std::error_code ec;
     TROUPE_USER_CHECK(std::filesystem::is_regular_file(f, ec) && std::filesystem::file_size(f, ec) <= 4096)
@@ -98,7 +106,7 @@ std::string job_secret() {
     TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
     std::string line;
     std::getline(in, line);
-    return line;
+    return trim_secret(line);
   }
   throw UserError(
       "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
@@ -377,8 +385,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
   std::string resume = resume_opt;
   if (c.fault.policy == "abort" && launch.world > 1)  // tell troupe launch not to start a lost process again
-    if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir)
-      std::ofstream(std::string(dir) + "/no-respawn") << "fault.policy = abort\n";
+    if (const std::string dir = launch_errdir(); !dir.empty())
+      std::ofstream(dir + "/no-respawn") << "fault.policy = abort\n";
   if (restart > 0 && c.fault.policy == "abort")
     throw FinalError(
         "fault.policy = abort: the job stops after a lost process, so a process started again by the launcher does not "
