@@ -103,32 +103,41 @@ TEST_CASE("a many-source preparation stopped by SIGTERM leaves no scratch file b
     cfg += "\n[[data.sources]]\nname = \"s" + std::to_string(10000 + i) + "\"\npath = \"" + corpus + "\"\n";
   s.write("blend.toml", cfg);
   const std::string cache = s.path("cache");
-  const std::string cmd = "exec timeout -k 5 120 '" + troupe_bin() + "' prepare --config '" + s.path("blend.toml") +
-                          "' --set data.cache_dir='" + cache + "' > /dev/null 2> '" + s.path("err") + "'";
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
-    ::_exit(127);
-  }
-  // stop it once pass 1 has left a few dozen scratch files (at most 60 s of polling)
-  size_t scratch = 0;
-  for (int i = 0; i < 1200 && scratch < 40; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    scratch = 0;
-    std::error_code ec;
-    if (const std::string key = fs::exists(cache) ? cache_key_dir(cache) : ""; !key.empty())
-      for (fs::directory_iterator it(key, ec), end; !ec && it != end; it.increment(ec))
+  std::string key;  // the cache folder, seen while it is prepared
+  // Starts the preparation, stops it with SIGTERM once pass 1 has left `files` scratch
+  // files (polled for at most 60 s), and returns its exit status and stderr.
+  auto stop_after = [&](size_t files) {
+    const std::string cmd = "exec timeout -k 5 120 '" + troupe_bin() + "' prepare --config '" + s.path("blend.toml") +
+                            "' --set data.cache_dir='" + cache + "' > /dev/null 2> '" + s.path("err") + "'";
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+      ::_exit(127);
+    }
+    size_t scratch = 0;
+    for (int i = 0; i < 1200 && scratch < files; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      scratch = 0;
+      std::error_code ec;
+      if (fs::exists(cache) && !cache_key_dir(cache).empty()) key = cache_key_dir(cache);
+      for (fs::directory_iterator it(key.empty() ? cache : key, ec), end; !key.empty() && !ec && it != end; it.increment(ec))
         scratch += it->path().extension() == ".scratch";
-  }
-  ::kill(pid, SIGTERM);  // (timeout forwards it to troupe)
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  const Run r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(s.path("err"))};
-  INFO("scratch files seen before the signal: " << scratch);
-  CHECK(scratch >= 40);
-  expect_user_error(r, {"stopped by SIGTERM", "partial files were removed"});
-  // nothing under the cache: neither scratch files nor the renamed-away folder
+    }
+    ::kill(pid, SIGTERM);  // (timeout forwards it to troupe)
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    CHECK(scratch >= files);
+    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(s.path("err"))};
+  };
+  // the cache folder is this run's: it goes whole
+  expect_user_error(stop_after(100), {"stopped by SIGTERM", "partial files were removed"});
+  CHECK(count_entries(cache) == 0);
+  // the cache and its key folder were there before (an earlier stop's or a user's): what
+  // the run wrote into them goes, although it keeps writing while the folder is cleaned
+  REQUIRE_FALSE(key.empty());
+  fs::create_directories(key);
+  expect_user_error(stop_after(100), {"stopped by SIGTERM", "partial files were removed"});
   CHECK(count_entries(cache) == 0);
   for (auto& e : fs::directory_iterator(s.dir)) CHECK(e.path().filename().string().rfind(".troupe-stopped", 0) != 0);
 }
