@@ -378,6 +378,30 @@ void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>
   write_file_atomic(p.removed_path, removed);
 }
 
+// A fresh build's last work: the blend's unigram entropy (all train tokens against all val
+// tokens), each token file's checksum, report.json, and meta.json, written last (the commit).
+void commit(PreparedData& p, const nlohmann::json& key, const std::vector<std::string>& special, int vocab_size) {
+  std::vector<uint64_t> tc(static_cast<size_t>(vocab_size), 0), vc(tc.size(), 0);
+  nlohmann::json sources = nlohmann::json::array();
+  for (const PreparedSource& s : p.sources) {
+    const TokenFile train(s.train_path), val(s.val_path);
+    const auto a = train.counts(vocab_size), b = val.counts(vocab_size);
+    for (size_t v = 0; v < tc.size(); ++v) tc[v] += a[v], vc[v] += b[v];
+    sources.push_back({{"name", s.name}, {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens},
+                       {"train_checksum", hash_hex(train.checksum())}, {"val_checksum", hash_hex(val.checksum())},
+                       {"report", source_report_json(s.report)}});
+  }
+  p.unigram_entropy = unigram_cross_entropy(tc, vc);
+  write_file_atomic(p.report_path, report_json(p, special));
+  const nlohmann::json meta = {{"key", key},
+                               {"tokenizer_hash", hash_hex(p.tokenizer_hash)},
+                               {"tokenizer_sample_bytes", p.tokenizer_sample_bytes},
+                               {"eot_id", p.eot_id},
+                               {"unigram_entropy", p.unigram_entropy},
+                               {"sources", sources}};
+  write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
+}
+
 }  // namespace
 
 PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn& log) {
@@ -471,35 +495,12 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
       throw;
     }
   }
-  // the blend's unigram entropy: all train tokens against all val tokens
-  std::vector<uint64_t> tc(static_cast<size_t>(vocab_size), 0), vc(tc.size(), 0);
-  std::vector<std::pair<uint64_t, uint64_t>> checksums;  // (train, val) of each source, for meta.json
   for (const PreparedSource& s : p.sources) {
     p.train_docs += s.train_docs, p.val_docs += s.val_docs;
     p.train_tokens += s.train_tokens, p.val_tokens += s.val_tokens;
-    if (p.from_cache) continue;
-    const TokenFile train(s.train_path), val(s.val_path);
-    const auto a = train.counts(vocab_size), b = val.counts(vocab_size);
-    for (size_t v = 0; v < tc.size(); ++v) tc[v] += a[v], vc[v] += b[v];
-    checksums.emplace_back(train.checksum(), val.checksum());
   }
   if (!p.from_cache) {
-    p.unigram_entropy = unigram_cross_entropy(tc, vc);
-    write_file_atomic(p.report_path, report_json(p, special));
-    nlohmann::json sources = nlohmann::json::array();
-    for (size_t i = 0; i < p.sources.size(); ++i) {
-      const PreparedSource& s = p.sources[i];
-      sources.push_back({{"name", s.name}, {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens},
-                         {"train_checksum", hash_hex(checksums[i].first)},
-                         {"val_checksum", hash_hex(checksums[i].second)}, {"report", source_report_json(s.report)}});
-    }
-    const nlohmann::json meta = {{"key", key},
-                                 {"tokenizer_hash", hash_hex(p.tokenizer_hash)},
-                                 {"tokenizer_sample_bytes", p.tokenizer_sample_bytes},
-                                 {"eot_id", p.eot_id},
-                                 {"unigram_entropy", p.unigram_entropy},
-                                 {"sources", sources}};
-    write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
+    commit(p, key, special, vocab_size);
     phase = kCommitted;
   }
   lock.reset();  // (removes .lock) and then the guard: a signal in between finds nothing to clean
