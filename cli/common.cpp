@@ -59,16 +59,46 @@ std::string trace_png_;
 std::string log_prefix_;
 std::shared_ptr<spdlog::logger> file_log_;
 
+std::string launch_errdir() {
+  static const std::string dir = [] {
+    const char* d = std::getenv("TROUPE_LAUNCH_ERRDIR");
+    if (!d || !*d) return std::string();
+    std::ifstream in(std::string(d) + "/launcher");
+    long launcher = 0;
+    if (!(in >> launcher) || launcher <= 1) return std::string();
+    // walk up the parents (troupe launch -- sh -c 'troupe train ...' puts a shell between)
+    long p = ::getppid();
+    for (int depth = 0; depth < 16 && p > 1; ++depth) {
+      if (p == launcher) return std::string(d);
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      const size_t close = text.rfind(')');
+      if (close == std::string::npos) break;
+      std::istringstream rest(text.substr(close + 1));
+      std::string state;
+      if (!(rest >> state >> p)) break;
+    }
+    return std::string();
+  }();
+  return dir;
+}
+
 void print_error(const std::string& text) {
   std::fflush(stdout);
   std::cerr.flush();
   // whatever the error quotes (file contents, flags, a peer's words) reaches the terminal escaped
   std::string shown = printable(text);
-  if (shown.size() > 2000)  // a 100 KB value quoted back helps nobody
-    shown = shown.substr(0, 1000) + " ... (" + std::to_string(shown.size() - 1000) + " more characters)";
+  if (shown.size() > 2000) {  // a 100 KB value quoted back helps nobody; the end says the reason and the fix
+    size_t head = 900, tail = 900;
+    while (head > 0 && ((unsigned char)shown[head] & 0xC0) == 0x80) --head;  // cut between UTF-8 characters
+    while (tail < shown.size() && ((unsigned char)shown[shown.size() - tail] & 0xC0) == 0x80) ++tail;
+    shown = shown.substr(0, head) + " ... (" + std::to_string(shown.size() - head - tail) + " characters left out) ... " +
+            shown.substr(shown.size() - tail);
+  }
   const std::string line = "error: " + shown + "\n";
   // inside troupe launch: a line another process of the job printed already is not repeated
-  if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir) {
+  if (const std::string errdir = launch_errdir(); !errdir.empty()) {
+    const char* dir = errdir.c_str();
     // FNV-1a of the line without its "[process N] " prefix: the same sentence from every process
     std::string_view said = line;
     if (said.rfind("error: [process ", 0) == 0)
@@ -409,6 +439,28 @@ std::string default_run_dir() {
   std::string dir = "runs/" + timestamp();
   for (int i = 1; fs::exists(dir); ++i) dir = "runs/" + timestamp() + "-" + std::to_string(i);
   return dir;
+}
+
+std::string claim_run_dir(const std::string& chosen, std::string* made) {
+  made->clear();
+  std::error_code ec;
+  const fs::path parent = fs::path(chosen).parent_path();
+  if (!parent.empty() && !fs::exists(fs::symlink_status(parent, ec)) && fs::create_directories(parent, ec))
+    *made = parent.string();
+  // runs/YYYYmmdd-HHMMSS[-n]: the base without its -n
+  std::string base = chosen;
+  const std::string name = fs::path(chosen).filename().string();
+  if (std::count(name.begin(), name.end(), '-') == 2) base = chosen.substr(0, chosen.rfind('-'));
+  std::string dir = chosen;
+  for (int i = 1; i < 100000; ++i) {
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      if (made->empty()) *made = dir;
+      return dir;
+    }
+    if (errno != EEXIST) break;
+    dir = base + "-" + std::to_string(i);
+  }
+  return chosen;
 }
 
 

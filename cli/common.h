@@ -25,6 +25,10 @@ extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: th
 // One "error: <text>" report on stderr in a single write(2), so the lines of several
 // processes sharing a terminal do not interleave.
 void print_error(const std::string& text);
+// TROUPE_LAUNCH_ERRDIR when this process runs under the troupe launch that made it (the
+// folder's `launcher` file names a process above this one), else "": the variable set by
+// hand or left over from another launch is ignored (it silenced repeated errors).
+std::string launch_errdir();
 // Loads FILE, applies each "section.key=value" override, validates. Throws UserError.
 Config load_config(const std::string& path, const std::vector<std::string>& sets);
 // Local time as YYYYmmdd-HHMMSS.
@@ -83,6 +87,12 @@ void setup_logging(const std::string& run_dir);
 PreparedData prepare(const Config& c);
 // runs/<timestamp>, or runs/<TROUPE_LAUNCH_ID> inside a troupe launch.
 std::string default_run_dir();
+// Takes the automatic run directory `chosen` (runs/<timestamp>[-n], default_run_dir's
+// choice made before the data was prepared) by creating it exclusively; when another run
+// took that name meanwhile (runs started in the same second), the next free -n. Returns the
+// name taken; *made gets the outermost folder created ("" when none: then make_run_dir says
+// why the folder cannot be made).
+std::string claim_run_dir(const std::string& chosen, std::string* made);
 
 // Subcommands (cli/train.cpp, cli/tools.cpp).
 int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt);

@@ -44,6 +44,19 @@ void check_png_output(const std::string& out, const std::string& option) {
 }
 
 namespace {
+// Whether `path` is a whole PNG: the signature first and the IEND chunk last. gnuplot's
+// pngcairo exits 0 even when its writes fail (a disk that fills midway leaves a picture
+// cut at some block boundary).
+bool png_complete(const std::string& path) {
+  static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+  std::ifstream in(path, std::ios::binary);
+  char head[8], tail[12];
+  if (!in.read(head, 8) || std::memcmp(head, sig, 8) != 0) return false;
+  if (!in.seekg(-12, std::ios::end) || !in.read(tail, 12)) return false;
+  return std::memcmp(tail, iend, 12) == 0;
+}
+
 // gnuplot SCRIPT with its stderr in err_path; its pid in *pid while it runs (for a signal's
 // clean-up). Returns its exit status, or -1 when it could not be started or was killed.
 int run_gnuplot(const std::string& script_path, const std::string& err_path, std::atomic<pid_t>* pid) {
@@ -108,8 +121,10 @@ void render_png(const std::string& script, const std::string& out, const std::st
   }
   fs::remove_all(dir, ec);
   const std::string tmp = png_tmp(out);
-  if (!script_ok || rc != 0 || !fs::is_regular_file(tmp, ec) || fs::file_size(tmp, ec) == 0) {
+  const bool empty = !fs::is_regular_file(tmp, ec) || fs::file_size(tmp, ec) == 0;
+  if (!script_ok || rc != 0 || empty || !png_complete(tmp)) {
     fs::remove(tmp, ec);
+    if (script_ok && rc == 0 && !empty) reason.clear();  // its picture was cut short: the disk's doing
     if (!script_ok) throw UserError("cannot write gnuplot's script in /tmp; free space in /tmp and draw " + out + " again");
     // blame the disk only when gnuplot did not say why, or said it could not write
     const bool io = reason.empty() || reason.find("annot open") != std::string::npos ||
@@ -117,7 +132,11 @@ void render_png(const std::string& script, const std::string& out, const std::st
     if (io)
       throw UserError(fmt::format("gnuplot could not draw {} ({}); check that its folder has free space and is "
                                   "writable, or pass another {} path (scripts/setup.sh installs gnuplot-nox with pngcairo)",
-                                  out, reason.empty() ? "it wrote an empty picture" : "gnuplot: " + reason, option));
+                                  out,
+                                  !reason.empty() ? "gnuplot: " + reason
+                                  : empty         ? std::string("it wrote an empty picture")
+                                                  : std::string("its picture was cut short, as when the disk fills"),
+                                  option));
     throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); the figure is beyond what gnuplot draws here: "
                                 "draw a smaller one (fewer stages or microbatches), or leave out {}",
                                 out, reason, option));

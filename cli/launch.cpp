@@ -10,12 +10,14 @@
 #include "cli/common.h"
 
 #include <filesystem>
+#include <fstream>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -323,6 +325,8 @@ struct SaidOnce {
   SaidOnce() {
     char tmpl[] = "/tmp/troupe-said-XXXXXX";
     if (::mkdtemp(tmpl)) dir = tmpl;
+    // the processes honour the folder only under the launcher named here (cli/common.cpp launch_errdir)
+    if (!dir.empty()) std::ofstream(dir + "/launcher") << ::getpid() << "\n";
   }
   ~SaidOnce() {
     std::error_code ec;
@@ -403,9 +407,17 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
         ++killed;
       }
       live = 0;
-      TROUPE_CHECK(false) << "cannot start process " << r << " of " << N << (started_as[r] ? " again" : "")
-                          << ": fork failed (" << std::strerror(e) << "); the " << killed
-                          << " already running were killed";
+      struct rlimit nproc {};
+      const bool limited = ::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY;
+      const std::string fix = e == EAGAIN && limited
+                                  ? "the limit on processes (ulimit -u = " + std::to_string(nproc.rlim_cur) +
+                                        ") is reached: raise ulimit -u, or start fewer processes (--nprocs)"
+                              : e == EAGAIN || e == ENOMEM
+                                  ? std::string("the system is out of processes or memory: start fewer processes (--nprocs)")
+                                  : std::string("start fewer processes (--nprocs)");
+      TROUPE_USER_FAIL() << "cannot start process " << r << " of " << N << (started_as[r] ? " again" : "")
+                         << ": fork failed (" << std::strerror(e) << "), and the " << killed
+                         << " already running were stopped; " << fix;
     }
     pid[r] = p;
     ++live;

@@ -87,8 +87,16 @@ void install_stop_signals() {
 
 // The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
 // first line of the file TROUPE_JOB_SECRET_FILE.
+// The job secret: TROUPE_JOB_SECRET, else the first line of TROUPE_JOB_SECRET_FILE. Either
+// way without trailing blanks, tabs or a carriage return (a file saved with CRLF line ends,
+// `echo "$S " > FILE`): the same secret, however it was written down.
+std::string trim_secret(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.pop_back();
+  return s;
+}
+
 std::string job_secret() {
-  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return s;
+  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return trim_secret(s);
   if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
     std::error_code ec;
     TROUPE_USER_CHECK(std::filesystem::is_regular_file(f, ec) && std::filesystem::file_size(f, ec) <= 4096)
@@ -98,7 +106,7 @@ std::string job_secret() {
     TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
     std::string line;
     std::getline(in, line);
-    return line;
+    return trim_secret(line);
   }
   throw UserError(
       "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
@@ -144,7 +152,12 @@ void check_data(const Config& c, const PreparedData& d, const BlendLoader& loade
 // was trained), those that hold no snapshot are removed again, newest first.
 class FreshFolders {
  public:
-  explicit FreshFolders(std::string metrics) : metrics_(std::move(metrics)) {}
+  // `run_dir`: the run directory (read when the scope is left: its name may still change)
+  explicit FreshFolders(const std::string& run_dir) : run_dir_(run_dir) {}
+  // A folder the caller has just created ("" = none).
+  void made(const std::string& dir) {
+    if (!dir.empty()) dirs_.push_back(dir);
+  }
   // Call before creating `dir`: records the outermost of its folders that does not exist
   // yet (a --run-dir a/b/c made a, b and c), nothing when `dir` exists.
   void will_create(const std::string& dir) {
@@ -158,7 +171,8 @@ class FreshFolders {
     if (std::uncaught_exceptions() == 0 || dirs_.empty()) return;
     try {
       std::error_code ec;
-      if (fs::exists(metrics_, ec) && fs::file_size(metrics_, ec) > 0) return;  // a step was trained: keep it all
+      const std::string metrics = run_dir_ + "/metrics.jsonl";
+      if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) return;  // a step was trained: keep it all
       for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it)
         if (list_snapshots(*it).empty()) fs::remove_all(*it, ec);
     } catch (...) {  // leaving litter is better than terminating during unwinding
@@ -169,7 +183,7 @@ class FreshFolders {
 
  private:
   std::vector<std::string> dirs_;
-  std::string metrics_;
+  const std::string& run_dir_;
 };
 
 // Runs the job; a process that survives a lost peer (in_place) joins the others again and
@@ -340,14 +354,16 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // Everything that can be refused is refused before anything is written.
   const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
   const bool known_default = launch_id && *launch_id;  // every process knows process 0's default run dir
-  const std::string run_dir = !run_dir_opt.empty() ? run_dir_opt
-                              : follower           ? (known_default ? default_run_dir() : std::string())
-                                                   : default_run_dir();
+  const bool automatic_run_dir = run_dir_opt.empty() && !follower && !known_default;  // claimed when made
+  std::string run_dir = !run_dir_opt.empty() ? run_dir_opt
+                        : follower           ? (known_default ? default_run_dir() : std::string())
+                                             : default_run_dir();
   if (!follower) naming_option("--run-dir", [&] { check_run_dir(run_dir); });
+  if (!follower) refuse_inside_snapshot(run_dir, "--run-dir");
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
-  const std::string ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
-                               : run_dir.empty() ? std::string()
-                                                 : run_dir + "/checkpoints";
+  std::string ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
+                         : run_dir.empty()          ? std::string()
+                                                    : run_dir + "/checkpoints";
   TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && ckpt_dir.empty()))
       << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
          "process finds the same snapshots";
@@ -356,6 +372,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     std::vector<std::string> dirs = {c.data.cache_dir};
     for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
     refuse_overwriting(ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);
+    refuse_inside_snapshot(ckpt_dir, "checkpoint.dir");
     naming_option("checkpoint.dir", [&] { check_checkpoint_dir(ckpt_dir); });
   }  // (the run directory is checked above)
   // fault.policy = restart: troupe launch starts the job again after a lost process
@@ -368,8 +385,8 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
   std::string resume = resume_opt;
   if (c.fault.policy == "abort" && launch.world > 1)  // tell troupe launch not to start a lost process again
-    if (const char* dir = std::getenv("TROUPE_LAUNCH_ERRDIR"); dir && *dir)
-      std::ofstream(std::string(dir) + "/no-respawn") << "fault.policy = abort\n";
+    if (const std::string dir = launch_errdir(); !dir.empty())
+      std::ofstream(dir + "/no-respawn") << "fault.policy = abort\n";
   if (restart > 0 && c.fault.policy == "abort")
     throw FinalError(
         "fault.policy = abort: the job stops after a lost process, so a process started again by the launcher does not "
@@ -439,7 +456,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // latest) would otherwise delete this run's snapshots by its keep_last retention
   // folders this run makes; removed again if it fails before its first step (a job that
   // cannot assemble, a signal while joining): a refusal leaves no litter
-  FreshFolders fresh(run_dir + "/metrics.jsonl");
+  FreshFolders fresh(run_dir);
   if (!follower && !c.checkpoint.dir.empty() &&
       fs::absolute(ckpt_dir).lexically_normal() != fs::absolute(run_dir).lexically_normal()) {
     fresh.will_create(ckpt_dir);
@@ -452,7 +469,14 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     create_event_dir(c.train.tensorboard_dir);
   }
   if (!follower) {
-    fresh.will_create(run_dir);
+    if (automatic_run_dir) {  // a run started in the same second may have taken the name since
+      std::string made;
+      run_dir = claim_run_dir(run_dir, &made);
+      fresh.made(made);
+      if (c.checkpoint.dir.empty()) ckpt_dir = run_dir + "/checkpoints";
+    } else {
+      fresh.will_create(run_dir);
+    }
     const int lock_fd = make_run_dir(run_dir);
     (void)lock_fd;
     setup_logging(run_dir);

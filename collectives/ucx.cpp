@@ -4,7 +4,10 @@
 // = the group's id, chunk = GroupMsg::chunk, source/destination = global ranks, f32 {count}.
 #include "collectives/ucx.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -20,6 +23,48 @@ namespace {
 std::mutex g_engines_mu;
 std::unordered_map<const UcxTransport*, std::weak_ptr<ucx::Engine>> g_engines;
 
+// The UCX_* variables of the environment that can shape the data plane (not UCX's logging,
+// debugging or statistics), "NAME=value ..." ("" when none is set).
+std::string ucx_settings(std::vector<std::string>* names) {
+  std::string out;
+  for (char** e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, "UCX_", 4) != 0) continue;
+    bool diagnostic = false;
+    for (const char* p : {"UCX_LOG", "UCX_DEBUG", "UCX_HANDLE_ERRORS", "UCX_ERROR_", "UCX_STATS", "UCX_PROFILE",
+                          "UCX_MEMTRACK", "UCX_VFS", "UCX_WARN"})
+      diagnostic = diagnostic || std::strncmp(*e, p, std::strlen(p)) == 0;
+    if (diagnostic) continue;
+    const char* eq = std::strchr(*e, '=');
+    if (!eq || !eq[1]) continue;
+    std::string value(eq + 1);
+    if (value.size() > 60) value = value.substr(0, 57) + "...";
+    out += (out.empty() ? "" : " ") + std::string(static_cast<const char*>(*e), eq) + "=" + value;
+    names->push_back(std::string(static_cast<const char*>(*e), eq));
+  }
+  return out;
+}
+
+// A UCX failure while the data plane is set up (`doing`): with UCX_* variables set it is
+// theirs to fix, so the user gets one sentence naming them (UserError: exit 2, no restart,
+// the same words on every process); otherwise the failure `e` stands.
+[[noreturn]] void throw_setup_failure(const std::exception& e, const std::string& doing) {
+  std::vector<std::string> names;
+  const std::string set = ucx_settings(&names);
+  if (set.empty() || std::strstr(e.what(), "UCX status ") == nullptr) throw;  // not UCX's refusal, or not theirs
+  std::string status = e.what();  // UCS_CHECK's text: "... UCX status <status>: <context>"
+  if (const size_t at = status.find("UCX status "); at != std::string::npos) {
+    status = status.substr(at + 11);
+    status = status.substr(0, status.find(':'));
+  } else {
+    status = status.substr(0, 120);
+  }
+  std::string unset;
+  for (const auto& n : names) unset += (unset.empty() ? "" : " ") + n;
+  throw UserError("the UCX data plane cannot " + doing + " with " + set + " set in the environment (UCX: " + status +
+                  "); unset " + unset + (names.size() > 1 ? ", or give them values" : ", or give it a value") +
+                  " this host supports (`ucx_info -d` lists its transports and devices)");
+}
+
 }  // namespace
 
 struct UcxTransport::Impl {
@@ -27,7 +72,11 @@ struct UcxTransport::Impl {
 };
 
 UcxTransport::UcxTransport(TransportOptions o) : impl_(std::make_unique<Impl>()) {
-  impl_->engine = std::make_shared<ucx::Engine>(std::move(o));
+  try {
+    impl_->engine = std::make_shared<ucx::Engine>(std::move(o));
+  } catch (const std::exception& e) {
+    throw_setup_failure(e, "start");
+  }
   std::lock_guard<std::mutex> lk(g_engines_mu);
   g_engines[this] = impl_->engine;
 }
@@ -42,7 +91,13 @@ UcxTransport::~UcxTransport() {
 
 std::vector<uint8_t> UcxTransport::address() const { return impl_->engine->address(); }
 
-void UcxTransport::connect(const std::vector<std::vector<uint8_t>>& addresses) { impl_->engine->connect(addresses); }
+void UcxTransport::connect(const std::vector<std::vector<uint8_t>>& addresses) {
+  try {
+    impl_->engine->connect(addresses);
+  } catch (const std::exception& e) {
+    throw_setup_failure(e, "reach the other processes");
+  }
+}
 
 void UcxTransport::send(const WireHeader& h, const void* payload, double timeout_s) {
   const auto deadline = ucx::deadline_in(timeout_s);

@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace troupe {
 namespace {
@@ -76,11 +77,19 @@ std::string example(const Ref& r) {
 // Assigns a TOML value to a key, checking its type.
 void assign(Config& c, const Key& k, const toml::node& v, const std::string& where) {
   Ref r = k.ref(c);
-  auto bad = [&](const char* want) {
-    std::ostringstream os;
-    v.visit([&](auto&& n) { os << n; });
-    throw UserError("config key '" + k.name + "'" + where + " must be " + want + ", got " + os.str() +
-                    "; e.g. " + k.name + " = " + example(k.ref(c)));
+  auto bad = [&](const char* want) {  // the value quoted on one short line (an array could be 100,000 lines)
+    std::string got;
+    if (const auto* a = v.as_array()) {
+      got = "an array of " + std::to_string(a->size()) + " value(s)";
+    } else if (v.is_table()) {
+      got = "a table";
+    } else {
+      std::ostringstream os;
+      v.visit([&](auto&& n) { os << n; });
+      got = printable(os.str(), false, 80);
+    }
+    throw UserError("config key '" + k.name + "'" + where + " must be " + want + ", got " + got + "; e.g. " + k.name +
+                    " = " + example(k.ref(c)));
   };
   if (auto* p = std::get_if<int*>(&r)) {
     auto x = v.value<int64_t>();
@@ -288,6 +297,10 @@ Config Config::parse(const std::string& text, const std::string& path) {
   std::string where = " in " + path;
   for (auto&& [sec, node] : tbl) {
     auto* t = node.as_table();
+    if (!t && find_key(std::string(sec.str())))  // "model.n_layer" = 2: one quoted key, not n_layer of [model]
+      throw UserError("config key \"" + std::string(sec.str()) + "\"" + where +
+                      " is quoted, so TOML reads it as one top-level key whose name holds a dot, not as a key of a "
+                      "section; write it without the quotes (" + std::string(sec.str()) + " = ...)");
     if (!t) unknown_key(std::string(sec.str()), where);
     for (auto&& [key, val] : *t) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());

@@ -39,7 +39,7 @@ const char* path_error_fix(int code) {
   return code == ENAMETOOLONG ? "shorten it (a file name has at most 255 bytes, a path 4095)"
          : code == ELOOP      ? "a symbolic link on it points back into itself: fix or remove that link"
          : code == EACCES || code == EPERM ? "check the permissions of its folders, or choose another path"
-         : code == ENOSPC || code == EDQUOT ? "free space there, or choose another path"
+         : code == ENOSPC || code == EDQUOT ? "free space there (or inodes, see df -i), or choose another path"
          : code == EROFS    ? "the filesystem is read-only: choose a writable path"
          : code == EBUSY    ? "it is in use (a mount point?): choose another path"
          : code == ENOTDIR  ? "a part of it that should be a folder is a file: fix the path"

@@ -1,10 +1,13 @@
 #include "core/events.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 namespace troupe {
 
@@ -12,9 +15,39 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+// Whether `path` may take events: a new or empty file, or a regular file whose first line
+// is an event. TROUPE_EVENT_LOG left pointing at another file (a config, a log) would
+// otherwise get JSON appended to it; such a path is ignored, with one warning.
+bool event_log_usable(const char* path) {
+  struct stat st {};
+  if (::stat(path, &st) != 0) return true;  // (not there yet: created on the first event)
+  if (!S_ISREG(st.st_mode)) return false;   // a folder, /dev/full, a FIFO: ignored as before
+  if (st.st_size == 0) return true;
+  std::FILE* f = std::fopen(path, "rb");
+  if (!f) return false;
+  char buf[4096];
+  const size_t n = std::fread(buf, 1, sizeof buf, f);
+  std::fclose(f);
+  std::string first(buf, n);
+  first = first.substr(0, first.find('\n'));
+  const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);
+  if (!j.is_discarded() && j.is_object() && j.contains("event")) return true;
+  std::fprintf(stderr,
+               "warning: TROUPE_EVENT_LOG=%s is a file that does not hold troupe events; no events are written to "
+               "it (point TROUPE_EVENT_LOG at a new file)\n",
+               path);
+  return false;
+}
+}  // namespace
+
 void log_event(const std::string& name, nlohmann::json fields) {
   const char* path = std::getenv("TROUPE_EVENT_LOG");
   if (!path || !*path) return;
+  static std::once_flag checked;
+  static bool usable = false;
+  std::call_once(checked, [&] { usable = event_log_usable(path); });
+  if (!usable) return;
   fields["event"] = name;
   fields["t"] = unix_seconds();
   fields["pid"] = (int)::getpid();

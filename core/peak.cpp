@@ -93,7 +93,8 @@ std::string cache_path() {
   namespace fs = std::filesystem;
   fs::path dir;
   if (const char* d = std::getenv("TROUPE_CACHE_DIR"); d && *d) dir = d;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = fs::path(x) / "troupe";
+  // (a relative XDG_CACHE_HOME is to be ignored, says the XDG spec: it would make a folder in the cwd)
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && x[0] == '/') dir = fs::path(x) / "troupe";
   else if (const char* h = std::getenv("HOME"); h && *h) dir = fs::path(h) / ".cache" / "troupe";
   else return "";
   return (dir / "peak.json").string();

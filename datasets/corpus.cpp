@@ -247,7 +247,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   std::string tmpl = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmpl.data());
   TROUPE_USER_CHECK(fd >= 0) << "cannot create a file next to '" << path << "': "
-                             << std::strerror(errno) << "; check the folder's permissions";
+                             << std::strerror(errno) << "; " << path_error_fix(errno);
   const char* p = bytes.data();
   size_t left = bytes.size();
   int err = 0;

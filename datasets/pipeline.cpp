@@ -47,8 +47,9 @@ std::string clip(const std::string& text, size_t max) {
 class ScratchWriter {
  public:
   explicit ScratchWriter(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "wb")) {
-    TROUPE_USER_CHECK(f_ != nullptr) << "cannot create '" << path << "': " << std::strerror(errno)
-                                     << "; check data.cache_dir's permissions and free space";
+    const int err = errno;
+    TROUPE_USER_CHECK(f_ != nullptr) << "cannot create '" << path << "': " << std::strerror(err) << "; "
+                                     << path_error_fix(err) << " (data.cache_dir)";
     std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
   }
   ~ScratchWriter() {

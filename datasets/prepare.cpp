@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cerrno>
 #include <cmath>
@@ -22,6 +23,7 @@
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/text.h"
 #include <optional>
 #include "datasets/pipeline.h"
 #include "datasets/sources.h"
@@ -50,8 +52,8 @@ class DirLock {
   DirLock(const std::string& dir, const DataLogFn& log) : path_(dir + "/.lock") {
     for (bool said = false;;) {
       fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-      TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(errno)
-                                  << "; check permissions or set data.cache_dir";
+      TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(errno) << "; "
+                                  << path_error_fix(errno) << " (data.cache_dir)";
       if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
         if (log && !said) log("waiting for another process preparing " + dir);
         said = true;
@@ -234,6 +236,12 @@ SourceReport source_report_from(const nlohmann::json& j) {
 // Why the committed folder cannot be reused ("" = it can), filling p from meta.json.
 std::string check_committed(PreparedData& p, const nlohmann::json& key, int vocab_size) {
   nlohmann::json meta;
+  // a FIFO (or a device) in a file's place would block the read below with no deadline
+  std::vector<std::string> files = {p.dir + "/meta.json", p.tokenizer_path};
+  for (const PreparedSource& s : p.sources) files.insert(files.end(), {s.train_path, s.val_path, s.train_idx, s.val_idx});
+  for (const std::string& f : files)
+    if (std::error_code ec; fs::exists(f, ec) && !fs::is_regular_file(f, ec))
+      return fs::path(f).filename().string() + " is not a regular file (a FIFO, a device or a folder)";
   try {
     std::ifstream in(p.dir + "/meta.json");
     meta = nlohmann::json::parse(in);
@@ -260,12 +268,22 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
           return fs::path(bin).filename().string() + " does not hold the " + std::to_string(want) +
                  " tokens meta.json records";
         f.validate(vocab_size);
+        // (caches written before the checksum was recorded have none: they are read as before)
+        if (const char* sum_key = split == 0 ? "train_checksum" : "val_checksum"; m.contains(sum_key))
+          if (m.at(sum_key).get<std::string>() != hash_hex(f.checksum()))
+            return fs::path(bin).filename().string() +
+                   " does not match the checksum meta.json records: it was changed after it was written";
         (split == 0 ? s.train_tokens : s.val_tokens) = want;
         (split == 0 ? s.train_docs : s.val_docs) = idx.docs();
       }
     }
     p.unigram_entropy = meta.at("unigram_entropy").get<double>();
     p.tokenizer_sample_bytes = meta.at("tokenizer_sample_bytes").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {  // its what() starts "[json.exception.parse_error.101] "
+    std::string why = e.what();
+    if (const size_t end = why.find("] "); why.rfind("[json.exception.", 0) == 0 && end != std::string::npos)
+      why = why.substr(end + 2);
+    return "meta.json is not what troupe writes (" + printable(why, false, 200) + ")";
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -284,6 +302,28 @@ void remove_litter(const std::string& dir, const DataLogFn& log) {
   for (const auto& f : old)
     if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
   if (!left.empty() && log) log("data: removed " + left + " (left by an interrupted or outdated preparation) in " + dir);
+}
+
+// After a stop signal during a build: removes `dir` (the folder this preparation created, or
+// the cache folder it emptied) while the preparing thread may still be writing into it. It
+// is renamed away first, so that thread cannot create a file in it any more (its paths
+// under the old name fail), and then removed; files it still holds open go with it. A
+// rename that fails falls back to removing in place. Returns whether nothing is left.
+bool remove_stopped(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path trash = dir.parent_path() / (".troupe-stopped-" + std::to_string(::getpid()) + "-" +
+                                              dir.filename().string());
+  if (fs::rename(dir, trash, ec); !ec) {
+    fs::remove_all(trash, ec);
+    return !fs::exists(fs::symlink_status(trash, ec)) && !fs::exists(fs::symlink_status(dir, ec));
+  }
+  for (int round = 0; round < 3; ++round) {  // a file the writer created meanwhile: another round
+    std::vector<fs::path> made;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) made.push_back(it->path());
+    for (const auto& f : made) fs::remove_all(f, ec);
+    if (made.empty()) break;
+  }
+  return fs::is_empty(dir, ec) || ec;
 }
 
 // Pass 1 over every source, the tokenizer, pass 2; fills p (not its unigram entropy).
@@ -338,6 +378,30 @@ void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>
   write_file_atomic(p.removed_path, removed);
 }
 
+// A fresh build's last work: the blend's unigram entropy (all train tokens against all val
+// tokens), each token file's checksum, report.json, and meta.json, written last (the commit).
+void commit(PreparedData& p, const nlohmann::json& key, const std::vector<std::string>& special, int vocab_size) {
+  std::vector<uint64_t> tc(static_cast<size_t>(vocab_size), 0), vc(tc.size(), 0);
+  nlohmann::json sources = nlohmann::json::array();
+  for (const PreparedSource& s : p.sources) {
+    const TokenFile train(s.train_path), val(s.val_path);
+    const auto a = train.counts(vocab_size), b = val.counts(vocab_size);
+    for (size_t v = 0; v < tc.size(); ++v) tc[v] += a[v], vc[v] += b[v];
+    sources.push_back({{"name", s.name}, {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens},
+                       {"train_checksum", hash_hex(train.checksum())}, {"val_checksum", hash_hex(val.checksum())},
+                       {"report", source_report_json(s.report)}});
+  }
+  p.unigram_entropy = unigram_cross_entropy(tc, vc);
+  write_file_atomic(p.report_path, report_json(p, special));
+  const nlohmann::json meta = {{"key", key},
+                               {"tokenizer_hash", hash_hex(p.tokenizer_hash)},
+                               {"tokenizer_sample_bytes", p.tokenizer_sample_bytes},
+                               {"eot_id", p.eot_id},
+                               {"unigram_entropy", p.unigram_entropy},
+                               {"sources", sources}};
+  write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
+}
+
 }  // namespace
 
 PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn& log) {
@@ -382,13 +446,14 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
       cleanup.first_new = q;
     fs::create_directories(p.dir, ec);
     TROUPE_USER_CHECK(!ec && fs::is_directory(p.dir))
-        << "cannot create the data cache folder '" << p.dir << "': " << ec.message()
-        << "; check permissions or set data.cache_dir";
+        << "cannot create the data cache folder '" << p.dir << "': " << ec.message() << "; "
+        << path_error_fix(ec.value()) << " (data.cache_dir)";
   }
   // Ctrl-C / SIGTERM from here to the commit: remove what this preparation wrote, say so,
   // exit 2 (the default action left .lock, <source>.scratch and a partial tokenizer).
   enum Phase { kWaiting, kReading, kBuilding, kCommitted };
   std::atomic<int> phase{kWaiting};
+  std::atomic<bool> stopping{false};
   std::optional<InterruptGuard> interrupt;
   interrupt.emplace([&](int sig) {
     const std::string what = stop_signal_label(sig);
@@ -399,15 +464,11 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
       return "stopped by " + what + (phase == kReading ? " while reading the data cache " : " after preparing the data cache ") +
              p.dir + (phase == kReading ? "; nothing was changed" : "; it is complete");
     }
-    if (!cleanup.first_new.empty()) {
-      fs::remove_all(cleanup.first_new, ec);
-    } else {
-      std::vector<fs::path> made;
-      for (fs::directory_iterator it(p.dir, ec), end; !ec && it != end; it.increment(ec)) made.push_back(it->path());
-      for (const auto& f : made) fs::remove_all(f, ec);
-    }
+    stopping = true;  // the preparing thread may now fail for want of its folder: it waits for the exit
+    const bool clean = remove_stopped(cleanup.first_new.empty() ? fs::path(p.dir) : cleanup.first_new);
     return "stopped by " + what + " while preparing the data in " + p.dir +
-           "; its partial files were removed (nothing else was touched): run the command again to prepare it";
+           (clean ? "; its partial files were removed (nothing else was touched): run the command again to prepare it"
+                  : "; its partial files could not all be removed: delete that folder, then run the command again");
   });
   std::optional<DirLock> lock;
   lock.emplace(p.dir, log);
@@ -424,32 +485,22 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   } else {
     say("data: preparing " + p.dir + " from " + std::to_string(blend.size()) + " source(s)");
     phase = kBuilding;
-    remove_litter(p.dir, log);
-    build(p, cfg, blend, special, vocab_size, log);
+    try {
+      remove_litter(p.dir, log);
+      build(p, cfg, blend, special, vocab_size, log);
+    } catch (...) {
+      // a stop signal took the folder away underneath: the watcher reports it and exits
+      // (exit 2); this thread must not report its own consequent failure
+      if (stopping) for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      throw;
+    }
   }
-  // the blend's unigram entropy: all train tokens against all val tokens
-  std::vector<uint64_t> tc(static_cast<size_t>(vocab_size), 0), vc(tc.size(), 0);
   for (const PreparedSource& s : p.sources) {
     p.train_docs += s.train_docs, p.val_docs += s.val_docs;
     p.train_tokens += s.train_tokens, p.val_tokens += s.val_tokens;
-    if (p.from_cache) continue;
-    const auto a = TokenFile(s.train_path).counts(vocab_size), b = TokenFile(s.val_path).counts(vocab_size);
-    for (size_t v = 0; v < tc.size(); ++v) tc[v] += a[v], vc[v] += b[v];
   }
   if (!p.from_cache) {
-    p.unigram_entropy = unigram_cross_entropy(tc, vc);
-    write_file_atomic(p.report_path, report_json(p, special));
-    nlohmann::json sources = nlohmann::json::array();
-    for (const PreparedSource& s : p.sources)
-      sources.push_back({{"name", s.name}, {"train_tokens", s.train_tokens}, {"val_tokens", s.val_tokens},
-                         {"report", source_report_json(s.report)}});
-    const nlohmann::json meta = {{"key", key},
-                                 {"tokenizer_hash", hash_hex(p.tokenizer_hash)},
-                                 {"tokenizer_sample_bytes", p.tokenizer_sample_bytes},
-                                 {"eot_id", p.eot_id},
-                                 {"unigram_entropy", p.unigram_entropy},
-                                 {"sources", sources}};
-    write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
+    commit(p, key, special, vocab_size);
     phase = kCommitted;
   }
   lock.reset();  // (removes .lock) and then the guard: a signal in between finds nothing to clean

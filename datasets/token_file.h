@@ -119,6 +119,10 @@ class TokenFile {
   // counts[id] = occurrences of id, for ids < vocab_size (call validate first).
   std::vector<uint64_t> counts(int vocab_size) const;
 
+  // A 64-bit checksum of the tokens (not the header), recorded in the data cache's
+  // meta.json and compared when the cache is reused: a change that keeps every id inside
+  // the vocabulary is caught too. Reads the whole file once.
+  uint64_t checksum() const;
   // Checks every token id is < vocab_size. Errors (UserError): names the file, the index
   // and the id of the first bad token, and the fix (delete the cache folder to re-tokenize).
   void validate(int vocab_size) const;

@@ -12,6 +12,7 @@
 #include <dnnl.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace troupe::kernels {
 namespace {
@@ -93,7 +94,7 @@ GemmChoice choose_gemm(const std::string& want) {
   c.bf16_native = onednn_has_bf16_matmul();
   if (!want.empty() && want != "auto") {
     TROUPE_USER_CHECK(want == "onednn" || want == "openblas" || want == "blis")
-        << "TROUPE_GEMM=" << want << " is not a CPU GEMM library; use onednn, openblas, blis or auto"
+        << "TROUPE_GEMM=" << printable(want, false, 80) << " is not a CPU GEMM library; use onednn, openblas, blis or auto"
         << (want.find("cu") != std::string::npos ? " (TROUPE_GEMM chooses among the CPU libraries only; the CUDA "
                                                     "kernels use cuBLASLt on their own)"
                                                   : "");
