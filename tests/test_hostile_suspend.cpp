@@ -133,8 +133,9 @@ TEST_CASE("a resume is refused up front when the address-space limit cannot hold
   REQUIRE(r.rc == 0);
   const std::string snap = s.path("a") + "/checkpoints/step-00000001";
   REQUIRE(fs::exists(snap + "/manifest.capnp"));
-  // the fresh run's estimate: 25.3M parameters x 16 B + activations + 1 GiB; a resume also
-  // holds the snapshot's 12 B a parameter: about 290 MiB more. A limit between the two is refused at once.
+  // the fresh run's estimate: 25.3M parameters x 20 B + activations + 1 GiB; a resume also
+  // holds the snapshot's state and the optimizers' copies of the moments, 20 B a parameter:
+  // about 480 MiB more. A limit between the two is refused at once.
   const std::string fresh = run_troupe("train " + common + " --set train.steps=2 --run-dir '" + s.path("probe") + "'",
                                        s, 120, "ulimit -v 1100000;").err;
   INFO(fresh);
