@@ -145,6 +145,7 @@ class Coordinator {
   std::optional<DynamicLossScaler> scaler_;  // fp16: a mirror of every worker's scaler
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
+  size_t own_detached_ = 0;  // detached actors of the actor system itself (~Coordinator's teardown deadline)
   std::unique_ptr<caf::scoped_actor> self_;
   std::vector<size_t> act_bytes_;
   std::vector<bool> reported_;

@@ -28,6 +28,7 @@ Coordinator::Coordinator(const Config& cfg, const JobContext& ctx) : cfg_(cfg), 
     sys_cfg_.load<caf::io::middleman>();
   }
   sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
+  own_detached_ = sys_->detached_actors();  // the actor system's own (not stopped before its destructor)
   self_ = std::make_unique<caf::scoped_actor>(*sys_);
 }
 
@@ -53,11 +54,11 @@ Coordinator::~Coordinator() {
   // runs. Past the deadline the actor system is left behind instead (its threads end with
   // the process: main ends with _exit after printing, see actor_system_abandoned()).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (sys_->detached_actors() > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (sys_->detached_actors() > 0) {
+  while (sys_->detached_actors() > own_detached_ && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (sys_->detached_actors() > own_detached_) {
     spdlog::warn("{} actor thread(s) did not end within 10 s of the job's end; leaving them to the process's exit",
-                 sys_->detached_actors());
+                 sys_->detached_actors() - own_detached_);
     (void)sys_.release();
     g_abandoned.store(true);
     return;
