@@ -13,6 +13,7 @@
 
 #include "actors/messages.h"
 #include "checkpoint/snapshot.h"
+#include "core/interrupt.h"
 
 namespace fs = std::filesystem;
 
@@ -72,6 +73,7 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
       fs::remove_all(p.tmp, ec);  // never taken for a snapshot (no manifest), but free the space
       d.error = p.error;
     }
+    forget_partial_dir(p.tmp);  // renamed into the snapshot, or removed
     d.bytes = p.bytes;
     d.write_s = std::chrono::duration<double>(Clock::now() - p.t0).count();
     self->send(coordinator, snapdone_atom::value, k, std::move(d));
@@ -98,6 +100,7 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
         ec.clear();
         fs::create_directories(p.tmp, ec);
         if (ec) p.error = "cannot create " + p.tmp + ": " + ec.message();
+        else note_partial_dir(p.tmp);  // a stop that ends the process at once removes it (core/interrupt.h)
         progress(k);
       },
       [&](stop_atom) { running = false; });

@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "actors/cluster.h"
+#include "core/awake_clock.h"
 
 namespace troupe {
 
 namespace cluster_detail {
-using Clock = std::chrono::steady_clock;
+using Clock = AwakeClock;  // deadlines and heartbeats: the time this process was stopped does not count
 constexpr int32_t kAgentKind = -1;  // envelope target: the receiving agent itself
 // The `resume` of every process in an in-place recovery: the state is agreed at join.
 extern const char* const kRecoveryResume;

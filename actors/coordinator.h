@@ -25,6 +25,7 @@
 #include "actors/job_spawn.h"
 #include "actors/messages.h"
 #include "actors/metrics_log.h"
+#include "core/awake_clock.h"
 #include "core/peak.h"
 #include "optimizer/loss_scaler.h"
 #include "stages/simulator.h"
@@ -144,6 +145,7 @@ class Coordinator {
   std::optional<DynamicLossScaler> scaler_;  // fp16: a mirror of every worker's scaler
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
+  size_t own_detached_ = 0;  // detached actors of the actor system itself (~Coordinator's teardown deadline)
   std::unique_ptr<caf::scoped_actor> self_;
   std::vector<size_t> act_bytes_;
   std::vector<bool> reported_;
@@ -162,10 +164,11 @@ class Coordinator {
 template <class Done, class Handler>
 void Coordinator::wait(Done done, const std::string& what, Handler on) {
   // Longer than the workers' deadline, so a stuck worker reports (and is diagnosed) first.
+  // The deadline is on AwakeClock: the time this process was stopped (Ctrl-Z) does not count.
   const double limit = 1.25 * cfg_.train.timeout_s + 1.0;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+  const auto deadline = AwakeClock::in(limit);
   while (!done()) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - AwakeClock::now());
     bool timed_out = left.count() <= 0;
     if (!timed_out) {
       (*self_)->receive(
@@ -194,7 +197,7 @@ void Coordinator::wait(Done done, const std::string& what, Handler on) {
             down_.insert(dm.source);
             throw Error("a worker actor stopped unexpectedly: " + caf::to_string(dm.reason));
           },
-          caf::after(left) >> [&] { timed_out = true; });
+          caf::after(left) >> [&] { timed_out = AwakeClock::now() >= deadline; });
     }
     if (timed_out && !done()) on_timeout(limit, what);
   }

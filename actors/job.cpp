@@ -28,8 +28,13 @@ Coordinator::Coordinator(const Config& cfg, const JobContext& ctx) : cfg_(cfg), 
     sys_cfg_.load<caf::io::middleman>();
   }
   sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
+  own_detached_ = sys_->detached_actors();  // the actor system's own (not stopped before its destructor)
   self_ = std::make_unique<caf::scoped_actor>(*sys_);
 }
+
+namespace {
+std::atomic<bool> g_abandoned{false};  // see actor_system_abandoned()
+}  // namespace
 
 Coordinator::~Coordinator() {
   try {
@@ -42,8 +47,26 @@ Coordinator::~Coordinator() {
   a_.keepers.clear();
   cluster_.reset();  // its proxies and agent stop before the actor system
   self_.reset();
+  // CAF's ~actor_system waits without a deadline for every detached actor's thread. After a
+  // failure that could be forever (review 14i, B1: a resume under ulimit -v hung, SIGTERM
+  // ignored): an actor spawned but not yet handed to a_ never hears stop, and a detached
+  // actor whose thread could not start (a memory or process limit) is counted but never
+  // runs. Past the deadline the actor system is left behind instead (its threads end with
+  // the process: main ends with _exit after printing, see actor_system_abandoned()).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (sys_->detached_actors() > own_detached_ && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (sys_->detached_actors() > own_detached_) {
+    spdlog::warn("{} actor thread(s) did not end within 10 s of the job's end; leaving them to the process's exit",
+                 sys_->detached_actors() - own_detached_);
+    (void)sys_.release();
+    g_abandoned.store(true);
+    return;
+  }
   sys_.reset();
 }
+
+bool actor_system_abandoned() { return g_abandoned.load(); }
 
 void Coordinator::abort_cluster(const std::string& why) {
   failed_ = true;

@@ -124,4 +124,9 @@ struct JobResult {
 // Error for a failure (a worker error, a missed deadline), naming the stage.
 JobResult run_job(const Config& cfg, const JobContext& ctx);
 
+// True when a job's actor system could not be torn down (an actor thread that never
+// started or never ended, after a failure): main must then end with _exit once it has
+// printed its sentence (a normal exit would wait for, or run destructors under, those threads).
+bool actor_system_abandoned();
+
 }  // namespace troupe

@@ -8,6 +8,7 @@
 #include <memory>
 #include <tuple>
 
+#include "core/awake_clock.h"
 #include "core/error.h"
 #include "kernels/parallel.h"
 #include "optimizer/optimizer.h"
@@ -123,9 +124,9 @@ class OptimizerActor {
   std::tuple<float, double, bool> exchange_norm(int64_t k, NormReport nr) {
     self_->send(a_.coordinator, norm_atom::value, k, std::move(nr));
     const auto t0 = Clock::now();
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a_.timeout_s));
+    const auto deadline = AwakeClock::in(a_.timeout_s);  // the time this process was stopped does not count
     while (!clip_.count(k)) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - AwakeClock::now());
       if (left.count() <= 0)
         throw Error("the optimizer of stage " + std::to_string(s_) + " waited " + std::to_string(a_.timeout_s) +
                     " s for the clipping factor of step " + std::to_string(k) + " from the coordinator");

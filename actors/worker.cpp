@@ -12,6 +12,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/awake_clock.h"
 #include "core/error.h"
 #include "core/events.h"
 #include "core/dtype.h"
@@ -94,13 +95,15 @@ class Worker {
     wait_ = WaitState{s_, a_.tp_rank, a_.dp_rank, true, false, step, from, what, pos_, pending_msg_.msg,
                       pending_msg_.mb, pending_msg_.chunk};
     auto t0 = Clock::now();
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
+    const auto deadline = AwakeClock::in(limit_s);  // the time this process was stopped does not count
     while (!pred()) {
       if (aborted_) throw Error("stage " + std::to_string(s_) + " stopped by the coordinator while waiting for " + what);
-      auto left = deadline - Clock::now();
-      bool timed_out = left <= Clock::duration::zero();
-      if (!timed_out)
+      auto left = deadline - AwakeClock::now();
+      bool timed_out = left <= AwakeClock::duration::zero();
+      if (!timed_out) {
         receive_one(std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1), timed_out);
+        timed_out = timed_out && AwakeClock::now() >= deadline;
+      }
       if (timed_out && !pred()) {
         wait_.timed_out = true;
         self_->send(a_.coordinator, status_atom::value, wait_);

@@ -346,7 +346,7 @@ void check_address_space(uint64_t bytes, const std::string& what) {
   }
 }
 
-void check_memory(const Config& c) {
+void check_memory(const Config& c, bool resuming) {
   const GPTConfig g = GPTConfig::from(c.model);
   const int P = c.parallel.pp, M = c.parallel.microbatches, V = c.parallel.chunks;
   const int mbB = c.train.batch_size / (c.parallel.dp * M), T = c.train.seq_len;
@@ -377,8 +377,19 @@ void check_memory(const Config& c) {
     if (selective) acts += (half ? 2.0 : 4.0) * mbB * g.NH * T * T * P;  // the one attention-probability buffer
   }
   acts *= DP;                                               // every replica
+  // --resume: the snapshot's state (weights and both AdamW moments of every logical tensor,
+  // 12 bytes a parameter; mixed precision 16, the fp32 master too: checkpoint/disk.h
+  // snapshot_bytes) stays loaded next to the model while the job runs, and each optimizer
+  // actor keeps its copy of the moments (8 bytes) until its ZeRO-1 buffers take them at the
+  // first update. Without these a resume under ulimit -v between the fresh run's need and
+  // the resume's hung or ran out of memory (review 14i, B1; 85M parameters: peak RSS 4.0 GB
+  // resumed, against 2.7 GB fresh).
+  if (resuming)
+    params += (c.train.precision == "fp32" ? 20.0 : 24.0) * (g.n_params() + (P * V > 1 ? (double)g.V * g.C : 0.0));
   const double need = params + acts;
-  check_address_space((uint64_t)need, "this training job (all its workers in this process)");
+  check_address_space((uint64_t)need, resuming ? "resuming this training job (all its workers in this process, and "
+                                                  "the snapshot's loaded state)"
+                                                : "this training job (all its workers in this process)");
   const double have = available_memory();
   if (have <= 0) return;
   auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024)); };

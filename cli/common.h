@@ -80,7 +80,7 @@ double available_memory();
 // under it an allocation inside a library (oneDNN) crashed instead of failing cleanly.
 // `what` names the command for the sentence.
 void check_address_space(uint64_t bytes, const std::string& what);
-void check_memory(const Config& c);
+void check_memory(const Config& c, bool resuming = false);
 // The console logger (stderr), plus RUN_DIR/train.log when run_dir is not empty.
 void setup_logging(const std::string& run_dir);
 // Tokenizer and token files for c.data (cached; see datasets/prepare.h).

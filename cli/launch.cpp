@@ -523,7 +523,7 @@ Attempt run_attempt(const Options& o, int restart, double failure_time, const st
       sig = ::sigwaitinfo(&waited, &info);
     }
     if (sig < 0 || sig == SIGCHLD) continue;  // timeout / EINTR / a child changed state
-    // SIGINT, SIGTERM, SIGUSR1 (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM): the user stops the job, so a process that dies now is not
+    // SIGINT, SIGTERM, SIGUSR1 (and the other stop signals of core/interrupt.h): the user stops the job, so a process that dies now is not
     // started again. A terminal (Ctrl-C) sends to the whole foreground process group
     // (si_code SI_KERNEL): the children, in our group, got it themselves — a second copy
     // would make troupe train stop at once instead of snapshotting.

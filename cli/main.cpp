@@ -25,6 +25,7 @@
 #include "cli/common.h"
 #include "cli/launch.h"
 #include "cli/plan.h"
+#include "actors/job.h"
 #include "core/interrupt.h"
 #include "kernels/gemm_libs.h"
 #include "core/error.h"
@@ -40,6 +41,9 @@ using namespace troupe::cli;
 // tokens took 15-20 s instead of 0.4-0.9 s at load average 10. libgomp reads the setting
 // once, when it loads, so troupe starts itself again with GOMP_SPINCOUNT=1000 unless the
 // user chose a wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT).
+// Set across bound_openmp_spinning's exec, while the stop signals are blocked.
+constexpr const char* kSignalsHeld = "TROUPE_STOP_SIGNALS_HELD";
+
 void bound_openmp_spinning(char** argv) {
   if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
   char self[4096];
@@ -47,7 +51,18 @@ void bound_openmp_spinning(char** argv) {
   if (n <= 0) return;
   self[n] = '\0';  // the real path, so that the process keeps its name ("troupe", not "exe")
   ::setenv("GOMP_SPINCOUNT", "1000", 1);
+  // execv resets the stop signals' handlers to their default action until the new image's
+  // .preinit_array installs them again: blocked across the exec (the mask and a pending
+  // signal survive it), a stop signal in that window waits for troupe_preinit_signals
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  for (int i = 0; i < kStopSignalCount; ++i)
+    if (!left_ignored(kStopSignals[i])) sigaddset(&stop, kStopSignals[i]);
+  ::sigprocmask(SIG_BLOCK, &stop, &old);
+  ::setenv(kSignalsHeld, "1", 1);
   ::execv(self, argv);  // returns only on failure: go on with libgomp's default
+  ::unsetenv(kSignalsHeld);
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
 // One sentence for a command line CLI11 refused. A value that is not of the option's type
@@ -108,12 +123,13 @@ int run_command(int argc, char** argv);
 
 // Until a command installs its own handling (train's snapshot-and-stop, data preparation's
 // clean-up, a figure's temporary files), the stop signals (core/interrupt.h: SIGINT,
-// SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGXCPU) end troupe with a sentence
+// SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR, SIGXCPU) end troupe with a sentence
 // and exit 2 instead of their default action's silent 128+N: it comes before anything is
 // written, or between writes that are each whole (temporary file, then rename), so there is
 // nothing to undo. SIGXCPU keeps this handler in every command (a stop that saves a snapshot
 // would need more CPU time past the limit; snapshots already written are whole).
 extern "C" void on_early_signal(int sig) {
+  remove_partial_dirs();  // a snapshot being written (SIGXCPU during training): no .tmp folder stays
   auto put = [](const char* t) { (void)!::write(STDERR_FILENO, t, std::strlen(t)); };
   if (sig == SIGXCPU) {
     put("error: stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise it (ulimit -t unlimited); "
@@ -127,9 +143,13 @@ extern "C" void on_early_signal(int sig) {
   ::_exit(2);
 }
 
-// as early as the executable's own initialisation (after the shared libraries load): the
-// window in which a signal still has its default action is the dynamic loader's. A signal
-// inherited as ignored (nohup's SIGHUP) stays ignored.
+// Installed twice: from the executable's .preinit_array, which the dynamic loader runs after
+// relocating every library and before any library's initialisers (CUDA's, UCX's, oneDNN's:
+// about 15 ms in which a stop signal used to end troupe with 128+N and no sentence, review
+// 14i A3), and again from a constructor after those initialisers (one of them may take a
+// signal for itself: libucs takes SIGHUP). What is left is the loader's own mapping and
+// relocation (about 5 ms on the review machine, LD_DEBUG=statistics): no code of troupe's
+// can run there. A signal inherited as ignored (nohup's SIGHUP) stays ignored.
 __attribute__((constructor)) void install_early_signals() {
   // a closed pipe (train 2>&1 | head) must not kill a run mid-step without a snapshot: writes
   // to it fail with EPIPE instead (logging goes on in train.log; a command whose output is
@@ -141,6 +161,24 @@ __attribute__((constructor)) void install_early_signals() {
     std::signal(sig, on_early_signal);
   }
 }
+
+extern "C" void troupe_preinit_signals(int, char**, char** envp) {
+  install_early_signals();
+  // after bound_openmp_spinning's exec: the stop signals it blocked reach on_early_signal now
+  const size_t len = std::strlen(kSignalsHeld);
+  for (char** e = envp; e && *e; ++e)
+    if (std::strncmp(*e, kSignalsHeld, len) == 0 && (*e)[len] == '=') {
+      sigset_t stop;
+      sigemptyset(&stop);
+      for (int i = 0; i < kStopSignalCount; ++i) sigaddset(&stop, kStopSignals[i]);
+      ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
+    }
+}
+
+// (after libc's initialisation) the marker is not passed on to the processes troupe starts
+__attribute__((constructor)) void forget_signals_held() { ::unsetenv(kSignalsHeld); }
+__attribute__((section(".preinit_array"), used)) void (*const troupe_preinit_entry)(int, char**, char**) =
+    troupe_preinit_signals;
 
 // The checks every command shares, before anything is opened. Returns 0, or 2 when refused.
 int check_process_limits() {
@@ -201,7 +239,13 @@ int check_process_limits() {
 int main(int argc, char** argv) {
   bound_openmp_spinning(argv);
   if (int rc = check_process_limits(); rc != 0) return rc;
-  return check_stdout(run_command(argc, argv));
+  const int rc = check_stdout(run_command(argc, argv));
+  if (troupe::actor_system_abandoned()) {  // its threads may still run: no static destructors under them
+    std::cout.flush();
+    std::fflush(nullptr);
+    ::_exit(rc);
+  }
+  return rc;
 }
 
 int run_command(int argc, char** argv) {
@@ -398,6 +442,9 @@ int run_command(int argc, char** argv) {
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {  // the user's paths: a name too long, a link loop
     print_error(log_prefix_ + describe_filesystem_error(e));
+    return 2;
+  } catch (const std::bad_alloc& e) {  // a memory limit the user set or can raise: the sentence names the fix
+    print_error(log_prefix_ + describe_exception(e));
     return 2;
   } catch (const std::exception& e) {
     print_error(log_prefix_ + describe_exception(e));

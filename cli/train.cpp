@@ -58,7 +58,7 @@ namespace fs = std::filesystem;
 
 namespace troupe::cli {
 namespace {
-// SIGUSR1 / SIGTERM / SIGINT (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, unless inherited as
+// SIGUSR1 / SIGTERM / SIGINT (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR, unless inherited as
 // ignored): snapshot the current step and stop (exit 0). A second
 // SIGTERM or SIGINT while that is under way ends the process at once, if it comes more than
 // a second after the first: one request often arrives twice (Ctrl-C reaches the whole
@@ -72,7 +72,10 @@ extern "C" void on_stop_signal(int sig) {
   const int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
   int64_t first = 0;
   g_first_signal_ns.compare_exchange_strong(first, now);
-  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) _exit(128 + sig);
+  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) {
+    remove_partial_dirs();  // the snapshot being written cannot finish: no .tmp folder stays
+    _exit(128 + sig);
+  }
 }
 void install_stop_signals() {
   struct sigaction sa {};
@@ -196,6 +199,8 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
       r = run_job(c, ctx);
       break;
     } catch (const UserError&) {
+      throw;
+    } catch (const std::bad_alloc&) {  // a memory limit: starting again would meet it again
       throw;
     } catch (const std::exception& e) {
       if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
@@ -403,7 +408,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                                       snaps.back().second, snaps.back().first)));
     if (resume.empty() && !snaps.empty() && !in_place) resume = "latest";
   }
-  check_memory(c);  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
+  check_memory(c, !resume.empty());  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
   std::shared_ptr<TrainState> state = naming_option(
       "--resume", [&] { return load_resume_state(c, resume, ckpt_dir, follower, restart, launch.rank); });
   {

@@ -55,7 +55,7 @@ void reduce_ordered(float* out, const float* const* in, int n, size_t count, Red
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = AwakeClock;
 
 Clock::time_point deadline_in(double seconds) {
   seconds = std::clamp(seconds, 0.0, 1e7);  // "forever" must not overflow the clock

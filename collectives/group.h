@@ -28,6 +28,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/wire.h"
+#include "core/awake_clock.h"
 
 namespace troupe {
 
@@ -62,7 +63,7 @@ WireHeader group_header(const GroupMsg& m, int32_t id, int32_t source, int32_t d
 // One rank's point-to-point layer under the algorithms (used by that rank's thread only).
 class GroupLinks {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = AwakeClock;  // deadlines: the time this process was stopped (Ctrl-Z) does not count
   virtual ~GroupLinks() = default;
   // Starts sending m.count floats at buf to group rank m.to; buf stays untouched by the
   // caller until the next wait() returns. Throws Error when the transport was aborted.

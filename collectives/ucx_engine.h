@@ -71,6 +71,7 @@
 
 #include "collectives/matching.h"
 #include "collectives/ucx.h"
+#include "core/awake_clock.h"
 #include "core/error.h"
 
 // UCS_CHECK(expr) << "context": throws troupe::Error naming the expression, the UCX status
@@ -83,7 +84,7 @@
 
 namespace troupe::ucx {
 
-using Clock = std::chrono::steady_clock;
+using Clock = AwakeClock;  // deadlines: the time this process was stopped (Ctrl-Z) does not count
 
 constexpr uint64_t kDataBit = 1ull << 63;
 constexpr int kProcShift = 40;

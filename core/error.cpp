@@ -35,6 +35,12 @@ std::pair<std::string, std::string> memory_limit_clause() {
 
 void set_out_of_memory_fixes(std::string fixes) { g_oom_fixes = std::move(fixes); }
 
+bool is_out_of_memory_sentence(const std::string& sentence) {
+  for (const char* head : {"out of memory (", "optimizer: out of memory ("})
+    if (sentence.rfind(head, 0) == 0) return true;
+  return false;
+}
+
 const char* path_error_fix(int code) {
   return code == ENAMETOOLONG ? "shorten it (a file name has at most 255 bytes, a path 4095)"
          : code == ELOOP      ? "a symbolic link on it points back into itself: fix or remove that link"

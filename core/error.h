@@ -36,6 +36,9 @@ std::string describe_exception(const std::exception& e);
 // e.g. generate's fixes instead of training's); empty: training's fixes. Not thread-safe to
 // set while another thread reads it: set it before any worker starts.
 void set_out_of_memory_fixes(std::string fixes);
+// Whether `sentence` (describe_exception's, perhaps after an actor's "optimizer: " prefix)
+// reports an allocation that failed: a resource limit the user sets, so exit 2, not a fault.
+bool is_out_of_memory_sentence(const std::string& sentence);
 
 // A std::filesystem::filesystem_error as one sentence naming the path(s), the reason and
 // the fix for the reason (a name too long, a loop of symbolic links, permissions, a full

@@ -4,11 +4,15 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <thread>
 
@@ -16,7 +20,8 @@
 
 namespace troupe {
 
-const int kStopSignals[kStopSignalCount] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGXCPU};
+const int kStopSignals[kStopSignalCount] = {SIGINT,  SIGTERM,   SIGUSR1, SIGUSR2, SIGHUP,
+                                            SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR,  SIGXCPU};
 
 const char* stop_signal_label(int sig) {
   switch (sig) {
@@ -27,15 +32,84 @@ const char* stop_signal_label(int sig) {
     case SIGHUP: return "SIGHUP (the terminal closed; nohup keeps a run going)";
     case SIGALRM: return "SIGALRM";
     case SIGVTALRM: return "SIGVTALRM";
+    case SIGQUIT: return "SIGQUIT (Ctrl-\\)";
+    case SIGPWR: return "SIGPWR (a power failure: the UPS daemon asks for a clean shutdown)";
     case SIGXCPU: return "SIGXCPU (the CPU-time limit, ulimit -t, was reached: raise it)";
     default: return "a signal";
   }
 }
 
 bool left_ignored(int sig) {
-  if (sig != SIGHUP && sig != SIGALRM && sig != SIGUSR2 && sig != SIGVTALRM) return false;
+  if (sig != SIGHUP && sig != SIGALRM && sig != SIGUSR2 && sig != SIGVTALRM && sig != SIGQUIT && sig != SIGPWR)
+    return false;
   struct sigaction cur {};
   return ::sigaction(sig, nullptr, &cur) == 0 && cur.sa_handler == SIG_IGN;
+}
+
+namespace {
+// note_partial_dir's table: state 0 free, 1 being written, 2 holds a path
+constexpr int kPartialSlots = 8;
+struct PartialSlot {
+  std::atomic<int> state{0};
+  char path[4096] = {};
+};
+PartialSlot g_partial[kPartialSlots];
+
+// Removes the files of the flat folder `path`, then the folder. Async-signal-safe.
+bool remove_flat_dir(const char* path) noexcept {
+  const int fd = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  alignas(8) char buf[4096];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      struct Dirent {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* d = reinterpret_cast<const Dirent*>(buf + off);
+      const char* name = buf + off + offsetof(Dirent, name);
+      if (!(name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0)))) (void)::unlinkat(fd, name, 0);
+      off += d->reclen;
+    }
+  }
+  ::close(fd);
+  return ::rmdir(path) == 0 || errno == ENOENT;
+}
+}  // namespace
+
+void note_partial_dir(const std::string& path) {
+  if (path.size() >= sizeof(PartialSlot::path)) return;
+  for (auto& slot : g_partial) {
+    int free = 0;
+    if (!slot.state.compare_exchange_strong(free, 1)) continue;
+    std::memcpy(slot.path, path.c_str(), path.size() + 1);
+    slot.state.store(2);
+    return;
+  }
+}
+
+void forget_partial_dir(const std::string& path) {
+  for (auto& slot : g_partial) {
+    int held = 2;
+    if (slot.state.load() == 2 && path == slot.path && slot.state.compare_exchange_strong(held, 1)) {
+      slot.path[0] = 0;
+      slot.state.store(0);
+    }
+  }
+}
+
+void remove_partial_dirs() noexcept {
+  const int saved = errno;
+  for (auto& slot : g_partial)
+    if (slot.state.load() == 2)
+      for (int attempt = 0; attempt < 3 && !remove_flat_dir(slot.path); ++attempt) {
+      }
+  errno = saved;
 }
 
 namespace {

@@ -11,17 +11,30 @@ namespace troupe {
 
 // The signals troupe treats as a request to stop: SIGINT, SIGTERM, SIGUSR1 (troupe train's
 // "save and stop"), SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM (whose default action would end the
-// process without a word and leave partial files) and SIGXCPU (the soft CPU-time limit).
+// process without a word and leave partial files), SIGQUIT (Ctrl-\: its default core dump
+// would lose the steps since the last snapshot; troupe's own crash reports do not need it),
+// SIGPWR (a UPS daemon's request for a clean shutdown) and SIGXCPU (the soft CPU-time limit).
+// SIGTSTP/SIGSTOP are not: a stopped run continues after SIGCONT (core/awake_clock.h).
 // Count: kStopSignalCount.
 extern const int kStopSignals[];
-constexpr int kStopSignalCount = 8;
+constexpr int kStopSignalCount = 10;
 // "SIGINT (Ctrl-C)", "SIGTERM", ... for a signal of kStopSignals ("a signal" for another).
 // Async-signal-safe (a pointer into a static table).
 const char* stop_signal_label(int sig);
-// True when troupe must leave `sig` as it found it: SIGHUP, SIGALRM, SIGUSR2 or SIGVTALRM
-// inherited as ignored (SIG_IGN, from nohup or a shell). SIGINT, SIGTERM, SIGUSR1 and
-// SIGXCPU are always taken.
+// True when troupe must leave `sig` as it found it: SIGHUP, SIGALRM, SIGUSR2, SIGVTALRM,
+// SIGQUIT or SIGPWR inherited as ignored (SIG_IGN, from nohup, or a shell's background job).
+// SIGINT, SIGTERM, SIGUSR1 and SIGXCPU are always taken.
 bool left_ignored(int sig);
+
+// Folders being filled that are worthless half-done (a snapshot's step-<k>.tmp-<pid>/, flat:
+// files only). A stop that ends the process at once (SIGXCPU, a second SIGTERM, the early
+// handler) calls remove_partial_dirs() first, so no .tmp folder outlives it (review 14i F8).
+// At most 8 at a time (more are not noted); paths longer than 4095 bytes are not noted.
+void note_partial_dir(const std::string& path);
+void forget_partial_dir(const std::string& path);
+// Removes every noted folder's files and the folder. Async-signal-safe (openat, getdents64,
+// unlinkat, rmdir); another thread still writing there may add a file: it tries 3 times.
+void remove_partial_dirs() noexcept;
 
 // While an InterruptGuard lives, the stop signals (kStopSignals, except those kept ignored) end the process cleanly instead of by
 // their default action: a watcher thread (not the signal handler, so it may allocate and
