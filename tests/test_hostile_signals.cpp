@@ -40,7 +40,7 @@ void signal_when(const Scratch& s, const std::string& troupe_args, const std::st
   if (watch.empty()) watch = s.path("err");
   const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && rm -f '" + s.path("rc") + "'; " + prefix +
                           " '" + troupe_bin() + "' " + troupe_args + " 2> '" + s.path("err") + "' > '" + s.path("out") +
-                          "' & p=$!; (sleep 150; kill -KILL $p) 2>/dev/null & w=$!; for i in $(seq 1 900); do " +
+                          "' & p=$!; (sleep 150; kill -KILL $p) > /dev/null 2>&1 & w=$!; for i in $(seq 1 900); do " +
                           "grep -qE '" + ready + "' '" + watch + "' 2>/dev/null && break; sleep 0.1; done; " + signal_cmd +
                           "; wait $p; echo $? > '" + s.path("rc") + "'; kill $w 2>/dev/null";
   shell_status(cmd);

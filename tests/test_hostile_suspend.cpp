@@ -32,7 +32,7 @@ int run_and_then(const Scratch& s, const std::string& args, const std::string& r
                  const std::string& prefix = "") {
   const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && " + prefix + " '" + troupe_bin() + "' " +
                           args + " 2> '" +
-                          s.path("err") + "' > /dev/null & p=$!; (sleep 150; kill -KILL $p) 2>/dev/null & w=$!; " +
+                          s.path("err") + "' > /dev/null & p=$!; (sleep 150; kill -KILL $p) > /dev/null 2>&1 & w=$!; " +
                           "for i in $(seq 1 300); do grep -qE '" + ready + "' '" + s.path("err") +
                           "' 2>/dev/null && break; sleep 0.1; done; " + then + "; wait $p; rc=$?; kill $w 2>/dev/null; " +
                           "exit $rc";
