@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 OUT=${OUT:-bench/out/plan}
-STEPS=${STEPS:-12}
+STEPS=${STEPS:-20}
 mkdir -p "$OUT"
 CFG=configs/tiny.toml
 MODEL="--set model.n_layer=8 --set model.n_embd=256 --set model.n_head=4 --set model.block_size=128 \

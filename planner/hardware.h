@@ -51,11 +51,13 @@ struct ModelConstants {
   // read grad, master, m, v (16), write master, m, v (12), write the 16-bit copy (2).
   double adam_bytes = 30;
   // cpu: a worker with n threads runs its kernels at n x thread_eff(n) of one thread's
-  // speed, thread_eff(n) = 1 / (1 + thread_overhead x (n - 1)) (OpenMP fork/join, spinning
-  // at barriers and the serial parts of troupe's kernels). Measured here: CPU seconds per
-  // step of the bench model, one worker at 2 threads over 1 thread, median of 4 pairs 1.04
-  // (pairs 0.93-1.25 on the shared machine; docs/plan.md).
-  double thread_overhead = 0.04;
+  // speed, thread_eff(n) = 1 / (1 + thread_overhead x (n - 1)): Amdahl's law with
+  // thread_overhead the serial fraction (OpenMP fork/join and the serial parts of troupe's
+  // kernels, during which the other threads sleep). Measured here in wall time, not CPU
+  // seconds (a sleeping thread costs none): tokens/s of the bench model, one worker at 2
+  // threads over 1 thread, median of 7 pairs 1.45 (pairs 1.19-1.56) on a quiet machine, so
+  // thread_eff(2) = 0.725 (docs/plan.md).
+  double thread_overhead = 0.38;
   double thread_eff(int n) const { return 1.0 / (1.0 + thread_overhead * (n - 1)); }
 };
 const ModelConstants& model_constants();
