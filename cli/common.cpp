@@ -144,10 +144,10 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
   }
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& sets) {
+Config load_config(const std::string& path, const std::vector<std::string>& sets, int64_t max_workers) {
   Config c = Config::load(path);
   for (auto& s : sets) c.set(s);
-  c.validate();
+  c.validate(max_workers);
   return c;
 }
 

@@ -30,7 +30,7 @@ void print_error(const std::string& text);
 // hand or left over from another launch is ignored (it silenced repeated errors).
 std::string launch_errdir();
 // Loads FILE, applies each "section.key=value" override, validates. Throws UserError.
-Config load_config(const std::string& path, const std::vector<std::string>& sets);
+Config load_config(const std::string& path, const std::vector<std::string>& sets, int64_t max_workers = kMaxWorkers);
 // Local time as YYYYmmdd-HHMMSS.
 std::string timestamp();
 // Runs f() and returns its result; a std::filesystem::filesystem_error from it (a name too

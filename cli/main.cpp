@@ -417,7 +417,7 @@ int run_command(int argc, char** argv) {
         << "--run-dir is empty; pass a folder (e.g. --run-dir runs/mine) or leave it out for runs/<timestamp>";
     TROUPE_USER_CHECK(!train->parsed() || train->get_option("--tensorboard")->count() == 0 || !tensorboard.empty())
         << "--tensorboard is empty; pass a folder for the event files or leave it out";
-    Config c = load_config(config_path, sets);
+    Config c = load_config(config_path, sets, plan_cmd->parsed() ? kMaxPlanDevices : kMaxWorkers);
     if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
     if (train->parsed()) {  // the trace files must not land on the run's inputs or its own files
       std::vector<std::string> files = {config_path, c.data.corpus, c.data.tokenizer};

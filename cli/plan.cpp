@@ -54,6 +54,9 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
               pc.tp, pc.pp, pc.dp, p.devices, cl.dev.name.c_str(), pc.schedule.c_str(), pc.microbatches,
               c.train.batch_size / (pc.dp * pc.microbatches), c.train.seq_len, pc.chunks, c.train.recompute.c_str(),
               pc.sequence_parallel ? "on" : "off", c.train.precision.c_str());
+  if (p.devices > kMaxWorkers)
+    std::printf("note: troupe train runs at most %d stage workers (parallel.pp x tp x dp) in a job today; this plan "
+                "sizes %d\n", kMaxWorkers, p.devices);
   if (!o.cal.from.empty())
     std::printf("calibrated from %s: F x%.3f, B x%.3f, W x%.3f, optimizer x%.3f; its threads had %.2g of the %d cores\n",
                 o.cal.from.c_str(), o.cal.f, o.cal.b, o.cal.w, o.cal.opt, o.cal.cores, cl.dev.host_cores);

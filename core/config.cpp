@@ -351,7 +351,7 @@ void Config::set(const std::string& assignment) {
   assign(*this, *k, *t["v"].node(), " (from --set)");
 }
 
-void Config::validate() const {
+void Config::validate(int64_t max_workers) const {
   auto& m = model;
   auto& p = parallel;
   TROUPE_USER_CHECK(m.n_layer >= 1) << "model.n_layer = " << m.n_layer << " must be at least 1";
@@ -403,9 +403,9 @@ void Config::validate() const {
                           "ranks; use parallel.tp in {" << ok << "}";
   }
   TROUPE_USER_CHECK(p.dp >= 1) << "parallel.dp = " << p.dp << " must be at least 1";
-  TROUPE_USER_CHECK((int64_t)p.pp * p.tp * p.dp <= kMaxWorkers)
+  TROUPE_USER_CHECK((int64_t)p.pp * p.tp * p.dp <= max_workers)
       << "parallel.pp x tp x dp = " << (int64_t)p.pp * p.tp * p.dp << " stage workers exceed the limit of "
-      << kMaxWorkers << "; use a smaller layout";
+      << max_workers << (max_workers == kMaxWorkers ? " that troupe train runs" : "") << "; use a smaller layout";
   TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";
   TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
   auto& t = train;

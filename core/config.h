@@ -38,7 +38,8 @@ struct ParallelConfig {
 // is written (a run also refuses more threads or workers than its machine can hold:
 // cli/train.cpp).
 constexpr int kMaxThreads = 4096;         // train.threads
-constexpr int kMaxWorkers = 4096;         // parallel.pp x tp x dp stage workers in a job
+constexpr int kMaxWorkers = 4096;         // parallel.pp x tp x dp stage workers in a job troupe train runs
+constexpr int kMaxPlanDevices = 1 << 20;  // the same in a job troupe plan sizes (a cluster of any size)
 constexpr int kMaxSampleTokens = 100000;  // train.sample_tokens, troupe generate --tokens
 constexpr int kMaxEvalBatches = 100000;   // train.eval_batches
 constexpr int kMaxBatch = 1 << 24;        // train.batch_size, sequences per step
@@ -163,8 +164,9 @@ struct Config {
   static Config parse(const std::string& text, const std::string& name);
   // Applies one "section.key=value" override (throws UserError naming the key).
   void set(const std::string& assignment);
-  // Checks every cross-key constraint (throws UserError with the fix).
-  void validate() const;
+  // Checks every cross-key constraint (throws UserError with the fix). max_workers bounds
+  // parallel.pp x tp x dp: kMaxWorkers for a run, kMaxPlanDevices for troupe plan.
+  void validate(int64_t max_workers = kMaxWorkers) const;
   // The resolved configuration as TOML text (every key, including defaults).
   std::string to_toml() const;
   // Every key with its value as text (doubles in the shortest form that round-trips), in key-table order.

@@ -246,7 +246,7 @@ double optimizer_seconds(const Config& c, const Cluster& cl, int s) {
 }
 
 Plan plan_job(const Config& c, const Cluster& cl, const PlanOptions& o) {
-  c.validate();
+  c.validate(kMaxPlanDevices);
   const auto& pc = c.parallel;
   const int devices = pc.tp * pc.pp * pc.dp;
   TROUPE_USER_CHECK(cl.dev.name == "cpu" || devices == cl.devices())

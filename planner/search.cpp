@@ -183,7 +183,7 @@ SearchResult search_layouts(const Config& base, const Cluster& cl, const std::ve
           if (p.sequence_parallel && p.tp == 1 && !vals.back().empty())
             return reject("parallel.sequence_parallel without TP (the same layout as off)", 1);
           try {
-            c.validate();
+            c.validate(kMaxPlanDevices);
             Plan pl = plan_layout(c, cl, o, nullptr);  // memory with one microbatch stashed: a lower bound
             if (!pl.fits) return reject("does not fit in device memory", 1);
             fit.push_back({c, choice, std::move(pl)});

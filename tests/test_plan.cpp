@@ -170,6 +170,16 @@ TEST_CASE("plan: the command line, --json and bad input", "[plan][cli]") {
       "--set train.precision=fp32",
       {"does not fit", "stage 0", "GiB over"});
   bad(g + "--search parallel.tpp", {"parallel.tpp"});
+  // a plan may size more devices than troupe train runs in one job (kMaxWorkers), and says so
+  r = plan_cli("--config configs/mt-nlg-530b.toml --set cluster.nodes=1120 --set parallel.dp=32 "
+               "--set train.batch_size=3840 --set parallel.microbatches=120", s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("at most 4096 stage workers") != std::string::npos);
+  Config big = Config::load(kSrc + "/configs/mt-nlg-530b.toml");
+  big.parallel.dp = 32, big.train.batch_size = 3840, big.parallel.microbatches = 120;
+  CHECK_THROWS_WITH(big.validate(), Catch::Contains("that troupe train runs"));
+  CHECK_NOTHROW(big.validate(kMaxPlanDevices));
 }
 
 TEST_CASE("plan: --calibrate fits measured over modelled seconds per action kind", "[plan]") {
