@@ -335,15 +335,11 @@ double available_memory() {
 void check_address_space(uint64_t bytes, const std::string& what) {
   const uint64_t need = bytes + (uint64_t(1) << 30);  // + libraries, threads, buffers
   // RLIMIT_DATA counts private writable mappings (Linux >= 4.7): the model's buffers and thread stacks
-  for (const auto& [res, flag, name] : {std::tuple{RLIMIT_AS, "-v", "address-space"},
-                                        std::tuple{RLIMIT_DATA, "-d", "data-segment"}}) {
-    rlimit r{};
-    if (::getrlimit(res, &r) != 0 || r.rlim_cur == RLIM_INFINITY) continue;
-    TROUPE_USER_CHECK(r.rlim_cur >= need)
-        << "the " << name << " limit (ulimit " << flag << ") is " << (r.rlim_cur >> 20) << " MiB but " << what
+  for (const MemoryLimit& l : memory_limits())
+    TROUPE_USER_CHECK(l.bytes >= need)
+        << "the " << l.name << " limit (ulimit " << l.flag << ") is " << (l.bytes >> 20) << " MiB but " << what
         << " of this model needs about " << (need >> 20) << " MiB (its parameters and state, plus 1 GiB); raise it "
-        << "(ulimit " << flag << " unlimited)";
-  }
+        << "(ulimit " << l.flag << " unlimited)";
 }
 
 void check_memory(const Config& c, bool resuming) {

@@ -206,12 +206,11 @@ int check_process_limits() {
   // the data-segment limit (ulimit -d) counts every private writable mapping since Linux 4.7,
   // thread stacks (8 MiB each) included: under 60 MiB a detached actor's thread failed to
   // start and CAF's actor system then waited for it forever (a hang at exit)
-  for (const auto& [res, flag, what] : {std::tuple{RLIMIT_AS, "-v", "address-space"},
-                                        std::tuple{RLIMIT_DATA, "-d", "data-segment"}}) {
-    if (rlimit r {}; ::getrlimit(res, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < kMinAddressSpace) {
-      print_error(std::string("the ") + what + " limit (ulimit " + flag + ") is " + std::to_string(r.rlim_cur >> 20) +
+  for (const MemoryLimit& l : memory_limits()) {
+    if (l.bytes < kMinAddressSpace) {
+      print_error(std::string("the ") + l.name + " limit (ulimit " + l.flag + ") is " + std::to_string(l.bytes >> 20) +
                   " MiB; troupe needs at least 1024 MiB for its libraries, threads and buffers: raise it (ulimit " +
-                  flag + " unlimited, or a bound above the job's memory estimate)");
+                  l.flag + " unlimited, or a bound above the job's memory estimate)");
       return 2;
     }
   }

@@ -21,17 +21,24 @@ std::string g_oom_fixes;  // set_out_of_memory_fixes
 // data-segment limit (ulimit -d = 195 MiB)", "raise that limit (ulimit -d unlimited), or "};
 // two empty strings when neither is set.
 std::pair<std::string, std::string> memory_limit_clause() {
-  for (const auto& [res, flag, what] : {std::tuple{RLIMIT_DATA, "-d", "data-segment"},
-                                        std::tuple{RLIMIT_AS, "-v", "address-space"}}) {
-    rlimit r{};
-    if (::getrlimit(res, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
-      return {std::string(" under the ") + what + " limit (ulimit " + flag + " = " +
-                  std::to_string((unsigned long long)(r.rlim_cur >> 20)) + " MiB)",
-              std::string("raise that limit (ulimit ") + flag + " unlimited), or "};
-  }
-  return {};
+  const std::vector<MemoryLimit> limits = memory_limits();
+  if (limits.empty()) return {};
+  const MemoryLimit& l = limits.back();  // the data segment's when both are set: it is hit first
+  return {std::string(" under the ") + l.name + " limit (ulimit " + l.flag + " = " + std::to_string(l.bytes >> 20) +
+              " MiB)",
+          std::string("raise that limit (ulimit ") + l.flag + " unlimited), or "};
 }
 }  // namespace
+
+std::vector<MemoryLimit> memory_limits() {
+  std::vector<MemoryLimit> out;
+  for (const auto& [res, flag, name] : {std::tuple{RLIMIT_AS, "-v", "address-space"},
+                                        std::tuple{RLIMIT_DATA, "-d", "data-segment"}}) {
+    rlimit r{};
+    if (::getrlimit(res, &r) == 0 && r.rlim_cur != RLIM_INFINITY) out.push_back({flag, name, (unsigned long long)r.rlim_cur});
+  }
+  return out;
+}
 
 void set_out_of_memory_fixes(std::string fixes) { g_oom_fixes = std::move(fixes); }
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace troupe {
 
@@ -39,6 +40,19 @@ void set_out_of_memory_fixes(std::string fixes);
 // Whether `sentence` (describe_exception's, perhaps after an actor's "optimizer: " prefix)
 // reports an allocation that failed: a resource limit the user sets, so exit 2, not a fault.
 bool is_out_of_memory_sentence(const std::string& sentence);
+
+// A finite limit of this process on the memory malloc can map (setrlimit(2)): the
+// address-space limit (RLIMIT_AS, `ulimit -v`) and the data-segment limit (RLIMIT_DATA,
+// `ulimit -d`, which counts every private writable mapping since Linux 4.7, thread stacks
+// included). flag is the ulimit option ("-v", "-d"), name its words ("address-space",
+// "data-segment"), bytes the soft limit.
+struct MemoryLimit {
+  const char* flag;
+  const char* name;
+  unsigned long long bytes;
+};
+// The finite ones, address space first. Never throws.
+std::vector<MemoryLimit> memory_limits();
 
 // A std::filesystem::filesystem_error as one sentence naming the path(s), the reason and
 // the fix for the reason (a name too long, a loop of symbolic links, permissions, a full
