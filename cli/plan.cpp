@@ -89,6 +89,28 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
   std::printf("\n");
 }
 
+// What to change when a search found no layout: the fix for the reason that rejected the
+// most combinations (the reasons of planner/search.cpp).
+std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl) {
+  std::pair<std::string, long> top{"", -1};
+  for (auto& [why, n] : r.rejected)
+    if (n > top.second) top = {why, n};
+  const std::string& why = top.first;
+  const std::string head = "most were rejected because " + why + " (" + std::to_string(top.second) + " of " +
+                           std::to_string(r.considered) + "); ";
+  if (why.rfind("parallel.tp x parallel.pp x parallel.dp !=", 0) == 0)
+    return head + fmt::format("a batch of {} sequences cannot spread over the cluster's {} devices in any layout "
+                              "searched: lower cluster.nodes, raise train.batch_size, or search parallel.tp, "
+                              "parallel.pp and parallel.dp together",
+                              c.train.batch_size, cl.devices());
+  if (why.rfind("train.batch_size not divisible", 0) == 0)
+    return head + "use a train.batch_size with more divisors (a multiple of parallel.dp x parallel.microbatches) or "
+                  "search parallel.microbatches";
+  if (why.rfind("does not fit", 0) == 0)
+    return head + "add nodes, search train.recompute and parallel.sequence_parallel, or use a smaller model";
+  return head + "search more keys, or change the fixed keys that rule";
+}
+
 }  // namespace
 
 int cmd_plan(const Config& c, const PlanCommand& pcmd) {
@@ -120,8 +142,8 @@ int cmd_plan(const Config& c, const PlanCommand& pcmd) {
     } else {
       std::cout << format_search(r, keys);
     }
-    TROUPE_USER_CHECK(!r.top.empty()) << "no layout of " << pcmd.search
-                                      << " fits and runs; search more keys, add nodes, or use a smaller model";
+    TROUPE_USER_CHECK(!r.top.empty()) << "no layout over the searched keys (" << pcmd.search
+                                      << ") fits and runs: " << search_fix(r, c, cl);
     return 0;
   }
   const Plan p = plan_job(c, cl, o);

@@ -39,7 +39,7 @@ struct ParallelConfig {
 // cli/train.cpp).
 constexpr int kMaxThreads = 4096;         // train.threads
 constexpr int kMaxWorkers = 4096;         // parallel.pp x tp x dp stage workers in a job troupe train runs
-constexpr int kMaxPlanDevices = 1 << 20;  // the same in a job troupe plan sizes (a cluster of any size)
+constexpr int kMaxPlanDevices = 1 << 24;  // the same in a job troupe plan sizes (cluster.nodes x gpus_per_node too)
 constexpr int kMaxSampleTokens = 100000;  // train.sample_tokens, troupe generate --tokens
 constexpr int kMaxEvalBatches = 100000;   // train.eval_batches
 constexpr int kMaxBatch = 1 << 24;        // train.batch_size, sequences per step

@@ -89,10 +89,9 @@ Cluster make_cluster(const ClusterConfig& c, int threads) {
   TROUPE_USER_CHECK(c.gpus_per_node >= 1) << "cluster.gpus_per_node = " << c.gpus_per_node << "; use 1 or more (DGX: 8)";
   TROUPE_USER_CHECK(c.nodes >= 1) << "cluster.nodes = " << c.nodes << "; use 1 or more";
   // the device count is an int everywhere (Cluster::devices()): bounded before it can overflow
-  constexpr int64_t kMaxDevices = int64_t{1} << 24;
-  TROUPE_USER_CHECK((int64_t)c.nodes * c.gpus_per_node <= kMaxDevices)
+  TROUPE_USER_CHECK((int64_t)c.nodes * c.gpus_per_node <= kMaxPlanDevices)
       << "cluster.nodes x cluster.gpus_per_node = " << c.nodes << " x " << c.gpus_per_node << " = "
-      << (int64_t)c.nodes * c.gpus_per_node << " devices, more than the " << kMaxDevices
+      << (int64_t)c.nodes * c.gpus_per_node << " devices, more than the " << kMaxPlanDevices
       << " troupe plans for; lower cluster.nodes";
   for (auto [key, v] : {std::pair<const char*, double>{"cluster.intra_node_gbps", c.intra_node_gbps},
                         {"cluster.inter_node_gbps", c.inter_node_gbps},

@@ -148,7 +148,7 @@ void Stage::forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash) {
   for (int i = 0; i < n; ++i) {
     Tensor& y = (i + 1 < n) ? sl.acts[i + 1].x : out;
     if (recompute_) {
-      re_acts_.ensure(B, T, cfg_);
+      re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));  // sequence parallelism: this rank's rows
       re_acts_.x = sl.acts[i].x;
       blocks_[i].forward(y, re_acts_, B, T, cfg_);
       re_acts_.x = Tensor();
@@ -202,8 +202,9 @@ BlockActs& Stage::acts_for(Slot& sl, int i) {
   }
   if (!recompute_) return sl.acts[i];
   // Same kernels, same input: the recomputed activations are bitwise the stashed ones.
-  re_acts_.ensure(sl.B, sl.T, cfg_);
-  if (!re_out_.defined() || re_out_.numel() != (int64_t)sl.B * sl.T * cfg_.C) re_out_ = Tensor({sl.B, sl.T, cfg_.C});
+  const int64_t R = rows((int64_t)sl.B * sl.T);  // sequence parallelism: x and the output hold this rank's rows
+  re_acts_.ensure(sl.B, sl.T, cfg_, R);
+  if (!re_out_.defined() || re_out_.shape() != std::vector<int64_t>{R, cfg_.C}) re_out_ = Tensor({R, cfg_.C});
   re_acts_.x = sl.acts[i].x;
   blocks_[i].forward(re_out_, re_acts_, sl.B, sl.T, cfg_);
   return re_acts_;

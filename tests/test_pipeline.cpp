@@ -199,17 +199,19 @@ TEST_CASE("activation recomputation leaves results bitwise unchanged and saves m
     }
 }
 
-TEST_CASE("selective recomputation is bitwise unchanged with dropout, mixed precision and TP", "[pipeline][recompute]") {
-  for (const char* prec : {"fp32", "bf16"})
-    for (int tp : {1, 2}) {
-      auto c = tiny(2, 4);
-      c.model.dropout = 0.1;
-      c.train.precision = prec;
-      c.parallel.tp = tp;
-      c.parallel.sequence_parallel = tp > 1;
-      INFO(prec << " tp " << tp);
-      check_recompute_bitwise(c, "selective");
-    }
+TEST_CASE("selective and full recomputation are bitwise unchanged with dropout, mixed precision, TP and SP",
+          "[pipeline][recompute]") {
+  for (const char* rec : {"selective", "full"})
+    for (const char* prec : {"fp32", "bf16"})
+      for (int tp : {1, 2}) {
+        auto c = tiny(2, 4);
+        c.model.dropout = 0.1;
+        c.train.precision = prec;
+        c.parallel.tp = tp;
+        c.parallel.sequence_parallel = tp > 1;
+        INFO(rec << " " << prec << " tp " << tp);
+        check_recompute_bitwise(c, rec);
+      }
 }
 
 TEST_CASE("a traced run writes a Chrome trace and compares measured with simulated bubble", "[pipeline][trace]") {

@@ -170,6 +170,9 @@ TEST_CASE("plan: the command line, --json and bad input", "[plan][cli]") {
       "--set train.precision=fp32",
       {"does not fit", "stage 0", "GiB over"});
   bad(g + "--search parallel.tpp", {"parallel.tpp"});
+  // a search that finds nothing names the fix of the reason that ruled most layouts out
+  bad("--config configs/tiny.toml --set cluster.gpu=h100-sxm --set cluster.nodes=64 --search all",
+      {"no layout over the searched keys (all)", "lower cluster.nodes", "train.batch_size"});
   // a plan may size more devices than troupe train runs in one job (kMaxWorkers), and says so
   r = plan_cli("--config configs/mt-nlg-530b.toml --set cluster.nodes=1120 --set parallel.dp=32 "
                "--set train.batch_size=3840 --set parallel.microbatches=120", s);
