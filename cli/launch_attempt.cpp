@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "core/events.h"
+#include "core/job_error.h"
 
 extern char** environ;
 
@@ -96,14 +97,15 @@ std::vector<char*> pointers(std::vector<std::string>& text) {
   return p;
 }
 
-// A folder, removed with everything in it when the attempt ends, where print_error marks
-// the lines already said by a process of the attempt; empty when it cannot be made.
+// A folder, removed with everything in it when the attempt ends, where the first process of
+// the attempt to report an error says so (core/job_error.h: the others then print nothing);
+// empty when it cannot be made.
 struct SaidOnce {
   std::string dir;
   SaidOnce() {
     char tmpl[] = "/tmp/troupe-said-XXXXXX";
     if (::mkdtemp(tmpl)) dir = tmpl;
-    // the processes honour the folder only under the launcher named here (cli/common.cpp launch_errdir)
+    // the processes honour the folder only under the launcher named here (core/job_error.cpp)
     if (!dir.empty()) std::ofstream(dir + "/launcher") << ::getpid() << "\n";
   }
   ~SaidOnce() {
@@ -203,6 +205,7 @@ Attempt run_attempt(const Options& o, int port, int restart, double failure_time
 
   Attempt out;
   int first_status = -1;  // the launcher's exit status once a child failed
+  int first_rank = -1;    // the process that failed first
   double deadline = 0;    // end of the grace period (monotonic seconds)
   double term_at = 0;     // a process refused (exit 2): when the others get SIGTERM (0: never)
   constexpr double kRefusalTermS = 2.0;
@@ -257,6 +260,7 @@ Attempt run_attempt(const Options& o, int port, int restart, double failure_time
       if (first_status < 0) {
         out.failed_at = unix_seconds();
         first_status = code;
+        first_rank = r;
         deadline = now_s() + o.grace_s;
         // exit 2 is a refusal (bad input: troupe train's UserError): the job cannot go on, and a
         // process still waiting for it to join would wait out the grace period and be killed,
@@ -273,10 +277,20 @@ Attempt run_attempt(const Options& o, int port, int restart, double failure_time
     if (live == 0) break;
     if (term_at > 0 && now_s() >= term_at) {
       term_at = 0;
+      // what process first_rank said (before the claim below, which keeps the others quiet: the
+      // launcher's SIGTERM is not their error, and the job's cause is on the screen already)
+      const FirstError said_first = said.dir.empty() ? FirstError() : read_first_error(said.dir);
+      if (!said.dir.empty()) (void)claim_first_error(said.dir);
       bool any = false;
       for (int q = 0; q < N; ++q)
         if (pid[q] && ::kill(pid[q], SIGTERM) == 0) any = true;
-      if (any) say("launch: stopping the other processes (SIGTERM): the job cannot go on without the process that refused to run");
+      const std::string who = "process " + std::to_string(first_rank);
+      const std::string cause =
+          said_first.rank == first_rank && said_first.signal > 0
+              ? who + " was stopped by " + signal_name(said_first.signal)
+          : said_first.rank == first_rank ? who + " refused to run (its error is above)"
+                                          : who + " exited with status " + std::to_string(first_status);
+      if (any) say("launch: stopping the other processes (SIGTERM): " + cause + ", and the job cannot go on without it");
       continue;
     }
     if (first_status >= 0 && !stragglers_killed && now_s() >= deadline) {
