@@ -135,6 +135,8 @@ void note_stop_signal(int sig) noexcept {
   if (sig != SIGUSR1) g_stop_signal.store(sig);
 }
 
+int noted_stop_signal() noexcept { return g_stop_signal.load(); }
+
 bool write_error_line(std::string_view line) noexcept {
   const int saved = errno;
   if (const char* dir = job_error_dir(); *dir) {

@@ -34,6 +34,9 @@ const char* job_error_prefix() noexcept;
 // A stop signal is ending this process (SIGUSR1, troupe train's "save and stop", is not
 // noted): its error line tells the launcher so. Async-signal-safe.
 void note_stop_signal(int sig) noexcept;
+// The stop signal noted last, 0: none. Work that would start after it (troupe train's data
+// preparation, whose own stop handling comes later) does not start.
+int noted_stop_signal() noexcept;
 // Writes `line` (a whole "error: ...\n") to stderr in one write(2), unless another process
 // of this job (or the launcher) reported first: then nothing. Returns whether it was
 // written. Async-signal-safe; a line of more than 3800 bytes is recorded cut short (it is
