@@ -39,11 +39,13 @@ std::vector<std::string> error_lines(const std::string& err) {
 
 // Runs `launch_args` (troupe launch ...) in the background from the source dir, waits until its
 // stderr matches the grep -E pattern `ready`, runs `signal_cmd` ($p: the launcher's pid), and
-// returns the exit status and stderr. A watchdog ends the launcher after 150 s.
+// returns the exit status and stderr. A watchdog ends the launcher after 150 s. (The previous
+// call's stderr goes first: its "ready" line would otherwise be found before the redirection
+// empties the file.)
 Run launch_and_signal(const Scratch& s, const std::string& launch_args, const std::string& ready,
                       const std::string& signal_cmd) {
   const std::string err = s.path("err"), rc = s.path("rc");
-  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && rm -f '" + rc + "'; '" + troupe_bin() +
+  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && rm -f '" + rc + "' '" + err + "'; '" + troupe_bin() +
                           "' " + launch_args + " 2> '" + err + "' > /dev/null & p=$!; (sleep 150; kill -KILL $p) " +
                           "> /dev/null 2>&1 & w=$!; for i in $(seq 1 1200); do grep -qE '" + ready + "' '" + err +
                           "' 2>/dev/null && break; sleep 0.1; done; " + signal_cmd + "; wait $p; echo $? > '" + rc +
