@@ -24,6 +24,7 @@
 #include "collectives/wire.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/job_error.h"
 
 namespace troupe {
 
@@ -289,7 +290,8 @@ void Cluster::join() {
           if (!sentence.empty()) {
             const std::string line = "error: " + (im.o.env.world > 1 ? fmt::format("[process {}] ", im.o.env.rank) : "") +
                                      sentence + "\n";
-            (void)!::write(STDERR_FILENO, line.data(), line.size());
+            if (sig != 0) note_stop_signal(sig);
+            write_error_line(line);  // once per job under troupe launch (core/job_error.h)
             ::_exit(2);
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(100));

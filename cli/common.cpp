@@ -39,6 +39,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/job_error.h"
 #include "core/text.h"
 #include "datasets/corpus.h"
 #include "datasets/loader.h"
@@ -59,29 +60,7 @@ std::string trace_png_;
 std::string log_prefix_;
 std::shared_ptr<spdlog::logger> file_log_;
 
-std::string launch_errdir() {
-  static const std::string dir = [] {
-    const char* d = std::getenv("TROUPE_LAUNCH_ERRDIR");
-    if (!d || !*d) return std::string();
-    std::ifstream in(std::string(d) + "/launcher");
-    long launcher = 0;
-    if (!(in >> launcher) || launcher <= 1) return std::string();
-    // walk up the parents (troupe launch -- sh -c 'troupe train ...' puts a shell between)
-    long p = ::getppid();
-    for (int depth = 0; depth < 16 && p > 1; ++depth) {
-      if (p == launcher) return std::string(d);
-      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
-      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-      const size_t close = text.rfind(')');
-      if (close == std::string::npos) break;
-      std::istringstream rest(text.substr(close + 1));
-      std::string state;
-      if (!(rest >> state >> p)) break;
-    }
-    return std::string();
-  }();
-  return dir;
-}
+std::string launch_errdir() { return job_error_dir(); }
 
 void print_error(const std::string& text) {
   std::fflush(stdout);
@@ -95,23 +74,8 @@ void print_error(const std::string& text) {
     shown = shown.substr(0, head) + " ... (" + std::to_string(shown.size() - head - tail) + " characters left out) ... " +
             shown.substr(shown.size() - tail);
   }
-  const std::string line = "error: " + shown + "\n";
-  // inside troupe launch: a line another process of the job printed already is not repeated
-  if (const std::string errdir = launch_errdir(); !errdir.empty()) {
-    const char* dir = errdir.c_str();
-    // FNV-1a of the line without its "[process N] " prefix: the same sentence from every process
-    std::string_view said = line;
-    if (said.rfind("error: [process ", 0) == 0)
-      if (const size_t end = said.find("] "); end != std::string_view::npos) said.remove_prefix(end + 2);
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char ch : said) h = (h ^ ch) * 1099511628211ull;
-    char name[32];
-    std::snprintf(name, sizeof name, "/%016llx", (unsigned long long)h);
-    const int fd = ::open((std::string(dir) + name).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST) return;
-    if (fd >= 0) ::close(fd);
-  }
-  [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
+  // inside troupe launch: said only when no other process of the job reported first (core/job_error.h)
+  write_error_line("error: " + shown + "\n");
 }
 
 void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {

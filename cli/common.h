@@ -23,11 +23,12 @@ extern std::string log_prefix_;  // "[process r] " in a job of several processes
 extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: the console gets them from main)
 
 // One "error: <text>" report on stderr in a single write(2), so the lines of several
-// processes sharing a terminal do not interleave.
+// processes sharing a terminal do not interleave. Inside troupe launch only the job's first
+// report is printed (core/job_error.h).
 void print_error(const std::string& text);
 // TROUPE_LAUNCH_ERRDIR when this process runs under the troupe launch that made it (the
 // folder's `launcher` file names a process above this one), else "": the variable set by
-// hand or left over from another launch is ignored (it silenced repeated errors).
+// hand or left over from another launch is ignored (core/job_error.h).
 std::string launch_errdir();
 // Loads FILE, applies each "section.key=value" override, validates. Throws UserError.
 Config load_config(const std::string& path, const std::vector<std::string>& sets, int64_t max_workers = kMaxWorkers);

@@ -49,7 +49,9 @@ namespace troupe {
 //   else the status of the FIRST child that failed: its exit code, or 128 + the signal
 //   number when a signal killed it (SIGKILL → 137); 127 when COMMAND cannot be executed.
 // After the first failure the others get --grace seconds (default 35) to exit on their own;
-// then the launcher SIGKILLs them. SIGINT, SIGTERM and SIGUSR1 sent to the launcher are
+// then the launcher SIGKILLs them. A first failure with exit 2 (a refusal, or a process
+// stopped alone while the job assembles) gets them SIGTERM after 2 s, with a note naming the
+// cause. A start prints one "error:" line, the first process's (core/job_error.h). SIGINT, SIGTERM and SIGUSR1 sent to the launcher are
 // forwarded to every live child (except those the terminal sends to the whole foreground
 // process group, which the children receive themselves). Children die with the launcher
 // (PR_SET_PDEATHSIG = SIGKILL). `--help` prints the usage on stdout and returns 0.

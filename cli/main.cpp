@@ -27,6 +27,7 @@
 #include "cli/plan.h"
 #include "actors/job.h"
 #include "core/interrupt.h"
+#include "core/job_error.h"
 #include "kernels/gemm_libs.h"
 #include "core/error.h"
 #include "stages/schedule.h"
@@ -130,16 +131,20 @@ int run_command(int argc, char** argv);
 // would need more CPU time past the limit; snapshots already written are whole).
 extern "C" void on_early_signal(int sig) {
   remove_partial_dirs();  // a snapshot being written (SIGXCPU during training): no .tmp folder stays
-  auto put = [](const char* t) { (void)!::write(STDERR_FILENO, t, std::strlen(t)); };
+  note_stop_signal(sig);
+  char line[512] = "error: ";
+  auto put = [&line](const char* t) { std::strncat(line, t, sizeof line - 1 - std::strlen(line)); };
+  put(job_error_prefix());  // "[process r] " under troupe launch
   if (sig == SIGXCPU) {
-    put("error: stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise it (ulimit -t unlimited); "
+    put("stopped by SIGXCPU: the CPU-time limit (ulimit -t) was reached; raise it (ulimit -t unlimited); "
         "snapshots already written are kept (--resume latest)\n");
   } else {
-    put("error: stopped by ");
+    put("stopped by ");
     put(stop_signal_label(sig));
     put(sig == SIGUSR1 ? " (there is no training step to save here); nothing was left half-written\n"
                        : "; nothing was left half-written\n");
   }
+  write_error_line(line);  // said once per job under troupe launch (core/job_error.h)
   ::_exit(2);
 }
 
@@ -163,6 +168,7 @@ __attribute__((constructor)) void install_early_signals() {
 }
 
 extern "C" void troupe_preinit_signals(int, char**, char** envp) {
+  init_job_errors(envp);  // before a handler may print (async-signal-safe: it only reads files)
   install_early_signals();
   // after bound_openmp_spinning's exec: the stop signals it blocked reach on_early_signal now
   const size_t len = std::strlen(kSignalsHeld);

@@ -53,6 +53,7 @@
 #include "cli/common.h"
 #include "cli/train_checks.h"
 #include "core/interrupt.h"
+#include "core/job_error.h"
 
 namespace fs = std::filesystem;
 
@@ -72,6 +73,7 @@ extern "C" void on_stop_signal(int sig) {
   const int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
   int64_t first = 0;
   g_first_signal_ns.compare_exchange_strong(first, now);
+  note_stop_signal(sig);  // an error line it leads to tells troupe launch it was a signal (core/job_error.h)
   if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) {
     remove_partial_dirs();  // the snapshot being written cannot finish: no .tmp folder stays
     _exit(128 + sig);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/job_error.h"
 
 namespace troupe {
 
@@ -118,6 +119,7 @@ std::atomic<bool> g_active{false};
 
 extern "C" void on_interrupt(int sig) {
   const int saved = errno;
+  note_stop_signal(sig);
   const int fd = g_pipe_write.load();
   const unsigned char b = static_cast<unsigned char>(sig);
   if (fd >= 0) (void)!::write(fd, &b, 1);
@@ -144,8 +146,8 @@ struct InterruptGuard::Impl {
       } catch (const std::exception& e) {
         sentence = std::string("stopped by a signal; cleaning up failed: ") + e.what();
       }
-      std::fprintf(stderr, "error: %s\n", sentence.c_str());
       std::fflush(stderr);
+      write_error_line("error: " + std::string(job_error_prefix()) + sentence + "\n");  // once per job (core/job_error.h)
       ::_exit(2);
     }
   }

@@ -39,7 +39,8 @@ void remove_partial_dirs() noexcept;
 // While an InterruptGuard lives, the stop signals (kStopSignals, except those kept ignored) end the process cleanly instead of by
 // their default action: a watcher thread (not the signal handler, so it may allocate and
 // touch the filesystem) calls `on_stop(signal number)`, which removes what the interrupted
-// work left and returns one sentence; the guard prints "error: <sentence>" on stderr and
+// work left and returns one sentence; the guard prints "error: <sentence>" on stderr (after
+// "[process r] " in a job of several processes; once per job: core/job_error.h) and
 // ends the process with _exit(2) (exit 2: the user stopped it; nothing half-written stays).
 // An exception from on_stop is reported the same way with its text.
 //

@@ -1,9 +1,6 @@
 // datasets/prepare.cpp — see prepare.h.
 #include "datasets/prepare.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,8 +20,10 @@
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/job_error.h"
 #include "core/text.h"
 #include <optional>
+#include "datasets/cache_folder.h"
 #include "datasets/pipeline.h"
 #include "datasets/sources.h"
 #include "datasets/token_file.h"
@@ -44,41 +43,6 @@ std::string fmt_mb(uint64_t bytes) {
   std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / 1e6);
   return buf;
 }
-
-// Holds an exclusive flock on <dir>/.lock for its lifetime, and removes the file as it lets
-// go (no litter). A waiter that then holds a lock on the removed file opens the new one.
-class DirLock {
- public:
-  DirLock(const std::string& dir, const DataLogFn& log) : path_(dir + "/.lock") {
-    for (bool said = false;;) {
-      fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-      TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(errno) << "; "
-                                  << path_error_fix(errno) << " (data.cache_dir)";
-      if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-        if (log && !said) log("waiting for another process preparing " + dir);
-        said = true;
-        while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-        }
-      }
-      struct stat held {}, now {};
-      if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
-          held.st_dev == now.st_dev)
-        return;
-      ::close(fd_);  // the holder before removed it: lock the file that is there now
-    }
-  }
-  ~DirLock() {
-    ::unlink(path_.c_str());
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
-  DirLock(const DirLock&) = delete;
-  DirLock& operator=(const DirLock&) = delete;
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
 
 }  // namespace
 
@@ -290,42 +254,6 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
   return "";
 }
 
-// Uncommits the folder and removes what an interrupted or outdated preparation left (this
-// process holds the folder's lock), naming it.
-void remove_litter(const std::string& dir, const DataLogFn& log) {
-  std::error_code ec;
-  fs::remove(dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
-  std::vector<fs::path> old;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename() != ".lock") old.push_back(it->path());
-  std::string left;
-  for (const auto& f : old)
-    if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
-  if (!left.empty() && log) log("data: removed " + left + " (left by an interrupted or outdated preparation) in " + dir);
-}
-
-// After a stop signal during a build: removes `dir` (the folder this preparation created, or
-// the cache folder it emptied) while the preparing thread may still be writing into it. It
-// is renamed away first, so that thread cannot create a file in it any more (its paths
-// under the old name fail), and then removed; files it still holds open go with it. A
-// rename that fails falls back to removing in place. Returns whether nothing is left.
-bool remove_stopped(const fs::path& dir) {
-  std::error_code ec;
-  const fs::path trash = dir.parent_path() / (".troupe-stopped-" + std::to_string(::getpid()) + "-" +
-                                              dir.filename().string());
-  if (fs::rename(dir, trash, ec); !ec) {
-    fs::remove_all(trash, ec);
-    return !fs::exists(fs::symlink_status(trash, ec)) && !fs::exists(fs::symlink_status(dir, ec));
-  }
-  for (int round = 0; round < 3; ++round) {  // a file the writer created meanwhile: another round
-    std::vector<fs::path> made;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) made.push_back(it->path());
-    for (const auto& f : made) fs::remove_all(f, ec);
-    if (made.empty()) break;
-  }
-  return fs::is_empty(dir, ec) || ec;
-}
-
 // Pass 1 over every source, the tokenizer, pass 2; fills p (not its unigram entropy).
 void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>& blend,
            const std::vector<std::string>& special, int vocab_size, const DataLogFn& log) {
@@ -429,26 +357,14 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   p.key = hash_hex(fnv1a64(key.dump()));
   p.dir = (fs::path(cfg.cache_dir) / (p.key + "-v" + std::to_string(vocab_size))).string();
   set_paths(p, blend);
-  // A preparation that fails (a full disk, a refused tokenizer) removes the folders it
-  // created itself: a refused command leaves no empty cache/<hash>-v<V>/ behind.
-  struct RemoveCreatedOnError {
-    fs::path first_new;  // the outermost folder this call created; empty: none
-    int exceptions = std::uncaught_exceptions();
-    ~RemoveCreatedOnError() {
-      std::error_code ec;
-      if (!first_new.empty() && std::uncaught_exceptions() > exceptions) fs::remove_all(first_new, ec);
-    }
-  } cleanup;
-  {
-    std::error_code ec;
-    fs::path q = fs::absolute(p.dir, ec);
-    for (; !q.empty() && !fs::exists(fs::symlink_status(q, ec)) && q != q.parent_path(); q = q.parent_path())
-      cleanup.first_new = q;
-    fs::create_directories(p.dir, ec);
-    TROUPE_USER_CHECK(!ec && fs::is_directory(p.dir))
-        << "cannot create the data cache folder '" << p.dir << "': " << ec.message() << "; "
-        << path_error_fix(ec.value()) << " (data.cache_dir)";
-  }
+  // The folder and those above it that are missing; a preparation stopped or failing removes
+  // them again (datasets/cache_folder.h), and what it wrote: no empty cache/<hash>-v<V>/ stays.
+  // a stop signal that came before this point (troupe train takes them before the guard
+  // below): nothing is made (the key above may have read every source for a while)
+  if (const int sig = noted_stop_signal(); sig != 0)
+    throw UserError(std::string("stopped by ") + stop_signal_label(sig) + " before the data in " + p.dir +
+                    " was prepared; nothing was changed");
+  const std::string made_here = make_cache_folder(p.dir);
   // Ctrl-C / SIGTERM from here to the commit: remove what this preparation wrote, say so,
   // exit 2 (the default action left .lock, <source>.scratch and a partial tokenizer).
   enum Phase { kWaiting, kReading, kBuilding, kCommitted };
@@ -458,21 +374,35 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   interrupt.emplace([&](int sig) {
     const std::string what = stop_signal_label(sig);
     std::error_code ec;
-    if (phase == kWaiting) return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
+    if (phase == kWaiting) {
+      remove_made_if_empty(p.dir, made_here);  // the folders it made, unless the one it waits for still uses them
+      return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
+    }
     if (phase == kReading || phase == kCommitted) {
       fs::remove(p.dir + "/.lock", ec);  // this process holds it
       return "stopped by " + what + (phase == kReading ? " while reading the data cache " : " after preparing the data cache ") +
              p.dir + (phase == kReading ? "; nothing was changed" : "; it is complete");
     }
     stopping = true;  // the preparing thread may now fail for want of its folder: it waits for the exit
-    const bool clean = remove_stopped(cleanup.first_new.empty() ? fs::path(p.dir) : cleanup.first_new);
+    const bool clean = remove_stopped(p.dir, made_here);
     return "stopped by " + what + " while preparing the data in " + p.dir +
            (clean ? "; its partial files were removed (nothing else was touched): run the command again to prepare it"
                   : "; its partial files could not all be removed: delete that folder, then run the command again");
   });
-  std::optional<DirLock> lock;
-  lock.emplace(p.dir, log);
+  std::optional<CacheLock> lock;
+  try {
+    lock.emplace(p.dir, log);
+  } catch (...) {  // (the folder was removed while this process waited: the one it waited for was stopped)
+    remove_made_if_empty(p.dir, made_here);
+    throw;
+  }
   phase = kReading;
+  auto add_up = [&p] {
+    for (const PreparedSource& s : p.sources) {
+      p.train_docs += s.train_docs, p.val_docs += s.val_docs;
+      p.train_tokens += s.train_tokens, p.val_tokens += s.val_tokens;
+    }
+  };
   if (fs::exists(p.dir + "/meta.json")) {
     const std::string problem = check_committed(p, key, vocab_size);
     // A committed cache whose files do not match its meta.json was damaged after it was
@@ -482,26 +412,26 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
                       (problem.find("delete") == std::string::npos ? "; delete that folder to rebuild it" : ""));
     say("data: reusing " + p.dir);
     p.from_cache = true;
+    add_up();
   } else {
     say("data: preparing " + p.dir + " from " + std::to_string(blend.size()) + " source(s)");
     phase = kBuilding;
     try {
       remove_litter(p.dir, log);
       build(p, cfg, blend, special, vocab_size, log);
+      add_up();
+      forget_made(p.dir);  // the folders are the cache's from the commit on
+      commit(p, key, special, vocab_size);
+      phase = kCommitted;
     } catch (...) {
       // a stop signal took the folder away underneath: the watcher reports it and exits
       // (exit 2); this thread must not report its own consequent failure
       if (stopping) for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      // a failure (a full disk, a refused tokenizer) leaves nothing of the build either; still
+      // under the lock, so that no process waiting here starts on the folder meanwhile
+      remove_stopped(p.dir, made_here);
       throw;
     }
-  }
-  for (const PreparedSource& s : p.sources) {
-    p.train_docs += s.train_docs, p.val_docs += s.val_docs;
-    p.train_tokens += s.train_tokens, p.val_tokens += s.val_tokens;
-  }
-  if (!p.from_cache) {
-    commit(p, key, special, vocab_size);
-    phase = kCommitted;
   }
   lock.reset();  // (removes .lock) and then the guard: a signal in between finds nothing to clean
   interrupt.reset();

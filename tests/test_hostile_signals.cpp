@@ -38,7 +38,10 @@ struct Scratch : troupe::test::Scratch {
 void signal_when(const Scratch& s, const std::string& troupe_args, const std::string& ready,
                  const std::string& signal_cmd, const std::string& prefix = "", std::string watch = "") {
   if (watch.empty()) watch = s.path("err");
-  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && rm -f '" + s.path("rc") + "'; " + prefix +
+  // the previous call's files go first: the loop below could otherwise find its "ready" line
+  // before the new process's redirection empties the file, and signal the new one at start
+  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && rm -f '" + s.path("rc") + "' '" +
+                          s.path("err") + "' '" + s.path("out") + "' '" + watch + "'; " + prefix +
                           " '" + troupe_bin() + "' " + troupe_args + " 2> '" + s.path("err") + "' > '" + s.path("out") +
                           "' & p=$!; (sleep 150; kill -KILL $p) > /dev/null 2>&1 & w=$!; for i in $(seq 1 900); do " +
                           "grep -qE '" + ready + "' '" + watch + "' 2>/dev/null && break; sleep 0.1; done; " + signal_cmd +

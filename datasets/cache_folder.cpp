@@ -1,0 +1,173 @@
+// datasets/cache_folder.cpp — see cache_folder.h.
+#include "datasets/cache_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+
+namespace troupe {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMade = "/.made";
+
+fs::path absolute_normal(const fs::path& p) {
+  std::error_code ec;
+  const fs::path a = fs::absolute(p, ec);
+  return (ec ? p : a).lexically_normal();
+}
+
+// Whether `root` is `p` or a folder above it (both absolute and normal).
+bool at_or_above(const fs::path& root, const fs::path& p) {
+  auto r = root.begin(), q = p.begin();
+  for (; r != root.end() && !r->empty(); ++r, ++q)
+    if (q == p.end() || *r != *q) return false;
+  return true;
+}
+
+// Removes `from` and the folders above it, up to `root`, while each is empty (rmdir(2) only
+// removes an empty folder). Nothing when `root` is not `from` or above it.
+void rmdir_up(const fs::path& from, const fs::path& root) {
+  if (root.empty() || !at_or_above(root, from)) return;
+  for (fs::path q = from;; q = q.parent_path()) {
+    if (::rmdir(q.c_str()) != 0 && errno != ENOENT) return;  // not empty: in use, or it holds more
+    if (q == root || q == q.parent_path()) return;
+  }
+}
+
+// The folders recorded in <dir>/.made (absolute).
+std::vector<fs::path> read_made(const std::string& dir) {
+  std::vector<fs::path> roots;
+  std::ifstream in(dir + kMade);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '/') roots.push_back(fs::path(line).lexically_normal());
+  return roots;
+}
+
+}  // namespace
+
+std::string make_cache_folder(const std::string& dir) {
+  const fs::path want = absolute_normal(dir);
+  std::error_code ec;
+  fs::path made;  // the outermost folder that is missing
+  for (fs::path q = want; !q.empty() && !fs::exists(fs::symlink_status(q, ec)) && q != q.parent_path();
+       q = q.parent_path())
+    made = q;
+  fs::create_directories(want, ec);
+  TROUPE_USER_CHECK(!ec && fs::is_directory(want))
+      << "cannot create the data cache folder '" << dir << "': " << ec.message() << "; " << path_error_fix(ec.value())
+      << " (data.cache_dir)";
+  if (!made.empty()) {  // for whichever process builds: it removes this folder too if the build is stopped
+    const std::string line = made.string() + "\n";
+    const int fd = ::open((want.string() + kMade).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      (void)!::write(fd, line.data(), line.size());
+      ::close(fd);
+    }
+  }
+  return made.string();
+}
+
+CacheLock::CacheLock(const std::string& dir, const DataLogFn& log) : path_(dir + "/.lock") {
+  for (bool said = false;;) {
+    fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    const int err = errno;
+    // (make_cache_folder made the folder: only another process removes it)
+    TROUPE_USER_CHECK(fd_ >= 0 || err != ENOENT)
+        << "the data cache folder " << dir << " was removed while this process waited to prepare it (another "
+        << "process preparing it was stopped); run the command again to prepare it";
+    TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(err) << "; "
+                                << path_error_fix(err) << " (data.cache_dir)";
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (log && !said) log("waiting for another process preparing " + dir);
+      said = true;
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+    struct stat held {}, now {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+        held.st_dev == now.st_dev)
+      return;
+    ::close(fd_);  // the holder before removed it: lock the file that is there now
+    fd_ = -1;
+  }
+}
+
+CacheLock::~CacheLock() {
+  ::unlink(path_.c_str());
+  ::flock(fd_, LOCK_UN);
+  ::close(fd_);
+}
+
+void remove_litter(const std::string& dir, const DataLogFn& log) {
+  std::error_code ec;
+  fs::remove(dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
+  std::vector<fs::path> old;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename() != ".lock" && it->path().filename() != ".made") old.push_back(it->path());
+  std::string left;
+  for (const auto& f : old)
+    if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
+  if (!left.empty() && log) log("data: removed " + left + " (left by an interrupted or outdated preparation) in " + dir);
+}
+
+bool remove_stopped(const std::string& dir_text, const std::string& made_here) {
+  const fs::path dir = absolute_normal(dir_text);
+  std::vector<fs::path> roots = read_made(dir.string());  // before the folder goes
+  if (!made_here.empty()) roots.push_back(fs::path(made_here));
+  std::error_code ec;
+  bool clean = false;
+  const fs::path trash = dir.parent_path() / (".troupe-stopped-" + std::to_string(::getpid()) + "-" +
+                                              dir.filename().string());
+  if (fs::rename(dir, trash, ec); !ec) {
+    fs::remove_all(trash, ec);
+    clean = !fs::exists(fs::symlink_status(trash, ec)) && !fs::exists(fs::symlink_status(dir, ec));
+  } else {
+    for (int round = 0; round < 3; ++round) {  // a file the writer created meanwhile: another round
+      std::vector<fs::path> made;
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) made.push_back(it->path());
+      for (const auto& f : made) fs::remove_all(f, ec);
+      if (made.empty()) break;
+    }
+    clean = fs::is_empty(dir, ec) || ec;
+    ::rmdir(dir.c_str());
+  }
+  // the folders above, made for this preparation by this process or one waiting for it: the
+  // outermost last (the longest path first), each only when empty
+  std::sort(roots.begin(), roots.end(), [](const fs::path& a, const fs::path& b) { return a.string().size() > b.string().size(); });
+  for (const fs::path& root : roots) rmdir_up(dir.parent_path(), root);
+  return clean;
+}
+
+void remove_made_if_empty(const std::string& dir_text, const std::string& made_here) {
+  if (made_here.empty()) return;
+  const fs::path dir = absolute_normal(dir_text);
+  // holding only .made (no .lock: nobody prepares or waits here any more): this process's
+  // line in it is what keeps the folder from being empty
+  std::error_code ec;
+  bool only_made = true, any = false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    any = true, only_made = only_made && it->path().filename() == ".made";
+  if (!ec && any && only_made) fs::remove(dir / ".made", ec);
+  rmdir_up(dir, fs::path(made_here));
+}
+
+void forget_made(const std::string& dir) {
+  std::error_code ec;
+  fs::remove(dir + kMade, ec);
+}
+
+}  // namespace troupe

@@ -1,0 +1,61 @@
+// datasets/cache_folder.h — a data cache folder <data.cache_dir>/<key>-v<V>/ around one
+// preparation (datasets/prepare.cpp): made, locked, and removed again when the preparation is
+// stopped or fails, with the folders above it that were made for it.
+//
+// Several processes may prepare one folder at once (the processes of a job, or two runs
+// sharing a cache): each makes the folders that are missing, then one holds the lock and
+// builds while the others wait. Which one made the folders above the cache folder is a race,
+// so each process that made some records the outermost in <folder>/.made (one line each,
+// appended). The process that builds, when stopped or failing, removes the cache folder and
+// then each recorded folder that is empty; a process stopped while waiting removes the
+// folders it made itself when they are empty (a folder in use is not empty: it holds .lock).
+// A folder that existed before the run is never removed. The commit drops .made.
+#pragma once
+#include <string>
+
+#include "datasets/corpus.h"
+
+namespace troupe {
+
+// Makes `dir` and the folders above it that are missing. Returns the outermost one it made
+// (absolute; "" when `dir` existed) and records it in <dir>/.made. Throws UserError naming
+// data.cache_dir when `dir` cannot be made.
+std::string make_cache_folder(const std::string& dir);
+
+// Holds an exclusive flock on <dir>/.lock for its lifetime, and removes the file as it lets
+// go (no litter). A waiter that then holds a lock on the removed file opens the new one. A
+// folder removed while this process waited (the preparation it waited for was stopped) is a
+// UserError that says so.
+class CacheLock {
+ public:
+  CacheLock(const std::string& dir, const DataLogFn& log);
+  ~CacheLock();
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Uncommits the folder and removes what an interrupted or outdated preparation left (this
+// process holds the folder's lock), naming it. .lock and .made stay.
+void remove_litter(const std::string& dir, const DataLogFn& log);
+
+// After a stop signal or a failure during a build (this process holds the lock): removes
+// `dir` while the preparing thread may still be writing into it, then each folder above it
+// recorded in .made (and `made_here`) that is empty. `dir` is renamed away first, so that the
+// thread cannot create a file in it any more (its paths under the old name fail), and then
+// removed; files it still holds open go with it. A rename that fails falls back to removing
+// in place. Returns whether nothing of `dir` is left.
+bool remove_stopped(const std::string& dir, const std::string& made_here);
+
+// A process that did not build (stopped while waiting, or failing before it built): removes
+// `dir` and the folders above it up to `made_here` (what make_cache_folder made here), each
+// only when empty. Nothing when `made_here` is "".
+void remove_made_if_empty(const std::string& dir, const std::string& made_here);
+
+// The commit: the folders are the cache's now (.made goes).
+void forget_made(const std::string& dir);
+
+}  // namespace troupe
