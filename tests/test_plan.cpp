@@ -512,3 +512,24 @@ TEST_CASE("plan: hardware FLOPs count the recomputation as Narayanan et al. 2021
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["hw_tflops_per_gpu"].get<double>() > j["tflops_per_gpu"].get<double>() * 1.3);
 }
+
+TEST_CASE("plan: the no-fit message names the device and only the fixes not yet used", "[plan][cli]") {
+  test::Scratch s("plan", "nofit");
+  // the preset already has selective recomputation and sequence parallelism
+  auto r = plan_cli("--config configs/mt-nlg-530b.toml --set cluster.gpu=a100-40g", s);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("of one a100-40g") != std::string::npos);  // was "of a a100-40g"
+  CHECK(r.err.find("train.recompute = \"full\"") != std::string::npos);
+  CHECK(r.err.find("\"selective\"") == std::string::npos);
+  CHECK(r.err.find("sequence_parallel") == std::string::npos);
+  // cpu: the capacity is each worker's share of this machine (was "over the 0.0 GiB of a cpu")
+  r = plan_cli("--config configs/tiny.toml --set cluster.gpu=cpu --set model.n_embd=32768 --set model.n_head=8", s);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("each of the 2 workers has of this machine's") != std::string::npos);
+  // cpu ignores the node counts, and says so
+  r = plan_cli("--config configs/tiny.toml --set cluster.gpu=cpu --set cluster.nodes=7 --set cluster.gpus_per_node=3", s);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("cluster.nodes and cluster.gpus_per_node do not apply to cpu") != std::string::npos);
+}
