@@ -203,12 +203,12 @@ SearchResult search_layouts(const Config& base, const Cluster& cl, const std::ve
             return reject("interleaved with parallel.chunks 1 (the same schedule as 1f1b)", 1);
           if (p.pp == 1 && schedules && p.schedule != "1f1b" && (p.chunks == 1 || chunks)) {
             if (p.schedule == "interleaved")
-              return reject("parallel.pp 1 with interleaved (the same run as 1f1b)", 1);
+              return reject("parallel.pp 1 with interleaved (1f1b's run cut into chunks: no bubble to shrink)", 1);
             if (p.schedule == "gpipe" || p.schedule == "zb-h1")
               return reject("parallel.pp 1 with gpipe or zb-h1 (1f1b's time, as much memory or more)", 1);
           }
           if (p.pp == 1 && chunks && p.chunks > 1)
-            return reject("parallel.pp 1 with parallel.chunks > 1 (the same run as chunks 1)", 1);
+            return reject("parallel.pp 1 with parallel.chunks > 1 (chunks 1's run cut into chunks: no bubble to shrink)", 1);
           try {
             c.validate(kMaxPlanDevices);
             Plan pl = plan_layout(c, cl, o, nullptr);  // memory with one microbatch stashed: a lower bound

@@ -476,7 +476,7 @@ TEST_CASE("plan: --search lists each layout once, and keeps paths in its reasons
     if (ch["parallel.pp"] == "1") CHECK(ch["parallel.schedule"] == "\"1f1b\"");
     CHECK(seen.insert(e.choice).second);
   }
-  CHECK(r.rejected.count("parallel.pp 1 with interleaved (the same run as 1f1b)"));
+  CHECK(r.rejected.count("parallel.pp 1 with interleaved (1f1b's run cut into chunks: no bubble to shrink)"));
   CHECK(r.rejected.count("interleaved with parallel.chunks 1 (the same schedule as 1f1b)"));
   long n = 0;
   for (auto& [why, k] : r.rejected) n += k;
