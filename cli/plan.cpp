@@ -28,6 +28,7 @@ nlohmann::json plan_json(const Plan& p) {
   nlohmann::json j = {
       {"iteration_s", t.iteration},
       {"tflops_per_gpu", p.tflops_per_gpu},
+      {"hw_tflops_per_gpu", p.hw_tflops_per_gpu},
       {"mfu", p.mfu},
       {"tokens_per_s", p.tokens_per_s},
       {"memory_gib_per_gpu", memory_json(p.worst())},
@@ -37,6 +38,7 @@ nlohmann::json plan_json(const Plan& p) {
       {"time_s", {{"compute", t.compute}, {"bubble", t.bubble}, {"tp_comm", t.tp_comm}, {"pp_comm", t.pp_comm},
                   {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer}, {"core_sharing", t.sharing}}},
       {"model_flops_per_iteration", p.model_flops},
+      {"hw_flops_per_iteration", p.hw_flops},
   };
   if (p.days > 0) j["days"] = p.days;
   nlohmann::json stages = nlohmann::json::array();
@@ -84,7 +86,9 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
                 "pipeline's %.4g s)\n",
                 worker_threads(c, cl), p.devices * worker_threads(c, cl), host_share(c, cl, o.cal.cores).cores,
                 t.sharing, pct(t.sharing), t.iteration - t.sharing - t.dp_comm - t.optimizer);
-  std::printf("%.4g model TFLOP/s per device, MFU %.1f%%, %.0f tokens/s", p.tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
+  std::printf("%.4g model TFLOP/s per device (%.4g with recomputation, as Narayanan et al. 2021 count), MFU %.1f%%, "
+              "%.0f tokens/s",
+              p.tflops_per_gpu, p.hw_tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
   if (p.days > 0) std::printf(", %.1f days for %.4g tokens", p.days, o.tokens);
   std::printf("\n");
 }
@@ -124,6 +128,9 @@ int cmd_plan(const Config& c, const PlanCommand& pcmd) {
                                             << "\"; use --set cluster.gpu=cpu with --calibrate";
     o.cal = calibrate_from_run(pcmd.calibrate, cl);
   }
+  if (cl.dev.name == "cpu" && !pcmd.json && (c.cluster.nodes != 1 || c.cluster.gpus_per_node != 8))
+    std::printf("note: cluster.nodes and cluster.gpus_per_node do not apply to cpu (this one machine; its cores are "
+                "split among the layout's workers)\n");
   if (!pcmd.search.empty()) {
     const auto keys = parse_search_keys(pcmd.search);
     const SearchResult r = search_layouts(c, cl, keys, o, 10);
@@ -152,9 +159,14 @@ int cmd_plan(const Config& c, const PlanCommand& pcmd) {
   } else {
     print_plan(c, cl, p, o);
   }
-  TROUPE_USER_CHECK(p.fits) << "this layout does not fit: " << p.over
-                            << "; use more pipeline stages or TP ranks, train.recompute = \"selective\" or \"full\", "
-                               "parallel.sequence_parallel = true, or fewer sequences per microbatch (see --search)";
+  if (!p.fits) {  // the fixes this layout has not used yet
+    std::string fix = "use more pipeline stages or TP ranks";
+    if (c.train.recompute == "none") fix += ", train.recompute = \"selective\" or \"full\"";
+    if (c.train.recompute == "selective") fix += ", train.recompute = \"full\"";
+    if (!c.parallel.sequence_parallel && c.parallel.tp > 1) fix += ", parallel.sequence_parallel = true";
+    if (c.train.batch_size / (c.parallel.dp * c.parallel.microbatches) > 1) fix += ", fewer sequences per microbatch";
+    TROUPE_USER_FAIL() << "this layout does not fit: " << p.over << "; " << fix << " (see --search)";
+  }
   return 0;
 }
 

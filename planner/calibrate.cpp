@@ -6,7 +6,9 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <vector>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -110,6 +112,8 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   // the optimizer span also holds the wait for the global norm, which every stage but the
   // last to finish its backward spends idle: per step, the shortest span over the stages
   std::map<int64_t, double> opt_s;
+  int max_tid = -1, max_chunk = -1;
+  std::set<int> seen_f;  // virtual stages chunk * P + s with an F span
   try {  // a field of the wrong type ({"traceEvents": [1, 2]}) is the JSON library's type_error
     for (auto& e : j["traceEvents"])
       if (e.is_object() && e.contains("args") && e["args"].is_object() && e["args"].contains("step"))
@@ -123,8 +127,16 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
       if (step < first) continue;
       const std::string cat = e.value("cat", "");
       const int s = e.value("tid", 0), chunk = a.value("chunk", 0);
-      const double t0 = e.value("ts", 0.0) * 1e-6, dur = e.value("dur", 0.0) * 1e-6;
+      const double ts = e.value("ts", 0.0), du = e.value("dur", 0.0);
+      TROUPE_USER_CHECK(std::isfinite(ts) && std::isfinite(du) && ts >= 0 && du >= 0)
+          << "--calibrate: " << trace.string() << " has a " << (cat.empty() ? "span" : cat + " span") << " with ts "
+          << ts << " and dur " << du << " us, not a time troupe train writes (finite, 0 or more); pass the trace of a "
+          << "real run";
+      const double t0 = ts * 1e-6, dur = du * 1e-6;
+      if (cat != "F" && cat != "B" && cat != "W" && cat != "optimizer") continue;
+      max_tid = std::max(max_tid, s), max_chunk = std::max(max_chunk, chunk);
       if (s < 0 || s >= P || chunk < 0 || chunk >= c.parallel.chunks) continue;
+      if (cat == "F") seen_f.insert(chunk * P + s);
       const ChunkCost& k = cc[chunk * P + s];
       if (cat == "F" && k.f > 0) spans.push_back({'F', t0, t0 + dur, k.f, k.tp_f});
       if (cat == "B" && k.b > 0) spans.push_back({'B', t0, t0 + dur, split ? k.b - k.w : k.b, k.tp_b});
@@ -134,6 +146,30 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   } catch (const nlohmann::json::exception& e) {
     throw UserError("--calibrate: " + trace.string() + " is not a trace written by troupe train --trace (a field has the " +
                     "wrong type: " + e.what() + "); pass the run directory of a traced run");
+  }
+  // The trace must be of the run config.toml describes: a reused run directory keeps its
+  // first config.toml (the later run's is saved as config-<timestamp>.toml) while the trace
+  // is rewritten, and a trace of another layout fits factors to the wrong model.
+  if (max_tid >= P || max_chunk >= c.parallel.chunks || (!seen_f.empty() && (int)seen_f.size() < P * c.parallel.chunks)) {
+    std::string others;
+    for (auto& f : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec))
+      if (f.path().filename().string().rfind("config-", 0) == 0 && f.path().extension() == ".toml")
+        others += (others.empty() ? "" : ", ") + f.path().filename().string();
+    std::string have;
+    for (int v = 0; v < P * c.parallel.chunks; ++v)
+      if (!seen_f.count(v)) have += (have.empty() ? "" : ", ") + fmt::format("stage {} chunk {}", v % P, v / P);
+    throw UserError(fmt::format(
+        "--calibrate: {} does not match {}: {}; a reused run directory keeps its first config.toml{}, so trace into "
+        "a fresh run directory and pass that",
+        trace.string(), cfg_path.string(),
+        max_tid >= P || max_chunk >= c.parallel.chunks
+            ? fmt::format("the trace has spans of {} pipeline stage{} and {} chunk{}, so it needs parallel.pp = {} and "
+                          "parallel.chunks = {}, but the config has {} and {}",
+                          max_tid + 1, max_tid > 0 ? "s" : "", max_chunk + 1, max_chunk > 0 ? "s" : "", max_tid + 1,
+                          max_chunk + 1, P, c.parallel.chunks)
+            : fmt::format("the config has parallel.pp = {} and parallel.chunks = {}, but the trace has no F spans for {}",
+                          P, c.parallel.chunks, have),
+        others.empty() ? "" : " (this one also holds " + others + ")"));
   }
   Calibration cal;
   const HostShare host = host_share(c, cl);
@@ -155,6 +191,16 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   cal.b = median("B");
   cal.w = ratio["W"].empty() ? cal.b : median("W");  // no W spans: the weight part scales as the whole backward
   if (!ratio["O"].empty()) cal.opt = median("O");
+  // Factors are measured over modelled seconds on this very machine (its peak and bandwidth
+  // measured at start): a run even on a loaded host lands within a few x of 1 (docs/plan.md:
+  // 0.7-1.7). Below 1e-3 the spans ran a thousand times faster than the machine's measured
+  // peak allows; above 1e3 they ran a thousand times slower than its arithmetic, which is not
+  // a measurement of it (a hand-edited trace, or one of another model).
+  for (auto [name, v] : {std::pair<const char*, double>{"F", cal.f}, {"B", cal.b}, {"W", cal.w}, {"optimizer", cal.opt}})
+    TROUPE_USER_CHECK(v >= kMinFactor && v <= kMaxFactor)
+        << "--calibrate: the " << name << " spans of " << trace.string() << " took " << fmt::format("{:.3g}", v)
+        << " x the modelled time on this machine, outside the " << kMinFactor << " to " << kMaxFactor
+        << " a real run of " << cfg_path.string() << " gives; trace that config on this machine and pass its run directory";
   cal.from = run_dir;
   return cal;
 }

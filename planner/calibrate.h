@@ -16,6 +16,9 @@ namespace troupe::plan {
 // step; W absent: B's factor; optimizer absent: 1. `cpu` is this machine as make_cluster({"cpu"}, threads) gives it.
 // Throws UserError naming a missing file, a trace without F/B spans, or a run that is not
 // this planner's kind (a config that does not validate).
+// Also refuses a trace whose stages or chunks are not config.toml's (a reused run directory),
+// a span with a negative or non-finite ts or dur, and factors outside kMinFactor..kMaxFactor.
+constexpr double kMinFactor = 1e-3, kMaxFactor = 1e3;
 Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu);
 
 }  // namespace troupe::plan

@@ -301,12 +301,15 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
   const Memory& w = pl.worst();
   if (w.total() > cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0)) {
     pl.fits = false;
-    pl.over = fmt::format("stage {} needs {:.1f} GiB per device (weights {:.1f}, gradients {:.1f}, optimizer {:.1f}, "
-                          "activations {:.1f}, workspace {:.1f}), {:.1f} GiB over the {:.1f} GiB of a {}",
+    const bool cpu = cl.dev.name == "cpu";
+    const double have = cl.dev.memory * (cpu ? 1.0 / pl.devices : 1.0);
+    pl.over = fmt::format("stage {} needs {:.3g} GiB per device (weights {:.3g}, gradients {:.3g}, optimizer {:.3g}, "
+                          "activations {:.3g}, workspace {:.3g}), {:.3g} GiB over the {:.3g} GiB {}",
                           pl.worst_stage, w.total() / GiB, w.weights / GiB, w.grads / GiB, w.optimizer / GiB,
-                          w.activations / GiB, w.workspace / GiB,
-                          (w.total() - cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0)) / GiB,
-                          cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0) / GiB, cl.dev.name);
+                          w.activations / GiB, w.workspace / GiB, (w.total() - have) / GiB, have / GiB,
+                          cpu ? fmt::format("each of the {} workers has of this machine's {:.3g} GiB available",
+                                            pl.devices, cl.dev.memory / GiB)
+                              : "of one " + cl.dev.name);
   }
   // time: per-action costs of each (stage, chunk), simulated with the real schedule
   const std::vector<ChunkCost> cc = chunk_costs(c, cl, o);
@@ -352,14 +355,35 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
     tm.sharing = makespan - sim1.makespan;
   }
   tm.iteration = makespan + tm.dp_comm + tm.optimizer;
-  // throughput (Narayanan et al. 2021 eq. 3 without recomputation: model FLOPs)
+  // throughput (Narayanan et al. 2021 eq. 3 without recomputation: model FLOPs, what MFU counts)
   const double B = c.train.batch_size, L = c.model.n_layer, h = c.model.n_embd, voc = c.model.vocab_size;
   pl.model_flops = 72.0 * B * T * L * h * h * (1 + T / (6 * h) + voc / (12 * L * h));
+  // Hardware FLOPs (Narayanan et al. 2021 eq. 3 counts the recompute forward): full
+  // recomputation runs every layer's forward twice, 96 B s L h^2 (1 + s/(6h) + v/(16 L h));
+  // selective reruns only the attention core's two GEMMs, 4 B s^2 h per layer; none: the
+  // model FLOPs. MFU stays on model FLOPs (PaLM, Megatron-LM).
+  const double extra = c.train.recompute == "full"        ? 24.0 * B * T * L * h * h * (1 + T / (6 * h))
+                       : c.train.recompute == "selective" ? 4.0 * B * T * T * L * h
+                                                          : 0.0;
+  pl.hw_flops = pl.model_flops + extra;
   const double peak = half ? cl.dev.peak_16 : cl.dev.peak_32;
   pl.tflops_per_gpu = pl.model_flops / tm.iteration / pl.devices / 1e12;
+  pl.hw_tflops_per_gpu = pl.hw_flops / tm.iteration / pl.devices / 1e12;
   pl.mfu = pl.model_flops / tm.iteration / (cl.dev.name == "cpu" ? peak : peak * pl.devices);
   pl.tokens_per_s = B * T / tm.iteration;
   if (o.tokens > 0) pl.days = o.tokens / pl.tokens_per_s / 86400;
+  // No plan prints or emits a time that is not a number (make_cluster and calibrate bound
+  // their inputs; this names whatever still overflowed rather than printing inf or null).
+  for (auto [what, v] : {std::pair<const char*, double>{"the iteration time", tm.iteration},
+                         {"the compute time", tm.compute}, {"the pipeline bubble", tm.bubble},
+                         {"the TP communication time", tm.tp_comm}, {"the PP communication time", tm.pp_comm},
+                         {"the DP communication time", tm.dp_comm}, {"the optimizer time", tm.optimizer},
+                         {"the core-sharing time", tm.sharing}, {"tokens/s", pl.tokens_per_s},
+                         {"TFLOP/s", pl.tflops_per_gpu}, {"hardware TFLOP/s", pl.hw_tflops_per_gpu},
+                         {"the days to train", pl.days}})
+    TROUPE_USER_CHECK(std::isfinite(v) && v >= -1e-9 * tm.iteration)
+        << what << " of this plan came out as " << v << " (the cost model overflowed); check cluster.* bandwidths "
+        << "and latency, and the calibration, for values far from a real machine's";
   return pl;
 }
 

@@ -5,7 +5,9 @@
 // Notation (Korthikanti et al. 2022): b sequences per microbatch, s tokens per sequence,
 // h = n_embd, a = n_head, t = TP, p = PP, d = DP, L layers, v vocabulary.
 // - FLOPs per iteration: Narayanan et al. 2021, eq. (3) without recomputation,
-//   72 B s L h^2 (1 + s/(6h) + v/(12 L h)) with B the global batch ("model FLOPs").
+//   72 B s L h^2 (1 + s/(6h) + v/(12 L h)) with B the global batch ("model FLOPs", what
+//   MFU counts); "hardware FLOPs" add the recomputation as eq. (3) counts it:
+//   96 B s L h^2 (1 + s/(6h) + v/(16 L h)) for full, + 4 B s^2 h L for selective.
 // - Activations: a table of the tensors a block stashes between F and B (cost_model.cpp
 //   stash_table), each with its size per token, whether TP or sequence parallelism shards
 //   it and whether selective recomputation drops it; Megatron-LM's stash as Korthikanti
@@ -70,8 +72,10 @@ struct Plan {
   bool fits = true;
   std::string over;                   // when !fits: "stage s needs X GiB, Y GiB over the Z GiB..."
   Times time;
-  double model_flops = 0;             // per iteration (Narayanan et al. 2021)
-  double tflops_per_gpu = 0, mfu = 0, tokens_per_s = 0;
+  double model_flops = 0;             // per iteration, without recomputation (what MFU counts)
+  double hw_flops = 0;                // per iteration, with recomputation as Narayanan et al. 2021 eq. 3 counts it
+  double tflops_per_gpu = 0, mfu = 0, tokens_per_s = 0;  // model FLOPs
+  double hw_tflops_per_gpu = 0;       // hardware FLOPs
   double days = 0;                    // to train PlanOptions::tokens tokens (0 if not asked)
   double min_iteration = 0;           // lower bound of time.iteration: no bubble, no p2p (set without time too)
   const Memory& worst() const { return stage_memory[worst_stage]; }

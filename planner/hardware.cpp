@@ -1,5 +1,7 @@
 #include "planner/hardware.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -93,11 +95,25 @@ Cluster make_cluster(const ClusterConfig& c, int threads) {
       << "cluster.nodes x cluster.gpus_per_node = " << c.nodes << " x " << c.gpus_per_node << " = "
       << (int64_t)c.nodes * c.gpus_per_node << " devices, more than the " << kMaxPlanDevices
       << " troupe plans for; lower cluster.nodes";
-  for (auto [key, v] : {std::pair<const char*, double>{"cluster.intra_node_gbps", c.intra_node_gbps},
-                        {"cluster.inter_node_gbps", c.inter_node_gbps},
-                        {"cluster.latency_us", c.latency_us}})
-    TROUPE_USER_CHECK(v >= 0 && std::isfinite(v))
-        << key << " = " << v << " must be a positive number (0 or absent = the device table's value)";
+  // Plausible ranges, so that every time the model derives from them stays a finite number
+  // of seconds (a denormal bandwidth made the times inf, then NaN; 1e300 us of latency made
+  // them overflow). Bandwidth: 1e-3 GB/s (1 MB/s, below any network a GPU cluster has used)
+  // to 1e6 GB/s (1 PB/s, over 500x NVLink4's 900 GB/s both directions); latency up to 1e6 us
+  // (one second per message, far past any switch or network stack). 0 keeps meaning "the
+  // device table's value" (README). At these bounds the 530B preset's iteration stays a
+  // finite number of seconds (9e5 s at 1 MB/s and 1 s latency), not an overflow.
+  struct Range {
+    const char* key;
+    double v, lo, hi;
+    const char* unit;
+  };
+  for (const Range& r : {Range{"cluster.intra_node_gbps", c.intra_node_gbps, kMinGbps, kMaxGbps, "GB/s"},
+                         Range{"cluster.inter_node_gbps", c.inter_node_gbps, kMinGbps, kMaxGbps, "GB/s"},
+                         Range{"cluster.latency_us", c.latency_us, 0, kMaxLatencyUs, "us"}})
+    TROUPE_USER_CHECK(r.v == 0 || (r.v > 0 && r.v >= r.lo && r.v <= r.hi))  // NaN fails every comparison
+        << r.key << " = " << r.v << " is outside the range troupe plans for; use 0 (the device table's value) or "
+        << (r.lo > 0 ? fmt::format("{:g} to {:g} {}", r.lo, r.hi, r.unit)
+                     : fmt::format("a number above 0 up to {:g} {}", r.hi, r.unit));
   Cluster out;
   out.dev = find_device(c.gpu, threads);
   out.gpus_per_node = c.gpus_per_node;

@@ -64,7 +64,11 @@ const ModelConstants& model_constants();
 
 // The cluster a plan is for: the device plus the [cluster] keys, with table defaults
 // filled in. Throws UserError for an unknown gpu, a missing one, or a count, bandwidth
-// or latency that is not positive (naming the key and the fix).
+// or latency outside its range (naming the key and the range).
+// The ranges make_cluster accepts for cluster.intra_node_gbps / inter_node_gbps (GB/s)
+// and cluster.latency_us (us, above 0); hardware.cpp says why.
+constexpr double kMinGbps = 1e-3, kMaxGbps = 1e6, kMaxLatencyUs = 1e6;
+
 struct Cluster {
   DeviceSpec dev;
   int gpus_per_node = 8, nodes = 1;

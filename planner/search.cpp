@@ -52,21 +52,36 @@ std::vector<std::string> candidates(const std::string& key, const Config& c, con
   return out;
 }
 
-// The reason Config::validate or a schedule refused a layout, shortened to its rule:
-// the message up to the first ';' or ':' with numbers replaced by N, so equal rules count together.
-std::string reason(const std::string& msg) {
+}  // namespace
+
+// The message up to the first ';' or ':' with the numbers that stand alone replaced by N,
+// so equal rules count together; digits inside a word or a path (s48.csv, /tmp/r18/,
+// a100) stay as they are.
+std::string rejection_reason(const std::string& msg) {
   std::string r = msg.substr(0, std::min(msg.find(';'), msg.find(':')));
+  auto word = [](char ch) { return std::isalnum((unsigned char)ch) || ch == '/' || ch == '_' || ch == '.'; };
   std::string out;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (std::isdigit((unsigned char)r[i]) && (i == 0 || !std::isalpha((unsigned char)r[i - 1]))) {
-      while (i + 1 < r.size() && (std::isdigit((unsigned char)r[i + 1]) || r[i + 1] == '.')) ++i;
-      out += 'N';
-    } else {
-      out += r[i];
+  for (size_t i = 0; i < r.size();) {
+    if (std::isdigit((unsigned char)r[i]) && (i == 0 || !word(r[i - 1]))) {
+      size_t j = i;
+      while (j < r.size() && (std::isdigit((unsigned char)r[j]) ||
+                              (r[j] == '.' && j + 1 < r.size() && std::isdigit((unsigned char)r[j + 1]))))
+        ++j;
+      if (j == r.size() || !word(r[j]) || (r[j] == '.' && (j + 1 == r.size() || !word(r[j + 1])))) {
+        out += 'N';
+        i = j;
+        continue;
+      }
+      out.append(r, i, j - i);  // part of a word or path: kept
+      i = j;
+      continue;
     }
+    out += r[i++];
   }
   return out;
 }
+
+namespace {
 
 // The second pass: builds each fitting layout's schedule and simulates it, most promising
 // first (lower bound: no bubble, no p2p), on 2 threads, until no bound can beat the
@@ -107,7 +122,7 @@ void simulate_best(std::vector<Leaf>& fit, const Cluster& cl, const PlanOptions&
         pl = plan_layout(fit[i].c, cl, o, schedule_for(fit[i].c.parallel).get());
         if (!pl.fits) why = "does not fit in device memory";
       } catch (const UserError& e) {
-        why = reason(e.what());
+        why = rejection_reason(e.what());
       }
       std::lock_guard<std::mutex> lock(mu);
       if (!why.empty()) {
@@ -146,7 +161,7 @@ std::vector<std::string> parse_search_keys(const std::string& spec) {
     if (k.empty()) continue;
     TROUPE_USER_CHECK(std::find(searchable_keys().begin(), searchable_keys().end(), k) != searchable_keys().end())
         << "--search key '" << k << "' cannot be searched; use 'all' or a comma list of: " << known;
-    out.push_back(k);
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);  // a key named twice is searched once
   }
   TROUPE_USER_CHECK(!out.empty()) << "--search needs keys; use 'all' or a comma list of: " << known;
   return out;
@@ -182,13 +197,25 @@ SearchResult search_layouts(const Config& base, const Cluster& cl, const std::ve
         if (i == order.size()) {
           if (p.sequence_parallel && p.tp == 1 && !vals.back().empty())
             return reject("parallel.sequence_parallel without TP (the same layout as off)", 1);
+          // Equivalent layouts, when the one they equal is searched too: each is listed once.
+          const bool schedules = !vals[4].empty(), chunks = !vals[5].empty();
+          if (schedules && p.schedule == "interleaved" && p.chunks == 1)
+            return reject("interleaved with parallel.chunks 1 (the same schedule as 1f1b)", 1);
+          if (p.pp == 1 && schedules && p.schedule != "1f1b" && (p.chunks == 1 || chunks)) {
+            if (p.schedule == "interleaved")
+              return reject("parallel.pp 1 with interleaved (1f1b's run cut into chunks: no bubble to shrink)", 1);
+            if (p.schedule == "gpipe" || p.schedule == "zb-h1")
+              return reject("parallel.pp 1 with gpipe or zb-h1 (1f1b's time, as much memory or more)", 1);
+          }
+          if (p.pp == 1 && chunks && p.chunks > 1)
+            return reject("parallel.pp 1 with parallel.chunks > 1 (chunks 1's run cut into chunks: no bubble to shrink)", 1);
           try {
             c.validate(kMaxPlanDevices);
             Plan pl = plan_layout(c, cl, o, nullptr);  // memory with one microbatch stashed: a lower bound
             if (!pl.fits) return reject("does not fit in device memory", 1);
             fit.push_back({c, choice, std::move(pl)});
           } catch (const UserError& e) {
-            reject(reason(e.what()), 1);
+            reject(rejection_reason(e.what()), 1);
           }
           return;
         }

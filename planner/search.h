@@ -13,7 +13,10 @@ namespace troupe::plan {
 
 // The keys --search may vary, in nesting order.
 const std::vector<std::string>& searchable_keys();
-// "all" or a comma list of searchable keys. Throws UserError naming an unknown key.
+// The rule a refusal message names, as the rejection counts group it: the message up to
+// its first ';' or ':', numbers that stand alone replaced by N (paths kept intact).
+std::string rejection_reason(const std::string& msg);
+// "all" or a comma list of searchable keys (a key named twice counts once). Throws UserError naming an unknown key.
 std::vector<std::string> parse_search_keys(const std::string& spec);
 
 struct SearchEntry {

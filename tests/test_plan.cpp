@@ -4,6 +4,10 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -349,4 +353,183 @@ TEST_CASE("plan: --calibrate finds the cores the traced run's threads had", "[pl
   double work = 0;
   for (const ChunkCost& k : chunk_costs(c, cl, o)) work += c.parallel.microbatches * (k.f + k.tp_f + k.b + k.tp_b);
   CHECK(p.time.iteration - p.time.optimizer == Approx(work).epsilon(0.01));
+}
+
+namespace {
+
+// A trace as train --trace writes it for config c on cluster cl: `stages` pipeline stages
+// (tids), steps 1 and 2, every span of stage st taking f x (or b x) the modelled time, one
+// after the other. dur_override >= -inf replaces every dur when set (NaN: keep).
+nlohmann::json synthetic_trace(const Config& c, const Cluster& cl, int stages, int chunks, double f, double b,
+                               double dur_override = std::nan("")) {
+  const auto cc = chunk_costs(c, cl, PlanOptions{});
+  nlohmann::json ev = nlohmann::json::array();
+  double t = 0;
+  for (int step : {1, 2})
+    for (int st = 0; st < stages; ++st)
+      for (int v = 0; v < chunks; ++v)
+        for (int m = 0; m < c.parallel.microbatches; ++m) {
+          const auto& k = cc[std::min<size_t>(v * c.parallel.pp + st, cc.size() - 1)];
+          for (auto [cat, d] : {std::pair<const char*, double>{"F", f * k.f + k.tp_f}, {"B", b * k.b + k.tp_b}}) {
+            const double dur = std::isnan(dur_override) ? d * 1e6 : dur_override;
+            ev.push_back({{"ph", "X"}, {"cat", cat}, {"tid", st}, {"ts", t * 1e6}, {"dur", dur},
+                          {"args", {{"step", step}, {"chunk", v}, {"microbatch", m}}}});
+            t += d;
+          }
+        }
+  return nlohmann::json{{"traceEvents", ev}};
+}
+
+}  // namespace
+
+TEST_CASE("plan: cluster bandwidths and latency outside a plausible range are refused", "[plan]") {
+  Config c = Config::load(kSrc + "/configs/mt-nlg-530b.toml");
+  auto with = [&](double intra, double inter, double lat) {
+    ClusterConfig x = c.cluster;
+    x.intra_node_gbps = intra, x.inter_node_gbps = inter, x.latency_us = lat;
+    return x;
+  };
+  // denormal, tiny and huge values gave inf, NaN or negative times with exit 0
+  CHECK_THROWS_WITH(make_cluster(with(5e-324, 0, 0), 0), Catch::Contains("cluster.intra_node_gbps") &&
+                                                             Catch::Contains("0.001 to 1e+06 GB/s"));
+  CHECK_THROWS_WITH(make_cluster(with(1e-300, 0, 0), 0), Catch::Contains("cluster.intra_node_gbps"));
+  CHECK_THROWS_WITH(make_cluster(with(0, 5e-324, 0), 0), Catch::Contains("cluster.inter_node_gbps"));
+  CHECK_THROWS_WITH(make_cluster(with(0, 1.7e308, 0), 0), Catch::Contains("cluster.inter_node_gbps"));
+  CHECK_THROWS_WITH(make_cluster(with(0, 0, 1e300), 0), Catch::Contains("cluster.latency_us") &&
+                                                          Catch::Contains("up to 1e+06 us"));
+  CHECK_THROWS_WITH(make_cluster(with(0, 0, 1.7e308), 0), Catch::Contains("cluster.latency_us"));
+  CHECK_THROWS_AS(make_cluster(with(0, 0, -1), 0), UserError);
+  CHECK_THROWS_AS(make_cluster(with(std::nan(""), 0, 0), 0), UserError);
+  // 0 is the table's value; the bounds themselves plan finite, non-negative times
+  CHECK(make_cluster(with(0, 0, 0), 0).dev.intra_bw == 300e9);
+  for (auto x : {with(1e-3, 1e-3, 1e6), with(1e6, 1e6, 1e-300)}) {
+    c.cluster = x;
+    const Plan p = plan_job(c, make_cluster(x, 0));
+    for (double v : {p.time.iteration, p.time.compute, p.time.bubble, p.time.tp_comm, p.time.pp_comm, p.time.dp_comm,
+                     p.tokens_per_s, p.tflops_per_gpu, p.hw_tflops_per_gpu}) {
+      CHECK(std::isfinite(v));
+      CHECK(v >= 0);
+    }
+    CHECK(p.time.compute > 0);
+  }
+  // whatever still overflows is named, not printed as inf or null
+  c = Config::load(kSrc + "/configs/mt-nlg-530b.toml");
+  PlanOptions o;
+  o.cal.f = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH(plan_job(c, make_cluster(c.cluster, 0), o), Catch::Contains("overflowed"));
+  // at the command line: exit 2 and one sentence
+  test::Scratch s("plan", "ranges");
+  for (const char* set : {"cluster.intra_node_gbps=5e-324", "cluster.latency_us=1e300", "cluster.inter_node_gbps=1e-300"}) {
+    const auto r = plan_cli(std::string("--config configs/mt-nlg-530b.toml --json --set ") + set, s);
+    INFO(set << "\n" << r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.out.empty());
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find(std::string(set).substr(0, std::string(set).find('='))) != std::string::npos);
+  }
+}
+
+TEST_CASE("plan: --calibrate refuses a trace of another config, or a hostile one", "[plan]") {
+  test::Scratch s("plan", "calibrate-mismatch");
+  Config c = Config::load(kSrc + "/configs/tiny.toml");  // PP 2, chunks 1
+  c.cluster.gpu = "cpu";
+  s.write("config.toml", c.to_toml());
+  Cluster cl;  // a fixed machine
+  cl.dev = {"cpu", 100e9, 100e9, 64 * 1024.0 * 1024 * 1024, 10e9, 5e9, 5e9, 2e-6, 0.6, 0, "test", 2, 2};
+  cl.gpus_per_node = cl.nodes = 1;
+  REQUIRE(c.parallel.pp == 2);
+  // the matching trace calibrates
+  s.write("trace.json", synthetic_trace(c, cl, 2, 1, 2, 2).dump());
+  CHECK(calibrate_from_run(s.dir.string(), cl).f == Approx(2));
+  // a reused run directory: the trace of a PP 4 run beside the PP 2 run's config.toml
+  s.write("config-20261202-054812.toml", c.to_toml());
+  s.write("trace.json", synthetic_trace(c, cl, 4, 1, 2, 2).dump());
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl),
+                    Catch::Contains("needs parallel.pp = 4") && Catch::Contains("config-20261202-054812.toml"));
+  s.write("trace.json", synthetic_trace(c, cl, 2, 2, 2, 2).dump());  // chunk 1 of an interleaved run
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("parallel.chunks = 2"));
+  s.write("trace.json", synthetic_trace(c, cl, 1, 1, 2, 2).dump());  // stage 1's spans missing
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("no F spans for stage 1 chunk 0"));
+  // hostile durations: negative (the simulator's internal check, exit 1), zero (MFU 2517%), huge
+  s.write("trace.json", synthetic_trace(c, cl, 2, 1, 2, 2, -5).dump());
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("dur -5"));
+  s.write("trace.json", synthetic_trace(c, cl, 2, 1, 2, 2, 0).dump());
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("outside the 0.001 to 1000"));
+  s.write("trace.json", synthetic_trace(c, cl, 2, 1, 2, 2, 1e300).dump());
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("outside the 0.001 to 1000"));
+  s.write("trace.json", synthetic_trace(c, cl, 2, 1, 1e-5, 1).dump());  // F far faster than the machine
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("the F spans"));
+}
+
+TEST_CASE("plan: --search lists each layout once, and keeps paths in its reasons", "[plan]") {
+  // one GPU: interleaved (any chunks), zb-h1 and gpipe are 1F1B's run (or its time with
+  // more memory); interleaved with chunks 1 is 1F1B's schedule anywhere
+  Config c = Config::load(kSrc + "/configs/gpt2-124m.toml");
+  const Cluster cl = make_cluster(c.cluster, 0);
+  const SearchResult r = search_layouts(c, cl, parse_search_keys("all"), PlanOptions{}, 10);
+  REQUIRE(r.top.size() == 10);
+  std::set<std::vector<std::pair<std::string, std::string>>> seen;
+  for (auto& e : r.top) {
+    std::map<std::string, std::string> ch(e.choice.begin(), e.choice.end());
+    INFO(ch["parallel.schedule"] << " pp " << ch["parallel.pp"] << " chunks " << ch["parallel.chunks"]);
+    CHECK_FALSE((ch["parallel.schedule"] == "\"interleaved\"" && ch["parallel.chunks"] == "1"));
+    if (ch["parallel.pp"] == "1") CHECK(ch["parallel.schedule"] == "\"1f1b\"");
+    CHECK(seen.insert(e.choice).second);
+  }
+  CHECK(r.rejected.count("parallel.pp 1 with interleaved (1f1b's run cut into chunks: no bubble to shrink)"));
+  CHECK(r.rejected.count("interleaved with parallel.chunks 1 (the same schedule as 1f1b)"));
+  long n = 0;
+  for (auto& [why, k] : r.rejected) n += k;
+  CHECK(n + (long)r.top.size() == r.considered);
+  // a key named twice is searched once
+  CHECK(parse_search_keys("parallel.tp,parallel.tp") == std::vector<std::string>{"parallel.tp"});
+  // numbers that stand alone count together; digits in paths and names stay
+  CHECK(rejection_reason("schedule file /tmp/r18/s48.csv uses 8 microbatches, the config 96; use ...") ==
+        "schedule file /tmp/r18/s48.csv uses N microbatches, the config N");
+  CHECK(rejection_reason("parallel.tp = 3 must divide n_head = 128 (a100-80g, 2.5 GiB, 2^20)") ==
+        "parallel.tp = N must divide n_head = N (a100-80g, N GiB, N^N)");
+}
+
+TEST_CASE("plan: hardware FLOPs count the recomputation as Narayanan et al. 2021 do", "[plan]") {
+  Config c = Config::load(kSrc + "/configs/gpt3-175b.toml");
+  const Cluster cl = make_cluster(c.cluster, 0);
+  const double B = c.train.batch_size, s = c.train.seq_len, L = c.model.n_layer, h = c.model.n_embd,
+               V = c.model.vocab_size;
+  c.train.recompute = "full", c.parallel.sequence_parallel = false;
+  Plan p = plan_job(c, cl);
+  CHECK(p.model_flops == Approx(72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))));
+  CHECK(p.hw_flops == Approx(96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))));  // their eq. (3)
+  CHECK(p.hw_tflops_per_gpu == Approx(p.tflops_per_gpu * p.hw_flops / p.model_flops));
+  c.train.recompute = "selective";
+  p = plan_job(c, cl);
+  CHECK(p.hw_flops - p.model_flops == Approx(4 * B * s * s * h * L));  // the attention core's forward again
+  c.train.recompute = "none";
+  p = plan_job(c, cl);
+  CHECK(p.hw_flops == p.model_flops);
+  test::Scratch sc("plan", "hwflops");
+  const auto r = plan_cli("--config configs/gpt3-175b.toml --json --set train.recompute=full", sc);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["hw_tflops_per_gpu"].get<double>() > j["tflops_per_gpu"].get<double>() * 1.3);
+}
+
+TEST_CASE("plan: the no-fit message names the device and only the fixes not yet used", "[plan][cli]") {
+  test::Scratch s("plan", "nofit");
+  // the preset already has selective recomputation and sequence parallelism
+  auto r = plan_cli("--config configs/mt-nlg-530b.toml --set cluster.gpu=a100-40g", s);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("of one a100-40g") != std::string::npos);  // was "of a a100-40g"
+  CHECK(r.err.find("train.recompute = \"full\"") != std::string::npos);
+  CHECK(r.err.find("\"selective\"") == std::string::npos);
+  CHECK(r.err.find("sequence_parallel") == std::string::npos);
+  // cpu: the capacity is each worker's share of this machine (was "over the 0.0 GiB of a cpu")
+  r = plan_cli("--config configs/tiny.toml --set cluster.gpu=cpu --set model.n_embd=32768 --set model.n_head=8", s);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("each of the 2 workers has of this machine's") != std::string::npos);
+  // cpu ignores the node counts, and says so
+  r = plan_cli("--config configs/tiny.toml --set cluster.gpu=cpu --set cluster.nodes=7 --set cluster.gpus_per_node=3", s);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("cluster.nodes and cluster.gpus_per_node do not apply to cpu") != std::string::npos);
 }
