@@ -137,7 +137,10 @@ void Zero1::launch_locked(size_t b) {
 
 std::vector<Zero1::CommSpan> Zero1::take_comm_spans() {
   std::lock_guard<std::mutex> l(mu_);
-  return std::move(spans_);
+  std::vector<CommSpan> out = std::move(spans_);
+  spans_.clear();
+  if (L_.DP == 1) out.clear();  // a group of one moves nothing: no communication to show
+  return out;
 }
 
 Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
