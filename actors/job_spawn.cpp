@@ -195,6 +195,8 @@ WorkerArgs worker_args(const JobPlan& plan, const Config& cfg, const JobContext&
   wa.scaler = LossScalerConfig{cfg.train.initial_loss_scale, cfg.train.min_loss_scale, 2.0, 0.5,
                                cfg.train.loss_scale_window, cfg.train.hysteresis};
   wa.trace = !ctx.trace_path.empty() && t == 0 && d == 0;
+  wa.dp_bucket_elems = (int64_t)(cfg.parallel.dp_bucket_mb * (1 << 20) / sizeof(float));
+  if (wa.dp_bucket_elems > 0 && plan.DP > 1) wa.zero1_link = std::make_shared<Zero1Link>();
   wa.origin = origin;
   return wa;
 }

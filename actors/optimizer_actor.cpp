@@ -28,6 +28,9 @@ class OptimizerActor {
     pending_ = Counters{0, a_.scaler.initial_scale, 0, a_.scaler.hysteresis};
     if (a_.resume) resume_from(*a_.resume);
   }
+  ~OptimizerActor() {
+    if (a_.zero1_link) a_.zero1_link->attach(nullptr);  // the worker may still mark gradients
+  }
 
   void run() {
     set_thread_budget(a_.threads);
@@ -80,7 +83,11 @@ class OptimizerActor {
     r.compute_s += step(k);
     clip_waiting_ = false;
     r.wait_s += clip_wait_s_;
-    if (a_.trace) r.spans.push_back({'O', -1, 0, t0, now_s()});
+    if (a_.trace) {
+      r.spans.push_back({'O', -1, 0, t0, now_s()});
+      r.spans.insert(r.spans.end(), trace_spans_.begin(), trace_spans_.end());
+    }
+    trace_spans_.clear();
     self_->send(a_.coordinator, done_atom::value, k, std::move(r));
   }
   double now_s() const { return std::chrono::duration<double>(Clock::now() - a_.origin).count(); }
@@ -103,6 +110,7 @@ class OptimizerActor {
     auto [scale, lr, skip] = exchange_norm(k, NormReport{s_, std::move(g.sumsq), g.found_inf});
     t0 = Clock::now();
     z.apply(Zero1Decision{scale, lr, skip});
+    comm_spans(z);
     size_t i = 0;
     for (int c = 0; c < V_; ++c) {
       for (auto& p : chunk(c).params()) {
@@ -118,6 +126,15 @@ class OptimizerActor {
     }
     return compute_s + seconds_since(t0);
   }
+
+  // Tracing: the DP communication of this step (optimizer/zero1.h CommSpan) as spans 'C'
+  // (reduce-scatter, mb = its bucket), 'G' (all-gather) and 'E' (waiting for them).
+  void comm_spans(Zero1& z) {
+    auto cs = z.take_comm_spans();
+    if (!a_.trace) return;
+    for (auto& c : cs) trace_spans_.push_back({c.kind, c.bucket, 0, since_origin(c.t0), since_origin(c.t1)});
+  }
+  double since_origin(Clock::time_point t) const { return std::chrono::duration<double>(t - a_.origin).count(); }
 
   // Sends this worker's per-tensor sums of squares and found-inf; returns the coordinator's
   // (clipping factor, learning rate, skip) for step k.
@@ -153,6 +170,7 @@ class OptimizerActor {
         ts.push_back({p.value.numel(), p.decay, counted ? p.index * Stage::kMaxTP + a_.tp_rank : -1});
       }
     z_ = std::make_unique<Zero1>(std::move(ts), a_.dp, a_.optim, a_.precision, a_.scaler, a_.timeout_s);
+    z_->enable_buckets(a_.dp_bucket_elems);
     size_t i = 0;
     for (int c = 0; c < V_; ++c)
       for (size_t pi = 0; pi < chunk(c).params().size(); ++pi, ++i) {
@@ -170,6 +188,7 @@ class OptimizerActor {
         if (Tensor v = z_->value_view(i, p.value.shape()); v.defined() && p.value.dtype() == DType::f32) p.value = v;
       }
     z_->restore_counters(pending_.updates, pending_.loss_scale, pending_.growth_tracker, pending_.hysteresis_tracker);
+    if (a_.zero1_link) a_.zero1_link->attach(z_.get());  // from the next step on: buckets start during backward
     return *z_;
   }
 
@@ -226,6 +245,7 @@ class OptimizerActor {
       }
     }
     pending_ = Counters{st.updates, st.loss_scale, st.growth_tracker, st.hysteresis_tracker};
+    if (a_.zero1_link) a_.zero1_link->attach(nullptr);
     z_.reset();  // made again from these moments and the worker's restored master weights
   }
 
@@ -241,6 +261,7 @@ class OptimizerActor {
   std::vector<std::vector<AdamWState>> opt_;  // a resumed run's moments, until zero1() takes them
   std::map<int64_t, std::tuple<float, double, bool>> clip_;
   std::unique_ptr<Zero1> z_;  // made at first use: zero1()
+  std::vector<Span> trace_spans_;  // this step's communication spans (tracing)
   // The counters z_ starts from (a resumed run's; else zero updates and the initial scale).
   struct Counters {
     int64_t updates = 0;

@@ -212,10 +212,12 @@ class Worker {
     for (auto& ch : a_.chunks) ch->set_step(k);
     const std::vector<Action>& actions = train ? a_.schedule->stages[s_] : forward_only_;
     const int tied_at = train ? tied_send_pos(actions) : -1;
+    const std::vector<int> final_at = train ? final_grads_pos(actions, k) : std::vector<int>(V_, -1);
     for (const Action& act : actions) {
       if (train && k == a_.fault_kill_step && a_.fault_kill_phase == (char)act.kind) inject_fault(k);
       const int c = act.chunk, v = virt(c);
       Stage& st = chunk(c);
+      if (pos_ == final_at[c]) hook_final_grads(c);
       if (act.kind == Action::F) {
         TokenBlock tok, tgt;
         Tensor in;
@@ -249,6 +251,7 @@ class Worker {
         compute_s += seconds_since(t0);
         span('W', act.mb, c, s0);
       }
+      if (pos_ == final_at[c]) st.set_grad_hook(nullptr);
       if (pos_ == tied_at) send_tied(k);
       ++pos_;
     }
@@ -289,6 +292,27 @@ class Worker {
     for (size_t i = 0; i < actions.size(); ++i)
       if (actions[i].chunk == c && actions[i].kind != Action::F) pos = (int)i;
     return pos;
+  }
+  // Overlap (parallel.dp_bucket_mb): per chunk, the position in `actions` of its last action
+  // that adds weight gradients (B, or W with a split backward), after which they are final;
+  // -1 for every chunk when the DP reduce-scatter is not bucketed (or at step
+  // fault_inf_step, whose injected inf must land before any bucket starts).
+  std::vector<int> final_grads_pos(const std::vector<Action>& actions, int64_t k) const {
+    std::vector<int> pos(V_, -1);
+    if (!a_.zero1_link || !a_.zero1_link->bucketed() || k == a_.fault_inf_step) return pos;
+    const Action::Kind w = a_.schedule->split_backward ? Action::W : Action::B;
+    for (size_t i = 0; i < actions.size(); ++i)
+      if (actions[i].kind == w) pos[actions[i].chunk] = (int)i;
+    return pos;
+  }
+  // While chunk c runs that action, each parameter whose gradient it completes starts the
+  // optimizer's reduce-scatter buckets (optimizer/zero1.h Zero1::grad_ready): tensor index =
+  // the parameters of the chunks before c, then its index in chunk c.
+  void hook_final_grads(int c) {
+    size_t base = 0;
+    for (int j = 0; j < c; ++j) base += chunk(j).params().size();
+    const Param* p0 = chunk(c).params().data();
+    chunk(c).set_grad_hook([link = a_.zero1_link, base, p0](const Param& p) { link->grad_ready(base + (&p - p0)); });
   }
   void send_tied(int64_t k) {
     Stage* first = s_ == 0 ? &chunk(0) : nullptr;

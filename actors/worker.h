@@ -38,6 +38,7 @@
 
 #include "actors/messages.h"
 #include "optimizer/loss_scaler.h"
+#include "optimizer/zero1.h"
 #include "core/config.h"
 #include "stages/schedule.h"
 #include "stages/stage.h"
@@ -50,6 +51,11 @@ struct WorkerArgs {
   std::shared_ptr<Communicator> tp;             // the TP group (size 1 without TP)
   int dp_rank = 0;
   std::shared_ptr<Communicator> dp;             // the DP group: ZeRO-1 reduce-scatter / all-gather
+  // Overlap (parallel.dp_bucket_mb): fp32 elements per reduce-scatter bucket (0: none), and the
+  // link through which the worker marks gradients final during the step's last backward
+  // actions (optimizer/zero1.h Zero1Link; shared with its optimizer actor).
+  int64_t dp_bucket_elems = 0;
+  std::shared_ptr<Zero1Link> zero1_link;
   std::vector<std::shared_ptr<Stage>> chunks;   // chunks[c] = virtual stage c*P + s
   std::shared_ptr<const Schedule> schedule;     // validated; this worker runs stages[s]
   int P = 1;            // pipeline stages

@@ -78,6 +78,8 @@ for n in 1 2; do
   if [[ $n == 1 ]]; then "${JOB[@]}" > /dev/null 2>&1; else "$BUILD/troupe" launch --nprocs 2 -- "${JOB[@]}" > /dev/null 2>&1; fi
   tail -1 "$OUT/mp-run-$n/metrics.jsonl" | tee "$OUT/mp-$n.json"
 done
+echo "== DP=2 over 2 processes: exposed DP communication per step, reduce-scatter overlapped with backward or not (bench/overlap_bench.sh)"
+BUILD="$BUILD" OUT="$OUT" bash bench/overlap_bench.sh | tee "$OUT/overlap.jsonl"
 echo "== data: troupe prepare on ~1 GiB vs spm_encode on the same text, 2 cores (bench/data_bench.sh)"
 BUILD="$BUILD" OUT="$OUT" bash bench/data_bench.sh | tee "$OUT/data.jsonl"
 
@@ -184,6 +186,16 @@ add("recovery_in_place_kill_to_first_step_s", rec["process-memory"]["first_step_
 mo = rec["memory_snapshot_overhead"]
 add("tokens_per_s_memory_snapshot_every_step", mo["tokens_per_s_memory_every_step"], "tokens/s", True,
     "no-memory-snapshots", mo["tokens_per_s_none"])
+ov = {}
+for line in open(f"{out}/overlap.jsonl"):
+    j = json.loads(line); ov[j["name"]] = j
+off, on = ov["dp_overlap_off"], ov["dp_overlap_on"]
+add("dp_overlap_off", off["exposed_comm_ms"], "ms exposed comm/step", False, "dp_overlap_off", off["exposed_comm_ms"])
+add("dp_overlap_on", on["exposed_comm_ms"], "ms exposed comm/step", False, "dp_overlap_off", off["exposed_comm_ms"])
+for r, j in zip(res[-2:], (off, on)):  # the issue's fields beside the common ones
+    r["exposed_comm_ms"] = j["exposed_comm_ms"]
+    r["tokens_per_s"] = j["tokens_per_s"]
+    r["comm_ms"] = j["comm_ms"]
 da = {}
 for line in open(f"{out}/data.jsonl"):
     j = json.loads(line); da[j["name"]] = j

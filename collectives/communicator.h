@@ -48,8 +48,21 @@ class Communicator {
   // in (size * count), out (count): out = reduction over ranks of in[rank * count ...].
   // out may be this rank's own slice of in (in place: a group of one copies nothing).
   virtual void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) = 0;
+  // The same with a slice of its own size per rank (MPI_Reduce_scatter's recvcounts): in
+  // (counts[0] + ... + counts[size-1]), out (counts[rank]) = reduction over ranks of
+  // in[displ(rank) ...], displ(r) = counts[0] + ... + counts[r-1]. counts: `size` entries, the
+  // same on every rank (zeros allowed). out may be this rank's slice of in. Element for element
+  // the bits of reduce_scatter (the one algorithm of collectives/group.h: a grouped send/recv
+  // all-to-all of the slices, then reduce_ordered in ascending rank), so a buffer reduced in
+  // buckets (optimizer/grad_buckets.h) gets the bits of one call over all of it.
+  virtual void reduce_scatter_v(const float* in, float* out, const std::vector<size_t>& counts, ReduceOp op,
+                                double timeout_s) = 0;
   // in (count), out (size * count): out[r * count ...] = rank r's in.
   virtual void all_gather(const float* in, float* out, size_t count, double timeout_s) = 0;
+  // The same with a slice of its own size per rank: in (counts[rank]), out (counts[0] + ... +
+  // counts[size-1]): out[displ(r) ...] = rank r's in, displ as for reduce_scatter_v. counts the
+  // same on every rank (zeros allowed); in may be this rank's slice of out.
+  virtual void all_gather_v(const float* in, float* out, const std::vector<size_t>& counts, double timeout_s) = 0;
   // buf (count) <- root's buf.
   virtual void broadcast(float* buf, size_t count, int root, double timeout_s) = 0;
   virtual void barrier(double timeout_s) = 0;

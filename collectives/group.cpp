@@ -102,18 +102,28 @@ class GroupComm : public Communicator {
   }
 
   void reduce_scatter(const float* in, float* out, size_t count, ReduceOp op, double timeout_s) override {
+    reduce_scatter_v(in, out, std::vector<size_t>((size_t)n_, count), op, timeout_s);
+  }
+
+  void reduce_scatter_v(const float* in, float* out, const std::vector<size_t>& counts, ReduceOp op,
+                        double timeout_s) override {
+    TROUPE_CHECK(counts.size() == (size_t)n_)
+        << "reduce_scatter on " << name_ << ": " << counts.size() << " counts for " << n_ << " ranks";
     const Call c = begin("reduce_scatter", op == ReduceOp::sum ? kReduceScatterSum : kReduceScatterMax, timeout_s);
+    std::vector<size_t> displ((size_t)n_ + 1, 0);
+    for (int r = 0; r < n_; ++r) displ[r + 1] = displ[r] + counts[r];
+    const size_t count = counts[me_];
     // The other ranks' slices (a group of one: none); in place (out is this rank's slice of
     // in) past rank 0 also this rank's own, which the ordered sum would overwrite first.
-    const bool alias = n_ > 1 && me_ > 0 && out == in + (size_t)me_ * count;
+    const bool alias = n_ > 1 && me_ > 0 && out == in + displ[me_];
     scratch_.resize((size_t)(n_ - (alias ? 0 : 1)) * count);
     std::vector<const float*> src(n_);
     for (int r = 0; r < n_; ++r) {
       if (r == me_) {
-        src[r] = in + (size_t)me_ * count;
+        src[r] = in + displ[me_];
         if (alias) {
           float* own = scratch_.data() + (size_t)(n_ - 1) * count;
-          std::memcpy(own, src[r], count * sizeof(float));
+          if (count) std::memcpy(own, src[r], count * sizeof(float));
           src[r] = own;
         }
         continue;
@@ -124,19 +134,28 @@ class GroupComm : public Communicator {
     }
     for (int k = 1; k < n_; ++k) {
       const int r = (me_ + k) % n_;
-      links_->post_send(msg(c, 0, me_, r, count), in + (size_t)r * count);
+      links_->post_send(msg(c, 0, me_, r, counts[r]), in + displ[r]);
     }
     wait(c);
     reduce_ordered(out, src.data(), n_, count, op);
   }
 
   void all_gather(const float* in, float* out, size_t count, double timeout_s) override {
+    all_gather_v(in, out, std::vector<size_t>((size_t)n_, count), timeout_s);
+  }
+
+  void all_gather_v(const float* in, float* out, const std::vector<size_t>& counts, double timeout_s) override {
+    TROUPE_CHECK(counts.size() == (size_t)n_)
+        << "all_gather on " << name_ << ": " << counts.size() << " counts for " << n_ << " ranks";
     const Call c = begin("all_gather", kAllGather, timeout_s);
+    std::vector<size_t> displ((size_t)n_ + 1, 0);
+    for (int r = 0; r < n_; ++r) displ[r + 1] = displ[r] + counts[r];
     for (int r = 0; r < n_; ++r)
-      if (r != me_) links_->post_recv(msg(c, 0, r, me_, count), out + (size_t)r * count);
-    for (int k = 1; k < n_; ++k) links_->post_send(msg(c, 0, me_, (me_ + k) % n_, count), in);
+      if (r != me_) links_->post_recv(msg(c, 0, r, me_, counts[r]), out + displ[r]);
+    for (int k = 1; k < n_; ++k) links_->post_send(msg(c, 0, me_, (me_ + k) % n_, counts[me_]), in);
     wait(c);
-    if (count && out + (size_t)me_ * count != in) std::memmove(out + (size_t)me_ * count, in, count * sizeof(float));
+    const size_t count = counts[me_];
+    if (count && out + displ[me_] != in) std::memmove(out + displ[me_], in, count * sizeof(float));
   }
 
   void broadcast(float* buf, size_t count, int root, double timeout_s) override {

@@ -11,7 +11,11 @@
 //                   elements, receives it from every rank and reduces in ascending rank
 //                   order, its own input in its place); phase 1: all-gather of the slices.
 //   reduce_scatter  one phase: rank r receives in[r*count ...] from every rank and reduces.
-//   all_gather      one phase: everyone sends its input to everyone.
+//   reduce_scatter_v the same with counts[r] elements for rank r (reduce_scatter is the
+//                   case of equal counts: one routine): the grouped send/recv all-to-all of
+//                   the slices, then the fixed-order fp32 sum (reduce_ordered).
+//   all_gather      one phase: everyone sends its input to everyone (all_gather_v: inputs of
+//                   counts[r] elements; all_gather is the case of equal counts).
 //   broadcast       one phase: the root sends to everyone.
 //   barrier         one phase: an empty message from every rank to every rank.
 // send/recv (point to point) use chunk = kP2PChunk | tag and seq = the number of earlier

@@ -33,7 +33,7 @@ const std::vector<Key>& key_table() {
   static const std::vector<Key> t = {
       K(model, n_layer),        K(model, n_head),          K(model, n_embd),        K(model, block_size),
       K(model, vocab_size),     K(model, dropout),     K(parallel, pp),           K(parallel, tp),         K(parallel, dp),
-      K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel), K(parallel, placement),    K(train, steps),         K(train, batch_size),
+      K(parallel, microbatches), K(parallel, schedule),    K(parallel, chunks),      K(parallel, sequence_parallel), K(parallel, placement), K(parallel, dp_bucket_mb),    K(train, steps),         K(train, batch_size),
       K(train, seq_len),        K(train, seed),            K(train, eval_interval), K(train, eval_batches),
       K(train, threads),        K(train, sample_tokens),   K(train, timeout_s),     K(train, recompute),     K(train, precision), K(train, device),
       K(train, initial_loss_scale), K(train, min_loss_scale), K(train, loss_scale_window), K(train, hysteresis), K(train, tensorboard_dir), K(optim, lr),
@@ -403,6 +403,9 @@ void Config::validate(int64_t max_workers) const {
                           "ranks; use parallel.tp in {" << ok << "}";
   }
   TROUPE_USER_CHECK(p.dp >= 1) << "parallel.dp = " << p.dp << " must be at least 1";
+  TROUPE_USER_CHECK(p.dp_bucket_mb >= 0 && p.dp_bucket_mb <= 1 << 20)
+      << "parallel.dp_bucket_mb = " << p.dp_bucket_mb
+      << " must be between 0 (no overlap: one reduce-scatter after the backward) and 1048576 MiB";
   TROUPE_USER_CHECK((int64_t)p.pp * p.tp * p.dp <= max_workers)
       << "parallel.pp x tp x dp = " << (int64_t)p.pp * p.tp * p.dp << " stage workers exceed the limit of "
       << max_workers << (max_workers == kMaxWorkers ? " that troupe train runs" : "") << "; use a smaller layout";

@@ -32,6 +32,10 @@ struct ParallelConfig {
   // (core/topology.h place): tp-first (TP groups inside a process, as Megatron keeps TP in
   // a node) | pp-first (whole pipeline columns per process).
   std::string placement = "tp-first";
+  // Overlap of the DP gradient reduce-scatter with the backward pass (optimizer/grad_buckets.h):
+  // MiB of fp32 gradients per bucket (Megatron-LM's bucket_size); 0 = one reduce-scatter after
+  // the backward. The same bits either way. Nothing to overlap with dp = 1.
+  double dp_bucket_mb = 4.0;
 };
 
 // Upper bounds of the sizes a user can type, checked by Config::validate() before anything

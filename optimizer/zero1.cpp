@@ -86,16 +86,94 @@ void Zero1::load(size_t i, const float* master, const float* m, const float* v) 
   else std::memset(v_.data() + j, 0, n * sizeof(float));
 }
 
+void Zero1::enable_buckets(int64_t bucket_elems) {
+  if (L_.DP == 1 || bucket_elems <= 0 || L_.N == 0) return;
+  buckets_ = plan_grad_buckets(L_, bucket_elems);
+  bucket_of_.assign(t_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t i = buckets_[b].first; i <= buckets_[b].last; ++i) bucket_of_[i] = (int)b;
+  std::lock_guard<std::mutex> l(mu_);
+  reset_buckets_locked();
+  comm_ = std::make_unique<CommThread>();
+}
+
+void Zero1::reset_buckets_locked() {
+  ready_.assign(t_.size(), 0);
+  pending_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = (int64_t)(buckets_[b].last - buckets_[b].first + 1);
+  next_ = 0;
+  found_inf_ = false;
+}
+
+void Zero1::grad_ready(size_t i) {
+  if (buckets_.empty()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  mark_ready_locked(i);
+}
+
+void Zero1::mark_ready_locked(size_t i) {
+  if (ready_[i]) return;
+  ready_[i] = 1;
+  --pending_[bucket_of_[i]];
+  while (next_ < buckets_.size() && pending_[next_] == 0) launch_locked(next_++);
+}
+
+void Zero1::launch_locked(size_t b) {
+  const float inv_scale = scaler_ ? (float)scaler_->inv_scale() : 1.0f;  // the scaler changes only in apply
+  comm_->post([this, b, inv_scale] {
+    const GradBucket& B = buckets_[b];
+    const auto t0 = std::chrono::steady_clock::now();
+    float* in = flat_.data() + B.begin;
+    const int64_t real = std::min(B.end, L_.N) - B.begin;  // the padding is zeros: neither scaled nor checked
+    if (scaler_) kernels::scale(in, inv_scale, real);
+    const bool inf = any_inf_or_nan(in, real);
+    float* out = flat_.data() + std::clamp(lo_, B.begin, B.end);  // this rank's part: in place
+    dp_->reduce_scatter_v(in, out, bucket_counts(L_, B), ReduceOp::sum, timeout_s_);
+    std::lock_guard<std::mutex> l(mu_);
+    found_inf_ = found_inf_ || inf;
+    spans_.push_back({'C', (int)b, t0, std::chrono::steady_clock::now()});
+  });
+}
+
+std::vector<Zero1::CommSpan> Zero1::take_comm_spans() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<CommSpan> out = std::move(spans_);
+  spans_.clear();
+  if (L_.DP == 1) out.clear();  // a group of one moves nothing: no communication to show
+  return out;
+}
+
 Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
   TROUPE_CHECK(grads.size() == t_.size()) << "ZeRO-1: " << grads.size() << " gradients for " << t_.size() << " tensors";
   float* flat = flat_.data();
-  for (size_t i = 0; i < t_.size(); ++i)  // nothing to copy for a grad_view
-    if (grads[i] != flat + L_.offset[i]) copy_floats(flat + L_.offset[i], grads[i], t_[i].numel);
+  for (size_t i = 0; i < t_.size(); ++i) {  // nothing to copy for a grad_view
+    if (grads[i] == flat + L_.offset[i]) continue;
+    TROUPE_CHECK(buckets_.empty() || !ready_[i]) << "ZeRO-1: tensor " << i << " was marked final but is not a grad_view";
+    copy_floats(flat + L_.offset[i], grads[i], t_[i].numel);
+  }
   Zero1Grads out;
-  if (scaler_) kernels::scale(flat, (float)scaler_->inv_scale(), L_.N);
-  out.found_inf = any_inf_or_nan(flat, L_.N);
-  // In place: this rank's slice of the flat buffer becomes its reduced shard.
-  if (L_.S > 0) dp_->reduce_scatter(flat, flat + lo_, (size_t)L_.S, ReduceOp::sum, timeout_s_);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!buckets_.empty()) {
+    {  // start the buckets not started yet, then wait for all of them
+      std::lock_guard<std::mutex> l(mu_);
+      for (size_t i = 0; i < t_.size(); ++i) mark_ready_locked(i);
+    }
+    comm_->drain();
+    std::lock_guard<std::mutex> l(mu_);
+    out.found_inf = found_inf_;
+    reset_buckets_locked();
+    spans_.push_back({'E', -1, t0, std::chrono::steady_clock::now()});
+  } else {
+    if (scaler_) kernels::scale(flat, (float)scaler_->inv_scale(), L_.N);
+    out.found_inf = any_inf_or_nan(flat, L_.N);
+    // In place: this rank's slice of the flat buffer becomes its reduced shard.
+    const auto r0 = std::chrono::steady_clock::now();
+    if (L_.S > 0) dp_->reduce_scatter(flat, flat + lo_, (size_t)L_.S, ReduceOp::sum, timeout_s_);
+    const auto r1 = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> l(mu_);
+    spans_.push_back({'C', 0, r0, r1});
+    spans_.push_back({'E', -1, r0, r1});
+  }
   const float* grad = flat + lo_;
   for (size_t i = 0; i < t_.size(); ++i) {
     if (t_[i].norm_key < 0) continue;
@@ -105,32 +183,62 @@ Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
   return out;
 }
 
+void Zero1::update_tensor(size_t i, const Zero1Decision& dec) {
+  auto [a, b] = L_.overlap(i, d_);
+  if (a >= b) return;
+  const int64_t j = a - lo_;
+  const float* grad = flat_.data() + lo_;  // the reduced shard (reduce_gradients)
+  kernels::adamw_update(master() + j, grad + j, m_.data() + j, v_.data() + j, b - a, (float)dec.lr, (float)o_.beta1,
+                        (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
+                        (int)updates_);
+}
+
 void Zero1::apply(const Zero1Decision& dec) {
   if (dec.skip) {  // every rank skips together: parameters, master weights and moments unchanged
     if (scaler_) scaler_->update(true);
     return;
   }
   ++updates_;
-  float* master = this->master();
-  const float* grad = flat_.data() + lo_;  // the reduced shard (reduce_gradients)
-  for (size_t i = 0; i < t_.size(); ++i) {
-    auto [a, b] = L_.overlap(i, d_);
-    if (a >= b) continue;
-    const int64_t j = a - lo_;
-    kernels::adamw_update(master + j, grad + j, m_.data() + j, v_.data() + j, b - a, (float)dec.lr, (float)o_.beta1,
-                          (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
-                          (int)updates_);
-  }
-  if (L_.S > 0) {  // all_gather in place. fp32: the master shard is the own slice of the
-                   // parameter buffer. 16-bit: the parameters travel in the compute dtype, the
-                   // master shard rounded in its own slot of the (spent) gradient buffer
-    float* buf = (pflat_.defined() ? pflat_ : flat_).data();
-    float* mine = buf + lo_;
-    if (!pflat_.defined()) {
-      copy_floats(mine, master_.data(), L_.S);
-      kernels::round_to(mine, L_.S, compute_);
+  // all_gather in place. fp32: the master shard is the own slice of the parameter buffer.
+  // 16-bit: the parameters travel in the compute dtype, the master shard rounded in its own
+  // slot of the (spent) gradient buffer.
+  float* buf = (pflat_.defined() ? pflat_ : flat_).data();
+  auto round_own = [&](int64_t a, int64_t b) {  // flat range [a, b) of this rank's shard
+    if (pflat_.defined() || a >= b) return;
+    copy_floats(buf + a, master_.data() + (a - lo_), b - a);
+    kernels::round_to(buf + a, b - a, compute_);
+  };
+  if (!buckets_.empty()) {
+    // Bucketed: each bucket's update, then its all-gather on the communication thread while
+    // the next bucket updates; in forward order (the last bucket holds the first tensors).
+    for (size_t k = buckets_.size(); k-- > 0;) {
+      const GradBucket& B = buckets_[k];
+      for (size_t i = B.first; i <= B.last; ++i) update_tensor(i, dec);
+      const int64_t a = std::clamp(lo_, B.begin, B.end), b = std::clamp(lo_ + L_.S, B.begin, B.end);
+      round_own(a, b);
+      comm_->post([this, buf, a, k] {
+        const GradBucket& B = buckets_[k];
+        const auto t0 = std::chrono::steady_clock::now();
+        dp_->all_gather_v(buf + a, buf + B.begin, bucket_counts(L_, B), timeout_s_);
+        std::lock_guard<std::mutex> l(mu_);
+        spans_.push_back({'G', (int)k, t0, std::chrono::steady_clock::now()});
+      });
     }
-    dp_->all_gather(mine, buf, (size_t)L_.S, timeout_s_);
+    const auto t0 = std::chrono::steady_clock::now();
+    comm_->drain();
+    std::lock_guard<std::mutex> l(mu_);
+    spans_.push_back({'E', -1, t0, std::chrono::steady_clock::now()});
+  } else {
+    for (size_t i = 0; i < t_.size(); ++i) update_tensor(i, dec);
+    if (L_.S > 0) {
+      round_own(lo_, lo_ + L_.S);
+      const auto t0 = std::chrono::steady_clock::now();
+      dp_->all_gather(buf + lo_, buf, (size_t)L_.S, timeout_s_);
+      const auto t1 = std::chrono::steady_clock::now();
+      std::lock_guard<std::mutex> l(mu_);
+      spans_.push_back({'G', -1, t0, t1});
+      spans_.push_back({'E', -1, t0, t1});
+    }
   }
   if (scaler_) scaler_->update(false);
 }

@@ -37,13 +37,21 @@
 // shard and which the model's values may be views of (value_view: AdamW updates them in
 // place, all_gather in place, no copy out): about 4N at DP = 1 with the model's values and
 // gradients counted. 16-bit: a master shard of S (about 4N + the 16-bit values at DP = 1).
+// Overlap (optimizer/grad_buckets.h; parallel.dp_bucket_mb): with enable_buckets, step 1's
+// reduce-scatter runs in buckets on a communication thread, each started by grad_ready as soon
+// as its tensors' gradients are final (the worker calls it during the last backward);
+// reduce_gradients then starts the rest and waits. The same bits as one reduce-scatter.
+// apply then updates bucket by bucket in forward order, each bucket's all-gather running on
+// that thread while the next bucket updates (the same bits as one all-gather).
 // Errors: a collective that fails or misses its deadline (timeout_s) throws troupe::Error
 // (collectives/communicator.h) and leaves this object unusable for further steps; the fp16
 // loss scaler at its minimum throws UserError (optimizer/loss_scaler.h).
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -52,6 +60,7 @@
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/tensor.h"  // DType
+#include "optimizer/grad_buckets.h"
 #include "optimizer/loss_scaler.h"
 
 namespace troupe {
@@ -126,6 +135,16 @@ class Zero1 {
     if (!pflat_.defined()) return Tensor();
     return pflat_.slice(L_.offset[i], std::move(shape));
   }
+  // Overlap: the DP reduce-scatter in buckets of about bucket_elems elements
+  // (plan_grad_buckets) on a communication thread. Nothing with DP = 1, bucket_elems <= 0 or
+  // no elements. Call before the first step.
+  void enable_buckets(int64_t bucket_elems);
+  bool bucketed() const { return !buckets_.empty(); }
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  // Tensor i's gradient (its grad_view) is final for this step: starts every bucket whose
+  // tensors are all final, in bucket order (the same on every DP rank). Thread-safe (the
+  // worker's thread during backward); nothing when not bucketed or already marked.
+  void grad_ready(size_t i);
   // Step 1. grads[i]: tensor i's local fp32 gradient (numel elements), read only. Collective
   // over DP (every rank calls it with the same layout). Returns this rank's norm terms and
   // found-inf. Throws Error (collective failed or timed out).
@@ -151,6 +170,19 @@ class Zero1 {
     const int64_t j = a - lo_;
     fn(a - L_.offset[i], b - a, master() + j, m_.data() + j, v_.data() + j);
   }
+
+  // DP communication of the last step (tracing, make bench): kind 'C' a reduce-scatter (of
+  // bucket `bucket`; unbucketed: the whole buffer, bucket 0) on the thread that ran it, 'G'
+  // the all-gather, 'E' the time the caller waited for communication (exposed: not hidden
+  // behind computation) — unbucketed the reduce-scatter and the all-gather, bucketed the wait
+  // for the buckets still running and the all-gather. take_comm_spans() hands them over and
+  // starts the next step's list.
+  struct CommSpan {
+    char kind;
+    int bucket;
+    std::chrono::steady_clock::time_point t0, t1;
+  };
+  std::vector<CommSpan> take_comm_spans();
 
   int64_t updates() const { return updates_; }  // AdamW's t: applied (not skipped) steps
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
@@ -178,6 +210,43 @@ class Zero1 {
   Tensor master_, m_, v_;    // S each: this rank's shard (master_: 16-bit only)
   std::optional<DynamicLossScaler> scaler_;
   int64_t updates_ = 0;
+  // Overlap (enable_buckets). mu_ guards ready_, pending_, next_, found_inf_ and spans_.
+  std::vector<GradBucket> buckets_;
+  std::vector<int> bucket_of_;                // tensor -> bucket
+  std::mutex mu_;
+  std::vector<char> ready_;                   // per tensor: final this step
+  std::vector<int64_t> pending_;              // per bucket: tensors not final yet
+  size_t next_ = 0;                           // the next bucket to start
+  bool found_inf_ = false;                    // an inf/NaN in a bucket reduced this step
+  std::vector<CommSpan> spans_;
+  std::unique_ptr<CommThread> comm_;
+  void update_tensor(size_t i, const Zero1Decision& d);  // AdamW on this rank's part of tensor i
+  void mark_ready_locked(size_t i);
+  void launch_locked(size_t b);               // posts bucket b's reduce-scatter to comm_
+  void reset_buckets_locked();
+};
+
+// The stage worker's way to Zero1::grad_ready of its optimizer actor's Zero1, which the actor
+// makes at its first step (and again after a restore) and attaches here: shared by the two
+// actors, thread-safe; grad_ready does nothing while none is attached (step 1).
+class Zero1Link {
+ public:
+  void attach(Zero1* z) {
+    std::lock_guard<std::mutex> l(mu_);
+    z_ = z;
+  }
+  bool bucketed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return z_ && z_->bucketed();
+  }
+  void grad_ready(size_t i) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (z_) z_->grad_ready(i);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  Zero1* z_ = nullptr;
 };
 
 }  // namespace troupe

@@ -317,12 +317,14 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     // updated in place and handed back (a 16-bit gradient is widened: its values exactly)
     dres = dout.dtype() == DType::f32 ? std::move(dout) : ops::cast(dout, DType::f32);
   }
+  if (last() && weights) grads_final({lnf_w_, lnf_b_});
   scratch_.ensure(B, T, cfg_);
   if (!weights) sl.grads.resize(blocks_.size());
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     BlockActs& a = acts_for(sl, i);
     if (weights) {
       blocks_[i].backward(dres.data(), a, scratch_, B, T, cfg_);
+      block_grads_final(i);
     } else {
       sl.grads[i].ensure(B, T, cfg_);
       blocks_[i].backward_input(dres.data(), a, sl.grads[i], scratch_, B, T, cfg_);
@@ -330,10 +332,12 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
-    if (weights)
+    if (weights) {
       embed_backward(dres.data(), sl.tokens.data(), B, T);
-    else
+      grads_final({wpe_});  // wte: final after tie_grads
+    } else {
       sl.dx0 = dres;  // the embeddings' gradient is all weight gradient: W uses it
+    }
     dres = Tensor();
   }
   if (!first()) sl.acts[0].x = weights ? Tensor() : sl.acts[0].x;  // W still reads block 0's input
@@ -361,13 +365,16 @@ void Stage::backward_weights(int mb) {
     head_backward(sl, nullptr, head_grad_.data());
     ops::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf, lnf_w_->value,
                             sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+    grads_final({lnf_w_, lnf_b_});
   }
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
+    block_grads_final(i);
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
     embed_backward(sl.dx0.data(), sl.tokens.data(), B, T);
+    grads_final({wpe_});
     sl.dx0 = Tensor();
   }
   if (!first()) sl.acts[0].x = Tensor();
@@ -414,6 +421,18 @@ void Stage::set_precision(DType dt) {
     if (!p.master.defined()) p.master = p.value.clone();  // the fp32 values become the master weights
     set_compute_copy(p, p.master.data(), dt);             // ... and value their 16-bit copy
   }
+}
+
+void Stage::grads_final(std::initializer_list<const Param*> ps) const {
+  if (grad_hook_)
+    for (const Param* p : ps) grad_hook_(*p);
+}
+
+void Stage::block_grads_final(int i) const {
+  const Block& b = blocks_[i];
+  if (grad_hook_)
+    grads_final({b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b, b.ln2_w, b.ln2_b, b.fc_w, b.fc_b, b.fcproj_w,
+                 b.fcproj_b});
 }
 
 void Stage::tie_grads(const Tensor& other) {

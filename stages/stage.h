@@ -16,6 +16,8 @@
 // first, and the result handed back as a fresh 16-bit tensor), or a fresh one on the last
 // stage.
 #pragma once
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <vector>
@@ -91,6 +93,12 @@ class Stage {
   Tensor backward(int mb, Tensor dout, bool weights = true);
   // W(mb): the parameter gradients of a microbatch whose backward(mb, ., false) ran.
   void backward_weights(int mb);
+  // Called with each parameter but wte (which tie_grads completes) as soon as backward (with
+  // weights) or backward_weights has added this microbatch's gradient to it: in backward
+  // order, ln_f, the blocks from the last, wpe. A worker sets it around the step's last
+  // weight-gradient action of this stage, when those gradients are final (the DP
+  // reduce-scatter buckets: optimizer/grad_buckets.h); empty: nothing is called.
+  void set_grad_hook(std::function<void(const Param&)> fn) { grad_hook_ = std::move(fn); }
   // Inference: logits (V) of the last position of tokens (T) — last stage; other stages
   // pass the activation along like forward(). Nothing is stashed.
   Tensor infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits);
@@ -140,6 +148,9 @@ class Stage {
   bool logits16() const { return direct16(); }  // the stashed dlogits in dt
   DType act_dt() const { return direct16() ? dt_ : DType::f32; }
   Tensor work_;
+  std::function<void(const Param&)> grad_hook_;
+  void grads_final(std::initializer_list<const Param*> ps) const;  // grad_hook_ on each
+  void block_grads_final(int i) const;                               // ... on block i's parameters
   // The head's weight-side backward from the stashed dlogits: dlnf (BT,C) = dlogits · wte,
   // dwte (Vl,C) += dlogits^T · lnf (either may be null).
   void head_backward(Slot& sl, float* dlnf, float* dwte);

@@ -16,6 +16,9 @@ std::string kind_name(char k) {
     case 'R': return "wait";
     case 'S': return "send";
     case 'O': return "optimizer";
+    case 'C': return "reduce-scatter";
+    case 'G': return "all-gather";
+    case 'E': return "comm wait";
     default: return std::string(1, k);
   }
 }
@@ -23,14 +26,19 @@ std::string kind_name(char k) {
 
 std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans) {
   nlohmann::json ev = nlohmann::json::array();
-  for (int s = 0; s < P; ++s)
+  bool comm = false;  // a track per stage for its DP communication, below the stages
+  for (auto& e : spans) comm = comm || e.span.kind == 'C' || e.span.kind == 'G';
+  for (int s = 0; s < P * (comm ? 2 : 1); ++s)
     ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", s},
-                  {"args", {{"name", "stage " + std::to_string(s)}}}});
+                  {"args", {{"name", s < P ? "stage " + std::to_string(s) : "stage " + std::to_string(s - P) + " comm"}}}});
   for (auto& e : spans) {
     std::string name = kind_name(e.span.kind);
+    const bool on_comm = e.span.kind == 'C' || e.span.kind == 'G';
     if (e.span.mb >= 0 && (e.span.kind == 'F' || e.span.kind == 'B' || e.span.kind == 'W'))
       name = to_string(Action{(Action::Kind)e.span.kind, e.span.mb, e.span.chunk});
-    ev.push_back({{"name", name}, {"cat", kind_name(e.span.kind)}, {"ph", "X"}, {"pid", 0}, {"tid", e.stage},
+    if (e.span.kind == 'C') name += " b" + std::to_string(e.span.mb);
+    ev.push_back({{"name", name}, {"cat", kind_name(e.span.kind)}, {"ph", "X"}, {"pid", 0},
+                  {"tid", on_comm ? P + e.stage : e.stage},
                   {"ts", e.span.t0 * 1e6}, {"dur", (e.span.t1 - e.span.t0) * 1e6},
                   {"args", {{"step", e.step}, {"microbatch", e.span.mb}, {"chunk", e.span.chunk}}}});
   }

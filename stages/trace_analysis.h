@@ -16,8 +16,9 @@
 namespace troupe {
 
 // One measured span of a worker's step (tracing): kind 'F', 'B', 'W' (compute), 'R' (wait
-// for a message), 'S' (send), 'O' (optimizer: norm + AdamW); times in seconds since the
-// job's start.
+// for a message), 'S' (send), 'O' (optimizer: norm + AdamW), DP communication (optimizer/
+// zero1.h CommSpan: 'C' a reduce-scatter, mb its bucket; 'G' the all-gather; 'E' the
+// optimizer waiting for them, i.e. exposed); times in seconds since the job's start.
 struct Span {
   char kind;
   int mb, chunk;
@@ -33,7 +34,9 @@ struct StageSpan {
 
 // Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev) of the spans of P stages:
 // a thread per stage, F/B/W spans named by their action ("F3", "B0c1"), others by kind
-// (wait, send, optimizer); microseconds.
+// (wait, send, optimizer, comm wait); with any 'C'/'G' span a second thread per stage,
+// "stage s comm" (tid P + s), for its reduce-scatters ("reduce-scatter b3") and all-gathers;
+// microseconds.
 std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans);
 
 struct TraceAnalysis {

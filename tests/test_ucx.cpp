@@ -413,6 +413,73 @@ TEST_CASE("ucx: collectives give bitwise the in-process backend's results over 2
   }
 }
 
+namespace {
+// The deterministic reduce-scatter in buckets (reduce_scatter_v, as optimizer/grad_buckets.h
+// calls it over ZeRO-1's shards of S elements per rank): a buffer of n*S with odd bucket
+// bounds, so that some ranks get 0 elements of a bucket. Returns each rank's reduced slice.
+std::vector<float> bucketed(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  const size_t S = 1001, total = S * n;
+  auto buf = random_floats(total, 77 + (uint32_t)r);
+  std::vector<size_t> cut = {0, 5, 900, 1002, total / 2 + 3, total - 1, total};
+  for (size_t b = 0; b + 1 < cut.size(); ++b) {
+    const size_t lo = cut[b], hi = cut[b + 1];
+    std::vector<size_t> counts(n);
+    for (int q = 0; q < n; ++q) counts[q] = std::clamp(q * S + S, lo, hi) - std::clamp(q * S, lo, hi);
+    c.reduce_scatter_v(buf.data() + lo, buf.data() + std::clamp(r * S, lo, hi), counts, ReduceOp::sum, kT);
+  }
+  return std::vector<float>(buf.begin() + r * S, buf.begin() + (r + 1) * S);
+}
+}  // namespace
+
+TEST_CASE("ucx: the bucketed reduce-scatter gives the bits of the in-process backend and of one reduce_scatter",
+          "[ucx][overlap]") {
+  const std::vector<std::vector<int>> layouts = {{0, 1}, {0, 0, 1, 1}, {0, 1, 0, 1}};
+  for (const auto& por : layouts) {
+    const int n = (int)por.size();
+    INFO("ranks " << n << ", process of rank 1: " << por[1]);
+    auto codes = run_procs(Job(por), [&](int p, std::shared_ptr<UcxTransport> t) -> int {
+      // in process: the same buckets, and one reduce_scatter of the whole buffer
+      auto comms = make_local_group(n, "reference");
+      std::vector<std::vector<float>> ref(n), one(n), got(n);
+      std::vector<std::thread> th;
+      for (int r = 0; r < n; ++r)
+        th.emplace_back([&, r] {
+          ref[r] = bucketed(*comms[r]);
+          auto in = random_floats(1001 * n, 77 + (uint32_t)r);
+          one[r].resize(1001);
+          comms[r]->reduce_scatter(in.data(), one[r].data(), 1001, ReduceOp::sum, kT);
+        });
+      for (auto& x : th) x.join();
+      th.clear();
+      std::vector<int> all(n);
+      for (int r = 0; r < n; ++r) all[r] = r;
+      std::vector<std::string> errors(n);
+      for (int r = 0; r < n; ++r)
+        if (por[r] == p)
+          th.emplace_back([&, r] {
+            try {
+              auto c = make_ucx_communicator(t, all, r, 9, "bucket group");
+              got[r] = bucketed(*c);
+            } catch (const std::exception& e) {
+              errors[r] = e.what();
+            }
+          });
+      for (auto& x : th) x.join();
+      for (int r = 0; r < n; ++r) {
+        if (por[r] != p) continue;
+        if (!errors[r].empty()) std::fprintf(stderr, "[rank %d] %s\n", r, errors[r].c_str());
+        EXPECT(errors[r].empty());
+        EXPECT(got[r].size() == 1001);
+        EXPECT(std::memcmp(got[r].data(), ref[r].data(), 1001 * sizeof(float)) == 0);
+        EXPECT(std::memcmp(got[r].data(), one[r].data(), 1001 * sizeof(float)) == 0);
+      }
+      return 0;
+    });
+    CHECK(codes == std::vector<int>(codes.size(), 0));
+  }
+}
+
 TEST_CASE("ucx: a header signed with another secret is rejected and the recv times out", "[ucx]") {
   Job job({0, 1, 2}, {"job-secret", "not-the-job-secret", "job-secret"});
   auto codes = run_procs(job, [&](int p, std::shared_ptr<UcxTransport> t) -> int {

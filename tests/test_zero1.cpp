@@ -13,6 +13,7 @@
 #include "collectives/communicator.h"
 #include "kernels/kernels.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/grad_buckets.h"
 #include "optimizer/zero1.h"
 
 using namespace troupe;
@@ -62,7 +63,10 @@ struct Run {
 };
 
 // Steps 1..steps of a DP group of n; `inf_at` (step, rank): an inf in that rank's gradient.
-Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {-1, -1}) {
+// bucket > 0: the reduce-scatter in buckets of that many elements (Zero1::enable_buckets), the
+// gradients written into their grad_views from the last tensor to the first by another thread,
+// which marks each final (grad_ready) as it goes, as a worker's backward does.
+Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {-1, -1}, int64_t bucket = 0) {
   auto comms = make_local_group(n, "zero1 test");
   OptimConfig o;
   o.grad_clip = 1.0;
@@ -72,6 +76,7 @@ Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {
   std::vector<std::unique_ptr<Zero1>> z(n);
   on_ranks(n, [&](int r) {
     z[r] = std::make_unique<Zero1>(tensors(), comms[r], o, dt, sc, 10.0);
+    z[r]->enable_buckets(bucket);
     for (size_t i = 0; i < kSizes.size(); ++i) {
       std::vector<float> w(kSizes[i]);
       for (int64_t e = 0; e < kSizes[i]; ++e) w[e] = master_of(i, e);
@@ -88,6 +93,17 @@ Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {
         for (int64_t e = 0; e < kSizes[i]; ++e) grads[i].push_back(grad_of(k, i, e, r, n) * (float)z[r]->loss_scale());
         if (k == inf_at.first && r == inf_at.second && i == 2) grads[i][4] = INFINITY;
         ptr.push_back(grads[i].data());
+      }
+      if (bucket > 0) {  // into the views, marked final one by one, while buckets already run
+        std::thread backward([&] {
+          for (size_t i = kSizes.size(); i-- > 0;) {
+            Tensor v = z[r]->grad_view(i, {kSizes[i]});
+            std::memcpy(v.data(), grads[i].data(), kSizes[i] * sizeof(float));
+            ptr[i] = v.data();
+            if (i > 0) z[r]->grad_ready(i);  // tensor 0 as the tied embedding: left to reduce_gradients
+          }
+        });
+        backward.join();
       }
       g[r] = z[r]->reduce_gradients(ptr);
     });
@@ -194,6 +210,62 @@ TEST_CASE("ZeRO-1: DP=1 and DP=2, 3 give bitwise the same parameters, moments an
   Run f32 = run(2, 3, DType::f32, 1.0), f16 = run(2, 3, DType::f16, 4096.0);
   CHECK(same_bits(f32.master, f16.master));
   CHECK(f32.norms == f16.norms);
+}
+
+TEST_CASE("ZeRO-1 gradient buckets: whole tensors from the last, covering the padded buffer once",
+          "[optimizer][zero1][overlap]") {
+  auto L = Zero1Layout::make(kSizes, 3);  // {7, 5, 13, 1, 6}: N = 32, S = 11, padded 33
+  auto b = plan_grad_buckets(L, 7);
+  REQUIRE(b.size() == 3);
+  // from the last tensor: {6} (7 with the padding element), {13, 1}, {7, 5}
+  CHECK((b[0].begin == 26 && b[0].end == 33 && b[0].first == 4 && b[0].last == 4));
+  CHECK((b[1].begin == 12 && b[1].end == 26 && b[1].first == 2 && b[1].last == 3));
+  CHECK((b[2].begin == 0 && b[2].end == 12 && b[2].first == 0 && b[2].last == 1));
+  CHECK(bucket_counts(L, b[1]) == std::vector<size_t>{0, 10, 4});  // shards [0,11) [11,22) [22,33)
+  CHECK(bucket_counts(L, b[0]) == std::vector<size_t>{0, 0, 7});
+  CHECK(bucket_counts(L, b[2]) == std::vector<size_t>{11, 1, 0});
+  for (int64_t size : {1, 5, 13, 31, 1000}) {
+    auto bs = plan_grad_buckets(L, size);
+    INFO("bucket " << size);
+    int64_t end = L.S * L.DP;
+    size_t next = kSizes.size() - 1;
+    for (auto& x : bs) {  // contiguous, descending, whole tensors, each >= size but the last
+      CHECK(x.end == end);
+      CHECK(x.last == next);
+      CHECK(x.begin == L.offset[x.first]);
+      if (&x != &bs.back()) CHECK(x.end - x.begin >= size);
+      end = x.begin;
+      next = x.first - 1;
+    }
+    CHECK(end == 0);
+    CHECK(bs.back().first == 0);
+  }
+  CHECK(plan_grad_buckets(L, 1000).size() == 1);
+  CHECK_THROWS(plan_grad_buckets(L, 0));
+}
+
+TEST_CASE("ZeRO-1: the reduce-scatter in buckets started during backward changes no bit", "[optimizer][zero1][overlap]") {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const double scale = dt == DType::f16 ? 1024.0 : 1.0;
+    for (int n : {2, 3}) {
+      Run one = run(n, 4, dt, scale);
+      for (int64_t bucket : {1, 6, 13, 1000}) {
+        INFO("dtype " << (int)dt << " DP=" << n << " bucket " << bucket);
+        Run r = run(n, 4, dt, scale, {-1, -1}, bucket);
+        CHECK(same_bits(r.params, one.params));
+        CHECK(same_bits(r.master, one.master));
+        CHECK(same_bits(r.m, one.m));
+        CHECK(same_bits(r.v, one.v));
+        CHECK(r.norms == one.norms);
+        CHECK(r.updates == one.updates);
+      }
+    }
+  }
+  // found-inf in a bucket: the step is skipped on every rank, as without buckets
+  Run plain = run(3, 3, DType::f16, 1024.0, {2, 1}), bucketed = run(3, 3, DType::f16, 1024.0, {2, 1}, 5);
+  CHECK(bucketed.skipped == std::vector<bool>{false, true, false});
+  CHECK(same_bits(bucketed.master, plain.master));
+  CHECK(bucketed.loss_scale == plain.loss_scale);
 }
 
 TEST_CASE("ZeRO-1: found-inf on one rank skips the step on every rank", "[optimizer][zero1]") {
