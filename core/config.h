@@ -34,8 +34,10 @@ struct ParallelConfig {
   std::string placement = "tp-first";
   // Overlap of the DP gradient reduce-scatter with the backward pass (optimizer/grad_buckets.h):
   // MiB of fp32 gradients per bucket (Megatron-LM's bucket_size); 0 = one reduce-scatter after
-  // the backward. The same bits either way. Nothing to overlap with dp = 1.
-  double dp_bucket_mb = 4.0;
+  // the backward (the default, as Megatron-LM's overlap_grad_reduce is off by default: on 2
+  // CPU cores it has not yet shown a gain, docs/multiprocess.md). The same bits either way.
+  // Nothing to overlap with dp = 1.
+  double dp_bucket_mb = 0.0;
 };
 
 // Upper bounds of the sizes a user can type, checked by Config::validate() before anything
