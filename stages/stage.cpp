@@ -134,7 +134,7 @@ void Stage::forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash) {
   for (int i = 0; i < n; ++i) {
     Tensor& y = (i + 1 < n) ? sl.acts[i + 1].x : out;
     if (recompute_) {
-      re_acts_.ensure(B, T, cfg_);
+      re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));  // x2 and the statistics: this rank's rows
       re_acts_.x = sl.acts[i].x;
       blocks_[i].forward(y, re_acts_, B, T, cfg_);
       re_acts_.x = Tensor();
@@ -182,7 +182,7 @@ BlockActs& Stage::acts_for(Slot& sl, int i) {
   }
   if (!recompute_) return sl.acts[i];
   // Same kernels, same input: the recomputed activations are bitwise the stashed ones.
-  re_acts_.ensure(sl.B, sl.T, cfg_);
+  re_acts_.ensure(sl.B, sl.T, cfg_, rows((int64_t)sl.B * sl.T));
   if (!re_out_.defined() || re_out_.numel() != (int64_t)sl.B * sl.T * cfg_.C) re_out_ = Tensor({sl.B, sl.T, cfg_.C});
   re_acts_.x = sl.acts[i].x;
   blocks_[i].forward(re_out_, re_acts_, sl.B, sl.T, cfg_);
