@@ -35,7 +35,9 @@ std::vector<int> partition_layers(const GPTConfig& cfg, int P) {
 
 Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int layer_end, uint64_t seed,
              Communicator* tp, double timeout_s)
-    : tp_(tp), timeout_s_(timeout_s), cfg_(cfg), s_(v), P_(n_virtual), l0_(layer_begin), l1_(layer_end) {
+    : cfg_(cfg), s_(v), P_(n_virtual), l0_(layer_begin), l1_(layer_end) {
+  ctx_.tp = tp;
+  ctx_.timeout_s = timeout_s;
   TROUPE_CHECK(!tp || tp->size() == cfg.TP) << "TP communicator of size " << tp->size() << " for TP = " << cfg.TP;
   TROUPE_CHECK(0 <= v && v < n_virtual && 0 <= l0_ && l0_ < l1_ && l1_ <= cfg.L);
   auto specs = gpt_param_specs(cfg);
@@ -60,30 +62,14 @@ Stage::Stage(const GPTConfig& cfg, int v, int n_virtual, int layer_begin, int la
   wpe_ = find("wpe");
   lnf_w_ = find("ln_f.weight");
   lnf_b_ = find("ln_f.bias");
-  if (last()) head_grad_ = Tensor({cfg.Vl(), cfg.C});
-  for (int l = l0_; l < l1_; ++l) {
-    std::string p = "h." + std::to_string(l) + ".";
-    Block b;
-    b.layer = l;
-    b.tp = tp_;
-    b.timeout_s = timeout_s_;
-    b.drop = &drop_;
-    b.sp = &sp_now_;
-    b.work = &work_;
-    b.ln1_w = find(p + "ln_1.weight");
-    b.ln1_b = find(p + "ln_1.bias");
-    b.qkv_w = find(p + "attn.qkv.weight");
-    b.qkv_b = find(p + "attn.qkv.bias");
-    b.proj_w = find(p + "attn.proj.weight");
-    b.proj_b = find(p + "attn.proj.bias");
-    b.ln2_w = find(p + "ln_2.weight");
-    b.ln2_b = find(p + "ln_2.bias");
-    b.fc_w = find(p + "mlp.fc.weight");
-    b.fc_b = find(p + "mlp.fc.bias");
-    b.fcproj_w = find(p + "mlp.proj.weight");
-    b.fcproj_b = find(p + "mlp.proj.bias");
-    blocks_.push_back(b);
+  if (first()) embed_ = {wte_, wpe_, &ctx_, &drop_, cfg};
+  if (last()) {
+    head_grad_ = Tensor({cfg.Vl(), cfg.C});
+    lnf_ = {lnf_w_, lnf_b_, &ctx_};
+    head_ = {{wte_, nullptr, &head_grad_, &ctx_}, cfg};
   }
+  auto find_param = [this](const std::string& n) { return find(n); };
+  for (int l = l0_; l < l1_; ++l) blocks_.push_back(Block::make(l, find_param, &ctx_, &drop_, &work_));
 }
 
 Param* Stage::find(const std::string& name) {
@@ -148,7 +134,7 @@ void Stage::forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash) {
   for (int i = 0; i < n; ++i) {
     Tensor& y = (i + 1 < n) ? sl.acts[i + 1].x : out;
     if (recompute_) {
-      re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));  // sequence parallelism: this rank's rows
+      re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));  // x2 and the statistics: this rank's rows
       re_acts_.x = sl.acts[i].x;
       blocks_[i].forward(y, re_acts_, B, T, cfg_);
       re_acts_.x = Tensor();
@@ -158,34 +144,28 @@ void Stage::forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash) {
   }
 }
 
-double Stage::head_forward16(Slot& sl, const int32_t* targets, int64_t BT, bool keep, float dloss) {
-  const int C = cfg_.C, Vl = cfg_.Vl();
-  const int64_t K = std::min<int64_t>(kHeadRows, BT);
-  ensure_as(logits_scratch_, {K, Vl}, DType::f32);
-  if (keep) ensure_as(sl.logits, {BT, Vl}, dt_);
-  std::vector<float> losses((size_t)BT);
-  for (int64_t r0 = 0; r0 < BT; r0 += K) {
-    const int64_t rows = std::min(K, BT - r0);
-    float* lg = logits_scratch_.data();
-    ops::linear_forward_rows(lg, sl.lnf, r0, rows, wte_->value, C, Vl, dt_);
-    // the loss in fp32 on the stored logits (Megatron casts them to fp32)
-    vocab_parallel_cross_entropy(lg, targets + r0, rows, cfg_, tp_, keep ? dloss : 0.0f, timeout_s_,
-                                 losses.data() + r0);
-    if (keep) kernels::pack16(sl.logits.data16() + r0 * Vl, lg, rows * Vl, dt_);  // dlogits, rounded to dt
-  }
-  double total = 0.0;  // the rows in order, as one call sums them
-  for (int64_t i = 0; i < BT; ++i) total += losses[i];
-  return total;
+double Stage::head_forward(Slot& sl, const int32_t* targets, int64_t BT, bool keep, float dloss) {
+  const int64_t R = rows(BT);
+  // ln_f on this rank's rows; the head gathers them (sequence parallelism) into sl.lnf
+  Tensor part = ctx_.sp_on() ? Tensor({R, cfg_.C}, act_dt()) : sl.lnf;
+  lnf_.forward(part, sl.lnf_mean.data(), sl.lnf_rstd.data(), sl.xf, R);
+  return head_.forward(part, sl.lnf, targets, BT, sl.logits, logits_scratch_, keep, dloss);
 }
 
-void Stage::head_backward(Slot& sl, float* dlnf, float* dwte) {
+Tensor Stage::head_input_grad(Slot& sl, Tensor& dln) {
+  const int C = cfg_.C;
+  const int64_t BT = (int64_t)sl.B * sl.T, R = rows(BT);
+  if (!dln.defined() || dln.shape() != std::vector<int64_t>{BT, C}) dln = Tensor({BT, C});
+  head_.backward_input(dln.data(), scratch_.dln.data(), sl.logits, sl.lnf, BT);
+  Tensor dres = ctx_.sp_on() ? Tensor({R, C}) : Tensor({sl.B, sl.T, C});
+  lnf_.backward_input(dres.data(), dln.data(), sl.xf, sl.lnf_mean.data(), sl.lnf_rstd.data(), R);
+  return dres;
+}
+
+void Stage::head_weight_grads(Slot& sl, const Tensor& dln) {
   const int64_t BT = (int64_t)sl.B * sl.T;
-  if (logits16()) {  // the 16-bit dlogits read as they are
-    TROUPE_CHECK(sl.logits.defined() && sl.logits.numel() == BT * cfg_.Vl() && sl.logits.dtype() == dt_)
-        << "stage " << s_ << ": no stashed dlogits";
-    return ops::linear_backward(dlnf, dwte, nullptr, sl.logits, sl.lnf, wte_->value, BT, cfg_.C, cfg_.Vl(), dt_);
-  }
-  ops::linear_backward(dlnf, dwte, nullptr, sl.logits.data(), sl.lnf.data(), wte_->value, BT, cfg_.C, cfg_.Vl(), dt_);
+  head_.backward_weights(sl.logits, sl.lnf, BT);
+  lnf_.backward_weights(dln.data(), sl.xf, sl.lnf_mean.data(), sl.lnf_rstd.data(), rows(BT));
 }
 
 void Stage::recompute_att(BlockActs& a, Slot& sl, int i) {
@@ -215,7 +195,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   TROUPE_CHECK(B > 0 && T > 0 && T <= cfg_.maxT);
   TROUPE_CHECK(!keep || !stash_.count(mb)) << "microbatch " << mb << " is already stashed on stage " << s_;
   auto sl = take_slot();
-  sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
+  ctx_.sp = sp_cfg_;
   const int64_t BT = (int64_t)B * T, R = rows(BT);
   sl->ensure(B, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, R, !logits16(), act_dt());
   if (selective()) share_att(*sl);
@@ -224,7 +204,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   if (first()) {
     TROUPE_CHECK(tokens != nullptr);
     std::memcpy(sl->tokens.data(), tokens, BT * sizeof(int32_t));
-    embed(sl->acts[0].x.data(), tokens, B, T);
+    embed_.forward(sl->acts[0].x.data(), tokens, B, T);
   } else {
     TROUPE_CHECK(input.defined() && input.numel() == R * C)
         << "stage " << s_ << " got an activation of " << input.shape_str() << ", expected " << R << " rows of " << C;
@@ -232,30 +212,12 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   }
   Tensor out;
   if (!last()) {
-    out = sp_now_ ? Tensor({R, C}, act_dt()) : Tensor({B, T, C}, act_dt());  // 16-bit: what crosses to the next stage
+    out = ctx_.sp_on() ? Tensor({R, C}, act_dt()) : Tensor({B, T, C}, act_dt());  // 16-bit: what crosses to the next stage
     forward_blocks(*sl, B, T, out, keep);
   } else {
     TROUPE_CHECK(targets != nullptr);
     forward_blocks(*sl, B, T, sl->xf, keep);
-    if (sp_now_) {  // ln_f on this rank's rows, then gather all rows for the vocab-parallel head
-      Tensor part({R, C}, act_dt());
-      ops::layernorm_forward(part, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, lnf_w_->value, lnf_b_->value, R,
-                             C, dt_);
-      gather_rows(tp_, part, sl->lnf, timeout_s_);
-    } else {
-      ops::layernorm_forward(sl->lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, lnf_w_->value, lnf_b_->value,
-                             BT, C, dt_);
-    }
-    double sum = 0.0;
-    if (logits16()) {
-      sum = head_forward16(*sl, targets, BT, keep, dloss);
-    } else {
-      Tensor* lg = &sl->logits;
-      ops::linear_forward(lg->data(), sl->lnf.data(), wte_->value, nullptr, BT, C, cfg_.Vl(), dt_);
-      // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
-      sum = cross_entropy(lg->data(), targets, BT, keep ? dloss : 0.0f);
-      if (keep && dloss != 0.0f) kernels::round_to(lg->data(), lg->numel(), dt_);
-    }
+    const double sum = head_forward(*sl, targets, BT, keep, dloss);
     if (loss_sum) *loss_sum += sum;
   }
   if (keep)
@@ -272,43 +234,20 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   Slot& sl = *it->second;
   const int B = sl.B, T = sl.T, C = cfg_.C;
   const int64_t BT = (int64_t)B * T;
-  sp_now_ = sp_cfg_ && tp_ && tp_->size() > 1;
+  ctx_.sp = sp_cfg_;
   const int64_t R = rows(BT);
-  TROUPE_CHECK(weights || !sp_now_) << "sequence parallelism with a split backward is not supported";
+  TROUPE_CHECK(weights || !ctx_.sp_on()) << "sequence parallelism with a split backward is not supported";
   set_drop(mb, B, T, true);
-  auto ensure = [](Tensor& t, std::vector<int64_t> shape) {
-    if (!t.defined() || t.shape() != shape) t = Tensor(std::move(shape));
-  };
+  scratch_.ensure(B, T, cfg_);
+  // Every layer: the input gradients first, then (weights) the weight gradients at once,
+  // or (zero-bubble B) later in backward_weights from the output gradients kept in sl.
   Tensor dres;
   if (last()) {
-    // Head: logits = lnf · wte^T (dlogits already in sl.logits), then ln_f.
-    Tensor* dlnf = &dlnf_;
-    if (!weights) dlnf = &sl.dlnf;
-    ensure(*dlnf, {BT, C});
-    head_backward(sl, dlnf->data(), weights ? head_grad_.data() : nullptr);
-    if (sp_now_) {
-      // reduce-scatter dL/d ln_f out to this rank's rows; ln_f's weight gradients over the
-      // rows are partial: all-reduced so every TP rank adds the same gradient
-      Tensor part({R, C}), lnw({2, C});
-      tp_->reduce_scatter(dlnf->data(), part.data(), (size_t)(R * C), ReduceOp::sum, timeout_s_);
-      kernels::round_to(part.data(), R * C, dt_);
-      dres = Tensor({R, C});
-      ops::layernorm_backward(dres.data(), lnw.data(), lnw.data() + C, part.data(), sl.xf, lnf_w_->value,
-                              sl.lnf_mean.data(), sl.lnf_rstd.data(), R, C);
-      kernels::round_to(dres.data(), R * C, dt_);
-      tp_->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, timeout_s_);
-      kernels::accumulate(lnf_w_->grad.data(), lnw.data(), C);
-      kernels::accumulate(lnf_b_->grad.data(), lnw.data() + C, C);
-    } else {
-      if (tp_ && tp_->size() > 1) {
-        tp_->all_reduce(dlnf->data(), (size_t)(BT * C), ReduceOp::sum, timeout_s_);
-        kernels::round_to(dlnf->data(), BT * C, dt_);
-      }
-      dres = Tensor({B, T, C});
-      ops::layernorm_backward(dres.data(), weights ? lnf_w_->grad.data() : nullptr,
-                              weights ? lnf_b_->grad.data() : nullptr, dlnf->data(), sl.xf, lnf_w_->value,
-                              sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
-      kernels::round_to(dres.data(), BT * C, dt_);
+    Tensor& dln = weights ? dlnf_ : sl.dlnf;
+    dres = head_input_grad(sl, dln);
+    if (weights) {
+      head_weight_grads(sl, dln);
+      grads_final({lnf_w_, lnf_b_});
     }
   } else {
     TROUPE_CHECK(dout.defined() && dout.numel() == R * C)
@@ -317,23 +256,21 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     // updated in place and handed back (a 16-bit gradient is widened: its values exactly)
     dres = dout.dtype() == DType::f32 ? std::move(dout) : ops::cast(dout, DType::f32);
   }
-  if (last() && weights) grads_final({lnf_w_, lnf_b_});
-  scratch_.ensure(B, T, cfg_);
   if (!weights) sl.grads.resize(blocks_.size());
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
     BlockActs& a = acts_for(sl, i);
+    BlockGrads& g = weights ? grads_ : sl.grads[i];
+    g.ensure(B, T, cfg_);
+    blocks_[i].backward_input(dres.data(), a, g, scratch_, B, T, cfg_);
     if (weights) {
-      blocks_[i].backward(dres.data(), a, scratch_, B, T, cfg_);
+      blocks_[i].backward_weights(a, g, B, T, cfg_);
       block_grads_final(i);
-    } else {
-      sl.grads[i].ensure(B, T, cfg_);
-      blocks_[i].backward_input(dres.data(), a, sl.grads[i], scratch_, B, T, cfg_);
     }
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
     if (weights) {
-      embed_backward(dres.data(), sl.tokens.data(), B, T);
+      embed_.backward_weights(dres.data(), sl.tokens.data(), B, T);
       grads_final({wpe_});  // wte: final after tie_grads
     } else {
       sl.dx0 = dres;  // the embeddings' gradient is all weight gradient: W uses it
@@ -356,24 +293,21 @@ void Stage::backward_weights(int mb) {
   auto it = stash_.find(mb);
   TROUPE_CHECK(it != stash_.end() && it->second->input_done)
       << "stage " << s_ << ": weight gradients of microbatch " << mb << " before its input gradients";
-  sp_now_ = false;
+  ctx_.sp = sp_cfg_;
   Slot& sl = *it->second;
-  const int B = sl.B, T = sl.T, C = cfg_.C;
-  const int64_t BT = (int64_t)B * T;
+  const int B = sl.B, T = sl.T;
   set_drop(mb, B, T, true);
   if (last()) {
-    head_backward(sl, nullptr, head_grad_.data());
-    ops::layernorm_backward(nullptr, lnf_w_->grad.data(), lnf_b_->grad.data(), sl.dlnf.data(), sl.xf, lnf_w_->value,
-                            sl.lnf_mean.data(), sl.lnf_rstd.data(), BT, C);
+    head_weight_grads(sl, sl.dlnf);
     grads_final({lnf_w_, lnf_b_});
   }
   for (int i = (int)blocks_.size() - 1; i >= 0; --i) {
-    blocks_[i].backward_weight(acts_for(sl, i), sl.grads[i], B, T, cfg_);
+    blocks_[i].backward_weights(acts_for(sl, i), sl.grads[i], B, T, cfg_);
     block_grads_final(i);
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
-    embed_backward(sl.dx0.data(), sl.tokens.data(), B, T);
+    embed_.backward_weights(sl.dx0.data(), sl.tokens.data(), B, T);
     grads_final({wpe_});
     sl.dx0 = Tensor();
   }
@@ -385,12 +319,12 @@ void Stage::backward_weights(int mb) {
 
 Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits) {
   auto sl = take_slot();
-  sp_now_ = false;  // inference runs the plain TP path (any length)
+  ctx_.sp = false;  // inference runs the plain TP path (any length)
   sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, T, !logits16(), act_dt());
   set_drop(0, 1, T, false);
   const int C = cfg_.C;
   if (first())
-    embed(sl->acts[0].x.data(), tokens, 1, T);
+    embed_.forward(sl->acts[0].x.data(), tokens, 1, T);
   else
     sl->acts[0].x = input;
   Tensor out;
@@ -400,13 +334,8 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   } else {
     forward_blocks(*sl, 1, T, sl->xf, false);
     Tensor lnf({(int64_t)T, C});  // fp32, not rounded: sampling reads the full-precision logits
-    ops::layernorm_forward(lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, lnf_w_->value, lnf_b_->value, T, C,
-                           DType::f32);
-    std::vector<float> local(cfg_.Vl()), all((size_t)cfg_.Vl() * cfg_.TP);
-    ops::gemm_nt(local.data(), lnf.data() + (int64_t)(T - 1) * C, wte_->value, 1, cfg_.Vl(), C);
-    if (tp_ && tp_->size() > 1) tp_->all_gather(local.data(), all.data(), local.size(), timeout_s_);
-    else all = local;
-    last_logits->assign(all.begin(), all.begin() + cfg_.V);  // drop the padding
+    lnf_.forward(lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, T, /*round=*/false);
+    *last_logits = head_.row_logits(lnf.data() + (int64_t)(T - 1) * C);
   }
   if (!first()) sl->acts[0].x = Tensor();
   free_.push_back(std::move(sl));
@@ -414,8 +343,7 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
 }
 
 void Stage::set_precision(DType dt) {
-  dt_ = dt;
-  for (auto& b : blocks_) b.dt = dt;
+  ctx_.dt = dt;
   for (auto& p : params_) {
     if (dt == DType::f32 || p.value.dtype() == dt) continue;
     if (!p.master.defined()) p.master = p.value.clone();  // the fp32 values become the master weights
@@ -431,8 +359,8 @@ void Stage::grads_final(std::initializer_list<const Param*> ps) const {
 void Stage::block_grads_final(int i) const {
   const Block& b = blocks_[i];
   if (grad_hook_)
-    grads_final({b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b, b.ln2_w, b.ln2_b, b.fc_w, b.fc_b, b.fcproj_w,
-                 b.fcproj_b});
+    grads_final({b.ln1.w, b.ln1.b, b.qkv.w, b.qkv.b, b.proj.w, b.proj.b, b.ln2.w, b.ln2.b, b.fc.w, b.fc.b, b.fcproj.w,
+                 b.fcproj.b});
 }
 
 void Stage::tie_grads(const Tensor& other) {
@@ -490,59 +418,6 @@ size_t Stage::activation_bytes() const {
   for (auto& [k, s] : stash_) add_slot(*s);
   for (auto& s : free_) add_slot(*s);
   return b;
-}
-
-void Stage::embed(float* out, const int32_t* tokens, int B, int T) {
-  const int C = cfg_.C;
-  for (int64_t i = 0; i < (int64_t)B * T; ++i)
-    TROUPE_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.V) << "token id " << tokens[i] << " outside [0," << cfg_.V << ")";
-  // vocab-parallel: each TP rank looks up the tokens of its rows, the partial sums are added
-  const int64_t BT = (int64_t)B * T;
-  if (sp_now_) {  // ... reduce-scattered to this rank's rows
-    const int64_t R = rows(BT), row0 = (int64_t)cfg_.tp_rank * R;
-    Tensor full({BT, C});
-    ops::embedding_forward(full.data(), tokens, wte_->value, cfg_.vlo(), B, T, C);
-    tp_->reduce_scatter(full.data(), out, (size_t)(R * C), ReduceOp::sum, timeout_s_);
-    ops::add_positional(out, wpe_->value, R, T, C, row0);
-    if (drop_.active) {
-      auto k = drop_.key(-1, 0);
-      k.row0 = row0;
-      kernels::dropout_apply(out, R, C, k);
-    }
-    kernels::round_to(out, R * C, dt_);
-    return;
-  }
-  ops::embedding_forward(out, tokens, wte_->value, cfg_.vlo(), B, T, C);
-  if (tp_ && tp_->size() > 1) tp_->all_reduce(out, (size_t)BT * C, ReduceOp::sum, timeout_s_);
-  ops::add_positional(out, wpe_->value, BT, T, C, 0);
-  if (drop_.active) kernels::dropout_apply(out, BT, C, drop_.key(-1, 0));  // embedding dropout
-  kernels::round_to(out, BT * C, dt_);
-}
-
-void Stage::embed_backward(float* dout, const int32_t* tokens, int B, int T) {
-  if (sp_now_) {
-    const int C = cfg_.C;
-    const int64_t BT = (int64_t)B * T, R = rows(BT), row0 = (int64_t)cfg_.tp_rank * R;
-    if (drop_.active) {
-      auto k = drop_.key(-1, 0);
-      k.row0 = row0;
-      kernels::dropout_apply(dout, R, C, k);
-    }
-    Tensor dwpe(wpe_->grad.shape()), full({BT, C});  // wpe: partial over rows, all-reduced
-    kernels::positional_backward_rows(dwpe.data(), dout, R, T, C, row0);
-    tp_->all_reduce(dwpe.data(), (size_t)dwpe.numel(), ReduceOp::sum, timeout_s_);
-    kernels::accumulate(wpe_->grad.data(), dwpe.data(), dwpe.numel());
-    tp_->all_gather(dout, full.data(), (size_t)(R * C), timeout_s_);  // wte rows need every token
-    kernels::embedding_vp_backward(wte_->grad.data(), full.data(), tokens, cfg_.vlo(), cfg_.Vl(), B, T, C);
-    return;
-  }
-  if (drop_.active) kernels::dropout_apply(dout, (int64_t)B * T, cfg_.C, drop_.key(-1, 0));
-  kernels::embedding_vp_backward(wte_->grad.data(), dout, tokens, cfg_.vlo(), cfg_.Vl(), B, T, cfg_.C);
-  kernels::positional_backward(wpe_->grad.data(), dout, B, T, cfg_.C);
-}
-
-double Stage::cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss) {
-  return vocab_parallel_cross_entropy(logits, targets, BT, cfg_, tp_, dloss, timeout_s_);
 }
 
 }  // namespace troupe

@@ -69,7 +69,7 @@ class Stage {
   // every activation and activation gradient is rounded to dt (kernels compute in fp32;
   // parameter gradients stay fp32). Call once, before the first step (again: no-op).
   void set_precision(DType dt);
-  DType precision() const { return dt_; }
+  DType precision() const { return ctx_.dt; }
   // Global index of this DP rank's first sequence of a step (dropout keys).
   void set_sample_base(int64_t base) { sample_base_ = base; }
   const GPTConfig& config() const { return cfg_; }
@@ -130,7 +130,7 @@ class Stage {
     Tensor xf, lnf, lnf_mean, lnf_rstd;  // last stage: ln_f input/output
     Tensor logits;                       // last stage: dlogits (BT, Vl), of dt in mixed precision
     std::vector<BlockGrads> grads;  // zero-bubble: output gradients kept from B for W
-    Tensor dlnf, dx0;               // ... and the head's dL/d ln_f out, the first stage's dL/d embedding
+    Tensor dlnf, dx0;               // ... and dL/d ln_f out (R rows), the first stage's dL/d embedding
     bool input_done = false;        // B ran without the weights (W pending)
     void ensure(int B, int T, const GPTConfig& cfg, int nblocks, bool first, bool last, bool full_acts, int64_t rows,
                 bool fp32_logits, DType act_dt);
@@ -144,28 +144,25 @@ class Stage {
   // in the one fp32 workspace work_ (B*T*C, or this rank's rows with sequence parallelism,
   // whose all-gathers move the 16-bit words). Full recompute keeps fp32 block inputs and
   // the one fp32 block of scratch re_acts_.
-  bool direct16() const { return dt_ != DType::f32 && !recompute_; }
+  bool direct16() const { return ctx_.dt != DType::f32 && !recompute_; }
   bool logits16() const { return direct16(); }  // the stashed dlogits in dt
-  DType act_dt() const { return direct16() ? dt_ : DType::f32; }
+  DType act_dt() const { return direct16() ? ctx_.dt : DType::f32; }
   Tensor work_;
   std::function<void(const Param&)> grad_hook_;
   void grads_final(std::initializer_list<const Param*> ps) const;  // grad_hook_ on each
   void block_grads_final(int i) const;                               // ... on block i's parameters
-  // The head's weight-side backward from the stashed dlogits: dlnf (BT,C) = dlogits · wte,
-  // dwte (Vl,C) += dlogits^T · lnf (either may be null).
-  void head_backward(Slot& sl, float* dlnf, float* dwte);
-  // Mixed precision: the head's forward in blocks of kHeadRows rows (logits fp32 in
-  // logits_scratch_, one block at a time; the loss; the dlogits stashed in dt). Returns the
-  // summed token losses, the bits of one call over all rows.
-  static constexpr int64_t kHeadRows = 32;
-  double head_forward16(Slot& sl, const int32_t* targets, int64_t BT, bool keep, float dloss);
-  Tensor logits_scratch_;
+  // Last stage: ln_f and the LM head on the blocks' output sl.xf (R rows); returns the
+  // summed token losses (dlogits stashed with keep).
+  double head_forward(Slot& sl, const int32_t* targets, int64_t BT, bool keep, float dloss);
+  // The input half of the head and ln_f: returns dL/d(ln_f input) (R rows), keeping
+  // dL/d(ln_f out) in dln for the weight half.
+  Tensor head_input_grad(Slot& sl, Tensor& dln);
+  // The weight half: the head's wte gradient (head_grad_) and ln_f's.
+  void head_weight_grads(Slot& sl, const Tensor& dln);
+  Tensor logits_scratch_;  // mixed precision: one block of the head's fp32 logits
   std::unique_ptr<Slot> take_slot();
-  void embed(float* out, const int32_t* tokens, int B, int T);
-  void embed_backward(float* dout, const int32_t* tokens, int B, int T);
-  double cross_entropy(float* logits, const int32_t* targets, int64_t BT, float dloss);
-  Communicator* tp_ = nullptr;
-  double timeout_s_ = 300;
+  // What every layer of this stage shares: TP group, sequence parallelism now, deadline, dtype.
+  TPContext ctx_;
   void forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash = true);
   bool recompute_ = false;
   bool selective_ = false;
@@ -175,10 +172,9 @@ class Stage {
   void share_att(Slot& sl);
   // Selective: refills a.att of block i (slot sl) from its stashed QKV.
   void recompute_att(BlockActs& a, Slot& sl, int i);
-  bool sp_cfg_ = false, sp_now_ = false;
-  int64_t rows(int64_t BT) const { return sp_now_ ? BT / tp_->size() : BT; }
+  bool sp_cfg_ = false;
+  int64_t rows(int64_t BT) const { return ctx_.rows(BT); }
   DropoutState drop_;
-  DType dt_ = DType::f32;
   int64_t sample_base_ = 0;
   void set_drop(int mb, int B, int T, bool active) {
     drop_.sample0 = sample_base_ + (int64_t)mb * B;
@@ -193,8 +189,12 @@ class Stage {
   std::vector<Param> params_;
   std::vector<Block> blocks_;
   Param *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  VocabParallelEmbedding embed_;  // first stage
+  LayerNorm lnf_;                 // last stage: ln_f
+  ParallelLMHead head_;           // last stage: the tied LM head and its cross-entropy
   Tensor head_grad_;
   BlockScratch scratch_;
+  BlockGrads grads_;  // a plain backward's output gradients, block by block
   Tensor dlnf_;
   std::map<int, std::unique_ptr<Slot>> stash_;
   std::vector<std::unique_ptr<Slot>> free_;

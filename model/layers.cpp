@@ -1,0 +1,264 @@
+// model/layers.cpp — the tensor-parallel layers of model/layers.h. Each function keeps the
+// order of floating-point operations and collectives of the block, embedding and head code
+// it was taken from (bitwise the same training).
+#include "model/layers.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+#include "kernels/ops.h"
+
+namespace troupe {
+
+void TPContext::round(float* x, int64_t n) const { kernels::round_to(x, n, dt); }
+
+void gather_rows(Communicator* tp, const Tensor& rows, Tensor& full, double timeout_s) {
+  const size_t n = (size_t)rows.numel();
+  TROUPE_CHECK(tp && full.dtype() == rows.dtype() && (size_t)full.numel() == n * tp->size())
+      << "gather_rows: " << rows.shape_str() << " " << dtype_name(rows.dtype()) << " rows into "
+      << full.shape_str() << " " << dtype_name(full.dtype());
+  if (rows.dtype() == DType::f32) return tp->all_gather(rows.data(), full.data(), n, timeout_s);
+  // 16-bit words travel as the payload of the fp32 collective: two to a word, or (an odd
+  // count) one per word; all_gather only moves bytes
+  if (n % 2 == 0)
+    return tp->all_gather(reinterpret_cast<const float*>(rows.data16()), reinterpret_cast<float*>(full.data16()), n / 2,
+                          timeout_s);
+  std::vector<uint32_t> in(n), out(n * tp->size());
+  for (size_t i = 0; i < n; ++i) in[i] = rows.data16()[i];
+  tp->all_gather(reinterpret_cast<const float*>(in.data()), reinterpret_cast<float*>(out.data()), n, timeout_s);
+  for (size_t i = 0; i < out.size(); ++i) full.data16()[i] = (uint16_t)out[i];
+}
+
+namespace {
+// Per-thread scratch (each stage worker computes on its own thread): t as an fp32 tensor of
+// n elements (reallocated only when it is not one).
+Tensor& scratch(Tensor& t, int64_t n) {
+  if (!t.defined() || t.numel() != n || t.dtype() != DType::f32) t = Tensor({n});
+  return t;
+}
+thread_local Tensor tl_partial;  // a row-parallel layer's or the embedding's partial sums (BT rows)
+}  // namespace
+
+// ---- LayerNorm --------------------------------------------------------------------------
+
+void LayerNorm::forward(Tensor& out, float* mean, float* rstd, const Tensor& x, int64_t R, bool round) const {
+  ops::layernorm_forward(out, mean, rstd, x, w->value, b->value, R, (int)w->value.numel(),
+                         round ? ctx->dt : DType::f32);
+}
+
+void LayerNorm::backward_input(float* dx, const float* dout, const Tensor& x, const float* mean, const float* rstd,
+                               int64_t R) const {
+  const int C = (int)w->value.numel();
+  ops::layernorm_backward(dx, nullptr, nullptr, dout, x, w->value, mean, rstd, R, C);
+  ctx->round(dx, R * C);
+}
+
+void LayerNorm::backward_weights(const float* dout, const Tensor& x, const float* mean, const float* rstd,
+                                 int64_t R) const {
+  const int C = (int)w->value.numel();
+  if (!ctx->sp_on())
+    return ops::layernorm_backward(nullptr, w->grad.data(), b->grad.data(), dout, x, w->value, mean, rstd, R, C);
+  // partial sums over this rank's rows, summed over TP so every rank adds the same gradient
+  std::vector<float> lnw(2 * (size_t)C, 0.0f);
+  ops::layernorm_backward(nullptr, lnw.data(), lnw.data() + C, dout, x, w->value, mean, rstd, R, C);
+  ctx->tp->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, ctx->timeout_s);
+  kernels::accumulate(w->grad.data(), lnw.data(), C);
+  kernels::accumulate(b->grad.data(), lnw.data() + C, C);
+}
+
+// ---- column-parallel linear ---------------------------------------------------------------
+
+const Tensor& ColumnParallelLinear::gather(const Tensor& x, Tensor& x_full) const {
+  if (ctx->sp_on()) {
+    gather_rows(ctx->tp, x, x_full, ctx->timeout_s);
+  } else {
+    TROUPE_CHECK(&x == &x_full || (x.raw() == x_full.raw() && x.dtype() == x_full.dtype()))
+        << "ColumnParallelLinear: without sequence parallelism the input is the gathered input";
+  }
+  return x_full;
+}
+
+void ColumnParallelLinear::forward(Tensor& y, const Tensor& x, Tensor& x_full, int64_t BT) const {
+  ops::linear_forward(y, gather(x, x_full), w->value, b ? &b->value : nullptr, BT, in(), out(), ctx->dt);
+}
+
+void ColumnParallelLinear::backward_input(float* dx, float* dfull, const Tensor& dout, const Tensor& x_full,
+                                          int64_t BT) const {
+  const int C = in();
+  if (!ctx->sp_on()) {
+    ops::linear_backward(dx, nullptr, nullptr, dout, x_full, w->value, BT, C, out(), ctx->dt);
+    if (ctx->multi()) ctx->tp->all_reduce(dx, (size_t)(BT * C), ReduceOp::sum, ctx->timeout_s);
+    ctx->round(dx, BT * C);
+    return;
+  }
+  const int64_t R = ctx->rows(BT);
+  ops::linear_backward(dfull, nullptr, nullptr, dout, x_full, w->value, BT, C, out(), ctx->dt);
+  ctx->tp->reduce_scatter(dfull, dx, (size_t)(R * C), ReduceOp::sum, ctx->timeout_s);
+  ctx->round(dx, R * C);
+}
+
+void ColumnParallelLinear::backward_weights(const Tensor& dout, const Tensor& x_full, int64_t BT) const {
+  float* dw = (wgrad ? *wgrad : w->grad).data();
+  ops::linear_backward(nullptr, dw, b ? b->grad.data() : nullptr, dout, x_full, w->value, BT, in(), out(), ctx->dt);
+}
+
+// ---- row-parallel linear ------------------------------------------------------------------
+
+void RowParallelLinear::forward(Tensor& y, const Tensor& x, int64_t BT) const {
+  const int OC = out();
+  if (!ctx->sp_on()) {
+    ops::linear_forward(y, x, w->value, nullptr, BT, in(), OC, ctx->dt);
+    if (ctx->multi()) ctx->tp->all_reduce(y.data(), (size_t)(BT * OC), ReduceOp::sum, ctx->timeout_s);
+    ctx->round(y.data(), BT * OC);
+    return;
+  }
+  const int64_t R = ctx->rows(BT);
+  TROUPE_CHECK(y.dtype() == DType::f32 && y.numel() >= R * OC)
+      << "RowParallelLinear: output " << y.shape_str() << " for " << R << " rows of " << OC;
+  Tensor& partial = scratch(tl_partial, BT * OC);
+  ops::linear_forward(partial, x, w->value, nullptr, BT, in(), OC, ctx->dt);
+  ctx->tp->reduce_scatter(partial.data(), y.data(), (size_t)(R * OC), ReduceOp::sum, ctx->timeout_s);
+  ctx->round(y.data(), R * OC);
+}
+
+void RowParallelLinear::backward_input(float* dx, const float* dout, float* dout_full, const Tensor& x,
+                                       int64_t BT) const {
+  const int OC = out();
+  if (ctx->sp_on()) {
+    ctx->tp->all_gather(dout, dout_full, (size_t)(ctx->rows(BT) * OC), ctx->timeout_s);
+  } else {
+    TROUPE_CHECK(dout == dout_full) << "RowParallelLinear: without sequence parallelism dout is the gathered dout";
+  }
+  ops::linear_backward(dx, nullptr, nullptr, dout_full, x, w->value, BT, in(), OC, ctx->dt);
+}
+
+void RowParallelLinear::backward_weights(const float* dout_full, const Tensor& x, int64_t BT) const {
+  ops::linear_backward(nullptr, w->grad.data(), b ? b->grad.data() : nullptr, dout_full, x, w->value, BT, in(), out(),
+                       ctx->dt);
+}
+
+// ---- vocab-parallel embedding -------------------------------------------------------------
+
+void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, int B, int T) const {
+  const int C = cfg.C;
+  const int64_t BT = (int64_t)B * T, R = ctx->rows(BT), row0 = ctx->row0(BT);
+  for (int64_t i = 0; i < BT; ++i)
+    TROUPE_CHECK(tokens[i] >= 0 && tokens[i] < cfg.V) << "token id " << tokens[i] << " outside [0," << cfg.V << ")";
+  // each TP rank looks up the tokens of its vocabulary rows; the partial sums are added
+  if (ctx->sp_on()) {  // ... and reduce-scattered to this rank's rows
+    float* full = scratch(tl_partial, BT * C).data();
+    ops::embedding_forward(full, tokens, wte->value, cfg.vlo(), B, T, C);
+    ctx->tp->reduce_scatter(full, out, (size_t)(R * C), ReduceOp::sum, ctx->timeout_s);
+  } else {
+    ops::embedding_forward(out, tokens, wte->value, cfg.vlo(), B, T, C);
+    if (ctx->multi()) ctx->tp->all_reduce(out, (size_t)(BT * C), ReduceOp::sum, ctx->timeout_s);
+  }
+  ops::add_positional(out, wpe->value, R, T, C, row0);
+  if (drop && drop->active) {
+    auto k = drop->key(-1, 0);  // embedding dropout
+    k.row0 = row0;
+    kernels::dropout_apply(out, R, C, k);
+  }
+  ctx->round(out, R * C);
+}
+
+void VocabParallelEmbedding::backward_weights(float* dout, const int32_t* tokens, int B, int T) const {
+  const int C = cfg.C;
+  const int64_t BT = (int64_t)B * T, R = ctx->rows(BT), row0 = ctx->row0(BT);
+  if (drop && drop->active) {
+    auto k = drop->key(-1, 0);
+    k.row0 = row0;
+    kernels::dropout_apply(dout, R, C, k);
+  }
+  if (!ctx->sp_on()) {
+    kernels::embedding_vp_backward(wte->grad.data(), dout, tokens, cfg.vlo(), cfg.Vl(), B, T, C);
+    kernels::positional_backward(wpe->grad.data(), dout, B, T, C);
+    return;
+  }
+  Tensor dwpe(wpe->grad.shape());  // wpe: partial over this rank's rows, all-reduced
+  kernels::positional_backward_rows(dwpe.data(), dout, R, T, C, row0);
+  ctx->tp->all_reduce(dwpe.data(), (size_t)dwpe.numel(), ReduceOp::sum, ctx->timeout_s);
+  kernels::accumulate(wpe->grad.data(), dwpe.data(), dwpe.numel());
+  float* full = scratch(tl_partial, BT * C).data();  // wte rows need every token
+  ctx->tp->all_gather(dout, full, (size_t)(R * C), ctx->timeout_s);
+  kernels::embedding_vp_backward(wte->grad.data(), full, tokens, cfg.vlo(), cfg.Vl(), B, T, C);
+}
+
+// ---- LM head and vocab-parallel cross-entropy ---------------------------------------------
+
+double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
+                                    Communicator* tp, float dloss, double timeout_s, float* losses_out) {
+  for (int64_t i = 0; i < BT; ++i)
+    TROUPE_CHECK(targets[i] >= -1 && targets[i] < cfg.V)
+        << "target id " << targets[i] << " outside [0," << cfg.V << ") (or -1 for an ignored position)";
+  const bool multi = tp && tp->size() > 1;
+  std::vector<float> gmax(BT), red(2 * BT), own(losses_out ? 0 : BT);
+  float* losses = losses_out ? losses_out : own.data();
+  kernels::ce_vp_max(gmax.data(), logits, BT, cfg.Vl(), cfg.Vvalid());
+  if (multi) tp->all_reduce(gmax.data(), (size_t)BT, ReduceOp::max, timeout_s);
+  kernels::ce_vp_exp_sum(logits, red.data(), red.data() + BT, gmax.data(), targets, cfg.vlo(), BT, cfg.Vl(),
+                         cfg.Vvalid(), dloss != 0.0f);
+  if (multi) tp->all_reduce(red.data(), (size_t)(2 * BT), ReduceOp::sum, timeout_s);
+  return kernels::ce_vp_finish(logits, losses, gmax.data(), red.data(), red.data() + BT, targets, cfg.vlo(), BT,
+                               cfg.Vl(), cfg.Vvalid(), dloss);
+}
+
+double ParallelLMHead::forward(const Tensor& x, Tensor& x_full, const int32_t* targets, int64_t BT, Tensor& dlogits,
+                               Tensor& scratch_rows, bool keep, float dloss) const {
+  const TPContext& c = *proj.ctx;
+  const int Vl = cfg.Vl();
+  if (x_full.dtype() == DType::f32) {
+    proj.forward(dlogits, x, x_full, BT);
+    // the loss in fp32 on the stored logits (Megatron casts them to fp32); dlogits stored
+    const double sum = vocab_parallel_cross_entropy(dlogits.data(), targets, BT, cfg, c.tp, keep ? dloss : 0.0f,
+                                                    c.timeout_s);
+    if (keep && dloss != 0.0f) c.round(dlogits.data(), dlogits.numel());
+    return sum;
+  }
+  // mixed precision: kRows rows of fp32 logits at a time, the dlogits stored in dt
+  const Tensor& xf = proj.gather(x, x_full);
+  const int64_t K = std::min<int64_t>(kRows, BT);
+  if (!scratch_rows.defined() || scratch_rows.shape() != std::vector<int64_t>{K, Vl} ||
+      scratch_rows.dtype() != DType::f32)
+    scratch_rows = Tensor({K, Vl});
+  if (keep && (!dlogits.defined() || dlogits.shape() != std::vector<int64_t>{BT, Vl} || dlogits.dtype() != c.dt))
+    dlogits = Tensor({BT, Vl}, c.dt);
+  std::vector<float> losses((size_t)BT);
+  for (int64_t r0 = 0; r0 < BT; r0 += K) {
+    const int64_t rows = std::min(K, BT - r0);
+    float* lg = scratch_rows.data();
+    ops::linear_forward_rows(lg, xf, r0, rows, proj.w->value, proj.in(), Vl, c.dt);
+    vocab_parallel_cross_entropy(lg, targets + r0, rows, cfg, c.tp, keep ? dloss : 0.0f, c.timeout_s,
+                                 losses.data() + r0);
+    if (keep) kernels::pack16(dlogits.data16() + r0 * Vl, lg, rows * Vl, c.dt);  // dlogits, rounded to dt
+  }
+  double total = 0.0;  // the rows in order, as one call sums them
+  for (int64_t i = 0; i < BT; ++i) total += losses[i];
+  return total;
+}
+
+void ParallelLMHead::backward_input(float* dx, float* dfull, const Tensor& dlogits, const Tensor& x_full,
+                                    int64_t BT) const {
+  TROUPE_CHECK(dlogits.defined() && dlogits.numel() == BT * cfg.Vl()) << "LM head: no stored dlogits of " << BT
+                                                                       << " rows";
+  proj.backward_input(dx, dfull, dlogits, x_full, BT);
+}
+
+void ParallelLMHead::backward_weights(const Tensor& dlogits, const Tensor& x_full, int64_t BT) const {
+  proj.backward_weights(dlogits, x_full, BT);
+}
+
+std::vector<float> ParallelLMHead::row_logits(const float* x) const {
+  const TPContext& c = *proj.ctx;
+  std::vector<float> local(cfg.Vl()), all((size_t)cfg.Vl() * c.size());
+  ops::gemm_nt(local.data(), x, proj.w->value, 1, cfg.Vl(), cfg.C);
+  if (c.multi())
+    c.tp->all_gather(local.data(), all.data(), local.size(), c.timeout_s);
+  else
+    all = local;
+  all.resize(cfg.V);  // drop the padding
+  return all;
+}
+
+}  // namespace troupe
