@@ -418,14 +418,18 @@ int run_command(int argc, char** argv) {
         << "--tensorboard is empty; pass a folder for the event files or leave it out";
     Config c = load_config(config_path, sets, plan_cmd->parsed() ? kMaxPlanDevices : kMaxWorkers);
     if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
-    if (train->parsed()) {  // the trace files must not land on the run's inputs or its own files
+    if (train->parsed()) {  // the outputs must not land on the run's inputs or its own files
       std::vector<std::string> files = {config_path, c.data.corpus, c.data.tokenizer};
       if (!run_dir.empty())
         for (const char* f : {"/metrics.jsonl", "/train.log", "/config.toml", "/.lock"}) files.push_back(run_dir + f);
-      std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir, c.train.tensorboard_dir,
-                                       run_dir.empty() ? std::string() : run_dir + "/checkpoints"};
+      // the snapshot --resume names is read (any other snapshot is refused by refuse_overwriting too)
+      std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir,
+                                       run_dir.empty() ? std::string() : run_dir + "/checkpoints",
+                                       resume == "latest" ? std::string() : resume};
       for (const DataSource& src : c.data.sources) dirs.push_back(src.path);  // a file or a folder
       refuse_same_outputs({{trace_path_, "--trace"}, {trace_png_, "--trace-png"}});
+      refuse_overwriting(c.train.tensorboard_dir, "--tensorboard (train.tensorboard_dir)", files, dirs);
+      dirs.push_back(c.train.tensorboard_dir);
       refuse_overwriting(trace_path_, "--trace", files, dirs);
       refuse_overwriting(trace_png_, "--trace-png", files, dirs);
     }

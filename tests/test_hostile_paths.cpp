@@ -1,0 +1,98 @@
+// Hostile inputs, tenth trial (review 14j): paths and limits. No output option writes into a
+// troupe snapshot (the one --resume reads, or any other run's); a stack limit troupe cannot
+// run under is refused with a sentence, not a SIGSEGV; --resume given a run directory or
+// its checkpoints folder names the snapshot to pass; a huge manifest is damaged, and skipped
+// by --resume latest; a torn last line of metrics.jsonl is neither glued to the next record
+// nor a reason for plot to refuse the run.
+#include <catch2/catch.hpp>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cli_helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+using troupe::test::expect_user_error;
+using troupe::test::Run;
+using troupe::test::run_troupe;
+using troupe::test::shell_status;
+using troupe::test::slurp;
+struct Scratch : troupe::test::Scratch {
+  explicit Scratch(const std::string& name) : troupe::test::Scratch("hostile-paths", name) {}
+};
+
+// train on the tiny config with the scratch's data cache, no sample, no evaluation
+std::string tiny(const Scratch& s) {
+  return "train --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") +
+         "' --set train.sample_tokens=0 --set train.eval_interval=0 --set train.eval_batches=1 ";
+}
+
+// A run directory `name` of 4 steps with snapshots at steps 2 and 4.
+std::string make_base(const Scratch& s, const std::string& name) {
+  const Run r = run_troupe(tiny(s) + "--set train.steps=4 --set checkpoint.interval=2 --run-dir '" + s.path(name) + "'",
+                           s, 300);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  REQUIRE(fs::exists(s.path(name + "/checkpoints/step-00000004/manifest.capnp")));
+  return s.path(name);
+}
+
+bool has_line(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("an output path inside a snapshot (the one --resume reads, or any other) is refused before anything is written",
+          "[cli][hostile]") {
+  Scratch s("outsnap");
+  // a snapshot as far as paths go: these refusals come before any snapshot is read
+  const std::string snap = s.path("base/checkpoints/step-00000004");
+  fs::create_directories(snap);
+  const std::string manifest = s.write("base/checkpoints/step-00000004/manifest.capnp", "a manifest");
+  const std::string shard = s.write("base/checkpoints/step-00000004/shard-dp0-pp0-tp0.bin", "a shard");
+  const std::string args = tiny(s) + "--set train.steps=6 --run-dir '" + s.path("r") + "' ";
+  // H2: the run's own outputs into the snapshot it resumes from
+  expect_user_error(run_troupe(args + "--resume '" + snap + "' --trace '" + manifest + "'", s, 60),
+                    {"--trace", snap.c_str(), "pass a path outside"});
+  expect_user_error(
+      run_troupe(args + "--resume '" + snap + "' --trace '" + s.path("t.json") + "' --trace-png '" + shard + "'", s, 60),
+      {"--trace-png", "pass a path outside"});
+  expect_user_error(run_troupe(args + "--resume '" + snap + "' --tensorboard '" + snap + "'", s, 60),
+                    {"--tensorboard", snap.c_str()});
+  // M4: into another run's snapshot, without --resume
+  expect_user_error(run_troupe(args + "--trace '" + manifest + "'", s, 60), {"--trace", "lies inside the snapshot"});
+  expect_user_error(run_troupe(args + "--tensorboard '" + snap + "'", s, 60), {"--tensorboard", "is the snapshot"});
+  expect_user_error(run_troupe(args + "--tensorboard '" + snap + "/tb'", s, 60),
+                    {"--tensorboard", "lies inside the snapshot"});
+  expect_user_error(run_troupe("simulate --stages 2 --microbatches 2 --quiet --trace '" + manifest + "'", s, 60),
+                    {"--trace", "lies inside the snapshot"});
+  expect_user_error(run_troupe("simulate --stages 2 --microbatches 2 --quiet --png '" + shard + "'", s, 60),
+                    {"--png", "lies inside the snapshot"});
+  expect_user_error(run_troupe("simulate --stages 2 --microbatches 2 --dump '" + snap + "/s.txt'", s, 60),
+                    {"--dump", "lies inside the snapshot"});
+  fs::create_directories(s.path("plotrun"));
+  std::ofstream(s.path("plotrun/metrics.jsonl")) << "{\"step\":1,\"loss\":5.0,\"lr\":0.001}\n";
+  expect_user_error(run_troupe("plot '" + s.path("plotrun") + "' --out '" + shard + "'", s, 60),
+                    {"--out", "lies inside the snapshot"});
+  // a snapshot still being written (no manifest yet) in a checkpoints folder is one too
+  const std::string writing = s.path("base/checkpoints/step-00000006.tmp-12345");
+  fs::create_directories(writing);
+  expect_user_error(run_troupe(args + "--trace '" + writing + "/t.json'", s, 60), {"--trace", "step-00000006.tmp-12345"});
+  CHECK(slurp(manifest) == "a manifest");
+  CHECK(slurp(shard) == "a shard");
+  CHECK(fs::is_empty(writing));
+  size_t entries = 0;
+  for ([[maybe_unused]] auto& e : fs::directory_iterator(snap)) ++entries;
+  CHECK(entries == 2);
+  CHECK_FALSE(fs::exists(s.path("r")));
+  CHECK_FALSE(fs::exists(s.path("t.json")));
+  // a folder merely named like a snapshot, outside any folder of snapshots, is not one
+  fs::create_directories(s.path("mine/step-1"));
+  const Run ok = run_troupe("simulate --stages 2 --microbatches 2 --quiet --trace '" + s.path("mine/step-1/t.json") + "'",
+                            s, 60);
+  INFO(ok.err);
+  CHECK(ok.rc == 0);
+}
