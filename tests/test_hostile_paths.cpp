@@ -96,3 +96,21 @@ TEST_CASE("an output path inside a snapshot (the one --resume reads, or any othe
   INFO(ok.err);
   CHECK(ok.rc == 0);
 }
+
+TEST_CASE("a stack limit (ulimit -s) under 256 KiB is refused with one sentence, not a SIGSEGV", "[cli][hostile]") {
+  Scratch s("stack");
+  for (const char* kib : {"16", "32"}) {
+    expect_user_error(run_troupe("--version", s, 60, std::string("ulimit -s ") + kib + " &&"),
+                      {"ulimit -s", "256 KiB", "raise it"});
+    const Run r = run_troupe(tiny(s) + "--set train.steps=2 --run-dir '" + s.path("r") + "'", s, 120,
+                             std::string("ulimit -s ") + kib + " &&");
+    expect_user_error(r, {"the stack limit (ulimit -s) is", kib});
+    CHECK_FALSE(fs::exists(s.path("r")));
+  }
+  // at the floor, the threads (which glibc gives the stack limit as their stack size) run a
+  // pipeline with two stages
+  const Run ok = run_troupe(tiny(s) + "--set train.steps=2 --run-dir '" + s.path("r256") + "'", s, 300, "ulimit -s 256 &&");
+  INFO(ok.err);
+  CHECK(ok.rc == 0);
+  CHECK(fs::exists(s.path("r256/metrics.jsonl")));
+}
