@@ -114,3 +114,25 @@ TEST_CASE("a stack limit (ulimit -s) under 256 KiB is refused with one sentence,
   CHECK(ok.rc == 0);
   CHECK(fs::exists(s.path("r256/metrics.jsonl")));
 }
+
+TEST_CASE("train --resume given a run directory or its checkpoints folder names the snapshot to pass", "[cli][hostile]") {
+  Scratch s("resumedir");
+  const std::string base = make_base(s, "base");
+  const std::string args = tiny(s) + "--set train.steps=6 --run-dir '" + s.path("r") + "' ";
+  const std::string newest = base + "/checkpoints/step-00000004";
+  const Run rd = run_troupe(args + "--resume '" + base + "'", s, 120);
+  expect_user_error(rd, {"is a run directory", newest.c_str(), ("--run-dir " + base + " --resume latest").c_str()});
+  CHECK_FALSE(has_line(rd.err, "interrupted"));
+  const Run ck = run_troupe(args + "--resume '" + base + "/checkpoints'", s, 120);
+  expect_user_error(ck, {"is a folder of snapshots", newest.c_str(), "--resume latest"});
+  CHECK_FALSE(has_line(ck.err, "interrupted"));
+  // a manifest that is a FIFO: not a regular file (as generate and export say), not "interrupted"
+  fs::create_directories(s.path("fifo"));
+  fs::copy(newest, s.path("fifo/step-00000004"));
+  fs::remove(s.path("fifo/step-00000004/manifest.capnp"));
+  REQUIRE(::mkfifo(s.path("fifo/step-00000004/manifest.capnp").c_str(), 0600) == 0);
+  const Run ff = run_troupe(args + "--resume '" + s.path("fifo/step-00000004") + "'", s, 60);
+  expect_user_error(ff, {"not a regular file"});
+  CHECK_FALSE(has_line(ff.err, "interrupted"));
+  CHECK_FALSE(fs::exists(s.path("r")));
+}
