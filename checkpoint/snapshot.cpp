@@ -359,6 +359,15 @@ std::vector<char> read_manifest(const std::string& dir) {
                        << "or it is another folder); use an older snapshot (train --resume latest picks the newest "
                        << "complete one)";
   }
+  // a manifest holds the config, one entry per tensor and per shard file: about 10 KB for
+  // the models here, under 1 MiB for thousands of layers and workers. 64 MiB leaves room for
+  // any model troupe can run; a larger file is damaged, and is not read (a sparse 100 GB one
+  // was read into memory: "out of memory", and --resume latest did not skip it)
+  constexpr uint64_t kMaxManifest = 64ull << 20;
+  const uint64_t size = fs::file_size(mpath, ec);
+  TROUPE_USER_CHECK(ec || size <= kMaxManifest)
+      << "snapshot manifest " << mpath << " is damaged (size " << size << " bytes, more than the 64 MiB a manifest "
+      << "takes); use another snapshot";
   auto b = read_all(mpath);
   TROUPE_USER_CHECK(b.size() >= 12 && std::memcmp(b.data() + b.size() - 12, kManifestTrailer, 8) == 0)
       << "snapshot manifest " << mpath << " is damaged (size " << b.size() << " bytes, no trailer); use another snapshot";

@@ -136,3 +136,20 @@ TEST_CASE("train --resume given a run directory or its checkpoints folder names 
   CHECK_FALSE(has_line(ff.err, "interrupted"));
   CHECK_FALSE(fs::exists(s.path("r")));
 }
+
+TEST_CASE("a huge manifest.capnp is damaged, not out of memory, and --resume latest skips it", "[cli][hostile]") {
+  Scratch s("hugemanifest");
+  const std::string base = make_base(s, "base");
+  const std::string manifest = base + "/checkpoints/step-00000004/manifest.capnp";
+  REQUIRE(shell_status("truncate -s 100G '" + manifest + "'") == 0);  // sparse
+  const Run one = run_troupe(tiny(s) + "--set train.steps=6 --run-dir '" + s.path("r") + "' --resume '" + base +
+                                 "/checkpoints/step-00000004'",
+                             s, 120);
+  expect_user_error(one, {"manifest.capnp is damaged", "64 MiB", "use another snapshot"});
+  CHECK_FALSE(has_line(one.err, "out of memory"));
+  const Run latest = run_troupe(tiny(s) + "--set train.steps=6 --run-dir '" + base + "' --resume latest", s, 300);
+  INFO(latest.err);
+  CHECK(latest.rc == 0);
+  CHECK(has_line(latest.err, "skipped damaged snapshot " + base + "/checkpoints/step-00000004"));
+  CHECK(has_line(slurp(base + "/metrics.jsonl"), "step-00000002\",\"step\":2}"));
+}
