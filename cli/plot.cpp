@@ -34,6 +34,7 @@ struct RunCurves {
   int64_t step_records = 0;
   double tokens_per_step = 0;
   bool has[8] = {};  // per column of `train`: any finite value
+  int64_t bad_lines = 0, first_bad_line = 0;  // lines that are not JSON objects (skipped)
 };
 
 std::string num(const nlohmann::json& j, const char* key, double scale = 1) {
@@ -65,8 +66,10 @@ RunCurves read_run(const std::string& run_dir) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() && line_no == lines.size()) break;  // a run still writing its last line
-    TROUPE_USER_CHECK(!j.is_discarded() && j.is_object())
-        << run_dir << "/metrics.jsonl line " << line_no << " is not a JSON object; pass the run directory of a troupe train run";
+    if (j.is_discarded() || !j.is_object()) {  // a line cut short (power lost mid-write): skipped, said below
+      if (rc.bad_lines++ == 0) rc.first_bad_line = (int64_t)line_no;
+      continue;
+    }
     if (!j.contains("step") || !j["step"].is_number_integer() || j.contains("summary")) continue;
     const int64_t k = j["step"].get<int64_t>();
     if (j.contains("resumed_from") || j.contains("restarted_from_scratch")) {
@@ -128,6 +131,15 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
                                           << " bytes, more than the 1 GiB plot reads (a million steps take ~200 MB); "
                                              "pass the --run-dir of a troupe train run";
   RunCurves rc = read_run(run_dir);
+  // an unreadable line (a torn write) costs that line, not the run; a file of nothing else is not a run's
+  TROUPE_USER_CHECK(rc.bad_lines == 0 || rc.step_records > 0)
+      << run_dir << "/metrics.jsonl line " << rc.first_bad_line
+      << " is not a JSON object; pass the run directory of a troupe train run";
+  if (rc.bad_lines > 0)
+    std::cerr << "warning: " << run_dir << "/metrics.jsonl line " << rc.first_bad_line
+              << " is not a JSON object (a write cut short?); skipped"
+              << (rc.bad_lines > 1 ? fmt::format(", and {} more such line(s)", rc.bad_lines - 1) : std::string())
+              << std::endl;
   TROUPE_USER_CHECK(rc.step_records > 0) << run_dir << "/metrics.jsonl holds no step records yet; plot the run once it "
                                          << "has trained a step";
   if (out.empty()) out = run_dir + "/plot.png";
