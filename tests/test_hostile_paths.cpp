@@ -189,3 +189,31 @@ TEST_CASE("a torn last line of metrics.jsonl: the resumed run starts a new line,
   CHECK(has_line(p.err, "skipped"));
   CHECK(fs::file_size(s.path("p.png")) > 0);
 }
+
+TEST_CASE("plot of a run directory holding two fresh runs draws the last one and says so", "[cli][hostile]") {
+  if (shell_status("command -v gnuplot > /dev/null 2>&1") != 0) {
+    WARN("skipped: gnuplot is not installed (scripts/setup.sh installs it)");
+    return;
+  }
+  Scratch s("tworuns");
+  fs::create_directories(s.path("run"));
+  std::string text;
+  for (int k = 1; k <= 5; ++k) text += "{\"step\":" + std::to_string(k) + ",\"loss\":" + std::to_string(6 - k) + ".0}\n";
+  text += "{\"steps\":5,\"summary\":true}\n";  // line 6: the first run ends
+  for (int k = 1; k <= 3; ++k) text += "{\"step\":" + std::to_string(k) + ",\"loss\":" + std::to_string(7 - k) + ".0}\n";
+  s.write("run/metrics.jsonl", text);
+  const Run p = run_troupe("plot '" + s.path("run") + "' --out '" + s.path("p.png") + "'", s, 120);
+  INFO(p.err);
+  CHECK(p.rc == 0);
+  CHECK(has_line(p.err, "holds 2 runs"));
+  CHECK(has_line(p.err, "from line 7"));
+  CHECK(has_line(slurp(s.path("stdout.txt")), "(3 step records"));
+  // a resume after the summary (train.steps raised) continues the same run
+  s.write("run/metrics.jsonl", text.substr(0, text.find("{\"step\":1,", 10)) +
+                                   "{\"resumed_from\":\"x/step-00000005\",\"step\":5}\n{\"step\":6,\"loss\":0.5}\n");
+  const Run r = run_troupe("plot '" + s.path("run") + "' --out '" + s.path("p.png") + "'", s, 120);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK_FALSE(has_line(r.err, "holds 2 runs"));
+  CHECK(has_line(slurp(s.path("stdout.txt")), "(6 step records"));
+}
