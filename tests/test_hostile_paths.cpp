@@ -217,3 +217,27 @@ TEST_CASE("plot of a run directory holding two fresh runs draws the last one and
   CHECK_FALSE(has_line(r.err, "holds 2 runs"));
   CHECK(has_line(slurp(s.path("stdout.txt")), "(6 step records"));
 }
+
+TEST_CASE("a preparation waiting for another one's lock names the holder's pid and that it is stopped",
+          "[cli][hostile]") {
+  Scratch s("lockholder");
+  const std::string prep = "'" + troupe::test::troupe_bin() +
+                           "' prepare --config configs/tiny.toml --set model.vocab_size=1500 --set data.cache_dir='" +
+                           s.path("cache") + "'";
+  // A holds the lock (its pid written in .lock) and is stopped; B waits for it
+  const std::string script = "cd '" + std::string(TROUPE_SOURCE_DIR) + "'\n" + prep + " > /dev/null 2> '" +
+                             s.path("a.err") + "' & A=$!\necho $A > '" + s.path("a.pid") +
+                             "'\ni=0; until grep -qs . '" + s.path("cache") +
+                             "'/*/.lock || [ $i -ge 2400 ]; do sleep 0.05; i=$((i+1)); done\nkill -STOP $A\n"
+                             "timeout 8 " + prep + " > /dev/null 2> '" + s.path("b.err") + "'\necho $? > '" +
+                             s.path("b.rc") + "'\nkill -CONT $A\nwait $A\necho $? > '" + s.path("a.rc") + "'\n";
+  s.write("locks.sh", script);
+  REQUIRE(shell_status("timeout 300 sh '" + s.path("locks.sh") + "'") == 0);
+  const std::string pid = slurp(s.path("a.pid")).substr(0, slurp(s.path("a.pid")).find('\n'));
+  INFO("a: " << slurp(s.path("a.err")) << "\nb: " << slurp(s.path("b.err")));
+  CHECK(slurp(s.path("a.rc")) == "0\n");
+  CHECK(has_line(slurp(s.path("b.err")), "waiting for pid " + pid + " preparing "));
+  CHECK(has_line(slurp(s.path("b.err")), "; it is stopped"));
+  CHECK(has_line(slurp(s.path("b.err")), "kill -CONT " + pid));
+  CHECK(slurp(s.path("b.rc")) == "124\n");
+}
