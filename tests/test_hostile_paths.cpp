@@ -241,3 +241,12 @@ TEST_CASE("a preparation waiting for another one's lock names the holder's pid a
   CHECK(has_line(slurp(s.path("b.err")), "kill -CONT " + pid));
   CHECK(slurp(s.path("b.rc")) == "124\n");
 }
+
+TEST_CASE("train.initial_loss_scale = inf is refused saying the scale must be finite", "[cli][hostile]") {
+  Scratch s("infscale");
+  expect_user_error(run_troupe(tiny(s) + "--set train.precision=fp16 --set train.initial_loss_scale=inf --run-dir '" +
+                                   s.path("r") + "'",
+                               s, 60),
+                    {"train.initial_loss_scale = inf", "need finite numbers"});
+  CHECK_FALSE(fs::exists(s.path("r")));
+}
