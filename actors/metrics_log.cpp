@@ -1,5 +1,9 @@
 #include "actors/metrics_log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -25,6 +29,17 @@ void collect(const std::string& prefix, const nlohmann::json& j, std::vector<std
   }
 }
 
+// Whether `path` is a non-empty file whose last byte is not a newline.
+bool ends_without_newline(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  char last = '\n';
+  if (::fstat(fd, &st) == 0 && st.st_size > 0 && ::pread(fd, &last, 1, st.st_size - 1) != 1) last = '\n';
+  ::close(fd);
+  return last != '\n';
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record) {
@@ -41,6 +56,12 @@ MetricsLog::MetricsLog(const std::string& run_dir, const std::string& tensorboar
     const int err = jsonl_.open(run_dir + "/metrics.jsonl");
     TROUPE_USER_CHECK(err == 0) << "cannot append to " << run_dir << "/metrics.jsonl (" << std::strerror(err)
                                 << "); choose a writable --run-dir";
+    // a torn last line (power lost mid-write): this run's first record would be glued to it
+    // and lost inside one unreadable line; it starts on a line of its own instead
+    if (ends_without_newline(jsonl_.path()) && jsonl_.append("\n") == 0)
+      spdlog::warn("warning: the last line of {} was cut short (no newline at its end: a write was interrupted); this "
+                   "run's records start on the next line, and troupe plot skips the cut one",
+                   jsonl_.path());
   }
   if (!tensorboard_dir.empty()) events_ = std::make_unique<EventWriter>(tensorboard_dir);
 }

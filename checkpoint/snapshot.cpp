@@ -327,9 +327,47 @@ std::vector<char> read_manifest(const std::string& dir) {
   TROUPE_USER_CHECK(fs::is_directory(dir)) << "snapshot directory " << dir
                                            << (fs::exists(dir) ? " is not a directory" : " does not exist")
                                            << "; pass a snapshot directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
-  TROUPE_USER_CHECK(fs::is_regular_file(mpath))
-      << "snapshot " << dir << " has no " << kManifest << " (it is incomplete: a save was interrupted); "
-      << "use an older snapshot (train --resume latest picks the newest complete one)";
+  std::error_code ec;
+  if (!fs::is_regular_file(mpath, ec)) {
+    TROUPE_USER_CHECK(!fs::exists(mpath, ec))
+        << "snapshot " << dir << ": its " << kManifest << " is not a regular file, so it is not a snapshot troupe "
+        << "wrote; pass a finished one, e.g. runs/<run>/checkpoints/step-<k>";
+    // a run directory, or its folder of snapshots, given where one snapshot is wanted (a common slip)
+    const bool run_dir = fs::is_directory(fs::path(dir) / "checkpoints", ec) && fs::exists(fs::path(dir) / "config.toml", ec);
+    const std::string folder = run_dir ? (fs::path(dir) / "checkpoints").string() : dir;
+    bool steps = false;  // step-<k> folders, complete or not
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end && !steps; it.increment(ec))
+      steps = it->path().filename().string().rfind("step-", 0) == 0 && it->is_directory(ec);
+    if (run_dir || steps) {
+      const auto snaps = list_snapshots(folder);
+      const std::string what = run_dir ? " is a run directory (it holds checkpoints/ and config.toml)"
+                                       : " is a folder of snapshots (it holds step-<k> folders)";
+      // its run directory, for --run-dir: the folder above checkpoints/
+      const fs::path canon = fs::weakly_canonical(fs::absolute(folder, ec), ec);
+      const std::string latest =
+          run_dir ? "--run-dir " + dir + " --resume latest"
+          : canon.filename() == "checkpoints" && fs::exists(canon.parent_path() / "config.toml", ec)
+              ? "--run-dir " + canon.parent_path().string() + " --resume latest"
+              : "--set checkpoint.dir=" + dir + " --resume latest";
+      if (snaps.empty())
+        TROUPE_USER_FAIL() << dir << what << ", not a snapshot, and holds no complete snapshot (each step-<k> folder "
+                           << "lacks its manifest); start without --resume, or resume another run";
+      TROUPE_USER_FAIL() << dir << what << ", not a snapshot; pass its newest complete snapshot, --resume "
+                         << snaps.back().second << ", or " << latest;
+    }
+    TROUPE_USER_FAIL() << "snapshot " << dir << " has no " << kManifest << " (it is incomplete: a save was interrupted, "
+                       << "or it is another folder); use an older snapshot (train --resume latest picks the newest "
+                       << "complete one)";
+  }
+  // a manifest holds the config, one entry per tensor and per shard file: about 10 KB for
+  // the models here, under 1 MiB for thousands of layers and workers. 64 MiB leaves room for
+  // any model troupe can run; a larger file is damaged, and is not read (a sparse 100 GB one
+  // was read into memory: "out of memory", and --resume latest did not skip it)
+  constexpr uint64_t kMaxManifest = 64ull << 20;
+  const uint64_t size = fs::file_size(mpath, ec);
+  TROUPE_USER_CHECK(ec || size <= kMaxManifest)
+      << "snapshot manifest " << mpath << " is damaged (size " << size << " bytes, more than the 64 MiB a manifest "
+      << "takes); use another snapshot";
   auto b = read_all(mpath);
   TROUPE_USER_CHECK(b.size() >= 12 && std::memcmp(b.data() + b.size() - 12, kManifestTrailer, 8) == 0)
       << "snapshot manifest " << mpath << " is damaged (size " << b.size() << " bytes, no trailer); use another snapshot";

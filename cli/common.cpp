@@ -106,6 +106,50 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
       TROUPE_USER_FAIL() << option << " " << out << " lies inside " << d
                          << ", which this command reads or writes: writing there would damage it; pass a path outside";
   }
+  refuse_inside_snapshot(out, option);
+}
+
+namespace {
+// step-<digits>, or step-<digits>.tmp-<digits> (the folder a save writes before its rename)
+bool is_step_folder_name(const std::string& n) {
+  auto digits = [&](size_t from, size_t to) {
+    if (from >= to) return false;
+    for (size_t i = from; i < to; ++i)
+      if (n[i] < '0' || n[i] > '9') return false;
+    return true;
+  };
+  if (n.rfind("step-", 0) != 0) return false;
+  const size_t tmp = n.find(".tmp-");
+  if (tmp == std::string::npos) return digits(5, n.size());
+  return digits(5, tmp) && digits(tmp + 5, n.size());
+}
+}  // namespace
+
+std::string snapshot_around(const std::string& path) {
+  if (path.empty()) return "";
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return "";
+  for (fs::path q = p; !q.empty(); q = q.parent_path()) {
+    // any kind of file of the manifest's name (a FIFO, a link): the folder is a snapshot, perhaps a damaged one
+    if (fs::exists(fs::symlink_status(q / "manifest.capnp", ec))) return q.string();
+    if (is_step_folder_name(q.filename().string()) && fs::is_directory(q, ec) &&
+        (q.parent_path().filename() == "checkpoints" || !list_snapshots(q.parent_path().string()).empty()))
+      return q.string();
+    if (q == q.parent_path()) break;
+  }
+  return "";
+}
+
+void refuse_inside_snapshot(const std::string& path, const std::string& option) {
+  if (path.empty() || path == "-") return;
+  const std::string snap = snapshot_around(path);
+  if (snap.empty()) return;
+  std::error_code ec;
+  const bool is = fs::weakly_canonical(fs::absolute(path, ec), ec).string() == snap;
+  TROUPE_USER_FAIL() << option << " '" << path << "' " << (is ? "is" : "lies inside") << " the snapshot " << snap
+                     << ": writing there would damage it, and the retention of the run that made it would delete "
+                        "what was written; pass a path outside it";
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& sets, int64_t max_workers) {

@@ -63,11 +63,22 @@ std::string save_config(const Config& c, const std::string& dir);
 // file, removed at once), or whose filesystem has fewer than `bytes` bytes free.
 void check_output_file(const std::string& path, const std::string& option, uint64_t bytes = 0);
 // Refuses (UserError naming `option`) an output path that would destroy what the command
-// reads or writes: one of `files`, or any path inside one of `dirs` (compared after
-// resolving symlinks and "..", so another spelling of the same file is caught too). Empty
-// entries are skipped.
+// reads or writes: one of `files`, any path inside one of `dirs` (compared after resolving
+// symlinks and "..", so another spelling of the same file is caught too), or any path in a
+// troupe snapshot (refuse_inside_snapshot). Empty entries are skipped.
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
                         const std::vector<std::string>& dirs);
+// The snapshot folder that `path` is or lies inside, "" when none: the nearest folder at or
+// above it (symbolic links and ".." resolved) that holds a manifest.capnp, or that is named
+// step-<k> or step-<k>.tmp-<pid> (a snapshot still being written, or one whose save was
+// interrupted) inside a folder of snapshots (named checkpoints, or holding a complete one).
+// `path` need not exist. Never throws.
+std::string snapshot_around(const std::string& path);
+// Refuses (UserError naming `option`) an output file or folder (--run-dir, checkpoint.dir,
+// --trace, --out, ...) that is a troupe snapshot or lies inside one (snapshot_around: any
+// snapshot, the one --resume reads or another run's): the output would damage it, and the
+// retention of the run that made it would delete the output with it.
+void refuse_inside_snapshot(const std::string& path, const std::string& option);
 // Refuses (UserError naming both options) two outputs of one command at the same file:
 // pairs of (path, option); empty paths and "-" (stdout) are skipped.
 void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);

@@ -6,6 +6,7 @@
 //   troupe plan     --config FILE [--search KEYS]  memory and iteration time on a cluster (cli/plan.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -167,7 +168,37 @@ __attribute__((constructor)) void install_early_signals() {
   }
 }
 
+// The smallest stack limit (ulimit -s) troupe runs under. Measured (review 14j, tiny model):
+// at 20 KiB and less the main thread overflows inside a library's initialiser (libucs's or
+// a later one, before main: even --version died with SIGSEGV, 139); at 24-32 KiB main runs,
+// and train died once its threads, which glibc gives RLIMIT_STACK as their default stack
+// size, ran a step; 48 KiB was the least that trained. Threads now get a stack of their own
+// (kThreadStack, set first thing in main), so the limit only bounds the main thread:
+// command-line and config parsing, the tokenizer, generate's model. 256 KiB is 10x what the initialisers need and
+// 5x the least that trained, and far below any default (8 MiB) a user meets.
+constexpr rlim_t kMinStackKiB = 256;
+
+// Refuses a stack limit under kMinStackKiB with one sentence and exit 2. Runs from the
+// .preinit_array, before any library's initialiser (the first crash is in one): only
+// getrlimit, write and _exit, which need no initialised libc.
+void refuse_small_stack() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_STACK, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= kMinStackKiB * 1024) return;
+  char kib[24];
+  int n = sizeof kib;
+  kib[--n] = '\0';
+  unsigned long long v = r.rlim_cur / 1024;
+  do kib[--n] = char('0' + v % 10); while ((v /= 10) != 0 && n > 0);
+  auto put = [](const char* t) { (void)!::write(STDERR_FILENO, t, std::strlen(t)); };
+  put("error: the stack limit (ulimit -s) is ");
+  put(kib + n);
+  put(" KiB; troupe needs at least 256 KiB for its libraries' start-up and its main thread (under about 20 KiB even "
+      "--version crashed): raise it (ulimit -s 8192, the usual default)\n");
+  ::_exit(2);
+}
+
 extern "C" void troupe_preinit_signals(int, char**, char** envp) {
+  refuse_small_stack();
   init_job_errors(envp);  // before a handler may print (async-signal-safe: it only reads files)
   install_early_signals();
   // after bound_openmp_spinning's exec: the stop signals it blocked reach on_early_signal now
@@ -241,7 +272,24 @@ int check_process_limits() {
   return 0;
 }
 
+// The stack of every thread troupe and its libraries (CAF, OpenMP, UCX) start: glibc takes
+// the default from the stack limit (ulimit -s), so a small limit gave every worker a small
+// stack (SIGSEGV mid-step at 32 KiB). 2 MiB is what glibc gives them under ulimit -s
+// unlimited; a larger limit is kept. Thread stacks are mappings of their own, not bounded
+// by RLIMIT_STACK.
+constexpr size_t kThreadStack = size_t(2) << 20;
+
+void size_thread_stacks() {
+  pthread_attr_t a;
+  if (::pthread_getattr_default_np(&a) != 0) return;
+  size_t now = 0;
+  if (::pthread_attr_getstacksize(&a, &now) == 0 && now < kThreadStack && ::pthread_attr_setstacksize(&a, kThreadStack) == 0)
+    (void)::pthread_setattr_default_np(&a);
+  ::pthread_attr_destroy(&a);
+}
+
 int main(int argc, char** argv) {
+  size_thread_stacks();  // before the first thread
   bound_openmp_spinning(argv);
   if (int rc = check_process_limits(); rc != 0) return rc;
   const int rc = check_stdout(run_command(argc, argv));
@@ -424,14 +472,18 @@ int run_command(int argc, char** argv) {
         << "--tensorboard is empty; pass a folder for the event files or leave it out";
     Config c = load_config(config_path, sets, plan_cmd->parsed() ? kMaxPlanDevices : kMaxWorkers);
     if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
-    if (train->parsed()) {  // the trace files must not land on the run's inputs or its own files
+    if (train->parsed()) {  // the outputs must not land on the run's inputs or its own files
       std::vector<std::string> files = {config_path, c.data.corpus, c.data.tokenizer};
       if (!run_dir.empty())
         for (const char* f : {"/metrics.jsonl", "/train.log", "/config.toml", "/.lock"}) files.push_back(run_dir + f);
-      std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir, c.train.tensorboard_dir,
-                                       run_dir.empty() ? std::string() : run_dir + "/checkpoints"};
+      // the snapshot --resume names is read (any other snapshot is refused by refuse_overwriting too)
+      std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir,
+                                       run_dir.empty() ? std::string() : run_dir + "/checkpoints",
+                                       resume == "latest" ? std::string() : resume};
       for (const DataSource& src : c.data.sources) dirs.push_back(src.path);  // a file or a folder
       refuse_same_outputs({{trace_path_, "--trace"}, {trace_png_, "--trace-png"}});
+      refuse_overwriting(c.train.tensorboard_dir, "--tensorboard (train.tensorboard_dir)", files, dirs);
+      dirs.push_back(c.train.tensorboard_dir);
       refuse_overwriting(trace_path_, "--trace", files, dirs);
       refuse_overwriting(trace_png_, "--trace-png", files, dirs);
     }

@@ -34,6 +34,8 @@ struct RunCurves {
   int64_t step_records = 0;
   double tokens_per_step = 0;
   bool has[8] = {};  // per column of `train`: any finite value
+  int64_t bad_lines = 0, first_bad_line = 0;  // lines that are not JSON objects (skipped)
+  int64_t runs = 1, first_line = 1;            // fresh runs in the file; where the last (drawn) one starts
 };
 
 std::string num(const nlohmann::json& j, const char* key, double scale = 1) {
@@ -60,16 +62,33 @@ RunCurves read_run(const std::string& run_dir) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   double tps = rc.tokens_per_step;  // tokens per step (from the config, else from the records)
+  bool after_summary = false;       // the last record read was a run's summary
+  int64_t last_step = 0;
   for (size_t line_no = 1; line_no <= lines.size(); ++line_no) {
     const std::string& line = lines[line_no - 1];
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() && line_no == lines.size()) break;  // a run still writing its last line
-    TROUPE_USER_CHECK(!j.is_discarded() && j.is_object())
-        << run_dir << "/metrics.jsonl line " << line_no << " is not a JSON object; pass the run directory of a troupe train run";
+    if (j.is_discarded() || !j.is_object()) {  // a line cut short (power lost mid-write): skipped, said below
+      if (rc.bad_lines++ == 0) rc.first_bad_line = (int64_t)line_no;
+      continue;
+    }
+    if (j.contains("summary")) after_summary = true;
     if (!j.contains("step") || !j["step"].is_number_integer() || j.contains("summary")) continue;
     const int64_t k = j["step"].get<int64_t>();
-    if (j.contains("resumed_from") || j.contains("restarted_from_scratch")) {
+    // a fresh run in a used run directory appends to its metrics.jsonl: after a summary, a
+    // step that goes back without a resume mark starts another run; the last one is drawn
+    const bool mark = j.contains("resumed_from") || j.contains("restarted_from_scratch");
+    if (after_summary && !mark && k <= last_step) {
+      const RunCurves fresh;
+      rc.train = fresh.train, rc.val = fresh.val, rc.marks.clear(), rc.step_records = 0;
+      std::copy(std::begin(fresh.has), std::end(fresh.has), std::begin(rc.has));
+      ++rc.runs;
+      rc.first_line = (int64_t)line_no;
+    }
+    after_summary = false;
+    last_step = k;
+    if (mark) {
       rc.marks.push_back({k, k * tps, j.contains("recovery") || j.contains("restarted_from_scratch")});
       rc.train += "\n";  // break the lines: the steps after a mark may repeat earlier ones
       rc.val += "\n";
@@ -128,6 +147,20 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
                                           << " bytes, more than the 1 GiB plot reads (a million steps take ~200 MB); "
                                              "pass the --run-dir of a troupe train run";
   RunCurves rc = read_run(run_dir);
+  // an unreadable line (a torn write) costs that line, not the run; a file of nothing else is not a run's
+  TROUPE_USER_CHECK(rc.bad_lines == 0 || rc.step_records > 0)
+      << run_dir << "/metrics.jsonl line " << rc.first_bad_line
+      << " is not a JSON object; pass the run directory of a troupe train run";
+  if (rc.runs > 1)
+    std::cerr << "warning: " << run_dir << "/metrics.jsonl holds " << rc.runs
+              << " runs (a fresh run in this run directory started again from an earlier step after the previous "
+                 "one's summary); drawing the last one, from line "
+              << rc.first_line << std::endl;
+  if (rc.bad_lines > 0)
+    std::cerr << "warning: " << run_dir << "/metrics.jsonl line " << rc.first_bad_line
+              << " is not a JSON object (a write cut short?); skipped"
+              << (rc.bad_lines > 1 ? fmt::format(", and {} more such line(s)", rc.bad_lines - 1) : std::string())
+              << std::endl;
   TROUPE_USER_CHECK(rc.step_records > 0) << run_dir << "/metrics.jsonl holds no step records yet; plot the run once it "
                                          << "has trained a step";
   if (out.empty()) out = run_dir + "/plot.png";

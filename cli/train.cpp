@@ -378,8 +378,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     // not on the run's inputs: its data cache (a .lock and retention there), corpus, tokenizer
     std::vector<std::string> dirs = {c.data.cache_dir};
     for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
-    refuse_overwriting(ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);
-    refuse_inside_snapshot(ckpt_dir, "checkpoint.dir");
+    refuse_overwriting(ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);  // (nor in a snapshot)
     naming_option("checkpoint.dir", [&] { check_checkpoint_dir(ckpt_dir); });
   }  // (the run directory is checked above)
   // fault.policy = restart: troupe launch starts the job again after a lost process

@@ -159,19 +159,6 @@ void check_checkpoint_dir(const std::string& ckpt_dir) {
                         << "' cannot be created or written; choose a writable directory";
 }
 
-void refuse_inside_snapshot(const std::string& dir, const std::string& option) {
-  if (dir.empty()) return;
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec);
-  for (fs::path q = p; !q.empty(); q = q.parent_path()) {
-    TROUPE_USER_CHECK(!fs::is_regular_file(q / "manifest.capnp", ec))
-        << option << " '" << dir << "' " << (q == p ? "is" : "lies inside") << " the snapshot " << q.string()
-        << ": the run would write into it, and the retention of the run that made it would delete both; pass a "
-           "folder outside it";
-    if (q == q.parent_path()) break;
-  }
-}
-
 // Refuses (UserError) more threads or stage workers than this machine can run in a sane
 // time: at most kThreadsPerCore per core (threads: train.threads; workers: those of this
 // process, each a thread of its own; at least kMinWorkers).

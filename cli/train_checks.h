@@ -20,10 +20,6 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch);
 // An explicit checkpoint.dir: created and probed with a file, then removed again; refused
 // when it cannot be created or written.
 void check_checkpoint_dir(const std::string& ckpt_dir);
-// Refuses a folder (`option`: "--run-dir", "checkpoint.dir") that is a snapshot or lies
-// inside one (a folder above it, or itself, holds manifest.capnp): a run would write into
-// the snapshot, and the snapshot's own run would delete it all with its retention.
-void refuse_inside_snapshot(const std::string& dir, const std::string& option);
 // train.device = "cuda": refused, naming why — no usable GPU (the CUDA runtime's answer, or
 // a build without CUDA), or, with a GPU, that the stage and shard workers do not run on
 // GPUs yet (issue 16). "cpu": nothing to check.

@@ -454,7 +454,7 @@ void Config::validate(int64_t max_workers) const {
   TROUPE_USER_CHECK(t.min_loss_scale > 0 && t.initial_loss_scale >= t.min_loss_scale && std::isfinite(t.initial_loss_scale))
       << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
       << " and train.min_loss_scale = " << fmt::format("{}", t.min_loss_scale)
-      << "; need 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
+      << "; need finite numbers with 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
   TROUPE_USER_CHECK(t.initial_loss_scale <= 0x1p64)
       << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
       << "; use at most 2^64 = 18446744073709551616 (Megatron's default is 2^32 = 4294967296): a larger scale "

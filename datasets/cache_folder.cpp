@@ -7,6 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iterator>
+#include <thread>
+#include <utility>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -57,6 +62,24 @@ std::vector<fs::path> read_made(const std::string& dir) {
   return roots;
 }
 
+// Who holds a cache folder's .lock (its holder writes its pid there), for "waiting for
+// <who> preparing DIR<state>": {"pid P", "; it is stopped (...)" when it is suspended, else
+// ""}; {"another process", ""} when the file names none (an older troupe's empty lock).
+std::pair<std::string, std::string> lock_holder(int fd) {
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+  if (pid <= 0) return {"another process", ""};
+  const std::string p = std::to_string(pid);
+  std::ifstream stat("/proc/" + p + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  const bool stopped = close != std::string::npos && close + 2 < text.size() &&
+                       (text[close + 2] == 'T' || text[close + 2] == 't');
+  return {"pid " + p, stopped ? "; it is stopped (Ctrl-Z or SIGSTOP): resume it (fg, or kill -CONT " + p + ") or end it"
+                              : std::string()};
+}
+
 }  // namespace
 
 std::string make_cache_folder(const std::string& dir) {
@@ -82,6 +105,8 @@ std::string make_cache_folder(const std::string& dir) {
 }
 
 CacheLock::CacheLock(const std::string& dir, const DataLogFn& log) : path_(dir + "/.lock") {
+  const auto start = std::chrono::steady_clock::now();
+  auto next_note = start + std::chrono::minutes(1);
   for (bool said = false;;) {
     fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     const int err = errno;
@@ -92,15 +117,30 @@ CacheLock::CacheLock(const std::string& dir, const DataLogFn& log) : path_(dir +
     TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(err) << "; "
                                 << path_error_fix(err) << " (data.cache_dir)";
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (log && !said) log("waiting for another process preparing " + dir);
+      if (log && !said) {
+        const auto [who, state] = lock_holder(fd_);
+        log("waiting for " + who + " preparing " + dir + state);
+      }
       said = true;
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      // no deadline: preparing a large corpus takes as long as it takes (hours for tens of
+      // GB); a stop signal ends the wait at once, changing nothing
+      while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (const auto now = std::chrono::steady_clock::now(); log && now >= next_note) {
+          const auto minutes = std::chrono::duration_cast<std::chrono::minutes>(now - start).count();
+          const auto [who, state] = lock_holder(fd_);
+          log("still waiting (" + std::to_string(minutes) + " min) for " + who + " preparing " + dir + state);
+          next_note += std::chrono::minutes(1);
+        }
       }
     }
     struct stat held {}, now {};
     if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
-        held.st_dev == now.st_dev)
+        held.st_dev == now.st_dev) {
+      const std::string pid = std::to_string(::getpid()) + "\n";  // for the next waiter's message
+      if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
       return;
+    }
     ::close(fd_);  // the holder before removed it: lock the file that is there now
     fd_ = -1;
   }
