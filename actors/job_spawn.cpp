@@ -16,6 +16,7 @@
 #include "checkpoint/disk.h"
 #include "collectives/communicator.h"
 #include "collectives/ucx.h"
+#include "optimizer/zero1.h"
 #include "stages/stage.h"
 
 namespace troupe {
@@ -137,7 +138,6 @@ std::vector<std::shared_ptr<Stage>> make_stages(const JobPlan& plan, const Confi
   const GPTConfig g = GPTConfig::from(cfg.model, plan.TP, t);
   const int P = plan.P, V = plan.V, DP = plan.DP;
   std::vector<std::shared_ptr<Stage>> chunks;
-  size_t pb = 0;  // the model copy (compute dtype) + the fp32 main gradients
   int64_t n = 0;
   std::string layers;
   for (int c = 0; c < V; ++c) {
@@ -150,18 +150,22 @@ std::vector<std::shared_ptr<Stage>> make_stages(const JobPlan& plan, const Confi
     st->set_sequence_parallel(cfg.parallel.sequence_parallel);
     st->set_sample_base((int64_t)d * (plan.B / DP));
     st->set_precision(plan.dtype);
-    for (auto& q : st->params()) pb += q.value.nbytes() + q.grad.nbytes(), n += q.value.numel();
+    for (auto& q : st->params()) n += q.value.numel();
     layers += fmt::format("{}[{}, {}){}{}", c ? ", " : "", plan.bounds[v], plan.bounds[v + 1],
                           st->first() ? " + embeddings" : "", st->last() ? " + ln_f/LM head" : "");
     chunks.push_back(st);
   }
   optimizer_bytes = std::max<size_t>(optimizer_bytes, 3 * sizeof(float) * (size_t)((n + DP - 1) / DP));
   if (!quiet && d == 0) {
-    // ZeRO-1: fp32 master weights + AdamW moments are sharded over the DP group
-    const double opt = 3.0 * sizeof(float) * (double)n / DP;
-    spdlog::info("stage {}{}: layers {} — {} parameters; params + grads {}, master + AdamW moments {} per DP rank{}", s,
-                 plan.TP > 1 ? fmt::format(" tp {}", t) : "", layers, n, human_bytes((double)pb), human_bytes(opt),
-                 DP > 1 ? fmt::format(" (ZeRO-1: 1/{} of the whole)", DP) : "");
+    // What ZeRO-1 allocates once the model's values and gradients are views of its buffers
+    // (optimizer/zero1.h): fp32 4 + 4 + 8/DP bytes per parameter, bf16 2 + 4 + 10/DP, fp16
+    // 2 + 4 + 12/DP.
+    const size_t state = Zero1::state_bytes(n, DP, plan.dtype);
+    spdlog::info("stage {}{}: layers {} — {} parameters; parameters + gradients + optimizer state {} per DP rank "
+                 "({:.2f} bytes per parameter, {}{})",
+                 s, plan.TP > 1 ? fmt::format(" tp {}", t) : "", layers, n, human_bytes((double)state),
+                 n ? (double)state / (double)n : 0.0, dtype_name(plan.dtype),
+                 DP > 1 ? fmt::format("; ZeRO-1: master weights and AdamW moments 1/{} of the whole", DP) : "");
   }
   return chunks;
 }

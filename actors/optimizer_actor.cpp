@@ -114,7 +114,7 @@ class OptimizerActor {
     size_t i = 0;
     for (int c = 0; c < V_; ++c) {
       for (auto& p : chunk(c).params()) {
-        if (!skip) {  // fp32: the copy over the thread budget; 16-bit: packed straight from the flat buffer
+        if (!skip && !z.is_value_view(i, p.value)) {  // a view (always, here) is up to date already
           if (a_.precision == DType::f32 && p.value.defined() && p.value.dtype() == DType::f32)
             z.copy_param(i, p.value.data());
           else
@@ -180,12 +180,12 @@ class OptimizerActor {
                  st.v.defined() ? st.v.data() : nullptr);
         p.master = Tensor();  // the optimizer keeps only its shard
         opt_[c][pi] = AdamWState();
-        // The gradients become views of the flat buffer (no copy in); fp32 values views of
-        // the parameter buffer (updated in place, no copy out).
+        // The gradients become views of the flat buffer (no copy in); the values views of
+        // the parameter buffer, which load filled (updated in place, no copy out).
         Tensor g = z_->grad_view(i, p.grad.shape());
         copy_floats(g.data(), p.grad.data(), p.grad.numel());
         p.grad = g;
-        if (Tensor v = z_->value_view(i, p.value.shape()); v.defined() && p.value.dtype() == DType::f32) p.value = v;
+        if (p.value.dtype() == a_.precision) p.value = z_->value_view(i, p.value.shape());
       }
     z_->restore_counters(pending_.updates, pending_.loss_scale, pending_.growth_tracker, pending_.hysteresis_tracker);
     if (a_.zero1_link) a_.zero1_link->attach(z_.get());  // from the next step on: buckets start during backward

@@ -38,7 +38,7 @@ void Tensor::zero_() {
 }
 
 Tensor Tensor::slice(int64_t offset, std::vector<int64_t> shape) const {
-  check_host(DType::f32);
+  TROUPE_CHECK(device_.is_cpu()) << "slice of a tensor on " << device_.str();
   Tensor t;
   t.shape_ = std::move(shape);
   t.numel_ = 1;
@@ -48,9 +48,9 @@ Tensor Tensor::slice(int64_t offset, std::vector<int64_t> shape) const {
   }
   TROUPE_CHECK(offset >= 0 && offset + t.numel_ <= numel_)
       << "slice [" << offset << ", " << offset + t.numel_ << ") of a tensor of " << numel_ << " elements";
-  t.dtype_ = DType::f32;
+  t.dtype_ = dtype_;
   t.device_ = device_;
-  t.data_ = std::shared_ptr<void>(data_, static_cast<float*>(data_.get()) + offset);
+  t.data_ = std::shared_ptr<void>(data_, static_cast<char*>(data_.get()) + offset * (int64_t)dtype_size(dtype_));
   return t;
 }
 

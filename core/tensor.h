@@ -73,10 +73,10 @@ class Tensor {
   void zero_();
   // Same storage, new shape (numel must match). Errors: Error on a numel mismatch.
   Tensor view(std::vector<int64_t> shape) const;
-  // Elements [offset, offset + numel(shape)) of this host f32 tensor as a tensor of `shape`
-  // that shares the storage (which lives while any slice does): e.g. one parameter's
-  // gradient inside a flat buffer (optimizer/zero1.h). Errors: Error out of range, on a
-  // 16-bit tensor or off the CPU.
+  // Elements [offset, offset + numel(shape)) of this host tensor (any dtype) as a tensor of
+  // `shape` and the same dtype that shares the storage (which lives while any slice does):
+  // e.g. one parameter's gradient or value inside a flat buffer (optimizer/zero1.h).
+  // Errors: Error out of range or off the CPU.
   Tensor slice(int64_t offset, std::vector<int64_t> shape) const;
   // This tensor on `device` (itself when already there), copied on `stream`.
   Tensor to(const Device& device, const Stream& stream) const;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cpu/master_split.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 
@@ -64,26 +65,60 @@ Zero1::Zero1(std::vector<Zero1Tensor> tensors, std::shared_ptr<Communicator> dp,
   L_ = Zero1Layout::make(n, dp_->size());
   lo_ = (int64_t)d_ * L_.S;
   flat_ = Tensor({L_.S * L_.DP});  // zero-filled
-  if (compute_ == DType::f32) pflat_ = Tensor({L_.S * L_.DP});
-  else master_ = Tensor({L_.S});
+  vals_ = Tensor({L_.S * L_.DP}, compute_);
+  if (compute_ == DType::f16) master_ = Tensor({L_.S});
+  if (compute_ == DType::bf16) res_ = Tensor({L_.S}, DType::bf16);
   m_ = Tensor({L_.S});
   v_ = Tensor({L_.S});
   if (compute_ == DType::f16) scaler_.emplace(scaler);
 }
 
 void Zero1::load(size_t i, const float* master, const float* m, const float* v) {
-  if (pflat_.defined()) {  // fp32: the whole tensor (the model's values are views of pflat_)
-    float* dst = pflat_.data() + L_.offset[i];
-    if (dst != master) std::memmove(dst, master, L_.numel[i] * sizeof(float));
+  const int64_t n_i = L_.numel[i], o_i = L_.offset[i];
+  if (compute_ == DType::f32) {  // the whole tensor (the model's values are views of vals_)
+    float* dst = vals_.data() + o_i;
+    if (dst != master) std::memmove(dst, master, n_i * sizeof(float));
+  } else {  // the whole tensor rounded (bf16: the own part is overwritten by its split below)
+    kernels::pack16(vals_.data16() + o_i, master, n_i, compute_);
   }
   auto [a, b] = L_.overlap(i, d_);
   if (a >= b) return;
-  const int64_t off = a - L_.offset[i], j = a - lo_, n = b - a;
-  if (!pflat_.defined()) std::memcpy(master_.data() + j, master + off, n * sizeof(float));
+  const int64_t off = a - o_i, j = a - lo_, n = b - a;
+  if (compute_ == DType::f16) std::memcpy(master_.data() + j, master + off, n * sizeof(float));
+  if (compute_ == DType::bf16) {
+    std::vector<int64_t> t;
+    kernels::split_master(master + off, vals_.data16() + a, res_.data16() + j, t, n);
+    replace_ties(j, j + n, t);
+  }
   if (m) std::memcpy(m_.data() + j, m + off, n * sizeof(float));
   else std::memset(m_.data() + j, 0, n * sizeof(float));
   if (v) std::memcpy(v_.data() + j, v + off, n * sizeof(float));
   else std::memset(v_.data() + j, 0, n * sizeof(float));
+}
+
+void Zero1::replace_ties(int64_t j0, int64_t j1, const std::vector<int64_t>& local) {
+  auto first = std::lower_bound(ties_.begin(), ties_.end(), j0);
+  auto last = std::lower_bound(first, ties_.end(), j1);
+  first = ties_.erase(first, last);
+  std::vector<int64_t> shifted(local);
+  for (auto& x : shifted) x += j0;
+  ties_.insert(first, shifted.begin(), shifted.end());
+}
+
+std::vector<int64_t> Zero1::ties_in(int64_t j0, int64_t j1) const {
+  auto first = std::lower_bound(ties_.begin(), ties_.end(), j0);
+  auto last = std::lower_bound(first, ties_.end(), j1);
+  std::vector<int64_t> out(first, last);
+  for (auto& x : out) x -= j0;
+  return out;
+}
+
+const float* Zero1::master_at(int64_t j, int64_t n, std::vector<float>& tmp) const {
+  if (compute_ == DType::f32) return vals_.data() + lo_ + j;
+  if (compute_ == DType::f16) return master_.data() + j;
+  tmp.resize((size_t)n);
+  kernels::join_master(vals_.data16() + lo_ + j, res_.data16() + j, ties_in(j, j + n), tmp.data(), n);
+  return tmp.data();
 }
 
 void Zero1::enable_buckets(int64_t bucket_elems) {
@@ -186,11 +221,19 @@ Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
 void Zero1::update_tensor(size_t i, const Zero1Decision& dec) {
   auto [a, b] = L_.overlap(i, d_);
   if (a >= b) return;
-  const int64_t j = a - lo_;
-  const float* grad = flat_.data() + lo_;  // the reduced shard (reduce_gradients)
-  kernels::adamw_update(master() + j, grad + j, m_.data() + j, v_.data() + j, b - a, (float)dec.lr, (float)o_.beta1,
-                        (float)o_.beta2, (float)o_.eps, t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale,
-                        (int)updates_);
+  const int64_t j = a - lo_, n = b - a;
+  const float* grad = flat_.data() + a;  // the reduced shard (reduce_gradients)
+  const float lr = (float)dec.lr, wd = t_[i].decay ? (float)o_.weight_decay : 0.0f;
+  if (compute_ == DType::bf16) {  // the master held split: its high half is the bf16 value
+    std::vector<int64_t> t = ties_in(j, j + n);
+    kernels::adamw_update_split(vals_.data16() + a, res_.data16() + j, t, grad, m_.data() + j, v_.data() + j, n, lr,
+                                (float)o_.beta1, (float)o_.beta2, (float)o_.eps, wd, dec.clip_scale, (int)updates_);
+    replace_ties(j, j + n, t);
+    return;
+  }
+  float* master = compute_ == DType::f32 ? vals_.data() + a : master_.data() + j;
+  kernels::adamw_update(master, grad, m_.data() + j, v_.data() + j, n, lr, (float)o_.beta1, (float)o_.beta2,
+                        (float)o_.eps, wd, dec.clip_scale, (int)updates_);
 }
 
 void Zero1::apply(const Zero1Decision& dec) {
@@ -199,14 +242,16 @@ void Zero1::apply(const Zero1Decision& dec) {
     return;
   }
   ++updates_;
-  // all_gather in place. fp32: the master shard is the own slice of the parameter buffer.
-  // 16-bit: the parameters travel in the compute dtype, the master shard rounded in its own
-  // slot of the (spent) gradient buffer.
-  float* buf = (pflat_.defined() ? pflat_ : flat_).data();
+  // all_gather in place. fp32: the master shard is the own slice of the value buffer. 16-bit:
+  // the parameters travel as fp32 in the (spent) gradient buffer: the own slice of the values
+  // (bf16: AdamW wrote it; fp16: the master rounded into it) widened into its slot there, and
+  // after the gather the other ranks' slices narrowed back into the values (exact both ways).
+  const bool f32 = compute_ == DType::f32;
+  float* buf = (f32 ? vals_ : flat_).data();
   auto round_own = [&](int64_t a, int64_t b) {  // flat range [a, b) of this rank's shard
-    if (pflat_.defined() || a >= b) return;
-    copy_floats(buf + a, master_.data() + (a - lo_), b - a);
-    kernels::round_to(buf + a, b - a, compute_);
+    if (f32 || a >= b) return;
+    if (compute_ == DType::f16) kernels::pack16(vals_.data16() + a, master_.data() + (a - lo_), b - a, compute_);
+    kernels::unpack16(buf + a, vals_.data16() + a, b - a, compute_);
   };
   if (!buckets_.empty()) {
     // Bucketed: each bucket's update, then its all-gather on the communication thread while
@@ -240,6 +285,11 @@ void Zero1::apply(const Zero1Decision& dec) {
       spans_.push_back({'E', -1, t0, t1});
     }
   }
+  if (!f32) {  // the other ranks' parameters into the values
+    const int64_t own0 = std::min(lo_, L_.N), own1 = std::min(lo_ + L_.S, L_.N);
+    if (own0 > 0) kernels::pack16(vals_.data16(), buf, own0, compute_);
+    if (L_.N > own1) kernels::pack16(vals_.data16() + own1, buf + own1, L_.N - own1, compute_);
+  }
   if (scaler_) scaler_->update(false);
 }
 
@@ -249,7 +299,16 @@ void Zero1::restore_counters(int64_t updates, double loss_scale, int growth_trac
 }
 
 size_t Zero1::bytes() const {
-  return flat_.nbytes() + pflat_.nbytes() + master_.nbytes() + m_.nbytes() + v_.nbytes();
+  return flat_.nbytes() + vals_.nbytes() + master_.nbytes() + res_.nbytes() + m_.nbytes() + v_.nbytes() +
+         ties_.capacity() * sizeof(int64_t);
+}
+
+size_t Zero1::state_bytes(int64_t N, int DP, DType compute) {
+  const size_t S = (size_t)((N + DP - 1) / DP), full = S * (size_t)DP;
+  size_t b = full * sizeof(float) + full * dtype_size(compute) + 2 * S * sizeof(float);  // grads, values, m, v
+  if (compute == DType::bf16) b += S * 2;                                               // residual codes
+  if (compute == DType::f16) b += S * sizeof(float);                                    // the master shard
+  return b;
 }
 
 }  // namespace troupe

@@ -30,13 +30,20 @@
 //      shard with t = ++updates, the updated shard rounded to the compute dtype (bf16/fp16
 //      round to nearest even; fp32 exact) and all-gathered over DP into the flat buffer,
 //      where param(i) reads tensor i (the caller copies it into the model).
-// Memory per rank (fp32 elements). The flat gradient buffer DP*S (about N), which the
-// model's gradients may be views of (grad_view: no copy in), reduced in place (its own
-// slice is the reduced shard) and reused for the gathered 16-bit parameters; the AdamW
-// moments m and v (S each). fp32: a flat parameter buffer DP*S whose own slice is the master
-// shard and which the model's values may be views of (value_view: AdamW updates them in
-// place, all_gather in place, no copy out): about 4N at DP = 1 with the model's values and
-// gradients counted. 16-bit: a master shard of S (about 4N + the 16-bit values at DP = 1).
+// Memory per rank. The flat gradient buffer: DP*S fp32 (about N), which the model's gradients
+// are views of (grad_view: no copy in), reduced in place (its own slice is the reduced shard)
+// and reused to all-gather the parameters; the AdamW moments m and v: S fp32 each. The values:
+//   fp32: a flat parameter buffer of DP*S fp32 whose own slice is the master shard and which
+//         the model's values are views of (value_view: AdamW updates them in place, the
+//         all-gather fills the rest): 4 + 4 + 8/DP bytes per parameter in all.
+//   bf16: a flat buffer of DP*S bf16 values that the model's bf16 parameters are views of,
+//         and the master shard held split (kernels/cpu/master_split.h): its high half IS the
+//         own slice of that buffer, plus S 16-bit residual codes and a list of the rare exact
+//         ties: 2 + 4 + (2 + 8)/DP bytes per parameter (no more than fp32's), bitwise the
+//         arithmetic of an fp32 master.
+//   fp16: the DP*S fp16 values (views, as bf16) and an fp32 master shard of S (fp16's
+//         rounding leaves no 16-bit remainder): 2 + 4 + 12/DP.
+// state_bytes gives these sums; bytes() what is allocated.
 // Overlap (optimizer/grad_buckets.h; parallel.dp_bucket_mb): with enable_buckets, step 1's
 // reduce-scatter runs in buckets on a communication thread, each started by grad_ready as soon
 // as its tensors' gradients are final (the worker calls it during the last backward);
@@ -129,11 +136,14 @@ class Zero1 {
   // passed to reduce_gradients that is this view is not copied. The buffer is reused for
   // parameters by apply: zero the gradients after reading param(i).
   Tensor grad_view(size_t i, std::vector<int64_t> shape) const { return flat_.slice(L_.offset[i], std::move(shape)); }
-  // fp32: tensor i's value as a view of the flat parameter buffer (the master weights, the
-  // whole tensor loaded by load), which apply updates in place; 16-bit: undefined.
-  Tensor value_view(size_t i, std::vector<int64_t> shape) const {
-    if (!pflat_.defined()) return Tensor();
-    return pflat_.slice(L_.offset[i], std::move(shape));
+  // Tensor i's value (numel elements, the compute dtype) as a view of the flat parameter
+  // buffer: fp32 the master weights, 16-bit their rounding, loaded by load and kept up to date
+  // by apply (AdamW in place, the all-gather for the rest; no copy out).
+  Tensor value_view(size_t i, std::vector<int64_t> shape) const { return vals_.slice(L_.offset[i], std::move(shape)); }
+  // Whether t is tensor i's value_view (its storage is that of the flat parameter buffer).
+  bool is_value_view(size_t i, const Tensor& t) const {
+    return t.defined() && t.dtype() == compute_ &&
+           t.raw() == static_cast<const char*>(vals_.raw()) + L_.offset[i] * (int64_t)dtype_size(compute_);
   }
   // Overlap: the DP reduce-scatter in buckets of about bucket_elems elements
   // (plan_grad_buckets) on a communication thread. Nothing with DP = 1, bucket_elems <= 0 or
@@ -153,7 +163,7 @@ class Zero1 {
   void apply(const Zero1Decision& d);
   // Tensor i's parameters (numel fp32 values of the compute dtype) after an apply that did
   // not skip; undefined before.
-  const float* param(size_t i) const { return (pflat_.defined() ? pflat_ : flat_).data() + L_.offset[i]; }
+  const float* param(size_t i) const { return (compute_ == DType::f32 ? vals_ : flat_).data() + L_.offset[i]; }
   // Copies param(i) to dst (numel fp32 values), over the caller's thread budget; nothing
   // when dst is param(i) (a value_view).
   void copy_param(size_t i, float* dst) const {
@@ -161,14 +171,15 @@ class Zero1 {
   }
 
   // The owned part of tensor i for a snapshot: fn(offset inside the tensor, count, master,
-  // adam_m, adam_v), each pointing at `count` fp32 values; not called when this rank owns
-  // none of it.
+  // adam_m, adam_v), each pointing at `count` fp32 values (bf16: the master joined from its
+  // split form into a temporary); not called when this rank owns none of it.
   template <class F>
   void for_owned(size_t i, F fn) const {
     auto [a, b] = L_.overlap(i, d_);
     if (a >= b) return;
     const int64_t j = a - lo_;
-    fn(a - L_.offset[i], b - a, master() + j, m_.data() + j, v_.data() + j);
+    std::vector<float> joined;
+    fn(a - L_.offset[i], b - a, master_at(j, b - a, joined), m_.data() + j, v_.data() + j);
   }
 
   // DP communication of the last step (tracing, make bench): kind 'C' a reduce-scatter (of
@@ -189,8 +200,13 @@ class Zero1 {
   const DynamicLossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
   // Continues from a snapshot's counters (the scaler's only in fp16).
   void restore_counters(int64_t updates, double loss_scale, int growth_tracker, int hysteresis_tracker);
-  // Bytes of optimizer state and buffers this object holds.
+  // Bytes of parameters, gradients and optimizer state this object holds (with the model's
+  // values and gradients as its views, that is all of them): the buffers' sizes plus the
+  // bf16 tie list.
   size_t bytes() const;
+  // The same from the sizes alone, without the tie list (a few bytes): N parameters over DP
+  // ranks in the compute dtype, per rank. Pure arithmetic (the log, the planner's memory).
+  static size_t state_bytes(int64_t N, int DP, DType compute);
 
  private:
   std::vector<Zero1Tensor> t_;
@@ -201,13 +217,18 @@ class Zero1 {
   int d_ = 0;
   Zero1Layout L_;
   int64_t lo_ = 0;  // first flat element of this rank's shard (d * S)
-  float* master() { return pflat_.defined() ? pflat_.data() + lo_ : master_.data(); }
-  const float* master() const { return pflat_.defined() ? pflat_.data() + lo_ : master_.data(); }
+  // Rank d's fp32 master shard elements [j, j + n): fp32 and fp16 a pointer into the shard;
+  // bf16 joined into `tmp` (kernels/cpu/master_split.h).
+  const float* master_at(int64_t j, int64_t n, std::vector<float>& tmp) const;
   // Tensors (core/tensor.h): the device allocator's 64-byte aligned, counted memory, so the
-  // model's views (gradients, fp32 values) are aligned as its own tensors were.
-  Tensor flat_;              // DP*S: gradients in (reduced in place), 16-bit parameters out
-  Tensor pflat_;             // fp32 only, DP*S: parameters; its slice [lo_, lo_+S) the master shard
-  Tensor master_, m_, v_;    // S each: this rank's shard (master_: 16-bit only)
+  // model's views (gradients, values) are aligned as its own tensors were.
+  Tensor flat_;              // DP*S fp32: gradients in (reduced in place), 16-bit parameters out
+  Tensor vals_;              // DP*S in the compute dtype: the values; its slice [lo_, lo_+S) the
+                             // master shard (fp32) or its bf16 high half
+  Tensor master_;            // fp16 only, S fp32: the master shard
+  Tensor res_;               // bf16 only, S 16-bit residual codes of the master shard
+  std::vector<int64_t> ties_;  // bf16 only: shard elements whose code is a tie below (sorted)
+  Tensor m_, v_;             // S fp32 each: this rank's AdamW moments
   std::optional<DynamicLossScaler> scaler_;
   int64_t updates_ = 0;
   // Overlap (enable_buckets). mu_ guards ready_, pending_, next_, found_inf_ and spans_.
@@ -221,6 +242,10 @@ class Zero1 {
   std::vector<CommSpan> spans_;
   std::unique_ptr<CommThread> comm_;
   void update_tensor(size_t i, const Zero1Decision& d);  // AdamW on this rank's part of tensor i
+  // bf16: the tie list's entries in shard elements [j0, j1), relative to j0; and replacing
+  // them by `local` (relative to j0, sorted).
+  std::vector<int64_t> ties_in(int64_t j0, int64_t j1) const;
+  void replace_ties(int64_t j0, int64_t j1, const std::vector<int64_t>& local);
   void mark_ready_locked(size_t i);
   void launch_locked(size_t b);               // posts bucket b's reduce-scatter to comm_
   void reset_buckets_locked();

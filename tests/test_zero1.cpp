@@ -288,3 +288,35 @@ TEST_CASE("ZeRO-1: found-inf on one rank skips the step on every rank", "[optimi
   CHECK(first.skipped == std::vector<bool>{true, false});
   CHECK(first.updates == 1);
 }
+
+TEST_CASE("ZeRO-1 memory: bf16 holds no more than fp32; the values are views kept up to date",
+          "[optimizer][zero1]") {
+  // bf16's master held split (kernels/cpu/master_split.h) reproduces the fp32 run's masters
+  Run f32 = run(2, 3, DType::f32, 1.0), b16 = run(2, 3, DType::bf16, 1.0);
+  CHECK(same_bits(f32.master, b16.master));
+  CHECK(same_bits(f32.m, b16.m));
+  for (int DP : {1, 2, 3}) {
+    INFO("DP=" << DP);
+    const int64_t N = 1000003;
+    const size_t f = Zero1::state_bytes(N, DP, DType::f32), b = Zero1::state_bytes(N, DP, DType::bf16),
+                 h = Zero1::state_bytes(N, DP, DType::f16);
+    CHECK(b <= f);
+    const size_t S = (size_t)((N + DP - 1) / DP), full = S * DP;
+    CHECK(f == full * 8 + S * 8);           // values (= master) and gradients; m, v
+    CHECK(b == full * 6 + S * 10);          // 16-bit values, fp32 gradients; residual, m, v
+    CHECK(h == full * 6 + S * 12);          // 16-bit values, fp32 gradients; master, m, v
+  }
+  auto comms = make_local_group(1, "zero1 bytes");
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    Zero1 z(tensors(), comms[0], OptimConfig{}, dt, LossScalerConfig{}, 10.0);
+    std::vector<float> w(kSizes[2], 0.5f);
+    z.load(2, w.data(), nullptr, nullptr);
+    INFO("dtype " << (int)dt);
+    CHECK(z.bytes() == Zero1::state_bytes(32, 1, dt));  // 0.5: no tie, nothing else allocated
+    Tensor view = z.value_view(2, {kSizes[2]});
+    CHECK(view.dtype() == dt);
+    CHECK(z.is_value_view(2, view));
+    CHECK(!z.is_value_view(1, view));
+    CHECK(view.at(3) == 0.5f);
+  }
+}
