@@ -289,7 +289,7 @@ TEST_CASE("ZeRO-1: found-inf on one rank skips the step on every rank", "[optimi
   CHECK(first.updates == 1);
 }
 
-TEST_CASE("ZeRO-1 memory: bf16 holds no more than fp32; the values are views kept up to date",
+TEST_CASE("ZeRO-1 memory: bf16 holds no more than fp32, the values are views kept up to date",
           "[optimizer][zero1]") {
   // bf16's master held split (kernels/cpu/master_split.h) reproduces the fp32 run's masters
   Run f32 = run(2, 3, DType::f32, 1.0), b16 = run(2, 3, DType::bf16, 1.0);
