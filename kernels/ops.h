@@ -81,6 +81,64 @@ void embedding_forward(float* out, const int32_t* tokens, const Tensor& wte_l, i
 // out (rows,C) += wpe (maxT,C, any dtype)[(row0 + i) mod T] for row i.
 void add_positional(float* out, const Tensor& wpe, int64_t rows, int T, int C, int64_t row0);
 
+// embedding_forward's backward: dwte_l (Vl,C, fp32 gradient of this rank's vocabulary rows
+// [lo, lo+Vl)) += the rows of dout (B*T,C fp32) whose token (tokens (B*T)) is one of them.
+// Errors: dwte_l not an f32 (Vl,C) CPU tensor; B, T or C < 1; lo < 0; a null dout/tokens.
+void embedding_backward(Tensor& dwte_l, const float* dout, const int32_t* tokens, int lo, int B, int T, int C);
+// add_positional's backward: dwpe (maxT,C, fp32 gradient, maxT >= T) [(row0 + i) mod T] +=
+// row i of dout (rows,C fp32). Errors: dwpe not f32 (>= T, C) on the CPU; rows < 0, T or
+// C < 1, row0 < 0; a null dout with rows > 0.
+void positional_backward(Tensor& dwpe, const float* dout, int64_t rows, int T, int C, int64_t row0);
+
+// ---- vocab-parallel cross-entropy pieces (kernels/cpu/vocab_parallel.cpp) ----------------
+// The three kernels of model/layers.h's vocab_parallel_cross_entropy, between whose calls
+// the caller reduces the per-row values over its TP group. logits (BT,Vl) fp32 buffer of
+// this rank's vocabulary columns [lo, lo+Vl), of which the first Vvalid are real; targets
+// (BT) in [0,V) or -1 (ignored row). The per-row tensors (rowmax, rowsum, tlogit, gmax,
+// gsum, gtlogit) are f32 CPU tensors of BT elements. Errors (all three): BT < 0, Vl < 1,
+// Vvalid outside [0,Vl], lo < 0, a null logits buffer (or targets, where read), a per-row
+// tensor that is not f32 of BT elements on the CPU.
+// rowmax (BT) = the max of each row's Vvalid real logits (-inf when Vvalid = 0).
+void ce_vp_max(Tensor& rowmax, const float* logits, int64_t BT, int Vl, int Vvalid);
+// rowsum (BT) = sum of exp(logit - gmax) over the real columns (with keep_exp the logits
+// become those exponentials, in place); tlogit (BT) = the target's logit when it is one
+// of this rank's columns, else 0.
+void ce_vp_exp_sum(float* logits, Tensor& rowsum, Tensor& tlogit, const Tensor& gmax, const int32_t* targets, int lo,
+                   int64_t BT, int Vl, int Vvalid, bool keep_exp);
+// losses (BT) = log(gsum) + gmax - gtlogit (0 for an ignored row); with dloss != 0 the
+// logits (holding the exponentials) become dlogits = softmax * dloss, -dloss added at a
+// local target, 0 in padded columns and ignored rows. Returns the sum of the losses
+// (double, rows in order). Errors: as above, and a null losses buffer.
+double ce_vp_finish(float* logits, float* losses, const Tensor& gmax, const Tensor& gsum, const Tensor& gtlogit,
+                    const int32_t* targets, int lo, int64_t BT, int Vl, int Vvalid, float dloss);
+
+// ---- fp32 buffers and gradients: rounding, dropout, sums (kernels/cpu/) ------------------
+// x (n, fp32 buffer) rounded in place to the nearest value of dt, as round_ on a tensor
+// (f32: no-op). Errors: n < 0; a null x with n > 0.
+void round_(float* x, int64_t n, DType dt);
+// x (rows,C) *= the dropout mask of key k (kernels::dropout_apply: p = 0 leaves x as it
+// is; row i is global row k.row0 + i). The mask is its own backward. The first form takes
+// an fp32 buffer, the second an f32 tensor of exactly rows*C elements. Errors: rows < 0,
+// C < 1, k.p outside [0,1), k.T < 1, k.row0 < 0; a null x with rows > 0; a tensor that is
+// not f32 of rows*C elements on the CPU.
+void dropout_(float* x, int64_t rows, int C, const kernels::DropoutKey& k);
+void dropout_(Tensor& x, int64_t rows, int C, const kernels::DropoutKey& k);
+// acc += x, elementwise: acc an f32 tensor (a gradient), x of any dtype with acc's numel
+// (shapes may differ). The f32 case is kernels::accumulate. Errors: a dtype, numel or device
+// mismatch.
+void accumulate(Tensor& acc, const Tensor& x);
+// The sum of squares of x (f32, any shape) in double, in kernels::sum_squares' fixed chunk
+// order. Errors: x not an f32 CPU tensor.
+double sum_squares(const Tensor& x);
+// dst (any dtype, N elements) = src (N fp32 values) converted to dst's dtype (16-bit: round
+// to nearest even, as cast; f32: copied unless src is dst's own storage). Errors: dst
+// undefined or not on the CPU; a null src with N > 0.
+void cast(Tensor& dst, const float* src);
+// Rows [r0, r0 + rows) of dst (R,N; f32, bf16 or f16) = rows [0, rows) of src (S,N; f32),
+// converted as cast: a block of 16-bit rows stored from an fp32 scratch. Errors: not 2-D,
+// column counts that differ, src not f32, rows outside dst or src, off the CPU.
+void cast_rows(Tensor& dst, int64_t r0, const Tensor& src, int64_t rows);
+
 // ---- activations of any storage dtype (kernels/ops_act.cpp) -----------------------------
 // Each takes activation tensors of f32 or of a 16-bit dtype (numel as stated; shapes are
 // the caller's) and gives the bits of the fp32-buffer op above on the same values: an f32

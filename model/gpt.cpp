@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
 #include "kernels/ops.h"
 
 namespace troupe {
@@ -81,7 +80,7 @@ void Block::bias_dropout_add(Tensor& acc, const Param* bias, int site, const Ten
   if (dropout()) {  // residual dropout (the mask of the global rows)
     kernels::DropoutKey kd = drop->key(layer, site);
     kd.row0 = row0;
-    kernels::dropout_apply(acc.data(), R, C, kd);
+    ops::dropout_(acc, R, C, kd);
   }
   ops::accumulate(acc.data(), residual);
   ctx->round(acc.data(), R * C);
@@ -92,7 +91,7 @@ void Block::branch_grad(float* br, const float* dres, int site, int64_t R, int64
   if (!dropout()) return;
   kernels::DropoutKey kd = drop->key(layer, site);
   kd.row0 = row0;
-  kernels::dropout_apply(br, R, C, kd);
+  ops::dropout_(br, R, C, kd);
   ctx->round(br, R * C);
 }
 

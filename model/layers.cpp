@@ -6,12 +6,11 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
 #include "kernels/ops.h"
 
 namespace troupe {
 
-void TPContext::round(float* x, int64_t n) const { kernels::round_to(x, n, dt); }
+void TPContext::round(float* x, int64_t n) const { ops::round_(x, n, dt); }
 
 void gather_rows(Communicator* tp, const Tensor& rows, Tensor& full, double timeout_s) {
   const size_t n = (size_t)rows.numel();
@@ -60,11 +59,11 @@ void LayerNorm::backward_weights(const float* dout, const Tensor& x, const float
   if (!ctx->sp_on())
     return ops::layernorm_backward(nullptr, w->grad.data(), b->grad.data(), dout, x, w->value, mean, rstd, R, C);
   // partial sums over this rank's rows, summed over TP so every rank adds the same gradient
-  std::vector<float> lnw(2 * (size_t)C, 0.0f);
+  Tensor lnw({2 * (int64_t)C});  // zeros: [dweight | dbias]
   ops::layernorm_backward(nullptr, lnw.data(), lnw.data() + C, dout, x, w->value, mean, rstd, R, C);
   ctx->tp->all_reduce(lnw.data(), 2 * (size_t)C, ReduceOp::sum, ctx->timeout_s);
-  kernels::accumulate(w->grad.data(), lnw.data(), C);
-  kernels::accumulate(b->grad.data(), lnw.data() + C, C);
+  ops::accumulate(w->grad, lnw.slice(0, {C}));
+  ops::accumulate(b->grad, lnw.slice(C, {C}));
 }
 
 // ---- column-parallel linear ---------------------------------------------------------------
@@ -158,7 +157,7 @@ void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, int B, i
   if (drop && drop->active) {
     auto k = drop->key(-1, 0);  // embedding dropout
     k.row0 = row0;
-    kernels::dropout_apply(out, R, C, k);
+    ops::dropout_(out, R, C, k);
   }
   ctx->round(out, R * C);
 }
@@ -169,20 +168,20 @@ void VocabParallelEmbedding::backward_weights(float* dout, const int32_t* tokens
   if (drop && drop->active) {
     auto k = drop->key(-1, 0);
     k.row0 = row0;
-    kernels::dropout_apply(dout, R, C, k);
+    ops::dropout_(dout, R, C, k);
   }
   if (!ctx->sp_on()) {
-    kernels::embedding_vp_backward(wte->grad.data(), dout, tokens, cfg.vlo(), cfg.Vl(), B, T, C);
-    kernels::positional_backward(wpe->grad.data(), dout, B, T, C);
+    ops::embedding_backward(wte->grad, dout, tokens, cfg.vlo(), B, T, C);
+    ops::positional_backward(wpe->grad, dout, BT, T, C, 0);
     return;
   }
   Tensor dwpe(wpe->grad.shape());  // wpe: partial over this rank's rows, all-reduced
-  kernels::positional_backward_rows(dwpe.data(), dout, R, T, C, row0);
+  ops::positional_backward(dwpe, dout, R, T, C, row0);
   ctx->tp->all_reduce(dwpe.data(), (size_t)dwpe.numel(), ReduceOp::sum, ctx->timeout_s);
-  kernels::accumulate(wpe->grad.data(), dwpe.data(), dwpe.numel());
+  ops::accumulate(wpe->grad, dwpe);
   float* full = scratch(tl_partial, BT * C).data();  // wte rows need every token
   ctx->tp->all_gather(dout, full, (size_t)(R * C), ctx->timeout_s);
-  kernels::embedding_vp_backward(wte->grad.data(), full, tokens, cfg.vlo(), cfg.Vl(), B, T, C);
+  ops::embedding_backward(wte->grad, full, tokens, cfg.vlo(), B, T, C);
 }
 
 // ---- LM head and vocab-parallel cross-entropy ---------------------------------------------
@@ -193,15 +192,16 @@ double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64
     TROUPE_CHECK(targets[i] >= -1 && targets[i] < cfg.V)
         << "target id " << targets[i] << " outside [0," << cfg.V << ") (or -1 for an ignored position)";
   const bool multi = tp && tp->size() > 1;
-  std::vector<float> gmax(BT), red(2 * BT), own(losses_out ? 0 : BT);
+  std::vector<float> own(losses_out ? 0 : BT);
   float* losses = losses_out ? losses_out : own.data();
-  kernels::ce_vp_max(gmax.data(), logits, BT, cfg.Vl(), cfg.Vvalid());
+  // the row max, then [sum of exponentials | target logit] in one buffer: one all-reduce
+  Tensor gmax({BT}), red({2 * BT});
+  Tensor rowsum = red.slice(0, {BT}), tlogit = red.slice(BT, {BT});
+  ops::ce_vp_max(gmax, logits, BT, cfg.Vl(), cfg.Vvalid());
   if (multi) tp->all_reduce(gmax.data(), (size_t)BT, ReduceOp::max, timeout_s);
-  kernels::ce_vp_exp_sum(logits, red.data(), red.data() + BT, gmax.data(), targets, cfg.vlo(), BT, cfg.Vl(),
-                         cfg.Vvalid(), dloss != 0.0f);
+  ops::ce_vp_exp_sum(logits, rowsum, tlogit, gmax, targets, cfg.vlo(), BT, cfg.Vl(), cfg.Vvalid(), dloss != 0.0f);
   if (multi) tp->all_reduce(red.data(), (size_t)(2 * BT), ReduceOp::sum, timeout_s);
-  return kernels::ce_vp_finish(logits, losses, gmax.data(), red.data(), red.data() + BT, targets, cfg.vlo(), BT,
-                               cfg.Vl(), cfg.Vvalid(), dloss);
+  return ops::ce_vp_finish(logits, losses, gmax, rowsum, tlogit, targets, cfg.vlo(), BT, cfg.Vl(), cfg.Vvalid(), dloss);
 }
 
 double ParallelLMHead::forward(const Tensor& x, Tensor& x_full, const int32_t* targets, int64_t BT, Tensor& dlogits,
@@ -231,7 +231,7 @@ double ParallelLMHead::forward(const Tensor& x, Tensor& x_full, const int32_t* t
     ops::linear_forward_rows(lg, xf, r0, rows, proj.w->value, proj.in(), Vl, c.dt);
     vocab_parallel_cross_entropy(lg, targets + r0, rows, cfg, c.tp, keep ? dloss : 0.0f, c.timeout_s,
                                  losses.data() + r0);
-    if (keep) kernels::pack16(dlogits.data16() + r0 * Vl, lg, rows * Vl, c.dt);  // dlogits, rounded to dt
+    if (keep) ops::cast_rows(dlogits, r0, scratch_rows, rows);  // dlogits, rounded to dt
   }
   double total = 0.0;  // the rows in order, as one call sums them
   for (int64_t i = 0; i < BT; ++i) total += losses[i];

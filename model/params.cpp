@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 namespace troupe {
 
@@ -149,11 +149,7 @@ Tensor assemble(const std::vector<Tensor>& parts, const ParamSpec& sp, const GPT
 void set_compute_copy(Param& p, const float* from, DType dt) {
   const std::vector<int64_t> shape = p.value.defined() ? p.value.shape() : p.grad.shape();
   if (!p.value.defined() || p.value.dtype() != dt) p.value = Tensor(shape, dt);
-  if (dt == DType::f32) {
-    if (p.value.data() != from) std::memcpy(p.value.data(), from, p.value.nbytes());
-  } else {  // rounded to nearest even, straight into the 16-bit storage
-    kernels::pack16(p.value.data16(), from, p.value.numel(), dt);
-  }
+  ops::cast(p.value, from);  // 16-bit: rounded to nearest even, straight into the storage
 }
 
 }  // namespace troupe

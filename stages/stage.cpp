@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
 #include "kernels/ops.h"
 
 namespace troupe {
@@ -367,13 +366,13 @@ void Stage::tie_grads(const Tensor& other) {
   TROUPE_CHECK(wte_ && other.numel() == wte_->grad.numel());
   const int64_t n = other.numel();
   if (first()) {
-    kernels::accumulate(wte_->grad.data(), other.data(), n);  // embed + head
+    ops::accumulate(wte_->grad, other);  // embed + head
     if (last() && P_ == 1) return;
   }
   if (last() && !first()) {
     // head + embed: IEEE addition is commutative, so these are the first stage's bits.
     std::memcpy(wte_->grad.data(), head_grad_.data(), n * sizeof(float));
-    kernels::accumulate(wte_->grad.data(), other.data(), n);
+    ops::accumulate(wte_->grad, other);
   }
 }
 
@@ -382,7 +381,7 @@ std::vector<std::pair<int, double>> Stage::grad_sumsq() const {
   for (auto& p : params_) {
     if (p.name == "wte" && !first()) continue;  // counted once, by the first stage
     if (p.shard == Shard::replicated && cfg_.tp_rank != 0) continue;  // replicated: counted once, by TP rank 0
-    out.emplace_back(p.index * kMaxTP + cfg_.tp_rank, kernels::sum_squares(p.grad.data(), p.grad.numel()));
+    out.emplace_back(p.index * kMaxTP + cfg_.tp_rank, ops::sum_squares(p.grad));
   }
   return out;
 }
