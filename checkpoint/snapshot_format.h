@@ -1,5 +1,5 @@
 // checkpoint/snapshot_format.h — the bytes of a snapshot on disk (checkpoint/snapshot.h),
-// shared by its writer (snapshot.cpp) and its reader (snapshot_read.cpp). Internal to
+// shared by its writer (snapshot_write.cpp) and its reader (snapshot.cpp). Internal to
 // checkpoint/: nothing outside it includes this.
 #pragma once
 #include <cstddef>
