@@ -13,9 +13,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
+#include "checkpoint/snapshot_format.h"
 #include "core/error.h"
 #include "model/gpt.h"
 #include "schemas/snapshot.capnp.h"
@@ -23,12 +23,8 @@
 namespace fs = std::filesystem;
 
 namespace troupe {
-namespace {
 
-constexpr char kShardMagic[8] = {'T', 'R', 'P', 'S', 'H', 'R', 'D', '1'};
-constexpr uint32_t kFormat = 1;
-constexpr const char* kManifest = "manifest.capnp";
-constexpr char kManifestTrailer[8] = {'T', 'R', 'P', 'M', 'A', 'N', 'I', '1'};  // + u32 crc32 of the message
+namespace snapshot_format {
 
 uint32_t crc(uint32_t c, const void* p, size_t n) {
   const auto* b = static_cast<const Bytef*>(p);
@@ -43,59 +39,22 @@ uint32_t crc(uint32_t c, const void* p, size_t n) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// A file written through a descriptor, with a running crc32; every failure names the path.
-class Out {
- public:
-  explicit Out(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("cannot create " + path + ": " + errno_text());
+const char* shard_kind_name(Shard s) {
+  switch (s) {
+    case Shard::replicated: return "replicated";
+    case Shard::rows: return "rows";
+    case Shard::cols: return "cols";
+    case Shard::qkv_rows: return "qkv_rows";
+    case Shard::vocab_rows: return "vocab_rows";
   }
-  ~Out() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void put(const void* p, size_t n) { put_crc(p, n, crc(0, p, n)); }
-  // The same, for bytes whose crc32 is already known (folded in with crc32_combine).
-  void put_crc(const void* p, size_t n, uint32_t c32) {
-    crc_ = (uint32_t)crc32_combine(crc_, c32, (z_off_t)n);
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd_, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw Error("cannot write " + path_ + ": " + errno_text());
-      c += w;
-      n -= (size_t)w;
-      bytes_ += (uint64_t)w;
-    }
-  }
-  template <class T>
-  void pod(const T& v) {
-    put(&v, sizeof v);
-  }
-  void finish() {  // fsync + close
-    if (::fsync(fd_) != 0) throw Error("cannot fsync " + path_ + ": " + errno_text());
-    if (::close(fd_) != 0) {
-      fd_ = -1;
-      throw Error("cannot close " + path_ + ": " + errno_text());
-    }
-    fd_ = -1;
-  }
-  uint64_t bytes() const { return bytes_; }
-  uint32_t crc32() const { return crc_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t bytes_ = 0;
-  uint32_t crc_ = 0;
-};
-
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open directory " + dir + ": " + errno_text());
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw Error("cannot fsync directory " + dir + ": " + errno_text());
+  return "?";
 }
+
+}  // namespace snapshot_format
+
+using namespace snapshot_format;
+
+namespace {
 
 std::vector<char> read_all(const std::string& path) {
   std::vector<char> buf;
@@ -137,17 +96,6 @@ struct In {
   }
 };
 
-const char* shard_kind_name(Shard s) {
-  switch (s) {
-    case Shard::replicated: return "replicated";
-    case Shard::rows: return "rows";
-    case Shard::cols: return "cols";
-    case Shard::qkv_rows: return "qkv_rows";
-    case Shard::vocab_rows: return "vocab_rows";
-  }
-  return "?";
-}
-
 const char* field_name(StateField f) {
   switch (f) {
     case StateField::value: return "value";
@@ -157,7 +105,6 @@ const char* field_name(StateField f) {
   }
   return "?";
 }
-
 
 // Pieces of local tensors: (name, field, tp) -> buffer + coverage.
 struct Local {
@@ -199,6 +146,156 @@ void reassemble(TrainState& st, Locals& locals, const std::vector<ParamSpec>& sp
   }
 }
 
+// What a snapshot's manifest records besides the counters that go into TrainState.
+struct Manifest {
+  std::vector<FileEntry> files;  // the shard files and tokenizer.model, with size and crc32
+  int TP = 1;                    // the TP degree it was saved with
+  std::string precision;
+  std::map<std::string, std::pair<std::vector<int64_t>, std::string>> tinfo;  // tensor -> shape, sharding name
+};
+
+// The config: every key that shapes the model, the data or the numerics must match; only
+// the keys resume_may_differ names may. SnapshotMismatch naming the first key that differs.
+void check_resume_config(const std::string& dir, const Config& cfg, const Config& saved) {
+  auto mine = cfg.key_values(), theirs = saved.key_values();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (resume_may_differ(mine[i].first) || mine[i].second == theirs[i].second) continue;
+    throw SnapshotMismatch(fmt::format(
+        "snapshot {} was saved with {} = {} but this run has {}; resume with the same value (only parallel.*, "
+        "train.steps, checkpoint.*, fault.* and run options such as train.threads may differ)",
+        dir, mine[i].first, theirs[i].second, mine[i].second));
+  }
+}
+
+// Decodes the manifest message `mbytes` of snapshot `dir`: its step, AdamW updates,
+// loss-scaler state and tokenizer hash go into st, the rest comes back. UserError when it
+// is damaged or of another format; SnapshotMismatch when its config is another run's.
+Manifest decode_manifest(const std::string& dir, const std::vector<char>& mbytes, const Config& cfg, TrainState& st) {
+  const std::string mpath = dir + "/" + kManifest;
+  Manifest mf;
+  try {
+    TROUPE_USER_CHECK(mbytes.size() % sizeof(capnp::word) == 0 && !mbytes.empty())
+        << "snapshot manifest " << mpath << " is damaged (size " << mbytes.size() << " bytes); use another snapshot";
+    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(mbytes.data()),
+                                          mbytes.size() / sizeof(capnp::word));
+    capnp::ReaderOptions opts;
+    opts.traversalLimitInWords = 1ull << 28;
+    capnp::FlatArrayMessageReader reader(words, opts);
+    auto m = reader.getRoot<schema::Manifest>();
+    TROUPE_USER_CHECK(m.getFormatVersion() == kFormat)
+        << "snapshot manifest " << mpath << " has format " << m.getFormatVersion() << ", this troupe reads format "
+        << kFormat;
+    st.step = m.getStep();
+    st.updates = m.getUpdates();
+    TROUPE_USER_CHECK(st.step >= 1 && st.updates >= 0 && st.updates <= st.step && m.getDataPosition() == st.step + 1)
+        << "snapshot manifest " << mpath << " is damaged (step " << st.step << ", updates " << st.updates << ")";
+    const std::string base = fs::path(dir).lexically_normal().filename().string();
+    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || base == snapshot_name(st.step))
+        << "snapshot " << dir << " holds step " << st.step << ", not the step its name says; use another snapshot";
+    st.loss_scale = m.getLossScaler().getScale();
+    st.growth_tracker = m.getLossScaler().getGrowthTracker();
+    st.hysteresis_tracker = m.getLossScaler().getHysteresisTracker();
+    mf.TP = m.getLayout().getTp();
+    TROUPE_USER_CHECK(mf.TP >= 1 && mf.TP <= 1024)
+        << "snapshot manifest " << mpath << " is damaged (TP = " << mf.TP << ")";
+    mf.precision = m.getPrecision();
+    st.tokenizer_hash = m.getTokenizerHash();
+    check_resume_config(dir, cfg, Config::parse(m.getConfig(), mpath));
+    for (auto f : m.getFiles()) mf.files.push_back({f.getName(), f.getBytes(), f.getCrc32()});
+    for (auto t : m.getTensors()) {
+      std::vector<int64_t> shape;
+      for (auto d : t.getShape()) shape.push_back(d);
+      mf.tinfo[t.getName()] = {shape, t.getShard()};
+    }
+  } catch (const kj::Exception& e) {
+    throw UserError("snapshot manifest " + mpath + " is damaged (" + std::string(e.getDescription().cStr()) +
+                    "); use another snapshot");
+  }
+  return mf;
+}
+
+// UserError unless the manifest's tensors are exactly `specs`: the same names, shapes and sharding.
+void check_same_model(const std::string& dir, const Manifest& mf, const std::vector<ParamSpec>& specs) {
+  const auto& tinfo = mf.tinfo;
+  for (auto& sp : specs) {
+    auto it = tinfo.find(sp.name);
+    TROUPE_USER_CHECK(it != tinfo.end() && it->second.first == sp.shape && it->second.second == shard_kind_name(sp.shard))
+        << "snapshot " << dir << " holds another model: tensor " << sp.name
+        << (it == tinfo.end() ? " is missing" : " has another shape or sharding") << " (from " << kManifest << ")";
+  }
+  TROUPE_USER_CHECK(tinfo.size() == specs.size())
+      << "snapshot " << dir << " holds another model: " << tinfo.size() << " tensors, this model has " << specs.size();
+}
+
+// The bytes of the file `f` the manifest lists, at `path` in snapshot `dir`, after checking
+// its name, its size and its crc32 against the manifest's. UserError naming the file.
+std::vector<char> read_listed_file(const std::string& dir, const std::string& path, const FileEntry& f) {
+  const std::string mpath = dir + "/" + kManifest;
+  TROUPE_USER_CHECK(f.name.find('/') == std::string::npos &&
+                    (f.name.rfind("shard-", 0) == 0 || f.name == "tokenizer.model"))
+      << "snapshot manifest " << mpath << " names an unexpected file '" << f.name << "'";
+  TROUPE_USER_CHECK(fs::is_regular_file(path)) << "snapshot " << dir << " is missing its shard file " << f.name
+                                               << "; use another snapshot";
+  const uint64_t size = fs::file_size(path);
+  TROUPE_USER_CHECK(size == f.bytes) << "snapshot shard " << path << " has " << size << " bytes, the manifest says "
+                                     << f.bytes << " (truncated or replaced); use another snapshot";
+  auto buf = read_all(path);
+  TROUPE_USER_CHECK(crc(0, buf.data(), buf.size()) == f.crc32)
+      << "snapshot shard " << path << " fails its checksum (the data is damaged); use another snapshot";
+  return buf;
+}
+
+// The records of the shard file `buf` (read from `path`) into `locals`: each one a piece of
+// a local tensor of `specs` (by `spec_index`) at a TP rank below TP, in range, with its
+// crc32, covering no element twice. UserError naming the file and what is wrong.
+void read_shard(const std::vector<char>& buf, const std::string& path, const std::vector<ParamSpec>& specs,
+                const std::map<std::string, int>& spec_index, const GPTConfig& g_saved, int TP, Locals& locals) {
+  In in{buf.data(), buf.size(), 0, path};
+  in.need(8, "the magic");
+  TROUPE_USER_CHECK(std::memcmp(buf.data(), kShardMagic, 8) == 0) << "snapshot shard " << path << " is not a troupe shard";
+  in.at = 8;
+  TROUPE_USER_CHECK(in.pod<uint32_t>("the format") == kFormat) << "snapshot shard " << path << " has another format";
+  in.pod<int32_t>("dp");
+  in.pod<int32_t>("pp");
+  in.pod<int32_t>("tp");
+  const uint64_t nrec = in.pod<uint64_t>("the record count");
+  for (uint64_t r = 0; r < nrec; ++r) {
+    const uint32_t nlen = in.pod<uint32_t>("a name length");
+    in.need(nlen, "a name");
+    std::string name(buf.data() + in.at, nlen);
+    in.at += nlen;
+    const uint8_t field = in.pod<uint8_t>("a field");
+    const int32_t tp = in.pod<int32_t>("a TP rank");
+    const int64_t offset = in.pod<int64_t>("an offset"), local = in.pod<int64_t>("a size"),
+                  count = in.pod<int64_t>("a count");
+    const uint32_t dcrc = in.pod<uint32_t>("a checksum");
+    auto si = spec_index.find(name);
+    TROUPE_USER_CHECK(si != spec_index.end() && field <= 3 && tp >= 0 && tp < TP)
+        << "snapshot shard " << path << " holds an unexpected record (" << name << ", field " << (int)field << ", tp "
+        << tp << ")";
+    GPTConfig gt = g_saved;
+    gt.tp_rank = tp;
+    int64_t want = 1;
+    for (auto d : local_shape(specs[si->second], gt)) want *= d;
+    TROUPE_USER_CHECK(local == want && offset >= 0 && count >= 0 && offset <= local && count <= local - offset)
+        << "snapshot shard " << path << ": record " << name << " has a bad range [" << offset << ", +" << count
+        << ") of " << local << " (expected " << want << " elements)";
+    in.need((size_t)count * sizeof(float), "tensor data");
+    TROUPE_USER_CHECK(crc(0, buf.data() + in.at, (size_t)count * sizeof(float)) == dcrc)
+        << "snapshot shard " << path << ": tensor " << name << " (" << field_name((StateField)field)
+        << ") fails its checksum; use another snapshot";
+    auto& L = locals[{name, (int)field, tp}];
+    if (L.data.empty()) L.data.assign((size_t)local, 0.0f), L.covered.assign((size_t)local, 0);
+    std::memcpy(L.data.data() + offset, buf.data() + in.at, (size_t)count * sizeof(float));
+    for (int64_t i = offset; i < offset + count; ++i) {
+      TROUPE_USER_CHECK(!L.covered[i]) << "snapshot shard " << path << ": tensor " << name << " written twice";
+      L.covered[i] = 1;
+    }
+    in.at += (size_t)count * sizeof(float);
+  }
+  TROUPE_USER_CHECK(in.at == in.n) << "snapshot shard " << path << " has trailing bytes";
+}
+
 }  // namespace
 
 std::string snapshot_name(int64_t step) { return fmt::format("step-{:08d}", step); }
@@ -212,114 +309,6 @@ bool resume_may_differ(const std::string& key) {
   };
   return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("fault.", 0) == 0 ||
          run_options.count(key) > 0;
-}
-
-FileEntry write_tokenizer_copy(const std::string& dir, const std::string& tokenizer_path) {
-  std::ifstream in(tokenizer_path, std::ios::binary);
-  if (!in) throw Error("cannot read the tokenizer " + tokenizer_path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  FileEntry e;
-  e.name = "tokenizer.model";
-  Out o(dir + "/" + e.name);
-  o.put(bytes.data(), bytes.size());
-  o.finish();
-  e.bytes = o.bytes();
-  e.crc32 = o.crc32();
-  return e;
-}
-
-FileEntry write_shard_file(const std::string& dir, const ShardData& s) {
-  FileEntry e;
-  e.name = shard_file_name(s.dp, s.pp, s.tp);
-  Out o(dir + "/" + e.name);
-  o.put(kShardMagic, 8);
-  o.pod(kFormat);
-  o.pod((int32_t)s.dp);
-  o.pod((int32_t)s.pp);
-  o.pod((int32_t)s.tp);
-  o.pod((uint64_t)s.records.size());
-  for (const auto& r : s.records) {
-    o.pod((uint32_t)r.name.size());
-    o.put(r.name.data(), r.name.size());
-    o.pod((uint8_t)r.field);
-    o.pod(r.tp);
-    o.pod(r.offset);
-    o.pod(r.local_numel);
-    o.pod((int64_t)r.data.size());
-    const uint32_t dcrc = crc(0, r.data.data(), r.data.size() * sizeof(float));
-    o.pod(dcrc);
-    o.put_crc(r.data.data(), r.data.size() * sizeof(float), dcrc);  // one crc pass over the data
-  }
-  o.finish();
-  e.bytes = o.bytes();
-  e.crc32 = o.crc32();
-  return e;
-}
-
-void write_manifest(const std::string& dir, const ManifestInfo& info, const std::vector<FileEntry>& files) {
-  capnp::MallocMessageBuilder msg;
-  auto m = msg.initRoot<schema::Manifest>();
-  m.setFormatVersion(kFormat);
-  m.setStep(info.step);
-  m.setUpdates(info.updates);
-  m.setConfig(info.config_toml);
-  auto l = m.initLayout();
-  l.setTp(info.tp);
-  l.setPp(info.pp);
-  l.setDp(info.dp);
-  l.setChunks(info.chunks);
-  m.setPrecision(info.precision);
-  auto ls = m.initLossScaler();
-  ls.setScale(info.loss_scale);
-  ls.setGrowthTracker(info.growth_tracker);
-  ls.setHysteresisTracker(info.hysteresis_tracker);
-  m.setTokenizerHash(info.tokenizer_hash);
-  m.setVersions(fmt::format("troupe 0.1.0; capnp {}.{}.{}; format {}", CAPNP_VERSION_MAJOR, CAPNP_VERSION_MINOR,
-                            CAPNP_VERSION_MICRO, kFormat));
-  m.setDataPosition(info.step + 1);
-  Config cfg = Config::parse(info.config_toml, "the snapshot's config");
-  m.setRngState(fmt::format("seed {} (dropout masks and batches are keyed by seed, step and position)", cfg.train.seed));
-  const GPTConfig g = GPTConfig::from(cfg.model);
-  auto specs = gpt_param_specs(g);
-  auto ts = m.initTensors((unsigned)specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    ts[i].setName(specs[i].name);
-    auto sh = ts[i].initShape((unsigned)specs[i].shape.size());
-    for (size_t d = 0; d < specs[i].shape.size(); ++d) sh.set((unsigned)d, specs[i].shape[d]);
-    ts[i].setShard(shard_kind_name(specs[i].shard));
-  }
-  auto fl = m.initFiles((unsigned)files.size());
-  for (size_t i = 0; i < files.size(); ++i) {
-    fl[i].setName(files[i].name);
-    fl[i].setBytes(files[i].bytes);
-    fl[i].setCrc32(files[i].crc32);
-  }
-  const std::string tmp = dir + "/" + kManifest + ".tmp", final_path = dir + "/" + kManifest;
-  {
-    Out o(tmp);
-    auto words = capnp::messageToFlatArray(msg);
-    auto bytes = words.asBytes();
-    o.put(bytes.begin(), bytes.size());
-    const uint32_t mcrc = crc(0, bytes.begin(), bytes.size());
-    o.put(kManifestTrailer, 8);  // the manifest checks itself: magic + crc32 of the message
-    o.pod(mcrc);
-    o.finish();
-  }
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0)
-    throw Error("cannot rename " + tmp + " to " + final_path + ": " + errno_text());
-  fsync_dir(dir);
-}
-
-void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir) {
-  std::error_code ec;
-  if (fs::exists(final_dir, ec)) {
-    fs::remove(fs::path(final_dir) / kManifest, ec);
-    fs::remove_all(final_dir, ec);
-    if (ec) throw Error("cannot replace " + final_dir + ": " + ec.message());
-  }
-  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
-    throw Error("cannot rename " + tmp_dir + " to " + final_dir + ": " + errno_text());
-  fsync_dir(fs::path(final_dir).parent_path().string());
 }
 
 std::vector<char> read_manifest(const std::string& dir) {
@@ -380,135 +369,25 @@ std::vector<char> read_manifest(const std::string& dir) {
 }
 
 TrainState load_snapshot(const std::string& dir, const Config& cfg) {
-  const std::string mpath = dir + "/" + kManifest;
   auto mbytes = read_manifest(dir);
   TrainState st;
   st.dir = dir;
-  std::vector<FileEntry> files;
-  int TP = 1;
-  std::string precision;
-  std::map<std::string, std::pair<std::vector<int64_t>, std::string>> tinfo;
-  try {
-    TROUPE_USER_CHECK(mbytes.size() % sizeof(capnp::word) == 0 && !mbytes.empty())
-        << "snapshot manifest " << mpath << " is damaged (size " << mbytes.size() << " bytes); use another snapshot";
-    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(mbytes.data()),
-                                          mbytes.size() / sizeof(capnp::word));
-    capnp::ReaderOptions opts;
-    opts.traversalLimitInWords = 1ull << 28;
-    capnp::FlatArrayMessageReader reader(words, opts);
-    auto m = reader.getRoot<schema::Manifest>();
-    TROUPE_USER_CHECK(m.getFormatVersion() == kFormat)
-        << "snapshot manifest " << mpath << " has format " << m.getFormatVersion() << ", this troupe reads format "
-        << kFormat;
-    st.step = m.getStep();
-    st.updates = m.getUpdates();
-    TROUPE_USER_CHECK(st.step >= 1 && st.updates >= 0 && st.updates <= st.step && m.getDataPosition() == st.step + 1)
-        << "snapshot manifest " << mpath << " is damaged (step " << st.step << ", updates " << st.updates << ")";
-    const std::string base = fs::path(dir).lexically_normal().filename().string();
-    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || base == snapshot_name(st.step))
-        << "snapshot " << dir << " holds step " << st.step << ", not the step its name says; use another snapshot";
-    st.loss_scale = m.getLossScaler().getScale();
-    st.growth_tracker = m.getLossScaler().getGrowthTracker();
-    st.hysteresis_tracker = m.getLossScaler().getHysteresisTracker();
-    TP = m.getLayout().getTp();
-    TROUPE_USER_CHECK(TP >= 1 && TP <= 1024) << "snapshot manifest " << mpath << " is damaged (TP = " << TP << ")";
-    precision = m.getPrecision();
-    st.tokenizer_hash = m.getTokenizerHash();
-    // the config: every key that shapes the model, the data or the numerics must match
-    Config saved = Config::parse(m.getConfig(), mpath);
-    auto mine = cfg.key_values(), theirs = saved.key_values();
-    for (size_t i = 0; i < mine.size(); ++i) {
-      if (resume_may_differ(mine[i].first) || mine[i].second == theirs[i].second) continue;
-      throw SnapshotMismatch(fmt::format(
-          "snapshot {} was saved with {} = {} but this run has {}; resume with the same value (only parallel.*, "
-          "train.steps, checkpoint.*, fault.* and run options such as train.threads may differ)",
-          dir, mine[i].first, theirs[i].second, mine[i].second));
-    }
-    for (auto f : m.getFiles()) files.push_back({f.getName(), f.getBytes(), f.getCrc32()});
-    for (auto t : m.getTensors()) {
-      std::vector<int64_t> shape;
-      for (auto d : t.getShape()) shape.push_back(d);
-      tinfo[t.getName()] = {shape, t.getShard()};
-    }
-  } catch (const kj::Exception& e) {
-    throw UserError("snapshot manifest " + mpath + " is damaged (" + std::string(e.getDescription().cStr()) +
-                    "); use another snapshot");
-  }
-  const GPTConfig g_saved = GPTConfig::from(cfg.model, TP, 0);
+  const Manifest mf = decode_manifest(dir, mbytes, cfg, st);
+  const GPTConfig g_saved = GPTConfig::from(cfg.model, mf.TP, 0);
   auto specs = gpt_param_specs(g_saved);
-  for (auto& sp : specs) {
-    auto it = tinfo.find(sp.name);
-    TROUPE_USER_CHECK(it != tinfo.end() && it->second.first == sp.shape && it->second.second == shard_kind_name(sp.shard))
-        << "snapshot " << dir << " holds another model: tensor " << sp.name
-        << (it == tinfo.end() ? " is missing" : " has another shape or sharding") << " (from " << kManifest << ")";
-  }
-  TROUPE_USER_CHECK(tinfo.size() == specs.size())
-      << "snapshot " << dir << " holds another model: " << tinfo.size() << " tensors, this model has " << specs.size();
+  check_same_model(dir, mf, specs);
 
   // Pieces of local tensors: (name, field, tp) -> buffer + coverage.
   Locals locals;
   std::map<std::string, int> spec_index;
   for (size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = (int)i;
-  for (const auto& f : files) {
-    TROUPE_USER_CHECK(f.name.find('/') == std::string::npos &&
-                      (f.name.rfind("shard-", 0) == 0 || f.name == "tokenizer.model"))
-        << "snapshot manifest " << mpath << " names an unexpected file '" << f.name << "'";
+  for (const auto& f : mf.files) {
     const std::string path = dir + "/" + f.name;
-    TROUPE_USER_CHECK(fs::is_regular_file(path)) << "snapshot " << dir << " is missing its shard file " << f.name
-                                                 << "; use another snapshot";
-    const uint64_t size = fs::file_size(path);
-    TROUPE_USER_CHECK(size == f.bytes) << "snapshot shard " << path << " has " << size << " bytes, the manifest says "
-                                       << f.bytes << " (truncated or replaced); use another snapshot";
-    auto buf = read_all(path);
-    TROUPE_USER_CHECK(crc(0, buf.data(), buf.size()) == f.crc32)
-        << "snapshot shard " << path << " fails its checksum (the data is damaged); use another snapshot";
+    const std::vector<char> buf = read_listed_file(dir, path, f);
     if (f.name == "tokenizer.model") continue;  // checked (size, crc); read by troupe generate
-    In in{buf.data(), buf.size(), 0, path};
-    in.need(8, "the magic");
-    TROUPE_USER_CHECK(std::memcmp(buf.data(), kShardMagic, 8) == 0) << "snapshot shard " << path << " is not a troupe shard";
-    in.at = 8;
-    TROUPE_USER_CHECK(in.pod<uint32_t>("the format") == kFormat) << "snapshot shard " << path << " has another format";
-    in.pod<int32_t>("dp");
-    in.pod<int32_t>("pp");
-    in.pod<int32_t>("tp");
-    const uint64_t nrec = in.pod<uint64_t>("the record count");
-    for (uint64_t r = 0; r < nrec; ++r) {
-      const uint32_t nlen = in.pod<uint32_t>("a name length");
-      in.need(nlen, "a name");
-      std::string name(buf.data() + in.at, nlen);
-      in.at += nlen;
-      const uint8_t field = in.pod<uint8_t>("a field");
-      const int32_t tp = in.pod<int32_t>("a TP rank");
-      const int64_t offset = in.pod<int64_t>("an offset"), local = in.pod<int64_t>("a size"),
-                    count = in.pod<int64_t>("a count");
-      const uint32_t dcrc = in.pod<uint32_t>("a checksum");
-      auto si = spec_index.find(name);
-      TROUPE_USER_CHECK(si != spec_index.end() && field <= 3 && tp >= 0 && tp < TP)
-          << "snapshot shard " << path << " holds an unexpected record (" << name << ", field " << (int)field << ", tp "
-          << tp << ")";
-      GPTConfig gt = g_saved;
-      gt.tp_rank = tp;
-      int64_t want = 1;
-      for (auto d : local_shape(specs[si->second], gt)) want *= d;
-      TROUPE_USER_CHECK(local == want && offset >= 0 && count >= 0 && offset <= local && count <= local - offset)
-          << "snapshot shard " << path << ": record " << name << " has a bad range [" << offset << ", +" << count
-          << ") of " << local << " (expected " << want << " elements)";
-      in.need((size_t)count * sizeof(float), "tensor data");
-      TROUPE_USER_CHECK(crc(0, buf.data() + in.at, (size_t)count * sizeof(float)) == dcrc)
-          << "snapshot shard " << path << ": tensor " << name << " (" << field_name((StateField)field)
-          << ") fails its checksum; use another snapshot";
-      auto& L = locals[{name, (int)field, tp}];
-      if (L.data.empty()) L.data.assign((size_t)local, 0.0f), L.covered.assign((size_t)local, 0);
-      std::memcpy(L.data.data() + offset, buf.data() + in.at, (size_t)count * sizeof(float));
-      for (int64_t i = offset; i < offset + count; ++i) {
-        TROUPE_USER_CHECK(!L.covered[i]) << "snapshot shard " << path << ": tensor " << name << " written twice";
-        L.covered[i] = 1;
-      }
-      in.at += (size_t)count * sizeof(float);
-    }
-    TROUPE_USER_CHECK(in.at == in.n) << "snapshot shard " << path << " has trailing bytes";
+    read_shard(buf, path, specs, spec_index, g_saved, mf.TP, locals);
   }
-  reassemble(st, locals, specs, g_saved, TP, precision != "fp32", dir);
+  reassemble(st, locals, specs, g_saved, mf.TP, mf.precision != "fp32", dir);
   return st;
 }
 

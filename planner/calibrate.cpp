@@ -74,9 +74,14 @@ double fit_cores(const std::vector<Span>& sp, double demand, int P, double host_
   return best;
 }
 
-}  // namespace
+// Where a traced run's files are: its folder, its Chrome trace and its config.toml.
+struct RunFiles {
+  fs::path dir, trace, cfg_path;
+};
 
-Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at_start) {
+// The files of `run_dir`: a run directory holding trace.json, or a trace file with config.toml
+// beside it. UserError when the trace or the config is not a regular file.
+RunFiles locate_run(const std::string& run_dir) {
   std::error_code ec;
   const bool is_dir = fs::is_directory(run_dir, ec);
   const fs::path dir = is_dir ? fs::path(run_dir) : fs::path(run_dir).parent_path();
@@ -88,8 +93,11 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   TROUPE_USER_CHECK(fs::is_regular_file(cfg_path, ec))
       << "--calibrate: no config.toml beside the trace (" << cfg_path.string()
       << "); pass the run directory that troupe train wrote";
-  Config c = Config::load(cfg_path.string());
-  c.validate();
+  return {dir, trace, cfg_path};
+}
+
+// The Chrome trace at `trace`, parsed; UserError when it is not JSON or has no traceEvents array.
+nlohmann::json read_trace(const fs::path& trace) {
   nlohmann::json j;
   try {
     std::ifstream in(trace);
@@ -100,20 +108,29 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   }
   TROUPE_USER_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array())
       << "--calibrate: " << trace.string() << " has no traceEvents; pass a trace written by troupe train --trace";
-  // the machine as that run used it
-  Cluster cl = cpu_at_start;
-  cl.gpus_per_node = 1, cl.nodes = 1;
-  const auto cc = chunk_costs(c, cl, PlanOptions{});
-  const bool split = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks).split_backward;
-  const int P = c.parallel.pp;
-  int64_t last_step = 0;
+  return j;
+}
+
+// What a trace's spans say, from step 2 on (step 1 warms up); times in seconds.
+struct TraceSpans {
   // the compute spans (F, B, W) with what the model charges them on cores of their own
   std::vector<Span> spans;
   // the optimizer span also holds the wait for the global norm, which every stage but the
   // last to finish its backward spends idle: per step, the shortest span over the stages
   std::map<int64_t, double> opt_s;
-  int max_tid = -1, max_chunk = -1;
+  int max_tid = -1, max_chunk = -1;  // the highest stage (tid) and chunk of any F, B, W or optimizer span
   std::set<int> seen_f;  // virtual stages chunk * P + s with an F span
+};
+
+// The spans of trace `j` charged with the chunk costs `cc` of config `c` (split: the schedule
+// splits B into B and W). UserError naming `trace` for a span whose ts or dur is negative or
+// not finite, or a field of the wrong type.
+TraceSpans collect_spans(const nlohmann::json& j, const Config& c, const std::vector<ChunkCost>& cc, bool split,
+                         const fs::path& trace) {
+  const int P = c.parallel.pp;
+  int64_t last_step = 0;
+  TraceSpans out;
+  auto& [spans, opt_s, max_tid, max_chunk, seen_f] = out;
   try {  // a field of the wrong type ({"traceEvents": [1, 2]}) is the JSON library's type_error
     for (auto& e : j["traceEvents"])
       if (e.is_object() && e.contains("args") && e["args"].is_object() && e["args"].contains("step"))
@@ -147,38 +164,55 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
     throw UserError("--calibrate: " + trace.string() + " is not a trace written by troupe train --trace (a field has the " +
                     "wrong type: " + e.what() + "); pass the run directory of a traced run");
   }
-  // The trace must be of the run config.toml describes: a reused run directory keeps its
-  // first config.toml (the later run's is saved as config-<timestamp>.toml) while the trace
-  // is rewritten, and a trace of another layout fits factors to the wrong model.
-  if (max_tid >= P || max_chunk >= c.parallel.chunks || (!seen_f.empty() && (int)seen_f.size() < P * c.parallel.chunks)) {
+  return out;
+}
+
+// The trace must be of the run config.toml describes: a reused run directory keeps its
+// first config.toml (the later run's is saved as config-<timestamp>.toml) while the trace
+// is rewritten, and a trace of another layout fits factors to the wrong model. UserError
+// when the spans are of more stages or chunks than config.toml's, or miss the F spans of one
+// of its virtual stages.
+void check_trace_layout(const TraceSpans& ts, const Config& c, const RunFiles& rf) {
+  const auto& [dir, trace, cfg_path] = rf;
+  const int P = c.parallel.pp;
+  std::error_code ec;
+  if (ts.max_tid >= P || ts.max_chunk >= c.parallel.chunks ||
+      (!ts.seen_f.empty() && (int)ts.seen_f.size() < P * c.parallel.chunks)) {
     std::string others;
     for (auto& f : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec))
       if (f.path().filename().string().rfind("config-", 0) == 0 && f.path().extension() == ".toml")
         others += (others.empty() ? "" : ", ") + f.path().filename().string();
     std::string have;
     for (int v = 0; v < P * c.parallel.chunks; ++v)
-      if (!seen_f.count(v)) have += (have.empty() ? "" : ", ") + fmt::format("stage {} chunk {}", v % P, v / P);
+      if (!ts.seen_f.count(v)) have += (have.empty() ? "" : ", ") + fmt::format("stage {} chunk {}", v % P, v / P);
     throw UserError(fmt::format(
         "--calibrate: {} does not match {}: {}; a reused run directory keeps its first config.toml{}, so trace into "
         "a fresh run directory and pass that",
         trace.string(), cfg_path.string(),
-        max_tid >= P || max_chunk >= c.parallel.chunks
+        ts.max_tid >= P || ts.max_chunk >= c.parallel.chunks
             ? fmt::format("the trace has spans of {} pipeline stage{} and {} chunk{}, so it needs parallel.pp = {} and "
                           "parallel.chunks = {}, but the config has {} and {}",
-                          max_tid + 1, max_tid > 0 ? "s" : "", max_chunk + 1, max_chunk > 0 ? "s" : "", max_tid + 1,
-                          max_chunk + 1, P, c.parallel.chunks)
+                          ts.max_tid + 1, ts.max_tid > 0 ? "s" : "", ts.max_chunk + 1, ts.max_chunk > 0 ? "s" : "",
+                          ts.max_tid + 1, ts.max_chunk + 1, P, c.parallel.chunks)
             : fmt::format("the config has parallel.pp = {} and parallel.chunks = {}, but the trace has no F spans for {}",
                           P, c.parallel.chunks, have),
         others.empty() ? "" : " (this one also holds " + others + ")"));
   }
+}
+
+// The factors of the run on machine `cl`: the cores its threads had (fit_cores), then per kind
+// the median of measured (effective) over modelled seconds. UserError when the trace has no F
+// and B spans or a factor lies outside kMinFactor..kMaxFactor.
+Calibration fit_factors(const TraceSpans& ts, const Config& c, const Cluster& cl, const RunFiles& rf) {
   Calibration cal;
   const HostShare host = host_share(c, cl);
-  cal.cores = fit_cores(spans, host.demand.empty() ? 1 : host.demand[0], P, host.cores);
+  cal.cores = fit_cores(ts.spans, host.demand.empty() ? 1 : host.demand[0], c.parallel.pp, host.cores);
   std::map<std::string, std::vector<double>> ratio;
-  const std::vector<double> eff = effective_seconds(spans, host.demand.empty() ? 1 : host.demand[0], cal.cores);
-  for (size_t i = 0; i < spans.size(); ++i) ratio[std::string(1, spans[i].kind)].push_back((eff[i] - spans[i].tp) / spans[i].model);
+  const std::vector<double> eff = effective_seconds(ts.spans, host.demand.empty() ? 1 : host.demand[0], cal.cores);
+  for (size_t i = 0; i < ts.spans.size(); ++i)
+    ratio[std::string(1, ts.spans[i].kind)].push_back((eff[i] - ts.spans[i].tp) / ts.spans[i].model);
   const double opt_model = cpu_optimizer_seconds(c, cl, host_share(c, cl, cal.cores), 1.0);
-  for (auto& [k, d] : opt_s) ratio["O"].push_back(d / opt_model);
+  for (auto& [k, d] : ts.opt_s) ratio["O"].push_back(d / opt_model);
   auto median = [&](const char* kind) {
     auto& v = ratio[kind];
     if (v.empty()) return 0.0;
@@ -186,7 +220,7 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
     return v[v.size() / 2];
   };
   TROUPE_USER_CHECK(!ratio["F"].empty() && !ratio["B"].empty())
-      << "--calibrate: " << trace.string() << " has no F and B spans after step 1; trace a run of at least 2 steps";
+      << "--calibrate: " << rf.trace.string() << " has no F and B spans after step 1; trace a run of at least 2 steps";
   cal.f = median("F");
   cal.b = median("B");
   cal.w = ratio["W"].empty() ? cal.b : median("W");  // no W spans: the weight part scales as the whole backward
@@ -198,9 +232,27 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   // a measurement of it (a hand-edited trace, or one of another model).
   for (auto [name, v] : {std::pair<const char*, double>{"F", cal.f}, {"B", cal.b}, {"W", cal.w}, {"optimizer", cal.opt}})
     TROUPE_USER_CHECK(v >= kMinFactor && v <= kMaxFactor)
-        << "--calibrate: the " << name << " spans of " << trace.string() << " took " << fmt::format("{:.3g}", v)
+        << "--calibrate: the " << name << " spans of " << rf.trace.string() << " took " << fmt::format("{:.3g}", v)
         << " x the modelled time on this machine, outside the " << kMinFactor << " to " << kMaxFactor
-        << " a real run of " << cfg_path.string() << " gives; trace that config on this machine and pass its run directory";
+        << " a real run of " << rf.cfg_path.string() << " gives; trace that config on this machine and pass its run directory";
+  return cal;
+}
+
+}  // namespace
+
+Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at_start) {
+  const RunFiles rf = locate_run(run_dir);
+  Config c = Config::load(rf.cfg_path.string());
+  c.validate();
+  const nlohmann::json j = read_trace(rf.trace);
+  // the machine as that run used it
+  Cluster cl = cpu_at_start;
+  cl.gpus_per_node = 1, cl.nodes = 1;
+  const auto cc = chunk_costs(c, cl, PlanOptions{});
+  const bool split = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks).split_backward;
+  const TraceSpans ts = collect_spans(j, c, cc, split, rf.trace);
+  check_trace_layout(ts, c, rf);
+  Calibration cal = fit_factors(ts, c, cl, rf);
   cal.from = run_dir;
   return cal;
 }

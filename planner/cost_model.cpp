@@ -258,46 +258,67 @@ Plan plan_job(const Config& c, const Cluster& cl, const PlanOptions& o) {
   return plan_layout(c, cl, o, &sched);
 }
 
-Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const Schedule* sched) {
+namespace {
+
+// The sizes of a layout that plan_layout's pieces share.
+struct Dims {
+  int P, V, M, PV;  // pipeline stages, chunks per stage, microbatches per step, virtual stages
+  int b, T;         // sequences per microbatch, tokens per sequence
+  bool half, sp;    // 16-bit activations; sequence parallelism in effect (tp > 1)
+  double d;         // bytes of an activation element
+};
+
+// The Dims of config c.
+Dims dims_of(const Config& c) {
   const auto& pc = c.parallel;
-  const int P = pc.pp, V = pc.chunks, M = pc.microbatches, PV = P * V;
-  Plan pl;
-  pl.devices = pc.tp * pc.pp * pc.dp;
-  const std::vector<int>& bounds = cached_partition(c.model, PV);
-  const bool half = c.train.precision != "fp32", sp = pc.sequence_parallel && pc.tp > 1;
-  const int b = micro_b(c), T = c.train.seq_len;
-  const double d = half ? 2 : 4;
-  // memory per stage
-  pl.peak_inflight = sched ? peak_stash(*sched) : std::vector<int>(P, 1);
-  const double per_layer = activation_bytes_per_layer(c.model, b, T, pc.tp, sp, c.train.recompute, half, o.impl);
+  const bool half = c.train.precision != "fp32";
+  return {pc.pp, pc.chunks, pc.microbatches, pc.pp * pc.chunks, micro_b(c), c.train.seq_len, half,
+          pc.sequence_parallel && pc.tp > 1, half ? 2.0 : 4.0};
+}
+
+// Memory per stage, in bytes per device: weights, gradients, optimizer state, the activations
+// of the (microbatch, chunk) pairs the schedule stashes at most (one without a schedule) and
+// workspace. Fills pl.peak_inflight, capacity, stage_layers, stage_memory and worst_stage.
+void plan_memory(const Config& c, const Cluster& cl, const PlanOptions& o, const Schedule* sched,
+                 const std::vector<int>& bounds, const Dims& dm, Plan& pl) {
+  const auto& pc = c.parallel;
+  pl.peak_inflight = sched ? peak_stash(*sched) : std::vector<int>(dm.P, 1);
+  const double per_layer =
+      activation_bytes_per_layer(c.model, dm.b, dm.T, pc.tp, dm.sp, c.train.recompute, dm.half, o.impl);
   // Workspace per stage: one fp32 layer where the trainer recomputes; troupe in 16 bits
   // keeps only the residual stream's fp32 (b, T, C) workspace (kernels read and write the
   // 16-bit activations; stages/stage.h).
-  const bool troupe = o.impl == Impl::troupe, direct16 = half && troupe && c.train.recompute == "none";
+  const bool troupe = o.impl == Impl::troupe, direct16 = dm.half && troupe && c.train.recompute == "none";
   const double buffer = c.train.recompute != "none"
-                            ? activation_bytes_per_layer(c.model, b, T, pc.tp, false, "none", false, o.impl)
-                        : direct16 ? 4.0 * b * T * c.model.n_embd
+                            ? activation_bytes_per_layer(c.model, dm.b, dm.T, pc.tp, false, "none", false, o.impl)
+                        : direct16 ? 4.0 * dm.b * dm.T * c.model.n_embd
                                    : 0.0;
   const double Vl = GPTConfig::from(c.model, pc.tp).Vl();
   pl.capacity = cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0) - cl.dev.reserve;
-  for (int s = 0; s < P; ++s) {
+  for (int s = 0; s < dm.P; ++s) {
     int layers = 0;
-    for (int v = s; v < PV; v += P) layers += bounds[v + 1] - bounds[v];
+    for (int v = s; v < dm.PV; v += dm.P) layers += bounds[v + 1] - bounds[v];
     pl.stage_layers.push_back(layers);
     const double n = stage_params(c, bounds, s);
     Memory mem;
-    mem.weights = n * (half ? (troupe ? 2 : 6) : 4);  // troupe: the 16-bit copy only (fp32 master: optimizer)
+    mem.weights = n * (dm.half ? (troupe ? 2 : 6) : 4);  // troupe: the 16-bit copy only (fp32 master: optimizer)
     mem.grads = n * 4;
     mem.optimizer = n * 12 / pc.dp;
-    mem.activations = pl.peak_inflight[s] * ((double)layers / V) * per_layer;
+    mem.activations = pl.peak_inflight[s] * ((double)layers / dm.V) * per_layer;
     mem.workspace = buffer + cl.dev.reserve;
-    if (s == P - 1) {  // logits (+ their gradient); troupe in 16 bits: the 16-bit dlogits + 32 fp32 rows
-      const bool logits16 = half && troupe && c.train.recompute == "none";
-      mem.workspace += logits16 ? 2.0 * b * T * Vl + 4.0 * std::min(32, b * T) * Vl : (troupe ? 8.0 : 4.0) * b * T * Vl;
+    if (s == dm.P - 1) {  // logits (+ their gradient); troupe in 16 bits: the 16-bit dlogits + 32 fp32 rows
+      const bool logits16 = dm.half && troupe && c.train.recompute == "none";
+      mem.workspace += logits16 ? 2.0 * dm.b * dm.T * Vl + 4.0 * std::min(32, dm.b * dm.T) * Vl
+                                : (troupe ? 8.0 : 4.0) * dm.b * dm.T * Vl;
     }
     pl.stage_memory.push_back(mem);
     if (mem.total() > pl.stage_memory[pl.worst_stage].total()) pl.worst_stage = s;
   }
+}
+
+// When the worst stage needs more than a device has (on cpu: each worker's share of the
+// host's memory): pl.fits = false and pl.over, the sentence naming its bytes in GiB.
+void note_overflow(const Cluster& cl, Plan& pl) {
   const Memory& w = pl.worst();
   if (w.total() > cl.dev.memory * (cl.dev.name == "cpu" ? 1.0 / pl.devices : 1.0)) {
     pl.fits = false;
@@ -311,50 +332,73 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
                                             pl.devices, cl.dev.memory / GiB)
                               : "of one " + cl.dev.name);
   }
-  // time: per-action costs of each (stage, chunk), simulated with the real schedule
-  const std::vector<ChunkCost> cc = chunk_costs(c, cl, o);
-  auto cost = [&](int s, const Action& a) {
-    const ChunkCost& k = cc[a.chunk * P + s];
-    if (a.kind == Action::F) return k.f + k.tp_f;
-    if (a.kind == Action::W) return k.w;
-    return sched->split_backward ? k.b - k.w + k.tp_b : k.b + k.tp_b;
-  };
+}
+
+// The lower bound of an iteration, in seconds: the busiest stage's compute over the step's
+// microbatches (cpu: or all stages' work over the host's cores, when they share them), DP
+// communication and the optimizer. Fills pl.time.dp_comm, time.optimizer and min_iteration;
+// returns the busiest stage.
+int plan_min_iteration(const Config& c, const Cluster& cl, const PlanOptions& o, const std::vector<int>& bounds,
+                       const std::vector<ChunkCost>& cc, const HostShare& host, const Dims& dm, Plan& pl) {
+  const auto& pc = c.parallel;
   Times& tm = pl.time;
-  std::vector<double> busy(P, 0.0);
-  for (int v = 0; v < PV; ++v) busy[v % P] += M * (cc[v].f + cc[v].tp_f + cc[v].b + cc[v].tp_b);
+  std::vector<double> busy(dm.P, 0.0);
+  for (int v = 0; v < dm.PV; ++v) busy[v % dm.P] += dm.M * (cc[v].f + cc[v].tp_f + cc[v].b + cc[v].tp_b);
   const int slow = (int)(std::max_element(busy.begin(), busy.end()) - busy.begin());
   const double n_slow = stage_params(c, bounds, slow);
   const double dp_bw = group_bw(cl, pc.tp, pc.dp);
-  tm.dp_comm = gather_s(4 * n_slow, pc.dp, dp_bw, cl.dev.latency) + gather_s(d * n_slow, pc.dp, dp_bw, cl.dev.latency);
+  tm.dp_comm =
+      gather_s(4 * n_slow, pc.dp, dp_bw, cl.dev.latency) + gather_s(dm.d * n_slow, pc.dp, dp_bw, cl.dev.latency);
   tm.optimizer = optimizer_seconds(c, cl, slow) * o.cal.opt;
   // cpu: the workers' threads share the host's cores. Stage s keeps tp x dp workers of n
   // threads busy while it runs an action; when all stages together want more threads than
   // the host has, no schedule beats all the work over all the cores.
-  const HostShare host = host_share(c, cl, o.cal.cores);
   double work = 0;  // thread-seconds of compute of one iteration
-  for (int s = 0; s < P; ++s) work += host.demand[s] * busy[s];
+  for (int s = 0; s < dm.P; ++s) work += host.demand[s] * busy[s];
   if (cl.dev.name == "cpu") tm.optimizer = cpu_optimizer_seconds(c, cl, host, o.cal.opt);
   pl.min_iteration = std::max(busy[slow], host.shared ? work / host.cores : 0.0) + tm.dp_comm + tm.optimizer;
-  if (!sched) return pl;
+  return slow;
+}
+
+// The schedule `sched` simulated with the per-action costs `cc`: the busiest stage `slow`'s
+// compute, bubble and TP time, what p2p messages and sharing the host's cores add, and the
+// iteration (seconds; pl.time's dp_comm and optimizer already set).
+void simulate_iteration(const Config& c, const Cluster& cl, const PlanOptions& o, const Schedule& sched,
+                        const std::vector<ChunkCost>& cc, const HostShare& host, int slow, const Dims& dm, Plan& pl) {
+  const auto& pc = c.parallel;
+  auto cost = [&](int s, const Action& a) {
+    const ChunkCost& k = cc[a.chunk * dm.P + s];
+    if (a.kind == Action::F) return k.f + k.tp_f;
+    if (a.kind == Action::W) return k.w;
+    return sched.split_backward ? k.b - k.w + k.tp_b : k.b + k.tp_b;
+  };
+  Times& tm = pl.time;
   // p2p: one activation (or gradient) of the microbatch; troupe sends b*s/t rows under SP,
   // Megatron-LM always scatters over the TP ranks (Narayanan et al. 2021 sec. 4.1)
-  const double msg = (double)b * T * c.model.n_embd * d / (sp || o.impl == Impl::megatron ? pc.tp : 1);
-  const bool crosses = cl.dev.name != "cpu" && (double)pc.tp * pc.dp * P > cl.gpus_per_node;
-  const double p2p = P > 1 ? msg / (crosses ? cl.dev.inter_bw * model_constants().network_eff
-                                            : cl.dev.intra_bw * model_constants().nvlink_eff) +
-                                 cl.dev.latency
-                           : 0.0;
-  const SimResult sim0 = simulate(*sched, cost, 0.0), sim1 = p2p > 0 ? simulate(*sched, cost, p2p) : sim0;
-  for (int v = slow; v < PV; v += P) tm.tp_comm += M * (cc[v].tp_f + cc[v].tp_b);
+  const double msg = (double)dm.b * dm.T * c.model.n_embd * dm.d / (dm.sp || o.impl == Impl::megatron ? pc.tp : 1);
+  const bool crosses = cl.dev.name != "cpu" && (double)pc.tp * pc.dp * dm.P > cl.gpus_per_node;
+  const double p2p = dm.P > 1 ? msg / (crosses ? cl.dev.inter_bw * model_constants().network_eff
+                                              : cl.dev.intra_bw * model_constants().nvlink_eff) +
+                                   cl.dev.latency
+                             : 0.0;
+  const SimResult sim0 = simulate(sched, cost, 0.0), sim1 = p2p > 0 ? simulate(sched, cost, p2p) : sim0;
+  for (int v = slow; v < dm.PV; v += dm.P) tm.tp_comm += dm.M * (cc[v].tp_f + cc[v].tp_b);
   tm.compute = sim0.busy[slow] - tm.tp_comm;
   tm.bubble = sim0.makespan - sim0.busy[slow];
   tm.pp_comm = sim1.makespan - sim0.makespan;
   double makespan = sim1.makespan;
   if (host.shared) {
-    makespan = simulate_shared(*sched, cost, p2p, host.demand, host.cores).makespan;
+    makespan = simulate_shared(sched, cost, p2p, host.demand, host.cores).makespan;
     tm.sharing = makespan - sim1.makespan;
   }
   tm.iteration = makespan + tm.dp_comm + tm.optimizer;
+}
+
+// Model and hardware FLOPs per iteration, TFLOP/s per device, MFU, tokens/s and the days to
+// train o.tokens, from pl.time.iteration.
+void plan_throughput(const Config& c, const Cluster& cl, const PlanOptions& o, const Dims& dm, Plan& pl) {
+  const Times& tm = pl.time;
+  const int T = dm.T;
   // throughput (Narayanan et al. 2021 eq. 3 without recomputation: model FLOPs, what MFU counts)
   const double B = c.train.batch_size, L = c.model.n_layer, h = c.model.n_embd, voc = c.model.vocab_size;
   pl.model_flops = 72.0 * B * T * L * h * h * (1 + T / (6 * h) + voc / (12 * L * h));
@@ -366,14 +410,19 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
                        : c.train.recompute == "selective" ? 4.0 * B * T * T * L * h
                                                           : 0.0;
   pl.hw_flops = pl.model_flops + extra;
-  const double peak = half ? cl.dev.peak_16 : cl.dev.peak_32;
+  const double peak = dm.half ? cl.dev.peak_16 : cl.dev.peak_32;
   pl.tflops_per_gpu = pl.model_flops / tm.iteration / pl.devices / 1e12;
   pl.hw_tflops_per_gpu = pl.hw_flops / tm.iteration / pl.devices / 1e12;
   pl.mfu = pl.model_flops / tm.iteration / (cl.dev.name == "cpu" ? peak : peak * pl.devices);
   pl.tokens_per_s = B * T / tm.iteration;
   if (o.tokens > 0) pl.days = o.tokens / pl.tokens_per_s / 86400;
-  // No plan prints or emits a time that is not a number (make_cluster and calibrate bound
-  // their inputs; this names whatever still overflowed rather than printing inf or null).
+}
+
+// No plan prints or emits a time that is not a number (make_cluster and calibrate bound
+// their inputs; this names whatever still overflowed rather than printing inf or null):
+// UserError naming the first time or rate of pl that is not finite, or negative.
+void check_finite(const Plan& pl) {
+  const Times& tm = pl.time;
   for (auto [what, v] : {std::pair<const char*, double>{"the iteration time", tm.iteration},
                          {"the compute time", tm.compute}, {"the pipeline bubble", tm.bubble},
                          {"the TP communication time", tm.tp_comm}, {"the PP communication time", tm.pp_comm},
@@ -384,6 +433,25 @@ Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const
     TROUPE_USER_CHECK(std::isfinite(v) && v >= -1e-9 * tm.iteration)
         << what << " of this plan came out as " << v << " (the cost model overflowed); check cluster.* bandwidths "
         << "and latency, and the calibration, for values far from a real machine's";
+}
+
+}  // namespace
+
+Plan plan_layout(const Config& c, const Cluster& cl, const PlanOptions& o, const Schedule* sched) {
+  const Dims dm = dims_of(c);
+  Plan pl;
+  pl.devices = c.parallel.tp * c.parallel.pp * c.parallel.dp;
+  const std::vector<int>& bounds = cached_partition(c.model, dm.PV);
+  plan_memory(c, cl, o, sched, bounds, dm, pl);
+  note_overflow(cl, pl);
+  // time: per-action costs of each (stage, chunk), simulated with the real schedule
+  const std::vector<ChunkCost> cc = chunk_costs(c, cl, o);
+  const HostShare host = host_share(c, cl, o.cal.cores);
+  const int slow = plan_min_iteration(c, cl, o, bounds, cc, host, dm, pl);
+  if (!sched) return pl;
+  simulate_iteration(c, cl, o, *sched, cc, host, slow, dm, pl);
+  plan_throughput(c, cl, o, dm, pl);
+  check_finite(pl);
   return pl;
 }
 

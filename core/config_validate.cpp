@@ -1,0 +1,265 @@
+// core/config_validate.cpp — Config::validate: every range and cross-key constraint of a
+// config, one checker per section, in the order the checks have always run (the first
+// failing one is the error a user sees). Each throws UserError naming the key and the fix.
+#include "core/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+
+namespace troupe {
+namespace {
+
+// [model]: sizes at least 1, below the bounds that keep counts in 64 bits, heads dividing n_embd.
+void check_model(const ModelConfig& m) {
+  TROUPE_USER_CHECK(m.n_layer >= 1) << "model.n_layer = " << m.n_layer << " must be at least 1";
+  TROUPE_USER_CHECK(m.n_head >= 1) << "model.n_head = " << m.n_head << " must be at least 1";
+  TROUPE_USER_CHECK(m.n_embd >= 1) << "model.n_embd = " << m.n_embd << " must be at least 1";
+  // upper bounds: far above any model trained (MT-NLG 530B: 105 layers, n_embd 20480), low
+  // enough that parameter and activation counts cannot overflow 64-bit arithmetic
+  TROUPE_USER_CHECK(m.n_layer <= 16384) << "model.n_layer = " << m.n_layer << " exceeds 16384; use fewer layers";
+  TROUPE_USER_CHECK(m.n_embd <= 262144) << "model.n_embd = " << m.n_embd << " exceeds 262144; use a smaller width";
+  TROUPE_USER_CHECK(m.vocab_size <= (1 << 24)) << "model.vocab_size = " << m.vocab_size
+                                               << " exceeds 16777216; use a smaller vocabulary";
+  TROUPE_USER_CHECK(m.block_size <= (1 << 20)) << "model.block_size = " << m.block_size
+                                               << " exceeds 1048576; use a shorter context";
+  TROUPE_USER_CHECK(m.block_size >= 1) << "model.block_size = " << m.block_size << " must be at least 1";
+  TROUPE_USER_CHECK(m.n_head <= m.n_embd) << "model.n_head = " << m.n_head << " exceeds model.n_embd = " << m.n_embd
+                                          << ": each head needs at least one channel; use fewer heads";
+  if (m.n_embd % m.n_head != 0) {
+    const int64_t lo = m.n_embd / m.n_head * m.n_head, hi = lo + m.n_head;
+    TROUPE_USER_FAIL() << "model.n_embd = " << m.n_embd << " is not divisible by model.n_head = " << m.n_head
+                       << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
+                       << ", or an n_head that divides " << m.n_embd;
+  }
+  TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << m.dropout
+                                                    << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";
+  TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size << " must be at least 2";
+}
+
+// [parallel]: pp, chunks, tp, dp against the model and the worker limit `max_workers`;
+// sequence parallelism against the microbatch rows (train.batch_size, train.seq_len).
+void check_parallel(const Config& c, int64_t max_workers) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const TrainConfig& train = c.train;
+  TROUPE_USER_CHECK(p.pp >= 1) << "parallel.pp = " << p.pp << " must be at least 1";
+  TROUPE_USER_CHECK(p.pp <= m.n_layer) << "parallel.pp = " << p.pp << " exceeds model.n_layer = " << m.n_layer
+                                       << ": every pipeline stage needs at least one layer; use parallel.pp <= "
+                                       << m.n_layer;
+  if (p.sequence_parallel) {
+    TROUPE_USER_CHECK(p.tp == 1 || p.schedule != "zb-h1")
+        << "parallel.sequence_parallel does not combine with schedule zb-h1 yet; use another schedule or turn it off";
+    const int rows = (train.batch_size / std::max(1, p.dp * p.microbatches)) * train.seq_len;
+    TROUPE_USER_CHECK(p.tp >= 1 && rows % p.tp == 0)
+        << "parallel.sequence_parallel shards the " << rows << " token rows of a microbatch over parallel.tp = " << p.tp
+        << " ranks, which needs (train.batch_size / parallel.microbatches) * train.seq_len to divide by parallel.tp";
+  }
+  TROUPE_USER_CHECK(p.chunks >= 1) << "parallel.chunks = " << p.chunks << " must be at least 1";
+  TROUPE_USER_CHECK(p.pp * p.chunks <= m.n_layer)
+      << "parallel.pp x parallel.chunks = " << p.pp * p.chunks << " virtual stages exceed model.n_layer = " << m.n_layer
+      << ": every chunk needs at least one layer; use chunks <= " << std::max(1, m.n_layer / p.pp);
+  TROUPE_USER_CHECK(p.tp >= 1) << "parallel.tp = " << p.tp << " must be at least 1";
+  if (m.n_head % p.tp != 0) {
+    std::string ok;
+    for (int t = 1; t <= m.n_head; ++t)
+      if (m.n_head % t == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(t);
+    TROUPE_USER_FAIL() << "parallel.tp = " << p.tp << " does not divide model.n_head = " << m.n_head
+                       << ": tensor parallelism splits the attention heads (and the MLP width 4*n_embd) over the TP "
+                          "ranks; use parallel.tp in {" << ok << "}";
+  }
+  TROUPE_USER_CHECK(p.dp >= 1) << "parallel.dp = " << p.dp << " must be at least 1";
+  TROUPE_USER_CHECK(p.dp_bucket_mb >= 0 && p.dp_bucket_mb <= 1 << 20)
+      << "parallel.dp_bucket_mb = " << p.dp_bucket_mb
+      << " must be between 0 (no overlap: one reduce-scatter after the backward) and 1048576 MiB";
+  TROUPE_USER_CHECK((int64_t)p.pp * p.tp * p.dp <= max_workers)
+      << "parallel.pp x tp x dp = " << (int64_t)p.pp * p.tp * p.dp << " stage workers exceed the limit of "
+      << max_workers << (max_workers == kMaxWorkers ? " that troupe train runs" : "") << "; use a smaller layout";
+  TROUPE_USER_CHECK(!p.schedule.empty()) << "parallel.schedule is empty; use gpipe, 1f1b, interleaved, zb-h1 or a file";
+  TROUPE_USER_CHECK(p.microbatches >= 1) << "parallel.microbatches = " << p.microbatches << " must be at least 1";
+}
+
+// train.batch_size and train.seq_len: the batch splits into dp x microbatches equal
+// microbatches, a sequence fits in model.block_size.
+void check_batch(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const TrainConfig& t = c.train;
+  TROUPE_USER_CHECK(t.batch_size >= 1 && t.batch_size <= kMaxBatch)
+      << "train.batch_size = " << t.batch_size << "; use 1 to " << kMaxBatch
+      << " sequences per step (MT-NLG 530B trained with 1920)";
+  TROUPE_USER_CHECK(p.microbatches <= t.batch_size)
+      << "parallel.microbatches = " << p.microbatches << " exceeds train.batch_size = " << t.batch_size
+      << ": a microbatch holds at least one sequence; use parallel.microbatches <= " << t.batch_size;
+  if (t.batch_size % ((int64_t)p.dp * p.microbatches) != 0) {
+    const int per = t.batch_size / std::max(1, p.dp);
+    std::string divs;  // the divisors of per, listed while there are few
+    for (int d = 1, n = 0; d <= std::max(1, per) && n < 24; ++d)
+      if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d), ++n;
+    TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.dp = " << p.dp
+                       << " replicas x parallel.microbatches = " << p.microbatches << " equal microbatches; "
+                       << "use " << (divs.empty() ? "" : "microbatches in {" + divs + "}, ")
+                       << "another parallel.dp, or a batch_size that is a multiple of " << (int64_t)p.dp * p.microbatches;
+  }
+  TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
+  TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "
+                                               << m.block_size << "; lower train.seq_len or raise model.block_size";
+}
+
+// [train]: steps, evaluation, threads, sample, timeout (seconds), device, recompute, precision.
+void check_train(const TrainConfig& t) {
+  TROUPE_USER_CHECK(t.steps >= 0) << "train.steps = " << t.steps << " must be >= 0 (0 only evaluates)";
+  TROUPE_USER_CHECK(t.eval_interval >= 0) << "train.eval_interval = " << t.eval_interval
+                                          << " must be >= 0 (0 = evaluate only at the end)";
+  TROUPE_USER_CHECK(t.eval_batches >= 1 && t.eval_batches <= kMaxEvalBatches)
+      << "train.eval_batches = " << t.eval_batches << "; use 1 to " << kMaxEvalBatches;
+  TROUPE_USER_CHECK(t.threads >= 0 && t.threads <= kMaxThreads)
+      << "train.threads = " << t.threads << "; use 0 (all cores) to " << kMaxThreads
+      << " (more threads than cores only slow the workers down)";
+  TROUPE_USER_CHECK(t.sample_tokens >= 0 && t.sample_tokens <= kMaxSampleTokens)
+      << "train.sample_tokens = " << t.sample_tokens << "; use 0 (no sample) to " << kMaxSampleTokens;
+  TROUPE_USER_CHECK(t.timeout_s >= 0.5 && t.timeout_s <= kMaxWaitS)
+      << "train.timeout_s = " << t.timeout_s << "; use 0.5 to " << kMaxWaitS << " seconds"
+      << " (a week; the default is 300)";
+  TROUPE_USER_CHECK(t.device == "cpu" || t.device == "cuda")
+      << "train.device = '" << t.device << "'; use \"cpu\" (the default) or \"cuda\"";
+  TROUPE_USER_CHECK(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full")
+      << "train.recompute = '" << t.recompute << "'; use \"none\", \"selective\" (recompute the attention core in "
+      << "backward) or \"full\" (recompute each layer's activations in backward)";
+  TROUPE_USER_CHECK(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16")
+      << "train.precision = '" << t.precision << "'; use \"fp32\", \"bf16\" or \"fp16\"";
+}
+
+// The fp16 loss scaler: finite powers of two with 0 < min_loss_scale <= initial_loss_scale
+// <= 2^64; a growth window of at least one step.
+void check_loss_scale(const TrainConfig& t) {
+  TROUPE_USER_CHECK(t.min_loss_scale > 0 && t.initial_loss_scale >= t.min_loss_scale && std::isfinite(t.initial_loss_scale))
+      << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
+      << " and train.min_loss_scale = " << fmt::format("{}", t.min_loss_scale)
+      << "; need finite numbers with 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
+  TROUPE_USER_CHECK(t.initial_loss_scale <= 0x1p64)
+      << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
+      << "; use at most 2^64 = 18446744073709551616 (Megatron's default is 2^32 = 4294967296): a larger scale "
+         "overflows fp16 gradients at every step";
+  for (auto [name, v] : {std::pair<const char*, double>{"train.initial_loss_scale", t.initial_loss_scale},
+                         {"train.min_loss_scale", t.min_loss_scale}}) {
+    int e = 0;
+    TROUPE_USER_CHECK(std::frexp(v, &e) == 0.5) << name << " = " << fmt::format("{}", v)
+                                                << " must be a power of two (unscaling by it is then exact), e.g. "
+                                                << fmt::format("{}", std::exp2(std::round(std::log2(v))));
+  }
+  TROUPE_USER_CHECK(t.loss_scale_window >= 1) << "train.loss_scale_window = " << t.loss_scale_window << "; use >= 1 (default 1000)";
+}
+
+// [fault]: the policy, restarts, and the timeout, heartbeat and join deadlines (seconds).
+void check_fault(const FaultConfig& fault) {
+  TROUPE_USER_CHECK(fault.policy == "restart" || fault.policy == "abort")
+      << "fault.policy = \"" << fault.policy << "\"; use \"restart\" (start the job again from the newest snapshot) or "
+      << "\"abort\" (stop it)";
+  TROUPE_USER_CHECK(fault.max_restarts >= 0)
+      << "fault.max_restarts = " << fault.max_restarts << "; use 0 or more";
+  TROUPE_USER_CHECK(fault.timeout_s >= 0.5 && fault.timeout_s <= kMaxWaitS)
+      << "fault.timeout_s = " << fault.timeout_s << "; use 0.5 to " << kMaxWaitS << " seconds"
+      << " (default 30)";
+  TROUPE_USER_CHECK(fault.heartbeat_s >= 0.05 && fault.heartbeat_s < fault.timeout_s)
+      << "fault.heartbeat_s = " << fault.heartbeat_s << "; use a period of at least 0.05 s, shorter than fault.timeout_s ("
+      << fault.timeout_s << ")";
+  TROUPE_USER_CHECK(fault.join_timeout_s > 0 && fault.join_timeout_s <= kMaxWaitS)
+      << "fault.join_timeout_s = " << fault.join_timeout_s << "; use a positive number of seconds up to "
+      << kMaxWaitS << " (default 300)";
+}
+
+// [checkpoint]: intervals in steps (0 = none), failures in a row and snapshots kept (>= 1).
+void check_checkpoint(const CheckpointConfig& checkpoint) {
+  TROUPE_USER_CHECK(checkpoint.interval >= 0)
+      << "checkpoint.interval = " << checkpoint.interval << "; use a number of steps >= 1, or 0 for no periodic snapshots";
+  TROUPE_USER_CHECK(checkpoint.memory_interval >= 0)
+      << "checkpoint.memory_interval = " << checkpoint.memory_interval
+      << "; use a number of steps >= 1, or 0 for no snapshots in memory";
+  TROUPE_USER_CHECK(checkpoint.max_failures >= 1)
+      << "checkpoint.max_failures = " << checkpoint.max_failures << "; use >= 1 (failed snapshots in a row before the "
+      << "run stops)";
+  TROUPE_USER_CHECK(checkpoint.keep_last >= 1)
+      << "checkpoint.keep_last = " << checkpoint.keep_last << "; use >= 1 (the newest complete snapshot is always kept)";
+}
+
+// [optim]: learning rates, warmup and decay steps, weight decay, clipping, Adam betas and eps.
+void check_optim(const OptimConfig& o) {
+  TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << o.lr << " must be a positive number";
+  TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << o.min_lr
+                                                       << " must be between 0 and optim.lr = " << o.lr;
+  TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps must be >= 0";
+  TROUPE_USER_CHECK(o.lr_decay_steps > o.warmup_steps)
+      << "optim.lr_decay_steps = " << o.lr_decay_steps << " must exceed optim.warmup_steps = " << o.warmup_steps;
+  TROUPE_USER_CHECK(o.weight_decay >= 0) << "optim.weight_decay must be >= 0";
+  TROUPE_USER_CHECK(o.grad_clip >= 0 && std::isfinite(o.grad_clip))
+      << "optim.grad_clip = " << o.grad_clip << " must be a finite number >= 0 (0 disables clipping)";
+  TROUPE_USER_CHECK(o.beta1 >= 0 && o.beta1 < 1) << "optim.beta1 must be in [0, 1)";
+  TROUPE_USER_CHECK(o.beta2 >= 0 && o.beta2 < 1) << "optim.beta2 must be in [0, 1)";
+  TROUPE_USER_CHECK(o.eps > 0) << "optim.eps must be > 0";
+}
+
+// [[data.sources]]: unique names of [A-Za-z0-9_-], a path, format, weight > 0, utf8 and near_threshold.
+void check_sources(const std::vector<DataSource>& sources) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const DataSource& s = sources[i];
+    const std::string at = fmt::format("data.sources[{}]", i);
+    TROUPE_USER_CHECK(!s.name.empty() && s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos)
+        << at << " has name = \"" << s.name << "\"; give each source a name of letters, digits, '_' or '-'";
+    TROUPE_USER_CHECK(names.insert(s.name).second) << at << ": the name \"" << s.name
+                                                   << "\" is used twice; give each source its own name";
+    TROUPE_USER_CHECK(!s.path.empty()) << "source '" << s.name << "' has no path; set path = a file or folder";
+    TROUPE_USER_CHECK(s.format == "text" || s.format == "jsonl" || s.format == "dir")
+        << "source '" << s.name << "' has format = \"" << s.format << "\"; use \"text\", \"jsonl\" or \"dir\"";
+    TROUPE_USER_CHECK(s.weight > 0 && std::isfinite(s.weight))
+        << "source '" << s.name << "' has weight = " << s.weight
+        << "; a weight is the source's share of training samples and must be > 0 (remove the source to leave it out)";
+    TROUPE_USER_CHECK(s.utf8 == "refuse" || s.utf8 == "drop" || s.utf8 == "replace")
+        << "source '" << s.name << "' has utf8 = \"" << s.utf8 << "\"; use \"refuse\", \"drop\" or \"replace\"";
+    TROUPE_USER_CHECK(s.near_threshold > 0 && s.near_threshold <= 1)
+        << "source '" << s.name << "' has near_threshold = " << s.near_threshold << "; use a Jaccard similarity in (0, 1], e.g. 0.8";
+  }
+}
+
+// [data]: validation fraction, corpus, tokenizer sample (MB), threads (<= 8 per core), cache
+// folder, then the blend (check_sources).
+void check_data(const DataConfig& data) {
+  TROUPE_USER_CHECK(data.val_fraction > 0 && data.val_fraction < 1)
+      << "data.val_fraction = " << data.val_fraction << " must be in (0, 1), e.g. 0.05";
+  TROUPE_USER_CHECK(!data.corpus.empty()) << "data.corpus is empty; set it to a UTF-8 text file (make data writes data/sotu.txt)";
+  TROUPE_USER_CHECK(data.tokenizer_sample_mb >= 1)
+      << "data.tokenizer_sample_mb = " << data.tokenizer_sample_mb << "; use at least 1 (MB of text the tokenizer trains on)";
+  const int data_threads_max = 8 * (int)std::max(1u, std::thread::hardware_concurrency());
+  TROUPE_USER_CHECK(data.threads >= 0 && data.threads <= data_threads_max)
+      << "data.threads = " << data.threads << "; use 0 (all cores) to " << data_threads_max
+      << " (8 per core: more only slow the tokenizer down)";
+  TROUPE_USER_CHECK(!data.cache_dir.empty())
+      << "data.cache_dir is empty; set a folder for the tokenizer and token files (default data/cache)";
+  check_sources(data.sources);
+}
+
+}  // namespace
+
+void Config::validate(int64_t max_workers) const {
+  check_model(model);
+  check_parallel(*this, max_workers);
+  check_batch(*this);
+  check_train(train);
+  check_loss_scale(train);
+  TROUPE_USER_CHECK(parallel.placement == "tp-first" || parallel.placement == "pp-first")
+      << "parallel.placement = \"" << parallel.placement << "\"; use \"tp-first\" or \"pp-first\"";
+  check_fault(fault);
+  check_checkpoint(checkpoint);
+  TROUPE_USER_CHECK(train.hysteresis >= 1) << "train.hysteresis = " << train.hysteresis << "; use >= 1 (default 2)";
+  check_optim(optim);
+  check_data(data);
+}
+
+}  // namespace troupe
