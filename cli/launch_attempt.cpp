@@ -5,9 +5,9 @@
 // The launcher is one thread: it blocks SIGCHLD, SIGINT, SIGTERM and SIGUSR1 (cli/launch.cpp),
 // forks the N children (each restores the signal mask, sets PR_SET_PDEATHSIG and execs
 // COMMAND), then waits in sigwaitinfo / sigtimedwait — no busy loop, no signal handlers:
-// SIGCHLD wakes it to reap (and, with --respawn process, to fork a lost rank again at once),
-// the other signals are forwarded to the live children, and the timeout is the end of the
-// grace period after the first failure.
+// SIGCHLD wakes it to reap (and, with --respawn process, to fork a lost rank again, at once
+// or when its back-off ends), the other signals are forwarded to the live children, and the
+// timeout is the end of a back-off or of the grace period after the first failure.
 #include "cli/launch_attempt.h"
 
 #include <sys/prctl.h>
@@ -53,12 +53,23 @@ double now_s() {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-namespace {
-
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.1f s" : "%.0f s", s);
+  return buf;
+}
+
+double backoff_delay(int quick_losses, double max_s) {
+  if (quick_losses <= 0) return 0;
+  return std::min(max_s, kFirstBackoffS * std::pow(2.0, std::min(quick_losses - 1, 30)));
+}
+
+namespace {
 
 // In the child, between fork and exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(pid_t launcher, const sigset_t& mask, char** argv, char** envp) {
@@ -174,7 +185,11 @@ class AttemptRun {
         args_(o, coordinator_, launch_id, secret, use_file, said_.dir, restart, failure_time),
         pid_(N_, 0),
         started_as_(N_, restart),
-        grace_killed_(N_, false) {}
+        grace_killed_(N_, false),
+        started_at_(N_, 0),
+        respawn_at_(N_, 0),
+        quick_losses_(N_, 0),
+        lost_status_(N_, 0) {}
 
   Attempt run() {
     log_event("launch", {{"processes", N_}, {"restart", restart_}});
@@ -185,7 +200,8 @@ class AttemptRun {
     for (int r = 0; r < N_; ++r) start(r);
     for (;;) {
       reap();
-      if (live_ == 0) break;
+      if (live_ == 0 && pending_ == 0) break;
+      if (start_due_respawns()) continue;
       if (term_at_ > 0 && now_s() >= term_at_) {
         stop_others_after_refusal();
         continue;
@@ -197,6 +213,7 @@ class AttemptRun {
       wait_for_signal();
     }
     out_.status = first_status_ < 0 ? 0 : first_status_;
+    out_.reported = !said_.dir.empty() && read_first_error(said_.dir).exists;
     return out_;
   }
 
@@ -211,6 +228,7 @@ class AttemptRun {
       return;
     }
     pid_[r] = p;
+    started_at_[r] = now_s();
     ++live_;
   }
 
@@ -270,33 +288,82 @@ class AttemptRun {
     const std::string what = WIFEXITED(st) ? "exited with status " + std::to_string(code)
                                            : "killed by signal " + signal_name(WTERMSIG(st));
     // --respawn process: a lost process (a signal, or troupe train's "start me again") is
-    // started again at once, alone, unless the job is being stopped or has failed already.
+    // started again alone (after its back-off), unless the job is being stopped or has
+    // failed already; past kMaxRestarts the launcher gives up.
     const bool lost = WIFSIGNALED(st) || (WIFEXITED(st) && code == kRestartStatus);
     // a process of troupe train under fault.policy = abort marked the attempt: the job
     // stops on a lost process, so starting it again would only be refused (cli/train.cpp)
     std::error_code no_ec;
     const bool abort_policy = !said_.dir.empty() && std::filesystem::exists(said_.dir + "/no-respawn", no_ec);
-    if (per_process_ && lost && !user_stop_ && first_status_ < 0 && respawns_ < kMaxRestarts && !abort_policy) {
-      respawn(r, who + what);
+    const bool respawnable = per_process_ && lost && !user_stop_ && first_status_ < 0 && !abort_policy;
+    if (respawnable && respawns_ < kMaxRestarts) {
+      respawn(r, who + what, code);
       return;
     }
     if (code == kRestartStatus) out_.restartable = true;
-    if (WIFEXITED(st) || !(grace_killed_[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
+    if (respawnable)  // past the limit: one line says the launcher gives up
+      give_up("process " + std::to_string(r) + " (pid " + std::to_string(p) + ") was lost again (" +
+              (WIFEXITED(st) ? what : what + ", exit status " + std::to_string(code)) + ") after " +
+              std::to_string(kMaxRestarts) + " respawns, its limit");
+    else if (WIFEXITED(st) || !(grace_killed_[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
       say(who + what + (per_process_ && lost && abort_policy && first_status_ < 0
                             ? " (fault.policy = abort: not started again; the job stops)"
                             : ""));
     if (first_status_ < 0) first_failure(r, code);
   }
 
-  // --respawn process: starts lost process r again (`lost`: the launcher's line about it).
-  void respawn(int r, const std::string& lost) {
+  // --respawn process: starts lost process r (exit status `code`) again, at once or after
+  // its back-off (`lost`: the launcher's line about it).
+  void respawn(int r, const std::string& lost, int code) {
     const double died_at = unix_seconds();
+    if (now_s() - started_at_[r] >= kSteadyS) quick_losses_[r] = 0;
+    const double delay = backoff_delay(quick_losses_[r]++, o_.backoff_s);
     const int k = ++respawns_;
-    say(lost + "; starting it again (respawn " + std::to_string(k) + ")");
+    say(lost + "; starting it again" + (delay > 0 ? " in " + seconds_text(delay) : std::string()) + " (respawn " +
+        std::to_string(k) + ")");
     log_event("respawn", {{"rank", r}, {"restart", k}});
     args_.set_rank(r, k, died_at);
     started_as_[r] = k;
-    start(r);
+    lost_status_[r] = code;
+    if (delay <= 0) {
+      start(r);
+      return;
+    }
+    respawn_at_[r] = now_s() + delay;
+    ++pending_;
+  }
+
+  // Starts the processes whose back-off is over; true when it started one.
+  bool start_due_respawns() {
+    bool any = false;
+    for (int r = 0; r < N_; ++r)
+      if (respawn_at_[r] > 0 && now_s() >= respawn_at_[r]) {
+        respawn_at_[r] = 0;
+        --pending_;
+        start(r);
+        any = true;
+      }
+    return any;
+  }
+
+  // The job stops (`why`) while processes wait out their back-off: they are not started
+  // again; the first of them is the attempt's failure when none failed before.
+  void cancel_respawns(const std::string& why) {
+    for (int r = 0; r < N_ && pending_ > 0; ++r) {
+      if (respawn_at_[r] <= 0) continue;
+      respawn_at_[r] = 0;
+      --pending_;
+      say("launch: process " + std::to_string(r) + " is not started again: " + why);
+      if (first_status_ < 0) first_failure(r, lost_status_[r]);
+    }
+  }
+
+  // The launcher's last word on a job it will not start again: an error line, or a note
+  // when a process of this start reported the error already (one error line a start).
+  void give_up(const std::string& what) {
+    const bool first = said_.dir.empty() || claim_first_error(said_.dir);
+    say(std::string(first ? "error: " : "launch: ") + "troupe launch gives up: " + what +
+        "; find out why it dies (its output above), then start the job again (troupe train: --resume latest)");
   }
 
   // Process r is the first to fail (exit status `code`): the grace period starts.
@@ -311,6 +378,7 @@ class AttemptRun {
     // themselves (a wrong config refuses everywhere), then SIGTERM: one joining stops at
     // once and removes what it made; one training saves a snapshot (SIGKILL after the grace)
     if (code == 2 && !user_stop_) term_at_ = now_s() + kRefusalTermS;
+    cancel_respawns("process " + std::to_string(r) + " failed");
   }
 
   // kRefusalTermS after a refusal: SIGTERM to the processes still running.
@@ -348,8 +416,12 @@ class AttemptRun {
   void wait_for_signal() {
     siginfo_t info{};
     int sig;
-    if (first_status_ >= 0 && !stragglers_killed_) {
-      const double left = std::max(0.0, (term_at_ > 0 ? std::min(deadline_, term_at_) : deadline_) - now_s());
+    double until = 0;  // the next deadline (0: none)
+    if (first_status_ >= 0 && !stragglers_killed_) until = term_at_ > 0 ? std::min(deadline_, term_at_) : deadline_;
+    for (int r = 0; r < N_; ++r)
+      if (respawn_at_[r] > 0) until = until > 0 ? std::min(until, respawn_at_[r]) : respawn_at_[r];
+    if (until > 0) {
+      const double left = std::max(0.0, until - now_s());
       timespec ts{(time_t)left, (long)((left - std::floor(left)) * 1e9)};
       sig = ::sigtimedwait(&waited_, &info, &ts);
     } else {
@@ -361,6 +433,7 @@ class AttemptRun {
     // (si_code SI_KERNEL): the children, in our group, got it themselves — a second copy
     // would make troupe train stop at once instead of snapshotting.
     user_stop_ = true;
+    cancel_respawns("the job is being stopped (" + signal_name(sig) + ")");
     if (info.si_code == SI_KERNEL) return;
     out_.signalled = true;
     for (int r = 0; r < N_; ++r)
@@ -381,6 +454,11 @@ class AttemptRun {
   std::vector<pid_t> pid_;          // 0: not running (reaped)
   std::vector<int> started_as_;     // each process's TROUPE_RESTART_COUNT
   std::vector<bool> grace_killed_;
+  std::vector<double> started_at_;   // when each process was started (monotonic seconds)
+  std::vector<double> respawn_at_;   // when a lost process's back-off ends (0: none pending)
+  std::vector<int> quick_losses_;    // each rank's losses in a row within kSteadyS of their start
+  std::vector<int> lost_status_;     // the exit status of a process waiting out its back-off
+  int pending_ = 0;                  // processes waiting out their back-off
   int live_ = 0;
   Attempt out_;
   int first_status_ = -1;  // the launcher's exit status once a child failed

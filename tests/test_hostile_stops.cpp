@@ -1,0 +1,90 @@
+// Hostile inputs, issue 14's tenth trial (review 14j M1, M5, L3, L4, L6): how a job says it
+// stops. A process whose coordinator has nothing listening is told to start process 0;
+// troupe launch backs off a process that dies at start and says in one line when it gives
+// up; a stop signal is acknowledged at once, and a second one names what is lost; a stop
+// during the recovery from a lost process, fault.policy = abort and fault.max_restarts name
+// the snapshot to continue from.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+using troupe::test::error_lines;
+using troupe::test::Run;
+using troupe::test::run_and_signal;
+using troupe::test::run_troupe;
+using troupe::test::slurp;
+using troupe::test::troupe_bin;
+struct Scratch : troupe::test::Scratch {
+  explicit Scratch(const std::string& name) : troupe::test::Scratch("hostile-stops", name) {}
+};
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// The numbers in `path`, one a line.
+std::vector<double> numbers_in(const std::string& path) {
+  std::vector<double> out;
+  std::istringstream is(slurp(path));
+  for (double v; is >> v;) out.push_back(v);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("launch: a process that dies at start is started again after a doubling back-off, and the launcher says "
+          "when it gives up",
+          "[cli][hostile][launch]") {
+  Scratch s("backoff");
+  // each start notes its time, then dies by SIGKILL; the launcher is stopped once the seventh
+  // respawn waits its 3.2 s
+  const std::string starts = s.path("starts");
+  const Run r = run_and_signal(
+      s, "launch --nprocs 1 -- /bin/sh -c 'date +%s.%N >> \"$0\"; kill -9 $$' '" + starts + "'",
+      "\\(respawn 7\\)", "kill -TERM $p");
+  INFO(r.err);
+  CHECK(r.err.find("killed by signal SIGKILL; starting it again (respawn 1)") != std::string::npos);
+  CHECK(r.err.find("starting it again in 0.1 s (respawn 2)") != std::string::npos);
+  CHECK(r.err.find("starting it again in 0.2 s (respawn 3)") != std::string::npos);
+  CHECK(r.err.find("starting it again in 0.4 s (respawn 4)") != std::string::npos);
+  CHECK(r.err.find("starting it again in 0.8 s (respawn 5)") != std::string::npos);
+  CHECK(r.err.find("starting it again in 1.6 s (respawn 6)") != std::string::npos);
+  CHECK(r.err.find("starting it again in 3.2 s (respawn 7)") != std::string::npos);
+  // the stop came during the wait: that process is not started again, and its status is the job's
+  CHECK(r.err.find("launch: process 0 is not started again: the job is being stopped (SIGTERM)") != std::string::npos);
+  CHECK(r.rc == 137);
+  const std::vector<double> t = numbers_in(starts);
+  REQUIRE(t.size() == 7);
+  CHECK(t[2] - t[1] >= 0.1);  // the waits are at least the back-off (never less, however loaded)
+  CHECK(t[3] - t[2] >= 0.2);
+  CHECK(t[4] - t[3] >= 0.4);
+  CHECK(t[5] - t[4] >= 0.8);
+  CHECK(t[6] - t[5] >= 1.6);
+
+  // --respawn job: the job's starts back off too; without back-off, the limit is said in one line
+  const Run j = run_troupe("launch --nprocs 2 --respawn job --respawn-backoff 0 --grace 5 -- /bin/sh -c 'exit 75'", s, 60);
+  INFO(j.err);
+  CHECK(j.rc == 75);
+  CHECK(count_of(j.err, "starting all processes again (restart ") == 100);
+  const auto lines = error_lines(j.err);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == "error: troupe launch gives up: the job failed again (exit status 75) after 100 restarts, its "
+                    "limit; find out why it fails (the output above), then start the job again (troupe train: "
+                    "--resume latest)");
+  CHECK(j.err.rfind("error: ") > j.err.rfind("launch: process"));  // the last word
+
+  const Run bad = run_troupe("launch --nprocs 1 --respawn-backoff -1 -- true", s);
+  troupe::test::expect_user_error(bad, {"--respawn-backoff '-1' is not a number of seconds from 0 to 3600"});
+}
