@@ -7,6 +7,7 @@
 #include <caf/io/all.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "actors/coordinator_probe.h"
 #include "actors/messages.h"
 #include "actors/wire_types.h"
+#include "checkpoint/snapshot.h"
 #include "core/error.h"
 #include "core/job_error.h"
 
@@ -25,16 +27,67 @@ using namespace cluster_detail;
 
 namespace {
 
+// What a stop signal `sig` during the join leaves, for its error line: nothing trained (a
+// fresh start), the snapshot this start resumed from, or, when the processes join again to
+// recover from a lost one (steps were trained), the newest snapshot on disk to continue from.
+std::string stopped_while_joining(const Cluster::Impl& im, int sig) {
+  const std::string head = fmt::format("stopped by signal {} ({})", sig, strsignal(sig));
+  if (im.o.recovering) {
+    const std::string during = fmt::format(
+        "{} while the processes joined again to recover from a lost process (restart {} of at most {}): the job "
+        "stopped during the recovery",
+        head, im.o.generation, im.o.cfg.fault.max_restarts);
+    if (im.o.disk_step > 0)
+      return fmt::format("{}; the newest snapshot on disk is {}/{} (step {}): continue with --resume latest", during,
+                         im.o.checkpoint_dir, snapshot_name(im.o.disk_step), im.o.disk_step);
+    if (!im.o.checkpoint_dir.empty())
+      return fmt::format("{}; {} holds no snapshot, so the steps trained so far are lost (checkpoint.interval saves "
+                         "them)",
+                         during, im.o.checkpoint_dir);
+    return during + "; continue from the newest snapshot process 0 wrote with --resume latest";
+  }
+  const std::string where = im.hub() ? std::string("while waiting for the other processes to join")
+                                     : fmt::format("while joining the job at {}:{}", im.o.env.host, im.o.env.port);
+  if (!im.o.resume.empty())
+    return fmt::format("{} {}: this start trained nothing, and the snapshot it resumed from, {}, is unchanged: "
+                       "continue with --resume latest",
+                       head, where, im.o.resume);
+  return head + " " + where + (im.hub() ? ": nothing was trained or saved" : ": nothing was trained");
+}
+
+// A process other than 0 stopped while joining, or past the join's deadline: its own error
+// line now (once per job under troupe launch, core/job_error.h), exit 2. Nothing of a
+// joining process needs cleaning up (process 0 owns the run's folders), and process 0,
+// which sees the connection close, must not say it first in other words.
+[[noreturn]] void end_joining(const Cluster::Impl& im, const std::string& sentence, int sig) {
+  const std::string line =
+      "error: " + (im.o.env.world > 1 ? fmt::format("[process {}] ", im.o.env.rank) : "") + sentence + "\n";
+  if (sig != 0) note_stop_signal(sig);
+  write_error_line(line);
+  ::_exit(2);
+}
+
+// Past the join's deadline with nothing listening at TROUPE_COORDINATOR (`p`: the probe).
+std::string nothing_answered(const Cluster::Impl& im, const Probe& p) {
+  std::string why = p.detail;
+  if (!why.empty()) why[0] = (char)std::tolower((unsigned char)why[0]);
+  return fmt::format("nothing answered at {}:{} within fault.join_timeout_s = {} s ({}): start process 0 (troupe "
+                     "launch does) or check TROUPE_COORDINATOR",
+                     im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s, why);
+}
+
 // The join's deadline (fault.join_timeout_s) and its stop signal, over every wait of it.
 struct JoinWait {
   Cluster::Impl& im;
   Clock::time_point deadline;
 
-  // A signal ends the wait for the others at once: nothing has been trained yet.
+  // A signal ends the wait for the others at once: process 0 throws UserError (its run's
+  // folders are removed when nothing was trained), another process ends with its line.
   void check_stop() const {
     const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
-    TROUPE_USER_CHECK(sig == 0) << "stopped by signal " << sig << " (" << strsignal(sig)
-                                << ") while waiting for the other processes to join: nothing was trained or saved";
+    if (sig == 0) return;
+    if (!im.hub()) end_joining(im, stopped_while_joining(im, sig), sig);
+    throw UserError(stopped_while_joining(im, sig));
   }
 
   // Waits until pred() holds (under im.mu), a join is refused or the job fails; past the
@@ -116,20 +169,23 @@ void join_as_hub(Cluster::Impl& im, const JoinWait& w) {
           [&] { return "process(es) " + missing(im.ready) + " did not connect their data plane"; });
 }
 
+// The sentence for a server at TROUPE_COORDINATOR that accepts but is no troupe coordinator.
+std::string not_a_coordinator(const Cluster::Impl& im, const Probe& p) {
+  return fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
+                     "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
+                     im.o.env.host, im.o.env.port, p.detail);
+}
+
 // The watchdog's sentence once the stop signal came or the deadline passed ("" before).
 std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int sig) {
-  if (sig != 0)
-    return fmt::format("stopped by signal {} while joining the job at {}:{}; nothing was trained", sig, im.o.env.host,
-                       im.o.env.port);
+  if (sig != 0) return stopped_while_joining(im, sig);
   if (Clock::now() <= deadline) return std::string();
   const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
-  return p.result == ProbeResult::kCaf
-             ? fmt::format("the coordinator at {}:{} did not answer this process's connection within "
-                           "fault.join_timeout_s = {} s; check that process 0 is running and not stopped",
-                           im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s)
-             : fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
-                           "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
-                           im.o.env.host, im.o.env.port, p.detail);
+  if (p.result == ProbeResult::kCaf)
+    return fmt::format("the coordinator at {}:{} did not answer this process's connection within "
+                       "fault.join_timeout_s = {} s; check that process 0 is running and not stopped",
+                       im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s);
+  return p.result == ProbeResult::kNoListener ? nothing_answered(im, p) : not_a_coordinator(im, p);
 }
 
 // One remote_actor() to the hub. It has no handshake deadline (CAF 0.17,
@@ -144,13 +200,7 @@ caf::expected<caf::actor> connect_watched(Cluster::Impl& im, Clock::time_point d
     while (!returned.load()) {
       const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
       const std::string sentence = watchdog_sentence(im, deadline, sig);
-      if (!sentence.empty()) {
-        const std::string line =
-            "error: " + (im.o.env.world > 1 ? fmt::format("[process {}] ", im.o.env.rank) : "") + sentence + "\n";
-        if (sig != 0) note_stop_signal(sig);
-        write_error_line(line);  // once per job under troupe launch (core/job_error.h)
-        ::_exit(2);
-      }
+      if (!sentence.empty()) end_joining(im, sentence, sig);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
@@ -171,9 +221,8 @@ caf::actor reach_hub(Cluster::Impl& im, const JoinWait& w) {
       // something answered with other bytes, or nothing answered in time: say what is there
       const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
       if (p.result == ProbeResult::kForeign || p.result == ProbeResult::kSilent)
-        throw UserError(fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
-                                    "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
-                                    im.o.env.host, im.o.env.port, p.detail));
+        throw UserError(not_a_coordinator(im, p));
+      if (p.result == ProbeResult::kNoListener && Clock::now() > w.deadline) throw UserError(nothing_answered(im, p));
     }
     w.check_stop();
     if (Clock::now() > w.deadline)

@@ -4,7 +4,10 @@
 // up; a stop signal is acknowledged at once, and a second one names what is lost; a stop
 // during the recovery from a lost process, fault.policy = abort and fault.max_restarts name
 // the snapshot to continue from.
+#include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -87,4 +90,86 @@ TEST_CASE("launch: a process that dies at start is started again after a doublin
 
   const Run bad = run_troupe("launch --nprocs 1 --respawn-backoff -1 -- true", s);
   troupe::test::expect_user_error(bad, {"--respawn-backoff '-1' is not a number of seconds from 0 to 3600"});
+}
+
+namespace {
+// Shell words: SIGKILL to process 1 of the launcher $p's job (its child with TROUPE_RANK=1).
+const std::string kKillRank1 =
+    "for c in $(pgrep -P $p); do tr '\\0' '\\n' < /proc/$c/environ 2>/dev/null | grep -qx TROUPE_RANK=1 && "
+    "kill -KILL $c; done";
+
+// troupe launch of a two-process tiny job (pipeline of 2) that saves every 3 steps into
+// <scratch>/run, with `extra` arguments for train; `wrap` (shell words) may run before train.
+std::string two_process_job(const Scratch& s, const std::string& extra, const std::string& wrap = "") {
+  return "launch --nprocs 2 -- " + wrap + " '" + troupe_bin() +
+         "' train --config configs/tiny.toml --set parallel.pp=2 --set train.steps=100000 --set train.sample_tokens=0 "
+         "--set checkpoint.interval=3 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") +
+         "' " + extra;
+}
+
+// A TCP port of 127.0.0.1 that was free a moment ago: bound, read back, closed (nothing
+// listens there).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, (sockaddr*)&a, sizeof a) == 0);
+  REQUIRE(::getsockname(fd, (sockaddr*)&a, &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The one error line of `r` (checked: exactly one).
+std::string the_error_line(const Run& r) {
+  const auto lines = error_lines(r.err);
+  REQUIRE(lines.size() == 1);
+  return lines[0];
+}
+}  // namespace
+
+TEST_CASE("a process whose TROUPE_COORDINATOR has nothing listening is told to start process 0, not that a server "
+          "there is foreign",
+          "[cli][hostile][multiprocess]") {
+  Scratch s("nolisten");
+  const std::string port = std::to_string(free_port());
+  const Run r = run_troupe("train --config configs/tiny.toml --set parallel.pp=2 --set train.steps=2 --set "
+                           "fault.join_timeout_s=2 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                               s.path("run") + "'",
+                           s, 120,
+                           "env TROUPE_JOB_SECRET=0123456789abcdef0123 TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 "
+                           "TROUPE_COORDINATOR=127.0.0.1:" + port);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  const std::string line = the_error_line(r);
+  CHECK(line == "error: [process 1] nothing answered at 127.0.0.1:" + port +
+                    " within fault.join_timeout_s = 2 s (connection refused): start process 0 (troupe launch does) "
+                    "or check TROUPE_COORDINATOR");
+  CHECK(line.find("not a troupe coordinator") == std::string::npos);
+}
+
+TEST_CASE("a stop signal while a launched job recovers from a lost process names the newest snapshot, not 'nothing "
+          "was trained'",
+          "[cli][hostile][multiprocess]") {
+  Scratch s("recoverstop");
+  // process 1 is killed after the snapshot of step 3; started again it never joins (a sleep),
+  // so process 0 waits in the recovery's join when the launcher is stopped
+  const Run r = run_and_signal(
+      s,
+      two_process_job(s, "", "/bin/sh -c 'if [ \"$TROUPE_RANK\" = 1 ] && [ \"$TROUPE_RESTART_COUNT\" != 0 ]; then exec "
+                             "sleep 120; fi; exec \"$0\" \"$@\"'"),
+      "snapshot of step 3 written",
+      kKillRank1 + "; for i in $(seq 1 600); do grep -q 'recovering in place' '" + s.path("err") +
+          "' && break; sleep 0.1; done; kill -TERM $p");
+  INFO(r.err);
+  CHECK(r.rc != 0);
+  const std::string line = the_error_line(r);
+  CHECK(line.find("[process 0] stopped by signal 15 (Terminated) while the processes joined again to recover from a "
+                  "lost process (restart 1 of at most 3): the job stopped during the recovery; the newest snapshot on "
+                  "disk is " + s.path("run") + "/checkpoints/step-0000000") != std::string::npos);
+  CHECK(line.find("continue with --resume latest") != std::string::npos);
+  CHECK(r.err.find("nothing was trained") == std::string::npos);
+  CHECK(fs::exists(s.path("run") + "/metrics.jsonl"));  // what was trained stays
 }
