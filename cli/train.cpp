@@ -168,6 +168,16 @@ class FreshFolders {
 int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch, bool in_place, int restart,
                       const std::string& ckpt_dir, JobResult& r) {
   for (int generation = restart;;) {
+// "The newest snapshot on disk is DIR (step K); continue with --resume latest once the cause
+// is fixed", or that none is there (or known to this process: "" for ckpt_dir).
+std::string newest_snapshot_sentence(const std::string& ckpt_dir) {
+  if (ckpt_dir.empty()) return "Continue from process 0's newest snapshot with --resume latest once the cause is fixed";
+  const auto snaps = list_snapshots(ckpt_dir);
+  if (snaps.empty()) return "No snapshot is on disk";
+  return fmt::format("The newest snapshot on disk is {} (step {}); continue with --resume latest once the cause is fixed",
+                     snaps.back().second, snaps.back().first);
+}
+
     try {
       r = run_job(c, ctx);
       break;
@@ -179,16 +189,10 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
       if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
       if (in_place) {  // this process survived: it joins the others again and continues
         ++generation;
-        if (generation > c.fault.max_restarts) {
-          const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
-          throw FinalError(fmt::format(
-              "{}\nthe job failed {} time(s), more than fault.max_restarts = {}: stopping for good. {}", e.what(),
-              generation, c.fault.max_restarts,
-              snaps.empty() ? std::string("No snapshot is on disk")
-                            : fmt::format("The newest snapshot on disk is {} (step {}); continue with --resume latest "
-                                          "once the cause is fixed",
-                                          snaps.back().second, snaps.back().first)));
-        }
+        if (generation > c.fault.max_restarts)
+          throw FinalError(fmt::format("{}; the job failed {} time(s), more than fault.max_restarts = {}: stopping for "
+                                       "good. {}",
+                                       e.what(), generation, c.fault.max_restarts, newest_snapshot_sentence(ckpt_dir)));
         spdlog::warn("{}\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for every "
                      "process to join again)",
                      e.what(), generation, c.fault.max_restarts);
@@ -201,7 +205,7 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
       }
       if (launch.world > 1 && c.fault.policy == "restart") {
         print_error(log_prefix_ + e.what() +
-                    "\n(fault.policy = restart: exit status 75 asks the launcher to start the job again)");
+                    " (fault.policy = restart: exit status 75 asks the launcher to start the job again)");
         return 75;
       }
       throw;
@@ -211,6 +215,8 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
 }
 
 // The snapshot to continue from (--resume DIR or latest; a restart's newest), or null for a
+      if (launch.world > 1)  // fault.policy = abort: the job stops here; where it can continue from
+        throw FinalError(fmt::format("{}. {}", e.what(), newest_snapshot_sentence(ckpt_dir)));
 // fresh run, whose checkpoint directory must then hold no snapshots. Throws UserError.
 std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string& resume, const std::string& ckpt_dir,
                                               bool follower, int restart, int rank) {

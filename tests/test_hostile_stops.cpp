@@ -173,3 +173,31 @@ TEST_CASE("a stop signal while a launched job recovers from a lost process names
   CHECK(r.err.find("nothing was trained") == std::string::npos);
   CHECK(fs::exists(s.path("run") + "/metrics.jsonl"));  // what was trained stays
 }
+
+TEST_CASE("fault.policy = abort and a job past fault.max_restarts name the newest snapshot, and nothing says the job "
+          "goes on",
+          "[cli][hostile][multiprocess]") {
+  Scratch s("faultstop");
+  SECTION("abort") {
+    const Run r = run_and_signal(s, two_process_job(s, "--set fault.policy=abort"), "snapshot of step 3 written",
+                                 kKillRank1);
+    INFO(r.err);
+    CHECK(r.rc == 137);  // the lost process's status
+    const std::string line = the_error_line(r);
+    CHECK(line.find("(fault.policy = abort: the job stops). The newest snapshot on disk is " + s.path("run") +
+                    "/checkpoints/step-0000000") != std::string::npos);
+    CHECK(line.find("continue with --resume latest") != std::string::npos);
+  }
+  SECTION("past fault.max_restarts") {
+    const Run r = run_and_signal(s, two_process_job(s, "--set fault.max_restarts=0"), "snapshot of step 3 written",
+                                 kKillRank1);
+    INFO(r.err);
+    CHECK(r.rc == 1);
+    const std::string line = the_error_line(r);
+    CHECK(line.find("more than fault.max_restarts = 0") != std::string::npos);
+    CHECK(line.find("continue with --resume latest") != std::string::npos);
+    CHECK(r.err.find("continues") == std::string::npos);  // no line says the job goes on
+    CHECK(r.err.find("more than fault.max_restarts = 0: it stops)") != std::string::npos);  // process 0's log line
+    CHECK(r.err.find("\nthe job failed") == std::string::npos);  // the error is one line
+  }
+}
