@@ -54,17 +54,19 @@
 #include "cli/train_checks.h"
 #include "core/interrupt.h"
 #include "core/job_error.h"
+#include "core/stop_notice.h"
 
 namespace fs = std::filesystem;
 
 namespace troupe::cli {
 namespace {
 // SIGUSR1 / SIGTERM / SIGINT (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR, unless inherited as
-// ignored): snapshot the current step and stop (exit 0). A second
+// ignored): snapshot the current step and stop (exit 0), said at once (core/stop_notice.h). A second
 // SIGTERM or SIGINT while that is under way ends the process at once, if it comes more than
 // a second after the first: one request often arrives twice (Ctrl-C reaches the whole
 // process group and troupe launch forwards it too; `timeout` signals its child and then its
-// group), and that must not throw away the snapshot the first one asked for.
+// group), and that must not throw away the snapshot the first one asked for. The forced
+// stop prints one error line naming the steps lost and the newest snapshot.
 std::atomic<int> g_stop_signal{0};
 std::atomic<int64_t> g_first_signal_ns{0};
 extern "C" void on_stop_signal(int sig) {
@@ -74,8 +76,12 @@ extern "C" void on_stop_signal(int sig) {
   int64_t first = 0;
   g_first_signal_ns.compare_exchange_strong(first, now);
   note_stop_signal(sig);  // an error line it leads to tells troupe launch it was a signal (core/job_error.h)
-  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) {
+  const int before = g_stop_signal.exchange(sig);
+  if (before == 0) {
+    acknowledge_stop(sig);  // at once, not when the step ends (core/stop_notice.h)
+  } else if (sig != SIGUSR1 && first != 0 && now - first > 1000000000) {
     remove_partial_dirs();  // the snapshot being written cannot finish: no .tmp folder stays
+    report_forced_stop(sig);  // one error line: what is lost, the newest snapshot
     _exit(128 + sig);
   }
 }
@@ -162,12 +168,6 @@ class FreshFolders {
   const std::string& run_dir_;
 };
 
-// Runs the job; a process that survives a lost peer (in_place) joins the others again and
-// continues, up to fault.max_restarts. Returns 0 with r filled, or 75 (start the job again)
-// under fault.policy = restart with the whole-job respawn. Throws on any other failure.
-int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch, bool in_place, int restart,
-                      const std::string& ckpt_dir, JobResult& r) {
-  for (int generation = restart;;) {
 // "The newest snapshot on disk is DIR (step K); continue with --resume latest once the cause
 // is fixed", or that none is there (or known to this process: "" for ckpt_dir).
 std::string newest_snapshot_sentence(const std::string& ckpt_dir) {
@@ -178,6 +178,12 @@ std::string newest_snapshot_sentence(const std::string& ckpt_dir) {
                      snaps.back().second, snaps.back().first);
 }
 
+// Runs the job; a process that survives a lost peer (in_place) joins the others again and
+// continues, up to fault.max_restarts. Returns 0 with r filled, or 75 (start the job again)
+// under fault.policy = restart with the whole-job respawn. Throws on any other failure.
+int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch, bool in_place, int restart,
+                      const std::string& ckpt_dir, JobResult& r) {
+  for (int generation = restart;;) {
     try {
       r = run_job(c, ctx);
       break;
@@ -196,6 +202,7 @@ std::string newest_snapshot_sentence(const std::string& ckpt_dir) {
         spdlog::warn("{}\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for every "
                      "process to join again)",
                      e.what(), generation, c.fault.max_restarts);
+        note_step_under_way(kRecovering);
         ctx.recovering = true;
         ctx.generation = generation;
         ctx.failure_time = failure_noticed_at() > 0 ? failure_noticed_at() : unix_seconds();
@@ -208,6 +215,8 @@ std::string newest_snapshot_sentence(const std::string& ckpt_dir) {
                     " (fault.policy = restart: exit status 75 asks the launcher to start the job again)");
         return 75;
       }
+      if (launch.world > 1)  // fault.policy = abort: the job stops here; where it can continue from
+        throw FinalError(fmt::format("{}. {}", e.what(), newest_snapshot_sentence(ckpt_dir)));
       throw;
     }
   }
@@ -215,8 +224,6 @@ std::string newest_snapshot_sentence(const std::string& ckpt_dir) {
 }
 
 // The snapshot to continue from (--resume DIR or latest; a restart's newest), or null for a
-      if (launch.world > 1)  // fault.policy = abort: the job stops here; where it can continue from
-        throw FinalError(fmt::format("{}. {}", e.what(), newest_snapshot_sentence(ckpt_dir)));
 // fresh run, whose checkpoint directory must then hold no snapshots. Throws UserError.
 std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string& resume, const std::string& ckpt_dir,
                                               bool follower, int restart, int rank) {
@@ -460,6 +467,14 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
   ctx.generation = restart;
   if (const char* ft = std::getenv("TROUPE_FAILURE_TIME"); ft && restart > 0) ctx.failure_time = std::atof(ft);
   ctx.recovery_ckpt_dir = p.ckpt_dir;
+  // what a forced stop names (core/stop_notice.h): the newest snapshot, this start's recovery
+  note_saves_snapshots(!follower && !p.ckpt_dir.empty());
+  if (ctx.recovering) note_step_under_way(kRecovering);
+  const auto snaps = p.ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(p.ckpt_dir);
+  if (!snaps.empty() && (!ctx.resume || snaps.back().first >= ctx.resume->step))
+    note_newest_snapshot(snaps.back().first, snaps.back().second);
+  else if (ctx.resume)
+    note_newest_snapshot(ctx.resume->step, ctx.resume->dir);
 }
 
 // Process 0 of a start the launcher made after a failure says where it continues from.

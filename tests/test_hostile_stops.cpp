@@ -201,3 +201,32 @@ TEST_CASE("fault.policy = abort and a job past fault.max_restarts name the newes
     CHECK(r.err.find("\nthe job failed") == std::string::npos);  // the error is one line
   }
 }
+
+TEST_CASE("a stop signal is acknowledged at once, and a second one that ends the run names the steps lost and the "
+          "newest snapshot",
+          "[cli][hostile][signals]") {
+  Scratch s("twostops");
+  // steps of about 2 s: the first SIGTERM comes after step 1 is saved; once it is
+  // acknowledged the run is suspended (so the step under way cannot end), the second
+  // SIGTERM comes more than a second later, and the run is continued
+  const std::string ack = "stopping after step [0-9]+, the step under way, and saving a snapshot \\(send it again to "
+                          "stop at once\\)";
+  const Run r = run_and_signal(
+      s,
+      "train --config configs/tiny.toml --set train.steps=1000 --set train.sample_tokens=0 --set train.batch_size=512 "
+      "--set parallel.microbatches=128 --set checkpoint.interval=1 --set data.cache_dir='" + s.path("cache") +
+          "' --run-dir '" + s.path("run") + "'",
+      "snapshot of step 1 written",
+      "kill -TERM $p; for i in $(seq 1 600); do grep -qE '" + ack + "' '" + s.path("err") +
+          "' && break; sleep 0.1; done; kill -STOP $p; sleep 1.2; kill -TERM $p; kill -CONT $p");
+  INFO(r.err);
+  CHECK(r.rc == 128 + 15);
+  CHECK(r.err.find("signal 15 (SIGTERM): stopping after step ") != std::string::npos);
+  const std::string line = the_error_line(r);
+  CHECK(line.find("error: stopped at once by a second signal 15 (SIGTERM) at step ") == 0);
+  CHECK(line.find(" lost (in no snapshot); the newest snapshot on disk is " + s.path("run") +
+                  "/checkpoints/step-0000000") != std::string::npos);
+  CHECK(line.find("continue with --resume latest") != std::string::npos);
+  for (auto& e : fs::directory_iterator(s.path("run") + "/checkpoints"))  // the save under way left nothing
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+}
