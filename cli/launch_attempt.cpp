@@ -349,13 +349,15 @@ class AttemptRun {
   // The job stops (`why`) while processes wait out their back-off: they are not started
   // again; the first of them is the attempt's failure when none failed before.
   void cancel_respawns(const std::string& why) {
+    int first = -1;
     for (int r = 0; r < N_ && pending_ > 0; ++r) {
       if (respawn_at_[r] <= 0) continue;
       respawn_at_[r] = 0;
       --pending_;
       say("launch: process " + std::to_string(r) + " is not started again: " + why);
-      if (first_status_ < 0) first_failure(r, lost_status_[r]);
+      if (first < 0) first = r;
     }
+    if (first >= 0 && first_status_ < 0) first_failure(first, lost_status_[first]);
   }
 
   // The launcher's last word on a job it will not start again: an error line, or a note
