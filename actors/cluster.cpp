@@ -1,7 +1,8 @@
 // The control plane of a multi-process job (actors/cluster.h): the Cluster's own calls —
-// start, join, the end of a job, aborts. The node agent (actors/node_agent.cpp), the
-// join decisions (actors/join_check.cpp), the tensor proxy (actors/tensor_proxy.cpp) and
-// the snapshot transfer (actors/snapshot_transfer.cpp) live beside it.
+// start, the end of a job, aborts. The join (actors/cluster_join.cpp), the node agent
+// (actors/node_agent.cpp), the join decisions (actors/join_check.cpp), the tensor proxy
+// (actors/tensor_proxy.cpp) and the snapshot transfer (actors/snapshot_transfer.cpp) live
+// beside it.
 #include "actors/cluster.h"
 
 #include <openssl/evp.h>
@@ -17,14 +18,12 @@
 #include <thread>
 
 #include "actors/cluster_impl.h"
-#include "actors/coordinator_probe.h"
 #include "actors/messages.h"
 #include "actors/wire_types.h"
 #include "collectives/netif.h"
 #include "collectives/wire.h"
 #include "core/error.h"
 #include "core/events.h"
-#include "core/job_error.h"
 
 namespace troupe {
 
@@ -175,172 +174,6 @@ void Cluster::deliver_tensors_to(int r, caf::actor w) {
 void Cluster::set_coordinator(caf::actor c) {
   std::lock_guard<std::mutex> lk(impl_->mu);
   impl_->coordinator = std::move(c);
-}
-
-void Cluster::join() {
-  auto& im = *impl_;
-  const int n = im.o.env.world;
-  const auto deadline = Clock::now() + secs(im.o.cfg.fault.join_timeout_s);
-  spdlog::info("joining the job: {} processes, coordinator {}:{} (waiting up to fault.join_timeout_s = {} s)", n,
-               im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s);
-  // a signal ends the wait for the others at once: nothing has been trained yet
-  auto check_stop = [&] {
-    const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
-    TROUPE_USER_CHECK(sig == 0) << "stopped by signal " << sig << " (" << strsignal(sig)
-                                << ") while waiting for the other processes to join: nothing was trained or saved";
-  };
-  auto wait = [&](auto pred, const std::function<std::string()>& what) {
-    std::unique_lock<std::mutex> lk(im.mu);
-    auto done = [&] { return pred() || !im.refused.empty() || !im.failure.empty(); };
-    bool ok = false;
-    while (!(ok = im.cv.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), done)) &&
-           Clock::now() < deadline) {
-      lk.unlock();
-      check_stop();
-      lk.lock();
-    }
-    if (!ok) {
-      lk.unlock();
-      const int bad = im.unauthenticated;
-      throw Error(what() + " within fault.join_timeout_s = " + fmt::format("{}", im.o.cfg.fault.join_timeout_s) + " s" +
-                  (bad ? fmt::format("; {} control message(s) failed authentication meanwhile: a process with another "
-                                     "TROUPE_JOB_SECRET? Give every process the same secret",
-                                     bad)
-                       : std::string("; start every process (troupe launch does), check TROUPE_COORDINATOR, the "
-                                     "network and that every process has the same TROUPE_JOB_SECRET")));
-    }
-    if (!im.refused.empty()) throw UserError(im.refused);
-    if (!im.failure.empty()) throw Error(im.failure);
-  };
-  auto missing = [&](const std::vector<bool>& v) {
-    std::string s;
-    for (int p = 0; p < n; ++p)
-      if (!v[p]) s += (s.empty() ? "" : ", ") + std::to_string(p);
-    return s;
-  };
-  if (im.hub()) {
-    auto port = im.sys->middleman().publish(im.agent, (uint16_t)im.o.env.port, im.o.env.host.c_str(), true);
-    TROUPE_USER_CHECK(port) << "cannot listen on " << im.o.env.host << ":" << im.o.env.port << " ("
-                            << im.sys->render(port.error())
-                            << "); choose a free port and a local address in TROUPE_COORDINATOR";
-    wait([&] { return std::all_of(im.joined.begin(), im.joined.end(), [](bool b) { return b; }); },
-         [&] { return "process(es) " + missing(im.joined) + " did not join"; });
-    int bad = 0;
-    {
-      std::lock_guard<std::mutex> lk(im.mu);
-      bad = im.unauthenticated;
-    }
-    if (bad > 0)
-      spdlog::warn("control plane: {} message(s) from processes without this job's secret were refused while the job "
-                   "assembled",
-                   bad);
-    std::vector<std::vector<char>> table;
-    std::vector<std::string> hosts;
-    std::vector<int32_t> pids;
-    {
-      std::lock_guard<std::mutex> lk(im.mu);
-      table = im.addresses;
-      hosts = im.hosts;
-      pids = im.pids;
-      if (im.o.recovering) im.plan = make_recovery_plan(im.offers, im.o.disk_step, im.process_of_rank);
-    }
-    for (int p = 1; p < n; ++p)
-      caf::anon_send(im.agent, none_atom::value, (int32_t)p,
-                     caf::make_message(table_atom::value, table, im.plan.source, im.plan.step, im.plan.provider, hosts,
-                                       pids));
-    std::vector<std::vector<uint8_t>> addrs;
-    for (auto& a : table) addrs.emplace_back(a.begin(), a.end());
-    im.transport->connect(addrs);
-    wait([&] { return std::all_of(im.ready.begin(), im.ready.end(), [](bool b) { return b; }); },
-         [&] { return "process(es) " + missing(im.ready) + " did not connect their data plane"; });
-    return;
-  }
-  // a non-hub process: reach the hub (it may not listen yet), register, get the table. A
-  // recovering process may first reach the coordinator of the failed start, still shutting
-  // down: it is told so (or its connection closes) and tries again.
-  const int me = im.o.env.rank;
-  for (;;) {
-    caf::actor hub;
-    std::string last_error;
-    while (!hub) {
-      // remote_actor() has no handshake deadline (CAF 0.17, actor-framework#504): pointed at
-      // a server of another kind it never returns. A watchdog holds the join's deadline and
-      // the stop signal over it; past either it says what answers there (a probe, made only
-      // then: probing a live coordinator's port disturbed CAF's broker) and ends the process
-      // with exit 2 (nothing of a joining process needs cleaning up; the blocked call cannot
-      // be cancelled, so the process cannot shut down normally).
-      std::atomic<bool> returned{false};
-      std::thread watchdog([&] {
-        while (!returned.load()) {
-          const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
-          std::string sentence;
-          if (sig != 0) {
-            sentence = fmt::format("stopped by signal {} while joining the job at {}:{}; nothing was trained",
-                                   sig, im.o.env.host, im.o.env.port);
-          } else if (Clock::now() > deadline) {
-            const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
-            sentence = p.result == ProbeResult::kCaf
-                           ? fmt::format("the coordinator at {}:{} did not answer this process's connection within "
-                                         "fault.join_timeout_s = {} s; check that process 0 is running and not stopped",
-                                         im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s)
-                           : fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
-                                         "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
-                                         im.o.env.host, im.o.env.port, p.detail);
-          }
-          if (!sentence.empty()) {
-            const std::string line = "error: " + (im.o.env.world > 1 ? fmt::format("[process {}] ", im.o.env.rank) : "") +
-                                     sentence + "\n";
-            if (sig != 0) note_stop_signal(sig);
-            write_error_line(line);  // once per job under troupe launch (core/job_error.h)
-            ::_exit(2);
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-      });
-      auto h = im.sys->middleman().remote_actor(im.o.env.host, (uint16_t)im.o.env.port);
-      returned = true;
-      watchdog.join();
-      if (h) {
-        hub = *h;
-        break;
-      }
-      last_error = im.sys->render(h.error());
-      if (last_error.find("malformed_basp_message") != std::string::npos || Clock::now() > deadline) {
-        // something answered with other bytes, or nothing answered in time: say what is there
-        const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
-        if (p.result == ProbeResult::kForeign || p.result == ProbeResult::kSilent)
-          throw UserError(fmt::format("the server at TROUPE_COORDINATOR={}:{} is not a troupe coordinator ({}); "
-                                      "point TROUPE_COORDINATOR at process 0's address (troupe launch sets it)",
-                                      im.o.env.host, im.o.env.port, p.detail));
-      }
-      check_stop();
-      if (Clock::now() > deadline)
-        throw Error(fmt::format("cannot reach the coordinator at {}:{} within fault.join_timeout_s = {} s ({}); is "
-                                "process 0 running, and is TROUPE_COORDINATOR right?",
-                                im.o.env.host, im.o.env.port, im.o.cfg.fault.join_timeout_s, last_error));
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    {
-      std::lock_guard<std::mutex> lk(im.mu);
-      im.busy = false;
-      im.hub_gone = false;
-    }
-    caf::anon_send(im.agent, hub_atom::value, hub,
-                   caf::make_message(join_atom::value, (int32_t)me, (int32_t)n, executable_hash(), im.o.cfg.to_toml(),
-                                     im.addresses[me], hostname(), (int32_t)getpid(), im.o.resume, im.o.offer,
-                                     im.o.tokenizer_hash));
-    wait([&] { return im.have_table || im.busy || im.hub_gone; },
-         [&] { return std::string("the coordinator did not send the process table"); });
-    if (im.have_table) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::vector<std::vector<uint8_t>> addrs;
-  {
-    std::lock_guard<std::mutex> lk(im.mu);
-    for (auto& a : im.addresses) addrs.emplace_back(a.begin(), a.end());
-  }
-  im.transport->connect(addrs);
-  caf::anon_send(im.agent, none_atom::value, (int32_t)0, caf::make_message(ready_atom::value));
 }
 
 RecoveryPlan Cluster::plan() const {

@@ -68,6 +68,7 @@ struct ClusterOptions {
   bool recovering = false;
   std::vector<int64_t> offer;
   int64_t disk_step = 0;
+  std::string checkpoint_dir;  // where disk_step was looked up ("" = not known to this process)
   int generation = 0;      // failures this process has recovered from (fault switches fire only at 0)
   // Set (to the signal's number) by SIGINT/SIGTERM/SIGUSR1: join() then stops waiting for the
   // others at once (UserError) instead of at fault.join_timeout_s. May be null.

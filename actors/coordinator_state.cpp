@@ -15,6 +15,7 @@
 #include "checkpoint/disk.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/stop_notice.h"
 #include "stages/schedule.h"
 #include "stages/simulator.h"
 #include "stages/stage.h"
@@ -148,6 +149,7 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
   for (auto& s : res_->snapshots)
     if (s.step == k) s.write_s = d.write_s, s.bytes = d.bytes, s.ok = d.ok, s.dir = d.dir, s.error = d.error;
   if (d.ok) {
+    note_newest_snapshot(k, d.dir);  // what a forced stop names (core/stop_notice.h)
     if (!ctx_.quiet)
       spdlog::info("snapshot of step {} written to {} ({:.1f} MiB in {:.2f} s, in the background){}", k, d.dir,
                    d.bytes / 1048576.0, d.write_s,

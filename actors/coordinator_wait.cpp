@@ -28,13 +28,13 @@ namespace troupe {
 void Coordinator::on_fail(int stage, const std::string& msg, const std::string& what) {
   if (stage == -2) throw Error(msg);  // a lost process (actors/cluster.h): the wait-for graph says nothing more
   if (cluster_ && !cluster_->failure().empty())  // a consequence of a lost process: name the cause
-    throw Error(cluster_->failure() + "\n(then: " + msg + ")");
+    throw Error(cluster_->failure() + " (then: " + msg + ")");
   std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;
   // an allocation refused under the user's memory limit: the sentence names the fix; a
   // wait-for graph would only show the consequences (exit 2, see core/error.h)
   if (is_out_of_memory_sentence(msg)) throw UserError(head);
   const std::string graph = diagnose(what);
-  if (!lost_.empty()) throw Error(lost_ + "\n(then: " + head + ")");  // a lost process caused it
+  if (!lost_.empty()) throw Error(lost_ + " (then: " + head + ")");  // a lost process caused it
   throw Error(head + "\n" + graph);
 }
 

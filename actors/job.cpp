@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/events.h"
 #include "core/progress.h"
+#include "core/stop_notice.h"
 #include "kernels/gemm_libs.h"
 #include "optimizer/optimizer.h"
 
@@ -136,6 +137,7 @@ void Coordinator::set_up() {
 }
 
 JobResult Coordinator::follow() {
+  note_step_under_way(kFollowerTraining);
   JobResult res;
   res.follower = true;
   cluster_->wait_for_end();
@@ -239,6 +241,7 @@ double Coordinator::reduce_norms(int64_t k, double lr, bool& skip, MetricsLog& m
 }
 
 void Coordinator::train_step(int64_t k, int64_t k0, MetricsLog& metrics, JobResult& res) {
+  note_step_under_way(k);  // what a stop signal says now (core/stop_notice.h)
   const JobPlan& p = plan_;
   const int steps = cfg_.train.steps;
   auto t0 = Clock::now();
@@ -344,6 +347,7 @@ bool Coordinator::after_step(int64_t k, JobResult& res) {
 
 // The end of a run that trained every step: summary, trace, sample, parameters, shutdown.
 void Coordinator::finish(JobResult& res, MetricsLog& metrics) {
+  note_step_under_way(kTrainingEnded);
   const int steps = cfg_.train.steps;
   if (steps == 0) res.val_losses.emplace_back(0, evaluate());
   res.final_val_loss = res.val_losses.empty() ? NAN : res.val_losses.back().second;

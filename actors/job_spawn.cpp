@@ -53,6 +53,7 @@ ClusterOptions cluster_options(const JobPlan& plan, const Config& cfg, const Job
         co.offer.insert(co.offer.end(), h.ranks.begin(), h.ranks.end());
       }
     if (!ctx.recovery_ckpt_dir.empty()) {
+      co.checkpoint_dir = ctx.recovery_ckpt_dir;
       auto snaps = list_snapshots(ctx.recovery_ckpt_dir);
       if (!snaps.empty()) co.disk_step = snaps.back().first;
     }

@@ -68,8 +68,14 @@ void lost(Agent* self, int p, const std::string& why) {
   if (!s.live[p]) return;
   s.live[p] = false;
   const char* respawn = std::getenv("TROUPE_RESPAWN");
+  const auto& fault = s.impl->o.cfg.fault;
+  const int failures = s.impl->o.generation + 1;  // this one included
   std::string reason = "lost " + s.impl->name_of(p) + ": " + why +
-                       (s.impl->o.cfg.fault.policy != "restart" ? " (fault.policy = abort: the job stops)"
+                       (fault.policy != "restart" ? " (fault.policy = abort: the job stops)"
+                        : failures > fault.max_restarts
+                            ? fmt::format(" (fault.policy = restart, but the job has failed {} time(s), more than "
+                                          "fault.max_restarts = {}: it stops)",
+                                          failures, fault.max_restarts)
                         : respawn && std::string(respawn) == "process"
                             ? " (fault.policy = restart: troupe launch starts that process again and the job "
                               "continues from the newest complete snapshot, in memory or on disk)"

@@ -34,7 +34,7 @@ using namespace launch_detail;
 constexpr int kMaxProcs = 1024;        // one host; more is a typo or a job for srun/mpirun
 constexpr const char* kUsage =
     "troupe launch --nprocs N [--coordinator HOST:PORT] [--grace SECONDS] [--respawn process|job] "
-    "-- COMMAND [ARGS...]";
+    "[--respawn-backoff SECONDS] -- COMMAND [ARGS...]";
 
 bool parse_int(const std::string& s, long lo, long hi, long* out) {
   if (s.empty()) return false;
@@ -42,6 +42,16 @@ bool parse_int(const std::string& s, long lo, long hi, long* out) {
   errno = 0;
   const long v = std::strtol(s.c_str(), &end, 10);
   if (*end != '\0' || errno != 0 || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+// A number of seconds from 0 to `hi` (finite), into *out.
+bool parse_seconds(const std::string& s, double hi, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0 || v > hi) return false;
   *out = v;
   return true;
 }
@@ -95,7 +105,8 @@ Options parse_args(int argc, char** argv) {
           << name << " needs a value, e.g. " << name << " " << example << "; usage: " << kUsage;
       val = argv[++i];
     };
-    if (name == "--nprocs" || name == "--coordinator" || name == "--grace" || name == "--respawn") {
+    if (name == "--nprocs" || name == "--coordinator" || name == "--grace" || name == "--respawn" ||
+        name == "--respawn-backoff") {
       TROUPE_USER_CHECK(seen.insert(name).second)
           << name << " is given twice; pass it once (troupe launch would otherwise take one of them silently)";
     }
@@ -120,13 +131,14 @@ Options parse_args(int argc, char** argv) {
       o.port = (int)port;
     } else if (name == "--grace") {
       take_value("35");
-      char* end = nullptr;
-      errno = 0;
-      const double g = std::strtod(val.c_str(), &end);
-      TROUPE_USER_CHECK(!val.empty() && *end == '\0' && errno == 0 && std::isfinite(g) && g >= 0 && g <= 1e6)
+      TROUPE_USER_CHECK(parse_seconds(val, 1e6, &o.grace_s))
           << "--grace '" << val << "' is not a number of seconds from 0 to 1000000; pass e.g. --grace 35 (the default is "
           << kDefaultGraceS << ")";
-      o.grace_s = g;
+    } else if (name == "--respawn-backoff") {
+      take_value("4");
+      TROUPE_USER_CHECK(parse_seconds(val, 3600, &o.backoff_s))
+          << "--respawn-backoff '" << val << "' is not a number of seconds from 0 to 3600; pass e.g. --respawn-backoff "
+          << kDefaultBackoffS << " (the default; 0 starts a lost process again at once every time)";
     } else if (name == "--respawn") {
       take_value("process");
       TROUPE_USER_CHECK(val == "process" || val == "job")
@@ -214,6 +226,19 @@ std::string make_job_secret() {
 }
 
 
+// Waits `seconds` (a back-off) for nothing but a stop signal among `waited`; returns that
+// signal (the user stops the job), or 0 once the time is up.
+int wait_out(const sigset_t& waited, double seconds) {
+  const double until = now_s() + seconds;
+  for (double left = seconds; left > 0; left = until - now_s()) {
+    timespec ts{(time_t)left, (long)((left - std::floor(left)) * 1e9)};
+    siginfo_t info{};
+    const int sig = ::sigtimedwait(&waited, &info, &ts);
+    if (sig > 0 && sig != SIGCHLD) return sig;
+  }
+  return 0;
+}
+
 int run(const Options& o) {
   const char* preset_secret = std::getenv("TROUPE_JOB_SECRET");
   const char* secret_file = std::getenv("TROUPE_JOB_SECRET_FILE");
@@ -246,6 +271,7 @@ int run(const Options& o) {
   ::sigprocmask(SIG_BLOCK, &waited, &old_mask);
 
   double failure_time = 0;
+  int quick_failures = 0;  // the job's failures in a row within kSteadyS of their start
   for (int restart = 0;; ++restart) {
     const double t0 = now_s();
     const int port = o.port ? o.port : free_port(o.host);  // a new free port for every start of the job
@@ -256,10 +282,24 @@ int run(const Options& o) {
     if (o.respawn == Respawn::kProcess) return a.status;
     // --respawn job, fault.policy = restart: a process asked for a new start (troupe train
     // stops by itself past fault.max_restarts; the launcher has a bound of its own)
-    if (!a.restartable || a.signalled || restart >= kMaxRestarts) return a.status;
-    say("launch: the job failed after " + std::to_string((int)(now_s() - t0)) +
-        " s; starting all processes again (restart " + std::to_string(restart + 1) +
+    if (!a.restartable || a.signalled) return a.status;
+    if (restart >= kMaxRestarts) {
+      say(std::string(a.reported ? "launch: " : "error: ") + "troupe launch gives up: the job failed again (exit status " +
+          std::to_string(a.status) + ") after " + std::to_string(kMaxRestarts) +
+          " restarts, its limit; find out why it fails (the output above), then start the job again (troupe train: "
+          "--resume latest)");
+      return a.status;
+    }
+    const double ran = now_s() - t0;
+    if (ran >= kSteadyS) quick_failures = 0;
+    const double delay = backoff_delay(quick_failures++, o.backoff_s);
+    say("launch: the job failed after " + std::to_string((int)ran) + " s; starting all processes again" +
+        (delay > 0 ? " in " + seconds_text(delay) : std::string()) + " (restart " + std::to_string(restart + 1) +
         "): they continue from the newest complete snapshot");
+    if (const int sig = wait_out(waited, delay); sig != 0) {
+      say("launch: the job is not started again: stopped by " + signal_name(sig));
+      return a.status;
+    }
   }
 }
 
@@ -277,7 +317,10 @@ void print_help() {
             << "                           recover in place. job: when a process exits " << kRestartStatus
             << ", the others\n"
             << "                           get the grace period, then all N start again (torchrun-style).\n"
-            << "                           At most " << kMaxRestarts << " restarts; the processes get TROUPE_RESPAWN.\n\n"
+            << "                           At most " << kMaxRestarts << " restarts; the processes get TROUPE_RESPAWN.\n"
+            << "  --respawn-backoff SECONDS  a loss soon after the last start waits before the start again:\n"
+            << "                           " << kFirstBackoffS << " s, doubling up to SECONDS (default " << kDefaultBackoffS
+            << "; 0: at once)\n\n"
             << "Exit status: 0 when every process exits 0, else that of the first one that failed\n"
             << "(128 + signal number when killed by a signal). See docs/launch.md.\n";
 }

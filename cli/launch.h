@@ -20,17 +20,19 @@
 //
 // Respawn (a process is "lost" when a signal kills it or it exits 75, troupe train's
 // "start me again" under fault.policy = restart):
-//   --respawn process (default): a lost process is started again at once, alone, with the
+//   --respawn process (default): a lost process is started again alone, at once or after its
+//     back-off (--respawn-backoff, launch_attempt.h backoff_delay), with the
 //     environment of its first start except TROUPE_RESTART_COUNT = k, the number of respawns
 //     in this launch so far (over all ranks: 1, 2, ...), and TROUPE_FAILURE_TIME = when it
 //     died. The others keep running (troupe train recovers in place); the coordinator
 //     (host:port), secret and launch id stay the same. Not after the launcher received
 //     SIGINT/SIGTERM/SIGUSR1, nor once a process failed (the grace period), nor past 100
-//     respawns: then the loss is a failure like any other.
+//     respawns (one line says the launcher gives up): then the loss is a failure like any other.
 //   --respawn job: when a process exits 75 (and no signal was forwarded), the others get
 //     the grace period, then all N start again with TROUPE_RESTART_COUNT = k (the
 //     job's k-th start again), TROUPE_FAILURE_TIME = when the previous start's first process
-//     failed, and a new free port unless --coordinator was given; at most 100 times.
+//     failed, and a new free port unless --coordinator was given, after the job's back-off;
+//     at most 100 times (then one line says the launcher gives up).
 #pragma once
 
 namespace troupe {
@@ -38,7 +40,7 @@ namespace troupe {
 // Runs `troupe launch`. argv[0] .. argv[argc-1] are the arguments AFTER the word "launch"
 // (main passes argc - 2, argv + 2). Reports its own errors, never throws:
 //   bad input (missing / non-numeric / out of range --nprocs (1..1024), a malformed
-//   --coordinator, a negative or non-numeric --grace, a --respawn other than process or
+//   --coordinator, a negative or non-numeric --grace or --respawn-backoff, a --respawn other than process or
 //   job, an unknown option, no "--" or no command after it): one line "error: ... <the
 //   fix>" on stderr, returns 2, starts nothing;
 //   the launcher itself failing (no free port, no randomness, fork fails): "error: ...",

@@ -5,9 +5,9 @@
 // The launcher is one thread: it blocks SIGCHLD, SIGINT, SIGTERM and SIGUSR1 (cli/launch.cpp),
 // forks the N children (each restores the signal mask, sets PR_SET_PDEATHSIG and execs
 // COMMAND), then waits in sigwaitinfo / sigtimedwait — no busy loop, no signal handlers:
-// SIGCHLD wakes it to reap (and, with --respawn process, to fork a lost rank again at once),
-// the other signals are forwarded to the live children, and the timeout is the end of the
-// grace period after the first failure.
+// SIGCHLD wakes it to reap (and, with --respawn process, to fork a lost rank again, at once
+// or when its back-off ends), the other signals are forwarded to the live children, and the
+// timeout is the end of a back-off or of the grace period after the first failure.
 #include "cli/launch_attempt.h"
 
 #include <sys/prctl.h>
@@ -53,12 +53,23 @@ double now_s() {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-namespace {
-
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.1f s" : "%.0f s", s);
+  return buf;
+}
+
+double backoff_delay(int quick_losses, double max_s) {
+  if (quick_losses <= 0) return 0;
+  return std::min(max_s, kFirstBackoffS * std::pow(2.0, std::min(quick_losses - 1, 30)));
+}
+
+namespace {
 
 // In the child, between fork and exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(pid_t launcher, const sigset_t& mask, char** argv, char** envp) {
@@ -116,103 +127,139 @@ struct SaidOnce {
   SaidOnce& operator=(const SaidOnce&) = delete;
 };
 
-}  // namespace
+// The children's environments and command line, built before fork (the child may not
+// allocate): the launcher's environment minus the variables troupe launch sets, plus ours.
+struct ChildArgs {
+  std::vector<std::string> base;                  // what every process gets
+  std::vector<std::vector<std::string>> env_text;  // by rank: base and the rank's own
+  std::vector<std::vector<char*>> envp;
+  std::vector<std::string> cmd_text;
+  std::vector<char*> argv;
 
-Attempt run_attempt(const Options& o, int port, int restart, double failure_time, const std::string& launch_id,
-                    const std::string& secret, bool use_file, const sigset_t& waited, const sigset_t& old_mask) {
-  const int N = o.nprocs;
-  const bool per_process = o.respawn == Respawn::kProcess;
-  const std::string coordinator = o.host + ":" + std::to_string(port);
-
-  // Environments, built before fork (the child may not allocate): the launcher's, minus the
-  // variables we set, plus ours.
-  std::vector<std::string> base;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    const std::string name = kv.substr(0, kv.find('='));
-    if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
-        name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE" ||
-        name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME" ||
-        name == "TROUPE_RESPAWN" || name == "TROUPE_LAUNCH_ERRDIR")
-      continue;
-    base.push_back(kv);
+  ChildArgs(const Options& o, const std::string& coordinator, const std::string& launch_id, const std::string& secret,
+            bool use_file, const std::string& said_dir, int restart, double failure_time)
+      : env_text(o.nprocs), envp(o.nprocs), cmd_text(o.command) {
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      const std::string name = kv.substr(0, kv.find('='));
+      if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
+          name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE" ||
+          name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME" ||
+          name == "TROUPE_RESPAWN" || name == "TROUPE_LAUNCH_ERRDIR")
+        continue;
+      base.push_back(kv);
+    }
+    base.push_back("TROUPE_WORLD_SIZE=" + std::to_string(o.nprocs));
+    base.push_back("TROUPE_COORDINATOR=" + coordinator);
+    base.push_back("TROUPE_LOCAL_WORLD_SIZE=" + std::to_string(o.nprocs));  // processes sharing this host's cores
+    if (!use_file) base.push_back("TROUPE_JOB_SECRET=" + secret);
+    base.push_back("TROUPE_LAUNCH_ID=" + launch_id);  // names the default run directory of every start
+    // the same error line from every process (a bad --set) is printed once (cli/common.cpp print_error)
+    if (!said_dir.empty()) base.push_back("TROUPE_LAUNCH_ERRDIR=" + said_dir);
+    // what a lost process means: troupe train recovers in place (process) or waits to be restarted (job)
+    base.push_back(std::string("TROUPE_RESPAWN=") + (o.respawn == Respawn::kProcess ? "process" : "job"));
+    for (int r = 0; r < o.nprocs; ++r) set_rank(r, restart, failure_time);
+    argv = pointers(cmd_text);
   }
-  base.push_back("TROUPE_WORLD_SIZE=" + std::to_string(N));
-  base.push_back("TROUPE_COORDINATOR=" + coordinator);
-  base.push_back("TROUPE_LOCAL_WORLD_SIZE=" + std::to_string(N));  // processes sharing this host's cores
-  if (!use_file) base.push_back("TROUPE_JOB_SECRET=" + secret);
-  base.push_back("TROUPE_LAUNCH_ID=" + launch_id);  // names the default run directory of every start
-  // the same error line from every process (a bad --set) is printed once (cli/common.cpp print_error)
-  const SaidOnce said;
-  if (!said.dir.empty()) base.push_back("TROUPE_LAUNCH_ERRDIR=" + said.dir);
-  // what a lost process means: troupe train recovers in place (process) or waits to be restarted (job)
-  base.push_back(std::string("TROUPE_RESPAWN=") + (per_process ? "process" : "job"));
-  std::vector<std::vector<std::string>> env_text(N);
-  std::vector<std::vector<char*>> envp(N);
-  for (int r = 0; r < N; ++r) {
+  // Process r's environment for a start with TROUPE_RESTART_COUNT = restart.
+  void set_rank(int r, int restart, double failure_time) {
     env_text[r] = rank_env(base, r, restart, failure_time);
     envp[r] = pointers(env_text[r]);
   }
-  std::vector<std::string> cmd_text = o.command;
-  std::vector<char*> cmd_argv;
-  for (auto& s : cmd_text) cmd_argv.push_back(s.data());
-  cmd_argv.push_back(nullptr);
+};
 
-  log_event("launch", {{"processes", N}, {"restart", restart}});
-  say("launch: " + std::to_string(N) + (N == 1 ? " process" : " processes") + ", coordinator " + coordinator +
-      (restart ? " (restart " + std::to_string(restart) + ")" : std::string()));
-  std::fflush(stdout);
-  std::cout.flush();
-  const pid_t self = ::getpid();
-  std::vector<pid_t> pid(N, 0);             // 0: not running (reaped)
-  std::vector<int> started_as(N, restart);  // each process's TROUPE_RESTART_COUNT
-  std::vector<bool> grace_killed(N, false);
-  int live = 0;
-  // Forks process r with envp[r]. If fork fails, every process still running is killed and
-  // reaped, and the launcher fails.
-  auto start = [&](int r) {
-    const pid_t p = ::fork();
-    if (p == 0) exec_child(self, old_mask, cmd_argv.data(), envp[r].data());
-    if (p < 0) {
-      const int e = errno;
-      int killed = 0;
-      for (int q = 0; q < N; ++q) {
-        if (!pid[q]) continue;
-        ::kill(pid[q], SIGKILL);
-        int st;
-        while (::waitpid(pid[q], &st, 0) < 0 && errno == EINTR) {
-        }
-        pid[q] = 0;
-        ++killed;
+// One attempt: forks the N processes, reaps them, respawns a lost one (--respawn process),
+// forwards the stop signals, stops the others after a refusal and kills stragglers after
+// the grace period.
+class AttemptRun {
+ public:
+  AttemptRun(const Options& o, int port, int restart, double failure_time, const std::string& launch_id,
+             const std::string& secret, bool use_file, const sigset_t& waited, const sigset_t& old_mask)
+      : o_(o),
+        N_(o.nprocs),
+        per_process_(o.respawn == Respawn::kProcess),
+        restart_(restart),
+        coordinator_(o.host + ":" + std::to_string(port)),
+        waited_(waited),
+        old_mask_(old_mask),
+        args_(o, coordinator_, launch_id, secret, use_file, said_.dir, restart, failure_time),
+        pid_(N_, 0),
+        started_as_(N_, restart),
+        grace_killed_(N_, false),
+        started_at_(N_, 0),
+        respawn_at_(N_, 0),
+        quick_losses_(N_, 0),
+        lost_status_(N_, 0) {}
+
+  Attempt run() {
+    log_event("launch", {{"processes", N_}, {"restart", restart_}});
+    say("launch: " + std::to_string(N_) + (N_ == 1 ? " process" : " processes") + ", coordinator " + coordinator_ +
+        (restart_ ? " (restart " + std::to_string(restart_) + ")" : std::string()));
+    std::fflush(stdout);
+    std::cout.flush();
+    for (int r = 0; r < N_; ++r) start(r);
+    for (;;) {
+      reap();
+      if (live_ == 0 && pending_ == 0) break;
+      if (start_due_respawns()) continue;
+      if (term_at_ > 0 && now_s() >= term_at_) {
+        stop_others_after_refusal();
+        continue;
       }
-      live = 0;
-      struct rlimit nproc {};
-      const bool limited = ::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY;
-      const std::string fix = e == EAGAIN && limited
-                                  ? "the limit on processes (ulimit -u = " + std::to_string(nproc.rlim_cur) +
-                                        ") is reached: raise ulimit -u, or start fewer processes (--nprocs)"
-                              : e == EAGAIN || e == ENOMEM
-                                  ? std::string("the system is out of processes or memory: start fewer processes (--nprocs)")
-                                  : std::string("start fewer processes (--nprocs)");
-      TROUPE_USER_FAIL() << "cannot start process " << r << " of " << N << (started_as[r] ? " again" : "")
-                         << ": fork failed (" << std::strerror(e) << "), and the " << killed
-                         << " already running were stopped; " << fix;
+      if (first_status_ >= 0 && !stragglers_killed_ && now_s() >= deadline_) {
+        kill_stragglers();
+        continue;  // SIGCHLD is on its way
+      }
+      wait_for_signal();
     }
-    pid[r] = p;
-    ++live;
-  };
-  for (int r = 0; r < N; ++r) start(r);
+    out_.status = first_status_ < 0 ? 0 : first_status_;
+    out_.reported = !said_.dir.empty() && read_first_error(said_.dir).exists;
+    return out_;
+  }
 
-  Attempt out;
-  int first_status = -1;  // the launcher's exit status once a child failed
-  int first_rank = -1;    // the process that failed first
-  double deadline = 0;    // end of the grace period (monotonic seconds)
-  double term_at = 0;     // a process refused (exit 2): when the others get SIGTERM (0: never)
-  constexpr double kRefusalTermS = 2.0;
-  bool stragglers_killed = false;
-  bool user_stop = false;  // SIGINT, SIGTERM or SIGUSR1 came (forwarded or not): no more respawns
-  int respawns = 0;        // processes started again in this attempt (--respawn process), all ranks
-  auto reap = [&] {
+ private:
+  // Forks process r with its environment. If fork fails, every process still running is
+  // killed and reaped, and the launcher fails.
+  void start(int r) {
+    const pid_t p = ::fork();
+    if (p == 0) exec_child(self_, old_mask_, args_.argv.data(), args_.envp[r].data());
+    if (p < 0) {
+      fork_failed(r, errno);
+      return;
+    }
+    pid_[r] = p;
+    started_at_[r] = now_s();
+    ++live_;
+  }
+
+  // Throws UserError: fork failed with errno e.
+  void fork_failed(int r, int e) {
+    int killed = 0;
+    for (int q = 0; q < N_; ++q) {
+      if (!pid_[q]) continue;
+      ::kill(pid_[q], SIGKILL);
+      int st;
+      while (::waitpid(pid_[q], &st, 0) < 0 && errno == EINTR) {
+      }
+      pid_[q] = 0;
+      ++killed;
+    }
+    live_ = 0;
+    struct rlimit nproc {};
+    const bool limited = ::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY;
+    const std::string fix = e == EAGAIN && limited
+                                ? "the limit on processes (ulimit -u = " + std::to_string(nproc.rlim_cur) +
+                                      ") is reached: raise ulimit -u, or start fewer processes (--nprocs)"
+                            : e == EAGAIN || e == ENOMEM
+                                ? std::string("the system is out of processes or memory: start fewer processes (--nprocs)")
+                                : std::string("start fewer processes (--nprocs)");
+    TROUPE_USER_FAIL() << "cannot start process " << r << " of " << N_ << (started_as_[r] ? " again" : "")
+                       << ": fork failed (" << std::strerror(e) << "), and the " << killed
+                       << " already running were stopped; " << fix;
+  }
+
+  // Reaps every child that has exited.
+  void reap() {
     for (;;) {
       int st = 0;
       const pid_t p = ::waitpid(-1, &st, WNOHANG);
@@ -220,112 +267,217 @@ Attempt run_attempt(const Options& o, int port, int restart, double failure_time
       if (p < 0) {
         if (errno == EINTR) continue;
         TROUPE_CHECK(errno == ECHILD) << "waitpid failed: " << std::strerror(errno);
-        TROUPE_CHECK(live == 0) << live << " children were lost (waitpid: no child processes)";
+        TROUPE_CHECK(live_ == 0) << live_ << " children were lost (waitpid: no child processes)";
         return;
       }
       int r = 0;
-      while (r < N && pid[r] != p) ++r;
-      if (r == N) continue;  // not ours
-      pid[r] = 0;
-      --live;
-      const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-      log_event("process_exit", {{"rank", r}, {"status", code}, {"restart", started_as[r]}});
-      if (code == 0) continue;
-      const std::string who = "launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") ";
-      const std::string what = WIFEXITED(st) ? "exited with status " + std::to_string(code)
-                                             : "killed by signal " + signal_name(WTERMSIG(st));
-      // --respawn process: a lost process (a signal, or troupe train's "start me again") is
-      // started again at once, alone, unless the job is being stopped or has failed already.
-      const bool lost = WIFSIGNALED(st) || (WIFEXITED(st) && code == kRestartStatus);
-      // a process of troupe train under fault.policy = abort marked the attempt: the job
-      // stops on a lost process, so starting it again would only be refused (cli/train.cpp)
-      std::error_code no_ec;
-      const bool abort_policy = !said.dir.empty() && std::filesystem::exists(said.dir + "/no-respawn", no_ec);
-      if (per_process && lost && !user_stop && first_status < 0 && respawns < kMaxRestarts && !abort_policy) {
-        const double died_at = unix_seconds();
-        const int k = ++respawns;
-        say(who + what + "; starting it again (respawn " + std::to_string(k) + ")");
-        log_event("respawn", {{"rank", r}, {"restart", k}});
-        env_text[r] = rank_env(base, r, k, died_at);
-        envp[r] = pointers(env_text[r]);
-        started_as[r] = k;
-        start(r);
-        continue;
-      }
-      if (code == kRestartStatus) out.restartable = true;
-      if (WIFEXITED(st) || !(grace_killed[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
-        say(who + what + (per_process && lost && abort_policy && first_status < 0
-                              ? " (fault.policy = abort: not started again; the job stops)"
-                              : ""));
-      if (first_status < 0) {
-        out.failed_at = unix_seconds();
-        first_status = code;
-        first_rank = r;
-        deadline = now_s() + o.grace_s;
-        // exit 2 is a refusal (bad input: troupe train's UserError): the job cannot go on, and a
-        // process still waiting for it to join would wait out the grace period and be killed,
-        // leaving its run directory. The others get kRefusalTermS to refuse the same way by
-        // themselves (a wrong config refuses everywhere), then SIGTERM: one joining stops at
-        // once and removes what it made; one training saves a snapshot (SIGKILL after the grace)
-        if (code == 2 && !user_stop) term_at = now_s() + kRefusalTermS;
-      }
+      while (r < N_ && pid_[r] != p) ++r;
+      if (r == N_) continue;  // not ours
+      pid_[r] = 0;
+      --live_;
+      on_exit(r, p, st);
     }
-  };
+  }
 
-  for (;;) {
-    reap();
-    if (live == 0) break;
-    if (term_at > 0 && now_s() >= term_at) {
-      term_at = 0;
-      // what process first_rank said (before the claim below, which keeps the others quiet: the
-      // launcher's SIGTERM is not their error, and the job's cause is on the screen already)
-      const FirstError said_first = said.dir.empty() ? FirstError() : read_first_error(said.dir);
-      if (!said.dir.empty()) (void)claim_first_error(said.dir);
-      bool any = false;
-      for (int q = 0; q < N; ++q)
-        if (pid[q] && ::kill(pid[q], SIGTERM) == 0) any = true;
-      const std::string who = "process " + std::to_string(first_rank);
-      const std::string cause =
-          said_first.rank == first_rank && said_first.signal > 0
-              ? who + " was stopped by " + signal_name(said_first.signal)
-          : said_first.rank == first_rank ? who + " refused to run (its error is above)"
-                                          : who + " exited with status " + std::to_string(first_status);
-      if (any) say("launch: stopping the other processes (SIGTERM): " + cause + ", and the job cannot go on without it");
-      continue;
+  // Process r (pid p) ended with wait status st: started again, or the attempt's failure.
+  void on_exit(int r, pid_t p, int st) {
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+    log_event("process_exit", {{"rank", r}, {"status", code}, {"restart", started_as_[r]}});
+    if (code == 0) return;
+    const std::string who = "launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") ";
+    const std::string what = WIFEXITED(st) ? "exited with status " + std::to_string(code)
+                                           : "killed by signal " + signal_name(WTERMSIG(st));
+    // --respawn process: a lost process (a signal, or troupe train's "start me again") is
+    // started again alone (after its back-off), unless the job is being stopped or has
+    // failed already; past kMaxRestarts the launcher gives up.
+    const bool lost = WIFSIGNALED(st) || (WIFEXITED(st) && code == kRestartStatus);
+    // a process of troupe train under fault.policy = abort marked the attempt: the job
+    // stops on a lost process, so starting it again would only be refused (cli/train.cpp)
+    std::error_code no_ec;
+    const bool abort_policy = !said_.dir.empty() && std::filesystem::exists(said_.dir + "/no-respawn", no_ec);
+    const bool respawnable = per_process_ && lost && !user_stop_ && first_status_ < 0 && !abort_policy;
+    if (respawnable && respawns_ < kMaxRestarts) {
+      respawn(r, who + what, code);
+      return;
     }
-    if (first_status >= 0 && !stragglers_killed && now_s() >= deadline) {
-      for (int r = 0; r < N; ++r) {
-        if (!pid[r]) continue;
-        ::kill(pid[r], SIGKILL);
-        grace_killed[r] = true;
-        say("launch: killed process " + std::to_string(r) + " (pid " + std::to_string(pid[r]) +
-            ") after the grace period");
+    if (code == kRestartStatus) out_.restartable = true;
+    if (respawnable)  // past the limit: one line says the launcher gives up
+      give_up("process " + std::to_string(r) + " (pid " + std::to_string(p) + ") was lost again (" +
+              (WIFEXITED(st) ? what : what + ", exit status " + std::to_string(code)) + ") after " +
+              std::to_string(kMaxRestarts) + " respawns, its limit");
+    else if (WIFEXITED(st) || !(grace_killed_[r] && WTERMSIG(st) == SIGKILL))  // that one was announced already
+      say(who + what + (per_process_ && lost && abort_policy && first_status_ < 0
+                            ? " (fault.policy = abort: not started again; the job stops)"
+                            : ""));
+    if (first_status_ < 0) first_failure(r, code);
+  }
+
+  // --respawn process: starts lost process r (exit status `code`) again, at once or after
+  // its back-off (`lost`: the launcher's line about it).
+  void respawn(int r, const std::string& lost, int code) {
+    const double died_at = unix_seconds();
+    if (now_s() - started_at_[r] >= kSteadyS) quick_losses_[r] = 0;
+    const double delay = backoff_delay(quick_losses_[r]++, o_.backoff_s);
+    const int k = ++respawns_;
+    say(lost + "; starting it again" + (delay > 0 ? " in " + seconds_text(delay) : std::string()) + " (respawn " +
+        std::to_string(k) + ")");
+    log_event("respawn", {{"rank", r}, {"restart", k}});
+    args_.set_rank(r, k, died_at);
+    started_as_[r] = k;
+    lost_status_[r] = code;
+    if (delay <= 0) {
+      start(r);
+      return;
+    }
+    respawn_at_[r] = now_s() + delay;
+    ++pending_;
+  }
+
+  // Starts the processes whose back-off is over; true when it started one.
+  bool start_due_respawns() {
+    bool any = false;
+    for (int r = 0; r < N_; ++r)
+      if (respawn_at_[r] > 0 && now_s() >= respawn_at_[r]) {
+        respawn_at_[r] = 0;
+        --pending_;
+        start(r);
+        any = true;
       }
-      stragglers_killed = true;
-      continue;  // SIGCHLD is on its way
+    return any;
+  }
+
+  // The job stops (`why`) while processes wait out their back-off: they are not started
+  // again; the first of them is the attempt's failure when none failed before.
+  void cancel_respawns(const std::string& why) {
+    int first = -1;
+    for (int r = 0; r < N_ && pending_ > 0; ++r) {
+      if (respawn_at_[r] <= 0) continue;
+      respawn_at_[r] = 0;
+      --pending_;
+      say("launch: process " + std::to_string(r) + " is not started again: " + why);
+      if (first < 0) first = r;
     }
+    if (first >= 0 && first_status_ < 0) first_failure(first, lost_status_[first]);
+  }
+
+  // The launcher's last word on a job it will not start again: an error line, or a note
+  // when a process of this start reported the error already (one error line a start).
+  void give_up(const std::string& what) {
+    const bool first = said_.dir.empty() || claim_first_error(said_.dir);
+    say(std::string(first ? "error: " : "launch: ") + "troupe launch gives up: " + what +
+        "; find out why it dies (its output above), then start the job again (troupe train: --resume latest)");
+  }
+
+  // Process r is the first to fail (exit status `code`): the grace period starts.
+  void first_failure(int r, int code) {
+    out_.failed_at = unix_seconds();
+    first_status_ = code;
+    first_rank_ = r;
+    deadline_ = now_s() + o_.grace_s;
+    // exit 2 is a refusal (bad input: troupe train's UserError): the job cannot go on, and a
+    // process still waiting for it to join would wait out the grace period and be killed,
+    // leaving its run directory. The others get kRefusalTermS to refuse the same way by
+    // themselves (a wrong config refuses everywhere), then SIGTERM: one joining stops at
+    // once and removes what it made; one training saves a snapshot (SIGKILL after the grace)
+    if (code == 2 && !user_stop_) term_at_ = now_s() + kRefusalTermS;
+    cancel_respawns("process " + std::to_string(r) + " failed");
+  }
+
+  // kRefusalTermS after a refusal: SIGTERM to the processes still running.
+  void stop_others_after_refusal() {
+    term_at_ = 0;
+    // what process first_rank_ said (before the claim below, which keeps the others quiet: the
+    // launcher's SIGTERM is not their error, and the job's cause is on the screen already)
+    const FirstError said_first = said_.dir.empty() ? FirstError() : read_first_error(said_.dir);
+    if (!said_.dir.empty()) (void)claim_first_error(said_.dir);
+    bool any = false;
+    for (int q = 0; q < N_; ++q)
+      if (pid_[q] && ::kill(pid_[q], SIGTERM) == 0) any = true;
+    const std::string who = "process " + std::to_string(first_rank_);
+    const std::string cause =
+        said_first.rank == first_rank_ && said_first.signal > 0
+            ? who + " was stopped by " + signal_name(said_first.signal)
+        : said_first.rank == first_rank_ ? who + " refused to run (its error is above)"
+                                         : who + " exited with status " + std::to_string(first_status_);
+    if (any) say("launch: stopping the other processes (SIGTERM): " + cause + ", and the job cannot go on without it");
+  }
+
+  // The end of the grace period: SIGKILL to the processes still running.
+  void kill_stragglers() {
+    for (int r = 0; r < N_; ++r) {
+      if (!pid_[r]) continue;
+      ::kill(pid_[r], SIGKILL);
+      grace_killed_[r] = true;
+      say("launch: killed process " + std::to_string(r) + " (pid " + std::to_string(pid_[r]) +
+          ") after the grace period");
+    }
+    stragglers_killed_ = true;
+  }
+
+  // Waits for a signal (up to the next deadline, if any) and forwards a stop signal.
+  void wait_for_signal() {
     siginfo_t info{};
     int sig;
-    if (first_status >= 0 && !stragglers_killed) {
-      const double left = std::max(0.0, (term_at > 0 ? std::min(deadline, term_at) : deadline) - now_s());
+    double until = 0;  // the next deadline (0: none)
+    if (first_status_ >= 0 && !stragglers_killed_) until = term_at_ > 0 ? std::min(deadline_, term_at_) : deadline_;
+    for (int r = 0; r < N_; ++r)
+      if (respawn_at_[r] > 0) until = until > 0 ? std::min(until, respawn_at_[r]) : respawn_at_[r];
+    if (until > 0) {
+      const double left = std::max(0.0, until - now_s());
       timespec ts{(time_t)left, (long)((left - std::floor(left)) * 1e9)};
-      sig = ::sigtimedwait(&waited, &info, &ts);
+      sig = ::sigtimedwait(&waited_, &info, &ts);
     } else {
-      sig = ::sigwaitinfo(&waited, &info);
+      sig = ::sigwaitinfo(&waited_, &info);
     }
-    if (sig < 0 || sig == SIGCHLD) continue;  // timeout / EINTR / a child changed state
+    if (sig < 0 || sig == SIGCHLD) return;  // timeout / EINTR / a child changed state
     // SIGINT, SIGTERM, SIGUSR1 (and the other stop signals of core/interrupt.h): the user stops the job, so a process that dies now is not
     // started again. A terminal (Ctrl-C) sends to the whole foreground process group
     // (si_code SI_KERNEL): the children, in our group, got it themselves — a second copy
     // would make troupe train stop at once instead of snapshotting.
-    user_stop = true;
-    if (info.si_code == SI_KERNEL) continue;
-    out.signalled = true;
-    for (int r = 0; r < N; ++r)
-      if (pid[r]) ::kill(pid[r], sig);
+    user_stop_ = true;
+    cancel_respawns("the job is being stopped (" + signal_name(sig) + ")");
+    if (info.si_code == SI_KERNEL) return;
+    out_.signalled = true;
+    for (int r = 0; r < N_; ++r)
+      if (pid_[r]) ::kill(pid_[r], sig);
   }
-  out.status = first_status < 0 ? 0 : first_status;
-  return out;
+
+  static constexpr double kRefusalTermS = 2.0;
+  const Options& o_;
+  const int N_;
+  const bool per_process_;
+  const int restart_;
+  const std::string coordinator_;
+  const sigset_t& waited_;
+  const sigset_t& old_mask_;
+  const pid_t self_ = ::getpid();
+  const SaidOnce said_;  // before args_: its folder is in the environment
+  ChildArgs args_;
+  std::vector<pid_t> pid_;          // 0: not running (reaped)
+  std::vector<int> started_as_;     // each process's TROUPE_RESTART_COUNT
+  std::vector<bool> grace_killed_;
+  std::vector<double> started_at_;   // when each process was started (monotonic seconds)
+  std::vector<double> respawn_at_;   // when a lost process's back-off ends (0: none pending)
+  std::vector<int> quick_losses_;    // each rank's losses in a row within kSteadyS of their start
+  std::vector<int> lost_status_;     // the exit status of a process waiting out its back-off
+  int pending_ = 0;                  // processes waiting out their back-off
+  int live_ = 0;
+  Attempt out_;
+  int first_status_ = -1;  // the launcher's exit status once a child failed
+  int first_rank_ = -1;    // the process that failed first
+  double deadline_ = 0;    // end of the grace period (monotonic seconds)
+  double term_at_ = 0;     // a process refused (exit 2): when the others get SIGTERM (0: never)
+  bool stragglers_killed_ = false;
+  bool user_stop_ = false;  // SIGINT, SIGTERM or SIGUSR1 came (forwarded or not): no more respawns
+  int respawns_ = 0;        // processes started again in this attempt (--respawn process), all ranks
+};
+
+}  // namespace
+
+Attempt run_attempt(const Options& o, int port, int restart, double failure_time, const std::string& launch_id,
+                    const std::string& secret, bool use_file, const sigset_t& waited, const sigset_t& old_mask) {
+  AttemptRun attempt(o, port, restart, failure_time, launch_id, secret, use_file, waited, old_mask);
+  return attempt.run();
 }
 
 }  // namespace troupe::launch_detail

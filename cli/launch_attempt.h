@@ -10,6 +10,7 @@
 namespace troupe::launch_detail {
 
 constexpr double kDefaultGraceS = 35;  // fault.timeout_s (30) + 5: peers notice a lost rank first
+constexpr double kDefaultBackoffS = 4;  // --respawn-backoff: the longest wait before a start again
 
 // What happens when a process is lost (killed by a signal, or exits kRestartStatus).
 enum class Respawn {
@@ -23,6 +24,7 @@ struct Options {
   int port = 0;  // 0: a free port on `host`, picked at start
   double grace_s = kDefaultGraceS;
   Respawn respawn = Respawn::kProcess;
+  double backoff_s = kDefaultBackoffS;  // --respawn-backoff (0: every start again at once)
   std::vector<std::string> command;
   bool help = false;
 };
@@ -35,11 +37,23 @@ constexpr int kRestartStatus = 75;
 // (--respawn process, all ranks together); troupe train stops at fault.max_restarts.
 constexpr int kMaxRestarts = 100;
 
+// Back-off of the starts again: the first loss of a process (--respawn process) or of the
+// job (--respawn job) is started again at once; each further loss within kSteadyS of its
+// start waits kFirstBackoffS, then twice as long each time, up to `max_s` (--respawn-backoff).
+// A process (or job) that ran kSteadyS or longer starts the count again. So a process that
+// dies at start does not burn the kMaxRestarts starts in a second.
+constexpr double kFirstBackoffS = 0.1;
+constexpr double kSteadyS = 60;
+// The wait before a start again, after `quick_losses` losses in a row that each came within
+// kSteadyS of their start (0: at once).
+double backoff_delay(int quick_losses, double max_s);
+
 struct Attempt {
   int status = 0;            // the launcher's exit status for this attempt
   bool restartable = false;  // some process exited with kRestartStatus
   bool signalled = false;    // the launcher forwarded a signal (the user stopped the job)
   double failed_at = 0;      // unix seconds when the first process failed
+  bool reported = false;     // a process printed the start's error line (core/job_error.h)
 };
 
 // Writes `line` and a newline to stderr in one write(2), so it does not interleave with the
@@ -47,6 +61,10 @@ struct Attempt {
 void say(const std::string& line);
 // Monotonic seconds.
 double now_s();
+// "SIGKILL" (or "signal N").
+std::string signal_name(int sig);
+// "0.4 s", for the launcher's lines.
+std::string seconds_text(double s);
 
 // One start of all N processes (`o.nprocs`), coordinator `o.host`:`port`, until every one
 // has exited. With --respawn process a lost process is started again inside the attempt, and

@@ -1,4 +1,5 @@
-// troupe — the command line.
+// troupe — the process: its start (signals, limits, stacks) and exit status; the commands
+// and their options are cli/command_line.cpp.
 //   troupe train    --config FILE [--set section.key=value ...] [--run-dir DIR]
 //   troupe prepare  --config FILE [--set ...] [--report FILE.json]   sources -> cleaned token files (cached)
 //   troupe tokenize ...                            an alias of prepare
@@ -15,24 +16,16 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <iostream>
 #include <string>
-#include <tuple>
-#include <vector>
 
+#include "cli/command_line.h"
 #include "cli/common.h"
-#include "cli/launch.h"
-#include "cli/plan.h"
 #include "actors/job.h"
 #include "core/interrupt.h"
 #include "core/job_error.h"
-#include "kernels/gemm_libs.h"
 #include "core/error.h"
-#include "stages/schedule.h"
-#include "troupe_version.h"
 
 using namespace troupe;
 using namespace troupe::cli;
@@ -67,48 +60,6 @@ void bound_openmp_spinning(char** argv) {
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
-// One sentence for a command line CLI11 refused. A value that is not of the option's type
-// ("Could not convert: --tokens = 1e12") names the option, what it takes and its help
-// text, which gives the range; the rest keep CLI11's words.
-// CLI11 2.1 turns a whole number past its type's range into the largest value without a
-// word ("--seed 99999999999999999999999" became 2^63 - 1): this check refuses it first.
-const CLI::Validator kWholeNumberInRange(
-    [](std::string& s) -> std::string {
-      errno = 0;
-      char* end = nullptr;
-      (void)std::strtoll(s.c_str(), &end, 0);
-      return errno == ERANGE ? "'" + s.substr(0, 40) + "' is out of range for a whole number" : std::string();
-    },
-    "INT");
-
-std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
-  std::string msg = e.what();
-  for (auto& ch : msg)
-    if (ch == '\n') ch = ' ';
-  const std::string prefix = "Could not convert: ";
-  const size_t eq = msg.find(" = ");
-  if (dynamic_cast<const CLI::ConversionError*>(&e) && msg.rfind(prefix, 0) == 0 && eq != std::string::npos) {
-    const std::string name = msg.substr(prefix.size(), eq - prefix.size());
-    const std::string value = msg.substr(eq + 3);
-    for (CLI::App* sub : app.get_subcommands()) {
-      const CLI::Option* opt = sub->get_option_no_throw(name);
-      if (!opt) continue;
-      const std::string type = opt->get_type_name();
-      const std::string kind = type == "INT" || type == "UINT" ? "a whole number in range"
-                               : type == "FLOAT"                ? "a number"
-                                                                : "a value of type " + type;
-      return name + " of troupe " + sub->get_name() + " takes " + kind + ", not '" + value + "': " +
-             opt->get_description() + " (troupe help " + sub->get_name() + ")";
-    }
-  }
-  if (dynamic_cast<const CLI::ValidationError*>(&e))  // "--seed: '...' is out of range ...": add what it takes
-    if (const size_t colon = msg.find(": "); colon != std::string::npos && msg.rfind("--", 0) == 0)
-      for (CLI::App* sub : app.get_subcommands())
-        if (const CLI::Option* opt = sub->get_option_no_throw(msg.substr(0, colon)))
-          return msg + " (" + opt->get_description() + "; troupe help " + sub->get_name() + ")";
-  return msg + "; see troupe --help";
-}
-
 // What a command printed must reach its reader: a failed write to standard output (a full
 // disk behind > FILE, a closed descriptor) turns a success into exit 2 with a sentence.
 int check_stdout(int rc) {
@@ -120,8 +71,6 @@ int check_stdout(int rc) {
               "); check where it goes: a full disk, or a closed pipe or descriptor");
   return 2;
 }
-
-int run_command(int argc, char** argv);
 
 // Until a command installs its own handling (train's snapshot-and-stop, data preparation's
 // clean-up, a figure's temporary files), the stop signals (core/interrupt.h: SIGINT,
@@ -299,213 +248,4 @@ int main(int argc, char** argv) {
     ::_exit(rc);
   }
   return rc;
-}
-
-int run_command(int argc, char** argv) {
-  CLI::App app{"troupe: GPT training with pipeline-stage actors"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +
-                                        ")\nbuild: " + TROUPE_BUILD_OPTIONS,
-                       "print the version, git commit and build options, then exit");
-  std::string config_path, run_dir;
-  std::vector<std::string> sets;
-  auto* train = app.add_subcommand("train", "train a model (the main job)");
-  train->add_option("--config", config_path, "TOML config file")->required();
-  train->add_option("--set", sets, "override a key: section.key=value (repeatable)");
-  train->add_option("--run-dir", run_dir, "run directory (default runs/<timestamp>)");
-  std::string resume;
-  train->add_option("--resume", resume, "continue from a snapshot: its directory, or 'latest' (newest valid in checkpoint.dir)");
-  std::string report;
-  auto* prepare_cmd = app.add_subcommand("prepare", "prepare the data: clean, deduplicate, tokenize, index (cached)");
-  auto* tokenize = app.add_subcommand("tokenize", "an alias of prepare");
-  for (auto* sub : {prepare_cmd, tokenize}) {
-    sub->add_option("--config", config_path, "TOML config file")->required();
-    sub->add_option("--set", sets, "override a key: section.key=value (repeatable)");
-    sub->add_option("--report", report, "also write the cleaning report as JSON to this file");
-  }
-  SimulateOptions so;
-  auto* simulate_cmd = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
-  simulate_cmd->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
-  simulate_cmd->add_option("--stages", so.P, "pipeline stages P, 1 to " + std::to_string(kMaxStages) + " (default 4)")->check(kWholeNumberInRange);
-  simulate_cmd->add_option("--microbatches", so.M, "microbatches M, 1 to " + std::to_string(kMaxMicrobatches) + " (default 8)")->check(kWholeNumberInRange);
-  simulate_cmd->add_option("--chunks", so.V, "virtual chunks per stage V, 1 to " + std::to_string(kMaxChunks) + " (default 1)")->check(kWholeNumberInRange);
-  simulate_cmd->add_option("--cost", so.cost, "f=1,b=2,w=1,p2p=0 (b = full backward, w = its weight part)");
-  simulate_cmd->add_option("--trace", so.trace, "write a Chrome trace JSON");
-  simulate_cmd->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
-  simulate_cmd->add_option("--config", so.config, "model config for activation bytes");
-  simulate_cmd->add_flag("--quiet", so.quiet, "no ASCII timeline");
-  simulate_cmd->add_option("--png", so.png, "draw the timeline per stage as a PNG (gnuplot)");
-  std::string plot_dir, plot_out, plot_title;
-  auto* plot_cmd = app.add_subcommand("plot", "draw a run's curves (loss, val loss, lr, throughput, MFU) as a PNG");
-  plot_cmd->add_option("run_dir", plot_dir, "run directory (holds metrics.jsonl)")->required();
-  plot_cmd->add_option("--out", plot_out, "PNG file (default RUN_DIR/plot.png)");
-  plot_cmd->add_option("--title", plot_title, "the picture's title (default RUN_DIR)");
-  std::string export_dir, export_format = "safetensors", export_out;
-  auto* export_cmd = app.add_subcommand("export", "write a snapshot's model as safetensors (GPT-2 Hugging Face names)");
-  export_cmd->add_option("snapshot", export_dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
-  export_cmd->add_option("--format", export_format, "safetensors (the only format)");
-  export_cmd->add_option("out", export_out, "output file, e.g. model.safetensors")->required();
-  GenerateOptions go;
-  auto* generate_cmd = app.add_subcommand("generate", "sample text from a snapshot");
-  generate_cmd->add_option("snapshot", go.dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
-  generate_cmd->add_option("--prompt", go.prompt, "text to continue (default: a new document)");
-  generate_cmd->add_option("--tokens", go.tokens, "tokens to generate, 1 to 100000 (default 64)")->check(kWholeNumberInRange);
-  generate_cmd->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)");
-  generate_cmd->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number, 0 = all (default 40)")->check(kWholeNumberInRange);
-  generate_cmd->add_option("--seed", go.seed, "sampling seed, a whole number >= 0 (default 1)")->check(kWholeNumberInRange);
-  generate_cmd->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
-  PlanCommand pc;
-  auto* plan_cmd = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");
-  plan_cmd->add_option("--config", config_path, "TOML config file with a [cluster] section")->required();
-  plan_cmd->add_option("--set", sets, "override a key: section.key=value (repeatable)");
-  plan_cmd->add_flag("--json", pc.json, "one JSON object on stdout");
-  plan_cmd->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
-  plan_cmd->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
-  plan_cmd->add_option("--tokens", pc.tokens, "tokens to train, 0 to 1e18: report the days it takes");
-  // launch is dispatched before parsing (it passes its command through); listed for --help
-  app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
-                               "(troupe launch --help; docs/launch.md)")
-      ->allow_extras();
-  train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
-  train->add_option("--trace-png", trace_png_, "with --trace: draw the last step's measured timeline as a PNG");
-  std::string tensorboard;
-  train->add_option("--tensorboard", tensorboard, "write TensorBoard event files (scalars) to DIR (train.tensorboard_dir)");
-  if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
-      std::string(argv[1]) != "--version") {
-    print_error(std::string("unknown option '") + argv[1] +
-                "'; troupe takes a command first: train, launch, prepare, tokenize, simulate, plan, export, generate "
-                "or plot (troupe help), or --help / --version");
-    return 2;
-  }
-  if (argc > 2 && (std::string(argv[1]) == "--version" || std::string(argv[1]) == "--help" ||
-                   std::string(argv[1]) == "-h")) {
-    print_error(std::string("troupe ") + argv[1] + " takes nothing after it (got '" + argv[2] +
-                "'); for a command's help: troupe help COMMAND");
-    return 2;
-  }
-  if (argc > 1 && argv[1][0] != '-') {
-    const std::string cmd = argv[1];
-    if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
-    if (cmd == "help" && argc == 2) {  // as --help
-      std::cout << app.help();
-      return 0;
-    }
-    if (cmd == "help" && argc > 3) {
-      print_error("troupe help takes one command, e.g. troupe help train; troupe help lists them");
-      return 2;
-    }
-    if (cmd == "help" && argc == 3) {  // troupe help COMMAND: as troupe COMMAND --help
-      const std::string sub = argv[2];
-      if (sub == "launch") {
-        char help_flag[] = "--help";
-        char* args[] = {help_flag, nullptr};
-        return troupe::launch_main(1, args);
-      }
-      for (CLI::App* a : app.get_subcommands({}))
-        if (a->get_name() == sub) {
-          std::cout << a->help();
-          return 0;
-        }
-      print_error("troupe help " + sub + ": no such command; troupe help lists them");
-      return 2;
-    }
-    if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" &&
-        cmd != "generate" && cmd != "plot" && cmd != "plan") {
-      print_error("unknown command '" + cmd +
-                  "'; use train, launch, prepare, tokenize, simulate, plan, export, generate or plot (see troupe help)");
-      return 2;
-    }
-  }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    print_error(parse_error_sentence(app, e));
-    return 2;
-  }
-  try {
-    // an option given an empty value (a path, a number) is a mistake, not "leave it out"
-    for (CLI::App* sub : app.get_subcommands())
-      for (const CLI::Option* opt : sub->get_options()) {
-        const std::string name = opt->get_name();
-        if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt") continue;
-        for (const std::string& r : opt->results()) {
-          // a path or number holding a newline or an escape would reach the terminal raw in the log lines
-          // (C0 controls, DEL, and the C1 controls U+0080-U+009F: UTF-8 C2 80-9F, e.g. U+009B, a CSI)
-          bool control = false;
-          for (size_t q = 0; q < r.size(); ++q)
-            control = control || (unsigned char)r[q] < 0x20 || r[q] == 0x7F ||
-                      ((unsigned char)r[q] == 0xC2 && q + 1 < r.size() && (unsigned char)r[q + 1] >= 0x80 &&
-                       (unsigned char)r[q + 1] <= 0x9F);
-          TROUPE_USER_CHECK(!control)
-              << name << " of troupe " << sub->get_name()
-              << " holds a control character (a newline, a tab or an escape); pass a plain value";
-          if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)
-          TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)
-                                        << " of troupe " << sub->get_name()
-                                        << " is empty; give it a value or leave it out (troupe help)";
-        }
-      }
-    if (simulate_cmd->parsed())
-      return cmd_simulate(so, simulate_cmd->get_option("--stages")->count() > 0,
-                          simulate_cmd->get_option("--microbatches")->count() > 0,
-                          simulate_cmd->get_option("--chunks")->count() > 0);
-    if (export_cmd->parsed()) {
-      set_out_of_memory_fixes("run it on a machine with more memory (export holds the whole model once in fp32)");
-      return cmd_export(export_dir, export_format, export_out);
-    }
-    if (generate_cmd->parsed()) {
-      (void)kernels::gemm_choice();  // a wrong TROUPE_GEMM is refused before the model loads
-      set_out_of_memory_fixes("lower --tokens, or run it on a machine with more memory (generate holds the whole "
-                              "model and the context's activations)");
-      return cmd_generate(go);
-    }
-    if (plot_cmd->parsed()) return cmd_plot(plot_dir, plot_out, plot_title);
-    TROUPE_USER_CHECK(!train->parsed() || train->get_option("--run-dir")->count() == 0 || !run_dir.empty())
-        << "--run-dir is empty; pass a folder (e.g. --run-dir runs/mine) or leave it out for runs/<timestamp>";
-    TROUPE_USER_CHECK(!train->parsed() || train->get_option("--tensorboard")->count() == 0 || !tensorboard.empty())
-        << "--tensorboard is empty; pass a folder for the event files or leave it out";
-    Config c = load_config(config_path, sets, plan_cmd->parsed() ? kMaxPlanDevices : kMaxWorkers);
-    if (!tensorboard.empty()) c.train.tensorboard_dir = tensorboard;
-    if (train->parsed()) {  // the outputs must not land on the run's inputs or its own files
-      std::vector<std::string> files = {config_path, c.data.corpus, c.data.tokenizer};
-      if (!run_dir.empty())
-        for (const char* f : {"/metrics.jsonl", "/train.log", "/config.toml", "/.lock"}) files.push_back(run_dir + f);
-      // the snapshot --resume names is read (any other snapshot is refused by refuse_overwriting too)
-      std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir,
-                                       run_dir.empty() ? std::string() : run_dir + "/checkpoints",
-                                       resume == "latest" ? std::string() : resume};
-      for (const DataSource& src : c.data.sources) dirs.push_back(src.path);  // a file or a folder
-      refuse_same_outputs({{trace_path_, "--trace"}, {trace_png_, "--trace-png"}});
-      refuse_overwriting(c.train.tensorboard_dir, "--tensorboard (train.tensorboard_dir)", files, dirs);
-      dirs.push_back(c.train.tensorboard_dir);
-      refuse_overwriting(trace_path_, "--trace", files, dirs);
-      refuse_overwriting(trace_png_, "--trace-png", files, dirs);
-    }
-    if (train->parsed()) return cmd_train(c, run_dir, resume);
-    if (prepare_cmd->parsed() || tokenize->parsed()) {
-      set_out_of_memory_fixes("lower model.vocab_size or data.tokenizer_sample_mb (the tokenizer's training "
-                              "sample), or prepare on a machine with more memory");
-      return cmd_prepare(c, report, config_path);
-    }
-    if (plan_cmd->parsed()) return cmd_plan(c, pc);
-  } catch (const UserError& e) {
-    print_error(log_prefix_ + e.what());
-    return 2;
-  } catch (const std::filesystem::filesystem_error& e) {  // the user's paths: a name too long, a link loop
-    print_error(log_prefix_ + describe_filesystem_error(e));
-    return 2;
-  } catch (const std::bad_alloc& e) {  // a memory limit the user set or can raise: the sentence names the fix
-    print_error(log_prefix_ + describe_exception(e));
-    return 2;
-  } catch (const std::exception& e) {
-    print_error(log_prefix_ + describe_exception(e));
-    return 1;
-  }
-  return 1;
 }

@@ -54,17 +54,19 @@
 #include "cli/train_checks.h"
 #include "core/interrupt.h"
 #include "core/job_error.h"
+#include "core/stop_notice.h"
 
 namespace fs = std::filesystem;
 
 namespace troupe::cli {
 namespace {
 // SIGUSR1 / SIGTERM / SIGINT (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR, unless inherited as
-// ignored): snapshot the current step and stop (exit 0). A second
+// ignored): snapshot the current step and stop (exit 0), said at once (core/stop_notice.h). A second
 // SIGTERM or SIGINT while that is under way ends the process at once, if it comes more than
 // a second after the first: one request often arrives twice (Ctrl-C reaches the whole
 // process group and troupe launch forwards it too; `timeout` signals its child and then its
-// group), and that must not throw away the snapshot the first one asked for.
+// group), and that must not throw away the snapshot the first one asked for. The forced
+// stop prints one error line naming the steps lost and the newest snapshot.
 std::atomic<int> g_stop_signal{0};
 std::atomic<int64_t> g_first_signal_ns{0};
 extern "C" void on_stop_signal(int sig) {
@@ -74,8 +76,12 @@ extern "C" void on_stop_signal(int sig) {
   int64_t first = 0;
   g_first_signal_ns.compare_exchange_strong(first, now);
   note_stop_signal(sig);  // an error line it leads to tells troupe launch it was a signal (core/job_error.h)
-  if (g_stop_signal.exchange(sig) != 0 && sig != SIGUSR1 && first != 0 && now - first > 1000000000) {
+  const int before = g_stop_signal.exchange(sig);
+  if (before == 0) {
+    acknowledge_stop(sig);  // at once, not when the step ends (core/stop_notice.h)
+  } else if (sig != SIGUSR1 && first != 0 && now - first > 1000000000) {
     remove_partial_dirs();  // the snapshot being written cannot finish: no .tmp folder stays
+    report_forced_stop(sig);  // one error line: what is lost, the newest snapshot
     _exit(128 + sig);
   }
 }
@@ -88,35 +94,6 @@ void install_stop_signals() {
     if (s == SIGXCPU || left_ignored(s)) continue;  // SIGXCPU: cli/main.cpp's exit
     sigaction(s, &sa, nullptr);
   }
-}
-
-// The job secret of a multi-process run: TROUPE_JOB_SECRET (troupe launch sets it), or the
-// first line of the file TROUPE_JOB_SECRET_FILE.
-// The job secret: TROUPE_JOB_SECRET, else the first line of TROUPE_JOB_SECRET_FILE. Either
-// way without trailing blanks, tabs or a carriage return (a file saved with CRLF line ends,
-// `echo "$S " > FILE`): the same secret, however it was written down.
-std::string trim_secret(std::string s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.pop_back();
-  return s;
-}
-
-std::string job_secret() {
-  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return trim_secret(s);
-  if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
-    std::error_code ec;
-    TROUPE_USER_CHECK(std::filesystem::is_regular_file(f, ec) && std::filesystem::file_size(f, ec) <= 4096)
-        << "TROUPE_JOB_SECRET_FILE=" << f << " is not a regular file of at most 4096 bytes; point it at the file "
-        << "holding the job's secret (e.g. made with openssl rand -hex 32 > FILE)";
-    std::ifstream in(f);
-    TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
-    std::string line;
-    std::getline(in, line);
-    return trim_secret(line);
-  }
-  throw UserError(
-      "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
-      "secret; start it with troupe launch, or export the same TROUPE_JOB_SECRET=$(openssl rand -hex 32) to every "
-      "process");
 }
 
 // A failure after which a job must not be started again (fault.max_restarts exceeded).
@@ -191,6 +168,16 @@ class FreshFolders {
   const std::string& run_dir_;
 };
 
+// "The newest snapshot on disk is DIR (step K); continue with --resume latest once the cause
+// is fixed", or that none is there (or known to this process: "" for ckpt_dir).
+std::string newest_snapshot_sentence(const std::string& ckpt_dir) {
+  if (ckpt_dir.empty()) return "Continue from process 0's newest snapshot with --resume latest once the cause is fixed";
+  const auto snaps = list_snapshots(ckpt_dir);
+  if (snaps.empty()) return "No snapshot is on disk";
+  return fmt::format("The newest snapshot on disk is {} (step {}); continue with --resume latest once the cause is fixed",
+                     snaps.back().second, snaps.back().first);
+}
+
 // Runs the job; a process that survives a lost peer (in_place) joins the others again and
 // continues, up to fault.max_restarts. Returns 0 with r filled, or 75 (start the job again)
 // under fault.policy = restart with the whole-job respawn. Throws on any other failure.
@@ -208,19 +195,14 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
       if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
       if (in_place) {  // this process survived: it joins the others again and continues
         ++generation;
-        if (generation > c.fault.max_restarts) {
-          const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
-          throw FinalError(fmt::format(
-              "{}\nthe job failed {} time(s), more than fault.max_restarts = {}: stopping for good. {}", e.what(),
-              generation, c.fault.max_restarts,
-              snaps.empty() ? std::string("No snapshot is on disk")
-                            : fmt::format("The newest snapshot on disk is {} (step {}); continue with --resume latest "
-                                          "once the cause is fixed",
-                                          snaps.back().second, snaps.back().first)));
-        }
+        if (generation > c.fault.max_restarts)
+          throw FinalError(fmt::format("{}; the job failed {} time(s), more than fault.max_restarts = {}: stopping for "
+                                       "good. {}",
+                                       e.what(), generation, c.fault.max_restarts, newest_snapshot_sentence(ckpt_dir)));
         spdlog::warn("{}\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for every "
                      "process to join again)",
                      e.what(), generation, c.fault.max_restarts);
+        note_step_under_way(kRecovering);
         ctx.recovering = true;
         ctx.generation = generation;
         ctx.failure_time = failure_noticed_at() > 0 ? failure_noticed_at() : unix_seconds();
@@ -230,9 +212,11 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
       }
       if (launch.world > 1 && c.fault.policy == "restart") {
         print_error(log_prefix_ + e.what() +
-                    "\n(fault.policy = restart: exit status 75 asks the launcher to start the job again)");
+                    " (fault.policy = restart: exit status 75 asks the launcher to start the job again)");
         return 75;
       }
+      if (launch.world > 1)  // fault.policy = abort: the job stops here; where it can continue from
+        throw FinalError(fmt::format("{}. {}", e.what(), newest_snapshot_sentence(ckpt_dir)));
       throw;
     }
   }
@@ -332,63 +316,49 @@ void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
     spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
 }
 
-}  // namespace
+// Where this run writes: the run directory, the checkpoint directory, and whether the run
+// directory is the automatic runs/<timestamp> (claimed when made).
+struct RunPaths {
+  std::string run_dir, ckpt_dir;
+  bool automatic = false;
+};
 
-int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt) {
-  // Several processes: process 0 owns the run directory, the logs and the snapshots; the
-  // others only run their workers.
-  const double started = unix_seconds();
-  const LaunchEnv launch = read_launch_env();
-  if (launch.world > 1) {  // every line says which process wrote it
-    log_prefix_ = fmt::format("[process {}] ", launch.rank);
-    setup_logging("");
-  }
-  const bool follower = launch.world > 1 && launch.rank != 0;
-  // from here a stop signal is a request (a flag): before the first step it ends the
-  // command at the next check with exit 2 and no folders left; from the first step on it
-  // saves a snapshot and stops
-  install_stop_signals();
-  const std::string secret = launch.world > 1 ? job_secret() : std::string();
-  if (launch.world > 1) {
-    TROUPE_USER_CHECK(secret.size() >= 16) << "the job secret has " << secret.size()
-                                           << " characters; use at least 16 (e.g. openssl rand -hex 32)";
-    const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
-    TROUPE_USER_CHECK(workers % launch.world == 0)
-        << "parallel.dp x pp x tp = " << workers << " workers cannot be spread evenly over " << launch.world
-        << " processes; use a process count that divides " << workers;
-  }
-  if (launch.world > 1) check_coordinator_address(launch);
-  // Everything that can be refused is refused before anything is written.
+// The run and checkpoint directories, checked (nothing is created). Throws UserError.
+RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt,
+                           bool follower) {
+  RunPaths p;
   const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
   const bool known_default = launch_id && *launch_id;  // every process knows process 0's default run dir
-  const bool automatic_run_dir = run_dir_opt.empty() && !follower && !known_default;  // claimed when made
-  std::string run_dir = !run_dir_opt.empty() ? run_dir_opt
-                        : follower           ? (known_default ? default_run_dir() : std::string())
-                                             : default_run_dir();
-  if (!follower) naming_option("--run-dir", [&] { check_run_dir(run_dir); });
-  if (!follower) refuse_inside_snapshot(run_dir, "--run-dir");
+  p.automatic = run_dir_opt.empty() && !follower && !known_default;  // claimed when made
+  p.run_dir = !run_dir_opt.empty() ? run_dir_opt
+              : follower           ? (known_default ? default_run_dir() : std::string())
+                                   : default_run_dir();
+  if (!follower) naming_option("--run-dir", [&] { check_run_dir(p.run_dir); });
+  if (!follower) refuse_inside_snapshot(p.run_dir, "--run-dir");
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
-  std::string ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
-                         : run_dir.empty()          ? std::string()
-                                                    : run_dir + "/checkpoints";
-  TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && ckpt_dir.empty()))
+  p.ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
+               : p.run_dir.empty()        ? std::string()
+                                          : p.run_dir + "/checkpoints";
+  TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && p.ckpt_dir.empty()))
       << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
          "process finds the same snapshots";
   if (!c.checkpoint.dir.empty() && !follower) {
     // not on the run's inputs: its data cache (a .lock and retention there), corpus, tokenizer
     std::vector<std::string> dirs = {c.data.cache_dir};
     for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
-    refuse_overwriting(ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);  // (nor in a snapshot)
-    naming_option("checkpoint.dir", [&] { check_checkpoint_dir(ckpt_dir); });
+    refuse_overwriting(p.ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);  // (nor in a snapshot)
+    naming_option("checkpoint.dir", [&] { check_checkpoint_dir(p.ckpt_dir); });
   }  // (the run directory is checked above)
-  // fault.policy = restart: troupe launch starts the job again after a lost process
-  // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
-  const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")
-                          ? std::atoi(std::getenv("TROUPE_RESTART_COUNT")) : 0;
-  // troupe launch --respawn process (its default): only a lost process is started again;
-  // the others recover in place, and all agree at join on the state to continue from
-  const char* respawn = std::getenv("TROUPE_RESPAWN");
-  const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
+  return p;
+}
+
+// What to resume from in a start the launcher made after a failure (restart > 0): the
+// newest snapshot of ckpt_dir unless --resume names one or the processes recover in place.
+// Throws FinalError when the job must not go on (fault.policy = abort, more than
+// fault.max_restarts failures). Under fault.policy = abort it first tells troupe launch not
+// to start a lost process again.
+std::string resume_after_restart(const Config& c, const LaunchEnv& launch, const std::string& ckpt_dir, int restart,
+                                 bool in_place, const std::string& resume_opt) {
   std::string resume = resume_opt;
   if (c.fault.policy == "abort" && launch.world > 1)  // tell troupe launch not to start a lost process again
     if (const std::string dir = launch_errdir(); !dir.empty())
@@ -409,95 +379,79 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
                                       snaps.back().second, snaps.back().first)));
     if (resume.empty() && !snaps.empty() && !in_place) resume = "latest";
   }
-  check_memory(c, !resume.empty());  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
-  std::shared_ptr<TrainState> state = naming_option(
-      "--resume", [&] { return load_resume_state(c, resume, ckpt_dir, follower, restart, launch.rank); });
-  {
-    Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
-    validate_schedule(s);
-    TROUPE_USER_CHECK(!(c.parallel.sequence_parallel && c.parallel.tp > 1 && s.split_backward))
-        << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as "
-        << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
-  }
-  (void)kernels::gemm_choice();  // an unknown or uninstalled TROUPE_GEMM is refused before anything is written
-  if (!trace_path_.empty()) {  // refused now, not after training; a trace takes ~200 bytes per action of a stage
-    const uint64_t actions = (uint64_t)c.train.steps * c.parallel.pp * c.parallel.microbatches * c.parallel.chunks * 3;
-    check_output_file(trace_path_, "--trace", actions * 600 + (64 << 10));  // 3x: room for the run's other files
-  }
-  check_machine_fits(c, launch);
-  TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
-      << "--trace-png draws the measured trace: pass --trace FILE.json too";
-  if (!trace_png_.empty()) check_png_output(trace_png_, "--trace-png");  // refused now, not after training
-  if (!c.train.tensorboard_dir.empty() && !follower)
-    naming_option("--tensorboard (train.tensorboard_dir)", [&] {
-      check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
-    });
-  setup_logging("");
-  if (!follower && !ckpt_dir.empty()) check_snapshot_space(c, ckpt_dir);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (c.train.threads > (int)cores)
-    spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
-  const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
-  if (c.train.threads > 0 && c.train.threads < workers)
-    spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
-                 c.train.threads, workers, workers);
-  check_thread_limit(c, launch);
-  check_device(c);
+  return resume;
+}
+
+// The run's data: prepared (or found in the cache), its loader and tokenizer, checked
+// against the model and the snapshot `state` (may be null).
+struct TrainData {
+  PreparedData d;
+  std::shared_ptr<BlendLoader> loader;
+  std::shared_ptr<Tokenizer> tok;
+  double seconds = 0;  // how long it took
+};
+
+TrainData load_data(const Config& c, const TrainState* state) {
   auto t0 = std::chrono::steady_clock::now();
-  auto d = prepare(c);
+  TrainData t;
+  t.d = prepare(c);
   if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)
     throw UserError(std::string("stopped by ") + stop_signal_label(sig) +
                     " before training began; no run directory was made");
   std::vector<BlendLoader::Source> sources;
-  for (const PreparedSource& s : d.sources)
+  for (const PreparedSource& s : t.d.sources)
     sources.push_back({s.name, s.weight, std::make_shared<const TokenFile>(s.train_path),
                        std::make_shared<const TokenFile>(s.val_path)});
-  auto loader = std::make_shared<BlendLoader>(std::move(sources));
-  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(d.tokenizer_path));
-  check_data(c, d, *loader, *tok, state.get());
-  const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // Now the run directory: created, locked, config saved, log file opened.
-  // the first thing written: nothing else exists yet if it fails
-  // an explicit checkpoint.dir is locked too: a second run resuming from it (--resume
-  // latest) would otherwise delete this run's snapshots by its keep_last retention
-  // folders this run makes; removed again if it fails before its first step (a job that
-  // cannot assemble, a signal while joining): a refusal leaves no litter
-  FreshFolders fresh(run_dir);
-  if (!follower && !c.checkpoint.dir.empty() &&
-      fs::absolute(ckpt_dir).lexically_normal() != fs::absolute(run_dir).lexically_normal()) {
-    fresh.will_create(ckpt_dir);
-    lock_folder(ckpt_dir, "checkpoint.dir",
+  t.loader = std::make_shared<BlendLoader>(std::move(sources));
+  t.tok = std::make_shared<Tokenizer>(Tokenizer::load(t.d.tokenizer_path));
+  check_data(c, t.d, *t.loader, *t.tok, state);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return t;
+}
+
+// Process 0 makes the run's folders: an explicit checkpoint.dir (locked too: a second run
+// resuming from it, --resume latest, would otherwise delete this run's snapshots by its
+// keep_last retention), the TensorBoard folder, the run directory (created, locked, config
+// saved, log file opened; the automatic name claimed, which may change p.run_dir). `fresh`
+// records what is made: removed again if the run fails before its first step (a job that
+// cannot assemble, a signal while joining), so a refusal leaves no litter.
+void make_run_folders(const Config& c, RunPaths& p, FreshFolders& fresh, double started) {
+  if (!c.checkpoint.dir.empty() &&
+      fs::absolute(p.ckpt_dir).lexically_normal() != fs::absolute(p.run_dir).lexically_normal()) {
+    fresh.will_create(p.ckpt_dir);
+    lock_folder(p.ckpt_dir, "checkpoint.dir",
                 "run (its snapshots would be removed by this run's checkpoint.keep_last)",
                 "choose another checkpoint.dir");
   }
-  if (!follower && !c.train.tensorboard_dir.empty()) {
+  if (!c.train.tensorboard_dir.empty()) {
     fresh.will_create(c.train.tensorboard_dir);
     create_event_dir(c.train.tensorboard_dir);
   }
-  if (!follower) {
-    if (automatic_run_dir) {  // a run started in the same second may have taken the name since
-      std::string made;
-      run_dir = claim_run_dir(run_dir, &made);
-      fresh.made(made);
-      if (c.checkpoint.dir.empty()) ckpt_dir = run_dir + "/checkpoints";
-    } else {
-      fresh.will_create(run_dir);
-    }
-    const int lock_fd = make_run_dir(run_dir);
-    (void)lock_fd;
-    setup_logging(run_dir);
-    const std::string saved = save_config(c, run_dir);
-    spdlog::info("run directory: {} (config saved as {})", run_dir, fs::path(saved).filename().string());
-    clean_checkpoint_dir(ckpt_dir, started);
+  if (p.automatic) {  // a run started in the same second may have taken the name since
+    std::string made;
+    p.run_dir = claim_run_dir(p.run_dir, &made);
+    fresh.made(made);
+    if (c.checkpoint.dir.empty()) p.ckpt_dir = p.run_dir + "/checkpoints";
+  } else {
+    fresh.will_create(p.run_dir);
   }
-  if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token", d.train_tokens,
-               d.val_tokens, data_s, d.unigram_entropy);
-  JobContext ctx;
-  set_data(ctx, c, d, loader, tok);
-  ctx.run_dir = run_dir;
+  const int lock_fd = make_run_dir(p.run_dir);
+  (void)lock_fd;
+  setup_logging(p.run_dir);
+  const std::string saved = save_config(c, p.run_dir);
+  spdlog::info("run directory: {} (config saved as {})", p.run_dir, fs::path(saved).filename().string());
+  clean_checkpoint_dir(p.ckpt_dir, started);
+}
+
+// The job's context: data, folders, snapshot to continue from, the launch and its restart.
+void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, const RunPaths& p, bool follower,
+                      std::shared_ptr<TrainState> state, const LaunchEnv& launch, const std::string& secret,
+                      int restart, bool in_place) {
+  set_data(ctx, c, data.d, data.loader, data.tok);
+  ctx.run_dir = p.run_dir;
   ctx.trace_path = trace_path_;
-  ctx.checkpoint_dir = follower ? std::string("(process 0's checkpoint writer)") : ckpt_dir;
-  ctx.resume = state;
+  ctx.checkpoint_dir = follower ? std::string("(process 0's checkpoint writer)") : p.ckpt_dir;
+  ctx.resume = std::move(state);
   ctx.stop_signal = &g_stop_signal;
   ctx.launch = launch;
   ctx.job_secret = secret;
@@ -512,19 +466,35 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   ctx.recovering = in_place && restart > 0;
   ctx.generation = restart;
   if (const char* ft = std::getenv("TROUPE_FAILURE_TIME"); ft && restart > 0) ctx.failure_time = std::atof(ft);
-  ctx.recovery_ckpt_dir = ckpt_dir;
-  if (ctx.recovering && !follower)
+  ctx.recovery_ckpt_dir = p.ckpt_dir;
+  // what a forced stop names (core/stop_notice.h): the newest snapshot, this start's recovery
+  note_saves_snapshots(!follower && !p.ckpt_dir.empty());
+  if (ctx.recovering) note_step_under_way(kRecovering);
+  const auto snaps = p.ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(p.ckpt_dir);
+  if (!snaps.empty() && (!ctx.resume || snaps.back().first >= ctx.resume->step))
+    note_newest_snapshot(snaps.back().first, snaps.back().second);
+  else if (ctx.resume)
+    note_newest_snapshot(ctx.resume->step, ctx.resume->dir);
+}
+
+// Process 0 of a start the launcher made after a failure says where it continues from.
+void log_restart(const Config& c, const JobContext& ctx, int rank, int restart) {
+  if (ctx.recovering)
     spdlog::warn("process {} started again (restart {} of at most {}, fault.policy = restart): the job continues from "
                  "the newest complete snapshot the processes hold, in memory or on disk",
-                 launch.rank, restart, c.fault.max_restarts);
-  else if (restart > 0 && !follower)
+                 rank, restart, c.fault.max_restarts);
+  else if (restart > 0)
     spdlog::warn("restart {} of at most {} (fault.policy = restart): {}", restart, c.fault.max_restarts,
-                 state ? fmt::format("continuing from {} (step {}); the failed start's steps after it are repeated "
-                                     "(metrics.jsonl marks the resume)",
-                                     state->dir, state->step)
-                       : std::string("no snapshot yet: starting from step 1"));
-  JobResult r;
-  if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, ckpt_dir, r); rc != 0) return rc;
+                 ctx.resume ? fmt::format("continuing from {} (step {}); the failed start's steps after it are repeated "
+                                          "(metrics.jsonl marks the resume)",
+                                          ctx.resume->dir, ctx.resume->step)
+                            : std::string("no snapshot yet: starting from step 1"));
+}
+
+// The end of a run that returned (process 0 reports the job): a signal's stop, or the
+// trace picture and the final line.
+int report_result(const Config& c, const JobResult& r, const std::string& ckpt_dir, const TrainState* state,
+                  double unigram_entropy) {
   if (r.follower) return 0;  // process 0 reports the job
   if (r.stopped_by_signal) {
     report_signal_stop(r, ckpt_dir, state ? state->step : 0);
@@ -533,8 +503,54 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   if (!trace_png_.empty() && fs::exists(trace_path_))  // (a trace the disk had no room for was warned about)
     draw_trace_png(trace_path_, trace_png_, "--trace-png");
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
-               r.final_val_loss, d.unigram_entropy, r.final_val_loss - d.unigram_entropy, r.tokens_per_s);
+               r.final_val_loss, unigram_entropy, r.final_val_loss - unigram_entropy, r.tokens_per_s);
   return 0;
+}
+
+}  // namespace
+
+int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt) {
+  // Several processes: process 0 owns the run directory, the logs and the snapshots; the
+  // others only run their workers.
+  const double started = unix_seconds();
+  const LaunchEnv launch = read_launch_env();
+  if (launch.world > 1) {  // every line says which process wrote it
+    log_prefix_ = fmt::format("[process {}] ", launch.rank);
+    setup_logging("");
+  }
+  const bool follower = launch.world > 1 && launch.rank != 0;
+  // from here a stop signal is a request (a flag): before the first step it ends the
+  // command at the next check with exit 2 and no folders left; from the first step on it
+  // saves a snapshot and stops
+  install_stop_signals();
+  const std::string secret = check_job_of_several(c, launch);
+  // Everything that can be refused is refused before anything is written.
+  RunPaths paths = resolve_run_paths(c, run_dir_opt, resume_opt, follower);
+  // fault.policy = restart: troupe launch starts the job again after a lost process
+  // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
+  const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")
+                          ? std::atoi(std::getenv("TROUPE_RESTART_COUNT")) : 0;
+  // troupe launch --respawn process (its default): only a lost process is started again;
+  // the others recover in place, and all agree at join on the state to continue from
+  const char* respawn = std::getenv("TROUPE_RESPAWN");
+  const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
+  const std::string resume = resume_after_restart(c, launch, paths.ckpt_dir, restart, in_place, resume_opt);
+  check_memory(c, !resume.empty());  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
+  std::shared_ptr<TrainState> state = naming_option(
+      "--resume", [&] { return load_resume_state(c, resume, paths.ckpt_dir, follower, restart, launch.rank); });
+  check_before_writing(c, launch, follower, paths.ckpt_dir);
+  const TrainData data = load_data(c, state.get());
+  // Now the folders; the first thing written: nothing else exists yet if it fails
+  FreshFolders fresh(paths.run_dir);
+  if (!follower) make_run_folders(c, paths, fresh, started);
+  if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token",
+                              data.d.train_tokens, data.d.val_tokens, data.seconds, data.d.unigram_entropy);
+  JobContext ctx;
+  fill_job_context(ctx, c, data, paths, follower, state, launch, secret, restart, in_place);
+  if (!follower) log_restart(c, ctx, launch.rank, restart);
+  JobResult r;
+  if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, paths.ckpt_dir, r); rc != 0) return rc;
+  return report_result(c, r, paths.ckpt_dir, state.get(), data.d.unigram_entropy);
 }
 
 }  // namespace troupe::cli

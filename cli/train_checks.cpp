@@ -20,7 +20,10 @@
 
 #include "checkpoint/disk.h"
 #include "cli/common.h"
+#include "cli/figures.h"
 #include "core/error.h"
+#include "kernels/gemm_libs.h"
+#include "stages/schedule.h"
 #ifdef TROUPE_HAVE_CUDA
 #include "kernels/cuda/device.h"
 #endif
@@ -205,5 +208,87 @@ void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
                  ckpt_dir, mib(free), free / need, mib(need), c.checkpoint.keep_last, keep);
 }
 
+namespace {
+
+// The job secret: TROUPE_JOB_SECRET, else the first line of TROUPE_JOB_SECRET_FILE. Either
+// way without trailing blanks, tabs or a carriage return (a file saved with CRLF line ends,
+// `echo "$S " > FILE`): the same secret, however it was written down.
+std::string trim_secret(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.pop_back();
+  return s;
+}
+
+std::string job_secret() {
+  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return trim_secret(s);
+  if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
+    std::error_code ec;
+    TROUPE_USER_CHECK(std::filesystem::is_regular_file(f, ec) && std::filesystem::file_size(f, ec) <= 4096)
+        << "TROUPE_JOB_SECRET_FILE=" << f << " is not a regular file of at most 4096 bytes; point it at the file "
+        << "holding the job's secret (e.g. made with openssl rand -hex 32 > FILE)";
+    std::ifstream in(f);
+    TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
+    std::string line;
+    std::getline(in, line);
+    return trim_secret(line);
+  }
+  throw UserError(
+      "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
+      "secret; start it with troupe launch, or export the same TROUPE_JOB_SECRET=$(openssl rand -hex 32) to every "
+      "process");
+}
+
+}  // namespace
+
+// A job of several processes: its secret (checked), the workers' spread over the processes
+// and the coordinator's address. "" for one process. Throws UserError.
+std::string check_job_of_several(const Config& c, const LaunchEnv& launch) {
+  if (launch.world <= 1) return std::string();
+  const std::string secret = job_secret();
+  TROUPE_USER_CHECK(secret.size() >= 16) << "the job secret has " << secret.size()
+                                         << " characters; use at least 16 (e.g. openssl rand -hex 32)";
+  const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
+  TROUPE_USER_CHECK(workers % launch.world == 0)
+      << "parallel.dp x pp x tp = " << workers << " workers cannot be spread evenly over " << launch.world
+      << " processes; use a process count that divides " << workers;
+  check_coordinator_address(launch);
+  return secret;
+}
+
+// Everything that can be refused before the data is prepared and anything is written: the
+// schedule, the GEMM library, the outputs (--trace, --trace-png, --tensorboard), the machine,
+// the checkpoint directory's space, threads and the device. Throws UserError.
+void check_before_writing(const Config& c, const LaunchEnv& launch, bool follower, const std::string& ckpt_dir) {
+  {
+    Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
+    validate_schedule(s);
+    TROUPE_USER_CHECK(!(c.parallel.sequence_parallel && c.parallel.tp > 1 && s.split_backward))
+        << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as "
+        << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
+  }
+  (void)kernels::gemm_choice();  // an unknown or uninstalled TROUPE_GEMM is refused before anything is written
+  if (!trace_path_.empty()) {  // refused now, not after training; a trace takes ~200 bytes per action of a stage
+    const uint64_t actions = (uint64_t)c.train.steps * c.parallel.pp * c.parallel.microbatches * c.parallel.chunks * 3;
+    check_output_file(trace_path_, "--trace", actions * 600 + (64 << 10));  // 3x: room for the run's other files
+  }
+  check_machine_fits(c, launch);
+  TROUPE_USER_CHECK(trace_png_.empty() || !trace_path_.empty())
+      << "--trace-png draws the measured trace: pass --trace FILE.json too";
+  if (!trace_png_.empty()) check_png_output(trace_png_, "--trace-png");  // refused now, not after training
+  if (!c.train.tensorboard_dir.empty() && !follower)
+    naming_option("--tensorboard (train.tensorboard_dir)", [&] {
+      check_run_dir(c.train.tensorboard_dir, "TensorBoard directory", "--tensorboard (train.tensorboard_dir)");
+    });
+  setup_logging("");
+  if (!follower && !ckpt_dir.empty()) check_snapshot_space(c, ckpt_dir);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (c.train.threads > (int)cores)
+    spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
+  const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
+  if (c.train.threads > 0 && c.train.threads < workers)
+    spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
+                 c.train.threads, workers, workers);
+  check_thread_limit(c, launch);
+  check_device(c);
+}
 
 }  // namespace troupe::cli

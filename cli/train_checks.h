@@ -1,7 +1,8 @@
 // cli/train_checks.h — what `troupe train` refuses before it writes anything: a coordinator
 // address that does not resolve or cannot be listened on, a thread budget past the process
 // limit (ulimit -u) or the machine, a checkpoint.dir that cannot be created or has no room
-// for one snapshot. Each throws troupe::UserError naming the fix (exit 2).
+// for one snapshot, a job secret that is missing or short. Each throws troupe::UserError
+// naming the fix (exit 2).
 #pragma once
 #include <string>
 
@@ -29,5 +30,15 @@ void check_machine_fits(const Config& c, const LaunchEnv& launch);
 // Refuses a checkpoint.dir without room for one snapshot; warns when it cannot hold the
 // snapshots that retention keeps plus the one being written.
 void check_snapshot_space(const Config& c, const std::string& ckpt_dir);
+// A job of several processes (launch.world > 1): returns its secret (TROUPE_JOB_SECRET, else
+// the first line of TROUPE_JOB_SECRET_FILE; at least 16 characters), after checking that the
+// workers spread evenly over the processes and the coordinator's address
+// (check_coordinator_address). "" for one process.
+std::string check_job_of_several(const Config& c, const LaunchEnv& launch);
+// Everything train refuses before the data is prepared and anything is written: the
+// schedule, the GEMM library (TROUPE_GEMM), the outputs (--trace, --trace-png,
+// --tensorboard), the machine, checkpoint.dir's space (process 0), threads and the device.
+// Sets up console logging; warns about a thread count that oversubscribes the cores.
+void check_before_writing(const Config& c, const LaunchEnv& launch, bool follower, const std::string& ckpt_dir);
 
 }  // namespace troupe::cli

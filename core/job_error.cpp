@@ -1,6 +1,7 @@
 // core/job_error.cpp — see job_error.h. Everything a process does here is async-signal-safe
 // (a stop signal's handler prints through it): fixed buffers, open/read/write/close.
 #include "core/job_error.h"
+#include "core/safe_text.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -57,26 +58,8 @@ long leading_number(const char* s) {
   return v;
 }
 
-// Appends s to buf (size bytes in all, NUL-terminated), cutting it short when full.
-void append(char* buf, size_t size, const char* s) {
-  size_t n = std::strlen(buf);
-  while (*s && n + 1 < size) buf[n++] = *s++;
-  buf[n] = 0;
-}
-void append_number(char* buf, size_t size, long v) {
-  char digits[24];
-  int n = 0;
-  if (v < 0) {
-    append(buf, size, "-");
-    v = -v;
-  }
-  do digits[n++] = (char)('0' + v % 10);
-  while ((v /= 10) > 0 && n < 23);
-  char out[24];
-  for (int i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
-  out[n] = 0;
-  append(buf, size, out);
-}
+using safe_text::append;
+using safe_text::append_number;
 
 // Whether `launcher` is this process's parent, or a parent's parent (up to 16 up).
 bool under(long launcher) {

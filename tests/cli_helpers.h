@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace troupe::test {
 
@@ -83,6 +84,32 @@ inline void expect_user_error(const Run& r, std::initializer_list<const char*> n
 inline int shell_status(const std::string& command) {
   const int st = std::system(command.c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// The lines of `err` that start with "error: ".
+inline std::vector<std::string> error_lines(const std::string& err) {
+  std::vector<std::string> out;
+  std::istringstream is(err);
+  for (std::string l; std::getline(is, l);)
+    if (l.rfind("error: ", 0) == 0) out.push_back(l);
+  return out;
+}
+
+// Runs troupe `args` (e.g. "launch ...") in the background from the source dir, waits until
+// its stderr matches the grep -E pattern `ready`, runs `signal_cmd` ($p: troupe's pid), and
+// returns the exit status and stderr (<scratch>/err). A watchdog ends troupe after 150 s.
+// (The previous call's stderr goes first: its "ready" line would otherwise be found before
+// the redirection empties the file.)
+inline Run run_and_signal(const Scratch& s, const std::string& args, const std::string& ready,
+                          const std::string& signal_cmd) {
+  const std::string err = s.path("err"), rc = s.path("rc");
+  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && rm -f '" + rc + "' '" + err + "'; '" +
+                          troupe_bin() + "' " + args + " 2> '" + err + "' > /dev/null & p=$!; (sleep 150; kill -KILL $p) " +
+                          "> /dev/null 2>&1 & w=$!; for i in $(seq 1 1200); do grep -qE '" + ready + "' '" + err +
+                          "' 2>/dev/null && break; sleep 0.1; done; " + signal_cmd + "; wait $p; echo $? > '" + rc +
+                          "'; kill $w 2>/dev/null";
+  shell_status(cmd);
+  return {std::atoi(slurp(rc).c_str()), slurp(err)};
 }
 
 // A shell script run in its own mount namespace over a small tmpfs at `mnt` (root only);

@@ -19,7 +19,9 @@
 namespace fs = std::filesystem;
 
 namespace {
+using troupe::test::error_lines;
 using troupe::test::Run;
+using troupe::test::run_and_signal;
 using troupe::test::run_troupe;
 using troupe::test::shell_status;
 using troupe::test::slurp;
@@ -27,32 +29,6 @@ using troupe::test::troupe_bin;
 struct Scratch : troupe::test::Scratch {
   explicit Scratch(const std::string& name) : troupe::test::Scratch("hostile-launch-errors", name) {}
 };
-
-// The lines of `err` that start with "error: ".
-std::vector<std::string> error_lines(const std::string& err) {
-  std::vector<std::string> out;
-  std::istringstream is(err);
-  for (std::string l; std::getline(is, l);)
-    if (l.rfind("error: ", 0) == 0) out.push_back(l);
-  return out;
-}
-
-// Runs `launch_args` (troupe launch ...) in the background from the source dir, waits until its
-// stderr matches the grep -E pattern `ready`, runs `signal_cmd` ($p: the launcher's pid), and
-// returns the exit status and stderr. A watchdog ends the launcher after 150 s. (The previous
-// call's stderr goes first: its "ready" line would otherwise be found before the redirection
-// empties the file.)
-Run launch_and_signal(const Scratch& s, const std::string& launch_args, const std::string& ready,
-                      const std::string& signal_cmd) {
-  const std::string err = s.path("err"), rc = s.path("rc");
-  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && rm -f '" + rc + "' '" + err + "'; '" + troupe_bin() +
-                          "' " + launch_args + " 2> '" + err + "' > /dev/null & p=$!; (sleep 150; kill -KILL $p) " +
-                          "> /dev/null 2>&1 & w=$!; for i in $(seq 1 1200); do grep -qE '" + ready + "' '" + err +
-                          "' 2>/dev/null && break; sleep 0.1; done; " + signal_cmd + "; wait $p; echo $? > '" + rc +
-                          "'; kill $w 2>/dev/null";
-  shell_status(cmd);
-  return {std::atoi(slurp(rc).c_str()), slurp(err)};
-}
 
 // A corpus of about `mb` MB whose preparation (cleaning, a 2048-piece tokenizer, tokenizing)
 // takes seconds: documents of made-up words and common ones, separated by blank lines.
@@ -101,7 +77,7 @@ TEST_CASE("launch: SIGTERM to one process while the job assembles makes one erro
   const std::string find_rank1 =
       "for c in $(pgrep -P $p); do tr '\\0' '\\n' < /proc/$c/environ 2>/dev/null | grep -qx TROUPE_RANK=1 && "
       "kill -TERM $c; done";
-  const Run r = launch_and_signal(
+  const Run r = run_and_signal(
       s,
       "launch --nprocs 3 -- /bin/sh -c 'if [ \"$TROUPE_RANK\" = 2 ]; then exec sleep 120; fi; exec \"$0\" \"$@\"' '" +
           troupe_bin() + "' train --config configs/tiny.toml --set parallel.pp=3 --set model.n_layer=3 --set "
@@ -126,7 +102,7 @@ TEST_CASE("launch: SIGTERM to the launcher while its processes prepare data make
   for (const std::string& cache : {s.path("new/cache"), s.path("had/cache")}) {
     INFO(cache);
     fs::create_directories(s.path("had/cache"));
-    const Run r = launch_and_signal(
+    const Run r = run_and_signal(
         s,
         "launch --nprocs 2 -- '" + troupe_bin() + "' train --config configs/tiny.toml --set parallel.pp=2 --set "
             "train.steps=2 --set model.vocab_size=2048 --set data.corpus='" + corpus + "' --set data.cache_dir='" +

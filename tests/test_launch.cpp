@@ -561,9 +561,10 @@ TEST_CASE("launch: --respawn process does not start again a failed process, a st
     CHECK(read_starts(s, 1).size() == 1);
     CHECK(l.err().find("again") == std::string::npos);
   }
-  SECTION("a loss after 100 respawns") {
+  SECTION("a loss after 100 respawns") {  // (no back-off: the 100 starts in a second)
     const std::string script = std::string(kRecordStart) + R"(kill -9 $$)";
-    Result r = launch({"--nprocs", "1", "--", "/bin/sh", "-c", script, "sh", s.dir.string()}, s, {}, 20);
+    Result r = launch({"--nprocs", "1", "--respawn-backoff", "0", "--", "/bin/sh", "-c", script, "sh", s.dir.string()},
+                      s, {}, 20);
     INFO("stderr: " << r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0));
     CHECK(r.rc == 137);
     const auto st = read_starts(s, 0);
@@ -571,7 +572,10 @@ TEST_CASE("launch: --respawn process does not start again a failed process, a st
     for (int k = 0; k <= 100; ++k) CHECK(st[k].at("restart") == std::to_string(k));
     CHECK(count_of(r.err, "; starting it again (respawn ") == 100);
     CHECK(r.err.find("(respawn 100)\n") != std::string::npos);
-    CHECK(r.err.find("launch: process 0 (pid " + st[100].at("pid") + ") killed by signal SIGKILL\n") !=
+    // one line says the launcher gives up, with the last exit status
+    CHECK(r.err.find("error: troupe launch gives up: process 0 (pid " + st[100].at("pid") +
+                     ") was lost again (killed by signal SIGKILL, exit status 137) after 100 respawns, its limit") !=
           std::string::npos);
+    CHECK(count_of(r.err, "error: ") == 1);
   }
 }

@@ -1,0 +1,341 @@
+// cli/command_line.cpp — troupe's command line (cli/command_line.h): the commands and their
+// options, the checks before CLI11 parses (a command first, launch and help), the checks of
+// every value after, and the dispatch to the command. cli/main.cpp starts the process.
+#include "cli/command_line.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "actors/job.h"
+#include "cli/common.h"
+#include "cli/launch.h"
+#include "cli/plan.h"
+#include "core/error.h"
+#include "kernels/gemm_libs.h"
+#include "stages/schedule.h"
+#include "troupe_version.h"
+
+namespace troupe::cli {
+namespace {
+
+// One sentence for a command line CLI11 refused. A value that is not of the option's type
+// ("Could not convert: --tokens = 1e12") names the option, what it takes and its help
+// text, which gives the range; the rest keep CLI11's words.
+// CLI11 2.1 turns a whole number past its type's range into the largest value without a
+// word ("--seed 99999999999999999999999" became 2^63 - 1): this check refuses it first.
+const CLI::Validator kWholeNumberInRange(
+    [](std::string& s) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      (void)std::strtoll(s.c_str(), &end, 0);
+      return errno == ERANGE ? "'" + s.substr(0, 40) + "' is out of range for a whole number" : std::string();
+    },
+    "INT");
+
+std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
+  std::string msg = e.what();
+  for (auto& ch : msg)
+    if (ch == '\n') ch = ' ';
+  const std::string prefix = "Could not convert: ";
+  const size_t eq = msg.find(" = ");
+  if (dynamic_cast<const CLI::ConversionError*>(&e) && msg.rfind(prefix, 0) == 0 && eq != std::string::npos) {
+    const std::string name = msg.substr(prefix.size(), eq - prefix.size());
+    const std::string value = msg.substr(eq + 3);
+    for (CLI::App* sub : app.get_subcommands()) {
+      const CLI::Option* opt = sub->get_option_no_throw(name);
+      if (!opt) continue;
+      const std::string type = opt->get_type_name();
+      const std::string kind = type == "INT" || type == "UINT" ? "a whole number in range"
+                               : type == "FLOAT"                ? "a number"
+                                                                : "a value of type " + type;
+      return name + " of troupe " + sub->get_name() + " takes " + kind + ", not '" + value + "': " +
+             opt->get_description() + " (troupe help " + sub->get_name() + ")";
+    }
+  }
+  if (dynamic_cast<const CLI::ValidationError*>(&e))  // "--seed: '...' is out of range ...": add what it takes
+    if (const size_t colon = msg.find(": "); colon != std::string::npos && msg.rfind("--", 0) == 0)
+      for (CLI::App* sub : app.get_subcommands())
+        if (const CLI::Option* opt = sub->get_option_no_throw(msg.substr(0, colon)))
+          return msg + " (" + opt->get_description() + "; troupe help " + sub->get_name() + ")";
+  return msg + "; see troupe --help";
+}
+
+// Every command and the values CLI11 fills in. Not movable: the options point into it.
+struct CommandLine {
+  CLI::App app{"troupe: GPT training with pipeline-stage actors"};
+  std::string config_path, run_dir, resume, report, tensorboard;
+  std::vector<std::string> sets;
+  SimulateOptions so;
+  std::string plot_dir, plot_out, plot_title;
+  std::string export_dir, export_format = "safetensors", export_out;
+  GenerateOptions go;
+  PlanCommand pc;
+  CLI::App *train = nullptr, *prepare = nullptr, *tokenize = nullptr, *simulate = nullptr, *plot = nullptr,
+           *export_cmd = nullptr, *generate = nullptr, *plan = nullptr;
+  CommandLine();
+  CommandLine(const CommandLine&) = delete;
+  CommandLine& operator=(const CommandLine&) = delete;
+};
+
+// --version, train, prepare and its alias tokenize.
+void add_training_commands(CommandLine& cl) {
+  CLI::App& app = cl.app;
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION + " (git " + TROUPE_GIT_COMMIT +
+                                        ")\nbuild: " + TROUPE_BUILD_OPTIONS,
+                       "print the version, git commit and build options, then exit");
+  cl.train = app.add_subcommand("train", "train a model (the main job)");
+  cl.train->add_option("--config", cl.config_path, "TOML config file")->required();
+  cl.train->add_option("--set", cl.sets, "override a key: section.key=value (repeatable)");
+  cl.train->add_option("--run-dir", cl.run_dir, "run directory (default runs/<timestamp>)");
+  cl.train->add_option("--resume", cl.resume,
+                       "continue from a snapshot: its directory, or 'latest' (newest valid in checkpoint.dir)");
+  cl.prepare = app.add_subcommand("prepare", "prepare the data: clean, deduplicate, tokenize, index (cached)");
+  cl.tokenize = app.add_subcommand("tokenize", "an alias of prepare");
+  for (auto* sub : {cl.prepare, cl.tokenize}) {
+    sub->add_option("--config", cl.config_path, "TOML config file")->required();
+    sub->add_option("--set", cl.sets, "override a key: section.key=value (repeatable)");
+    sub->add_option("--report", cl.report, "also write the cleaning report as JSON to this file");
+  }
+}
+
+// simulate, plot, export, generate, plan, launch (listed for --help), and train's outputs.
+void add_tool_commands(CommandLine& cl) {
+  CLI::App& app = cl.app;
+  SimulateOptions& so = cl.so;
+  cl.simulate = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
+  auto* sim = cl.simulate;
+  sim->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
+  sim->add_option("--stages", so.P, "pipeline stages P, 1 to " + std::to_string(kMaxStages) + " (default 4)")->check(kWholeNumberInRange);
+  sim->add_option("--microbatches", so.M, "microbatches M, 1 to " + std::to_string(kMaxMicrobatches) + " (default 8)")->check(kWholeNumberInRange);
+  sim->add_option("--chunks", so.V, "virtual chunks per stage V, 1 to " + std::to_string(kMaxChunks) + " (default 1)")->check(kWholeNumberInRange);
+  sim->add_option("--cost", so.cost, "f=1,b=2,w=1,p2p=0 (b = full backward, w = its weight part)");
+  sim->add_option("--trace", so.trace, "write a Chrome trace JSON");
+  sim->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
+  sim->add_option("--config", so.config, "model config for activation bytes");
+  sim->add_flag("--quiet", so.quiet, "no ASCII timeline");
+  sim->add_option("--png", so.png, "draw the timeline per stage as a PNG (gnuplot)");
+  cl.plot = app.add_subcommand("plot", "draw a run's curves (loss, val loss, lr, throughput, MFU) as a PNG");
+  cl.plot->add_option("run_dir", cl.plot_dir, "run directory (holds metrics.jsonl)")->required();
+  cl.plot->add_option("--out", cl.plot_out, "PNG file (default RUN_DIR/plot.png)");
+  cl.plot->add_option("--title", cl.plot_title, "the picture's title (default RUN_DIR)");
+  cl.export_cmd = app.add_subcommand("export", "write a snapshot's model as safetensors (GPT-2 Hugging Face names)");
+  cl.export_cmd->add_option("snapshot", cl.export_dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
+  cl.export_cmd->add_option("--format", cl.export_format, "safetensors (the only format)");
+  cl.export_cmd->add_option("out", cl.export_out, "output file, e.g. model.safetensors")->required();
+  GenerateOptions& go = cl.go;
+  cl.generate = app.add_subcommand("generate", "sample text from a snapshot");
+  auto* gen = cl.generate;
+  gen->add_option("snapshot", go.dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
+  gen->add_option("--prompt", go.prompt, "text to continue (default: a new document)");
+  gen->add_option("--tokens", go.tokens, "tokens to generate, 1 to 100000 (default 64)")->check(kWholeNumberInRange);
+  gen->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)");
+  gen->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number, 0 = all (default 40)")->check(kWholeNumberInRange);
+  gen->add_option("--seed", go.seed, "sampling seed, a whole number >= 0 (default 1)")->check(kWholeNumberInRange);
+  gen->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
+  PlanCommand& pc = cl.pc;
+  cl.plan = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");
+  cl.plan->add_option("--config", cl.config_path, "TOML config file with a [cluster] section")->required();
+  cl.plan->add_option("--set", cl.sets, "override a key: section.key=value (repeatable)");
+  cl.plan->add_flag("--json", pc.json, "one JSON object on stdout");
+  cl.plan->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
+  cl.plan->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
+  cl.plan->add_option("--tokens", pc.tokens, "tokens to train, 0 to 1e18: report the days it takes");
+  // launch is dispatched before parsing (it passes its command through); listed for --help
+  app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
+                               "(troupe launch --help; docs/launch.md)")
+      ->allow_extras();
+  cl.train->add_option("--trace", trace_path_, "write a Chrome trace of measured spans; print measured vs simulated bubble");
+  cl.train->add_option("--trace-png", trace_png_, "with --trace: draw the last step's measured timeline as a PNG");
+  cl.train->add_option("--tensorboard", cl.tensorboard, "write TensorBoard event files (scalars) to DIR (train.tensorboard_dir)");
+}
+
+CommandLine::CommandLine() {
+  add_training_commands(*this);
+  add_tool_commands(*this);
+}
+
+// troupe help [COMMAND]: as --help, or COMMAND --help.
+int print_help(CommandLine& cl, int argc, char** argv) {
+  if (argc == 2) {  // as --help
+    std::cout << cl.app.help();
+    return 0;
+  }
+  if (argc > 3) {
+    print_error("troupe help takes one command, e.g. troupe help train; troupe help lists them");
+    return 2;
+  }
+  const std::string sub = argv[2];
+  if (sub == "launch") {
+    char help_flag[] = "--help";
+    char* args[] = {help_flag, nullptr};
+    return troupe::launch_main(1, args);
+  }
+  for (CLI::App* a : cl.app.get_subcommands({}))
+    if (a->get_name() == sub) {
+      std::cout << a->help();
+      return 0;
+    }
+  print_error("troupe help " + sub + ": no such command; troupe help lists them");
+  return 2;
+}
+
+// What is decided from argv before CLI11 parses it: an option where the command belongs,
+// words after --version or --help, troupe launch (it passes its command through), troupe
+// help, an unknown command. Returns the exit status, or nothing when CLI11 parses next.
+std::optional<int> run_before_parsing(CommandLine& cl, int argc, char** argv) {
+  if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
+      std::string(argv[1]) != "--version") {
+    print_error(std::string("unknown option '") + argv[1] +
+                "'; troupe takes a command first: train, launch, prepare, tokenize, simulate, plan, export, generate "
+                "or plot (troupe help), or --help / --version");
+    return 2;
+  }
+  if (argc > 2 && (std::string(argv[1]) == "--version" || std::string(argv[1]) == "--help" ||
+                   std::string(argv[1]) == "-h")) {
+    print_error(std::string("troupe ") + argv[1] + " takes nothing after it (got '" + argv[2] +
+                "'); for a command's help: troupe help COMMAND");
+    return 2;
+  }
+  if (argc <= 1 || argv[1][0] == '-') return std::nullopt;
+  const std::string cmd = argv[1];
+  if (cmd == "launch") return troupe::launch_main(argc - 2, argv + 2);
+  if (cmd == "help") return print_help(cl, argc, argv);
+  if (cmd != "train" && cmd != "prepare" && cmd != "tokenize" && cmd != "simulate" && cmd != "export" &&
+      cmd != "generate" && cmd != "plot" && cmd != "plan") {
+    print_error("unknown command '" + cmd +
+                "'; use train, launch, prepare, tokenize, simulate, plan, export, generate or plot (see troupe help)");
+    return 2;
+  }
+  return std::nullopt;
+}
+
+// CLI11's parse. Returns the exit status of a help or version request or a refusal, or
+// nothing when the command runs next.
+std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv) {
+  try {
+    cl.app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return cl.app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return cl.app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return cl.app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    print_error(parse_error_sentence(cl.app, e));
+    return 2;
+  }
+  return std::nullopt;
+}
+
+// An option given an empty value (a path, a number) is a mistake, not "leave it out"; a
+// value holding a control character is refused too. Throws UserError.
+void check_option_values(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* opt : sub->get_options()) {
+      const std::string name = opt->get_name();
+      if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt") continue;
+      for (const std::string& r : opt->results()) {
+        // a path or number holding a newline or an escape would reach the terminal raw in the log lines
+        // (C0 controls, DEL, and the C1 controls U+0080-U+009F: UTF-8 C2 80-9F, e.g. U+009B, a CSI)
+        bool control = false;
+        for (size_t q = 0; q < r.size(); ++q)
+          control = control || (unsigned char)r[q] < 0x20 || r[q] == 0x7F ||
+                    ((unsigned char)r[q] == 0xC2 && q + 1 < r.size() && (unsigned char)r[q + 1] >= 0x80 &&
+                     (unsigned char)r[q + 1] <= 0x9F);
+        TROUPE_USER_CHECK(!control) << name << " of troupe " << sub->get_name()
+                                    << " holds a control character (a newline, a tab or an escape); pass a plain value";
+        if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)
+        TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)
+                                      << " of troupe " << sub->get_name()
+                                      << " is empty; give it a value or leave it out (troupe help)";
+      }
+    }
+}
+
+// train's outputs (--tensorboard, --trace, --trace-png) must not land on the run's inputs
+// or its own files. Throws UserError.
+void refuse_train_outputs(const CommandLine& cl, const Config& c) {
+  std::vector<std::string> files = {cl.config_path, c.data.corpus, c.data.tokenizer};
+  if (!cl.run_dir.empty())
+    for (const char* f : {"/metrics.jsonl", "/train.log", "/config.toml", "/.lock"}) files.push_back(cl.run_dir + f);
+  // the snapshot --resume names is read (any other snapshot is refused by refuse_overwriting too)
+  std::vector<std::string> dirs = {c.checkpoint.dir, c.data.cache_dir,
+                                   cl.run_dir.empty() ? std::string() : cl.run_dir + "/checkpoints",
+                                   cl.resume == "latest" ? std::string() : cl.resume};
+  for (const DataSource& src : c.data.sources) dirs.push_back(src.path);  // a file or a folder
+  refuse_same_outputs({{trace_path_, "--trace"}, {trace_png_, "--trace-png"}});
+  refuse_overwriting(c.train.tensorboard_dir, "--tensorboard (train.tensorboard_dir)", files, dirs);
+  dirs.push_back(c.train.tensorboard_dir);
+  refuse_overwriting(trace_path_, "--trace", files, dirs);
+  refuse_overwriting(trace_png_, "--trace-png", files, dirs);
+}
+
+// Runs the command CLI11 parsed. Throws what the command throws.
+int run_parsed_command(CommandLine& cl) {
+  check_option_values(cl.app);
+  if (cl.simulate->parsed())
+    return cmd_simulate(cl.so, cl.simulate->get_option("--stages")->count() > 0,
+                        cl.simulate->get_option("--microbatches")->count() > 0,
+                        cl.simulate->get_option("--chunks")->count() > 0);
+  if (cl.export_cmd->parsed()) {
+    set_out_of_memory_fixes("run it on a machine with more memory (export holds the whole model once in fp32)");
+    return cmd_export(cl.export_dir, cl.export_format, cl.export_out);
+  }
+  if (cl.generate->parsed()) {
+    (void)kernels::gemm_choice();  // a wrong TROUPE_GEMM is refused before the model loads
+    set_out_of_memory_fixes("lower --tokens, or run it on a machine with more memory (generate holds the whole "
+                            "model and the context's activations)");
+    return cmd_generate(cl.go);
+  }
+  if (cl.plot->parsed()) return cmd_plot(cl.plot_dir, cl.plot_out, cl.plot_title);
+  const bool train = cl.train->parsed();
+  TROUPE_USER_CHECK(!train || cl.train->get_option("--run-dir")->count() == 0 || !cl.run_dir.empty())
+      << "--run-dir is empty; pass a folder (e.g. --run-dir runs/mine) or leave it out for runs/<timestamp>";
+  TROUPE_USER_CHECK(!train || cl.train->get_option("--tensorboard")->count() == 0 || !cl.tensorboard.empty())
+      << "--tensorboard is empty; pass a folder for the event files or leave it out";
+  Config c = load_config(cl.config_path, cl.sets, cl.plan->parsed() ? kMaxPlanDevices : kMaxWorkers);
+  if (!cl.tensorboard.empty()) c.train.tensorboard_dir = cl.tensorboard;
+  if (train) {
+    refuse_train_outputs(cl, c);
+    return cmd_train(c, cl.run_dir, cl.resume);
+  }
+  if (cl.prepare->parsed() || cl.tokenize->parsed()) {
+    set_out_of_memory_fixes("lower model.vocab_size or data.tokenizer_sample_mb (the tokenizer's training "
+                            "sample), or prepare on a machine with more memory");
+    return cmd_prepare(c, cl.report, cl.config_path);
+  }
+  if (cl.plan->parsed()) return cmd_plan(c, cl.pc);
+  return 1;
+}
+
+}  // namespace
+
+int run_command(int argc, char** argv) {
+  CommandLine cl;
+  if (const std::optional<int> rc = run_before_parsing(cl, argc, argv)) return *rc;
+  if (const std::optional<int> rc = parse_command_line(cl, argc, argv)) return *rc;
+  try {
+    return run_parsed_command(cl);
+  } catch (const UserError& e) {
+    print_error(log_prefix_ + e.what());
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // the user's paths: a name too long, a link loop
+    print_error(log_prefix_ + describe_filesystem_error(e));
+    return 2;
+  } catch (const std::bad_alloc& e) {  // a memory limit the user set or can raise: the sentence names the fix
+    print_error(log_prefix_ + describe_exception(e));
+    return 2;
+  } catch (const std::exception& e) {
+    print_error(log_prefix_ + describe_exception(e));
+    return 1;
+  }
+}
+
+}  // namespace troupe::cli
