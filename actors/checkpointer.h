@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/interfaces.h"
 #include "checkpoint/memory_store.h"
 #include "core/topology.h"
 
@@ -28,7 +29,8 @@ namespace troupe {
 
 // keep_last: complete snapshots kept. fault_kill_step (tests): at that step's snapshot the
 // process is killed (SIGKILL) after the first shard file is written.
-void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int keep_last, int64_t fault_kill_step);
+// Addressed as a WriterActor (actors/interfaces.h); its receive loop is checked against it.
+void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, int keep_last, int64_t fault_kill_step);
 
 // The memory keeper of one process (checkpoint.memory_interval; checkpoint/memory_store.h):
 //   (shard_atom, k, ShardData) from this process's optimizer actors: kept in `store` under
@@ -40,9 +42,10 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
 //     of `ranks` (this process's and process p - 1's) is in;
 //   (stop_atom): ends it.
 // Spawn it detached: sending a copy blocks until UCX is done with it. A failed send is
-// logged and the copy dropped (the lost peer is the cluster's to report).
-caf::behavior memory_keeper(caf::event_based_actor* self, std::shared_ptr<MemoryStore> store,
-                            std::function<void(int64_t k, int rank, const std::vector<float>& words)> to_peer,
-                            std::vector<int> ranks, Topology topo);
+// logged and the copy dropped (the lost peer is the cluster's to report). A typed actor:
+// KeeperActor (actors/interfaces.h).
+KeeperActor::behavior_type memory_keeper(KeeperActor::pointer self, std::shared_ptr<MemoryStore> store,
+                                         std::function<void(int64_t k, int rank, const std::vector<float>& words)> to_peer,
+                                         std::vector<int> ranks, Topology topo);
 
 }  // namespace troupe
