@@ -9,7 +9,8 @@
 // unwritable) is reported, not fatal: the previous snapshots stay as they were. Snapshots
 // are written one at a time, in step order. (stop_atom) ends it.
 //
-// Protocol of the writer (atoms: actors/atoms.h; types: actors/messages.h; no CAF replies):
+// Protocol of the writer (its interface: WriterActor in actors/interfaces.h; atoms:
+// actors/atoms.h; types: actors/messages.h; no CAF replies):
 //   in  (shard_atom, int64_t k, ShardData)             from every optimizer actor
 //   in  (snapbeg_atom, int64_t k, ManifestInfo, int workers, string directory)   coordinator
 //   out (snapdone_atom, int64_t k, SnapDone)           to the coordinator
@@ -32,7 +33,8 @@ namespace troupe {
 // Addressed as a WriterActor (actors/interfaces.h); its receive loop is checked against it.
 void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, int keep_last, int64_t fault_kill_step);
 
-// The memory keeper of one process (checkpoint.memory_interval; checkpoint/memory_store.h):
+// The memory keeper of one process (checkpoint.memory_interval; checkpoint/memory_store.h;
+// its interface: KeeperActor in actors/interfaces.h):
 //   (shard_atom, k, ShardData) from this process's optimizer actors: kept in `store` under
 //     the worker's global rank (topo), and encoded (encode_shard) and handed to `to_peer`,
 //     which sends it over the data plane to process (p + 1) % N (Cluster::send_snapshot_shard);

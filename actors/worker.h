@@ -5,7 +5,8 @@
 // deadline (train.timeout_s); a missed deadline or any error is reported to the
 // coordinator as (fail_atom, stage, message) naming what was awaited.
 //
-// Protocol (atoms: actors/atoms.h; types: actors/messages.h). No message has a CAF reply;
+// Protocol (its interface: WorkerActor in actors/interfaces.h, the "in" lines below; atoms:
+// actors/atoms.h; types: actors/messages.h). No message has a CAF reply;
 // answers are separate messages to the coordinator (a control proxy in another process).
 //   in  (wire_atom, vector<PipelinePeer> peers)    once, first: the workers of its (dp, tp) by stage
 //   in  (tokens_atom, int64_t k, int mb, TokenBlock)    data actor -> first stage
