@@ -219,7 +219,8 @@ void Cluster::join() {
     return s;
   };
   if (im.hub()) {
-    auto port = im.sys->middleman().publish(caf::actor_cast<caf::actor>(im.agent), (uint16_t)im.o.env.port, im.o.env.host.c_str(), true);
+    auto port = im.sys->middleman().publish(caf::actor_cast<caf::actor>(im.agent),  // untyped: joiners connect untyped
+                                            (uint16_t)im.o.env.port, im.o.env.host.c_str(), true);
     TROUPE_USER_CHECK(port) << "cannot listen on " << im.o.env.host << ":" << im.o.env.port << " ("
                             << im.sys->render(port.error())
                             << "); choose a free port and a local address in TROUPE_COORDINATOR";
