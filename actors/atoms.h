@@ -1,5 +1,6 @@
-// actors/atoms.h — every atom of troupe's actors, declared in one place. What each message
-// carries and who answers is written next to the actor that handles it:
+// actors/atoms.h — every atom of troupe's actors, declared in one place. Every actor's
+// protocol, as a CAF typed actor interface: actors/interfaces.h. How each actor works and
+// what it sends is written next to it:
 //   actors/messages.h        one training step's protocol, end to end
 //   actors/worker.h          the stage worker
 //   actors/optimizer_actor.h the optimizer actor

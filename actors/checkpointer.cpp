@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 namespace troupe {
 
-void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int keep_last, int64_t fault_kill_step) {
+void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, int keep_last, int64_t fault_kill_step) {
   using Clock = std::chrono::steady_clock;
   struct Pending {
     std::vector<ShardData> queue;  // received, not yet written
@@ -80,35 +80,36 @@ void checkpoint_writer(caf::blocking_actor* self, caf::actor coordinator, int ke
     pending.erase(k);
   };
   bool running = true;
-  self->receive_while(running)(
-      [&](shard_atom, int64_t k, ShardData& s) {
-        Pending& p = pending[k];
-        if (p.handled == 0 && p.queue.empty()) p.t0 = Clock::now();
-        p.queue.push_back(std::move(s));
-        progress(k);
-      },
-      [&](snapbeg_atom, int64_t k, ManifestInfo& info, int expected, std::string& ckpt_dir) {
-        Pending& p = pending[k];
-        p.begun = true;
-        p.info = std::move(info);
-        p.expected = expected;
-        p.ckpt_dir = ckpt_dir;
-        p.tmp = ckpt_dir + "/" + snapshot_name(k) + ".tmp-" + std::to_string(::getpid());
-        std::error_code ec;
-        fs::create_directories(ckpt_dir, ec);
-        fs::remove_all(p.tmp, ec);
-        ec.clear();
-        fs::create_directories(p.tmp, ec);
-        if (ec) p.error = "cannot create " + p.tmp + ": " + ec.message();
-        else note_partial_dir(p.tmp);  // a stop that ends the process at once removes it (core/interrupt.h)
-        progress(k);
-      },
-      [&](stop_atom) { running = false; });
+  auto on_shard = [&](shard_atom, int64_t k, ShardData& s) {
+    Pending& p = pending[k];
+    if (p.handled == 0 && p.queue.empty()) p.t0 = Clock::now();
+    p.queue.push_back(std::move(s));
+    progress(k);
+  };
+  auto on_begin = [&](snapbeg_atom, int64_t k, ManifestInfo& info, int expected, std::string& ckpt_dir) {
+    Pending& p = pending[k];
+    p.begun = true;
+    p.info = std::move(info);
+    p.expected = expected;
+    p.ckpt_dir = ckpt_dir;
+    p.tmp = ckpt_dir + "/" + snapshot_name(k) + ".tmp-" + std::to_string(::getpid());
+    std::error_code ec;
+    fs::create_directories(ckpt_dir, ec);
+    fs::remove_all(p.tmp, ec);
+    ec.clear();
+    fs::create_directories(p.tmp, ec);
+    if (ec) p.error = "cannot create " + p.tmp + ": " + ec.message();
+    else note_partial_dir(p.tmp);  // a stop that ends the process at once removes it (core/interrupt.h)
+    progress(k);
+  };
+  auto on_stop = [&](stop_atom) { running = false; };
+  check_handlers<WriterActor>(on_shard, on_begin, on_stop);  // exactly its interface (actors/interfaces.h)
+  self->receive_while(running)(on_shard, on_begin, on_stop);
 }
 
-caf::behavior memory_keeper(caf::event_based_actor* self, std::shared_ptr<MemoryStore> store,
-                            std::function<void(int64_t k, int rank, const std::vector<float>& words)> to_peer,
-                            std::vector<int> ranks, Topology topo) {
+KeeperActor::behavior_type memory_keeper(KeeperActor::pointer self, std::shared_ptr<MemoryStore> store,
+                                         std::function<void(int64_t k, int rank, const std::vector<float>& words)> to_peer,
+                                         std::vector<int> ranks, Topology topo) {
   return {
       [=](shard_atom, int64_t k, ShardData& s) {
         const int r = topo.rank({s.dp, s.pp, s.tp});

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/cluster.h"
+#include "actors/interfaces.h"
 #include "core/awake_clock.h"
 
 namespace troupe {
@@ -38,7 +39,7 @@ struct Cluster::Impl {
   ClusterOptions o;
   std::shared_ptr<UcxTransport> transport;
   std::vector<int> process_of_rank;
-  caf::actor agent;
+  NodeAgentActor agent;  // published untyped (actors/interfaces.h)
   std::vector<caf::actor> proxies;
 
   std::mutex mu;
@@ -85,7 +86,7 @@ struct Cluster::Impl {
 };
 
 // Spawns the node agent of `impl` (actors/node_agent.h) in impl->sys.
-caf::actor spawn_node_agent(const std::shared_ptr<Cluster::Impl>& impl);
+NodeAgentActor spawn_node_agent(const std::shared_ptr<Cluster::Impl>& impl);
 // Delivers the pipeline tensors that arrive over UCX (activation, gradient, tied,
 // inference) to the local worker of their destination rank (actors/tensor_proxy.cpp).
 void deliver_arriving_tensors(const std::shared_ptr<Cluster::Impl>& impl);

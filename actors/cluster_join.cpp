@@ -134,7 +134,8 @@ bool all_set(const std::vector<bool>& v) {
 // plane and waits for every process to connect theirs.
 void join_as_hub(Cluster::Impl& im, const JoinWait& w) {
   const int n = im.o.env.world;
-  auto port = im.sys->middleman().publish(im.agent, (uint16_t)im.o.env.port, im.o.env.host.c_str(), true);
+  auto port = im.sys->middleman().publish(caf::actor_cast<caf::actor>(im.agent),  // untyped: joiners connect untyped
+                                          (uint16_t)im.o.env.port, im.o.env.host.c_str(), true);
   TROUPE_USER_CHECK(port) << "cannot listen on " << im.o.env.host << ":" << im.o.env.port << " ("
                           << im.sys->render(port.error())
                           << "); choose a free port and a local address in TROUPE_COORDINATOR";

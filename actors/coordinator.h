@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/cluster.h"
+#include "actors/interfaces.h"
 #include "actors/job.h"
 #include "actors/job_plan.h"
 #include "actors/job_spawn.h"
@@ -171,8 +172,9 @@ void Coordinator::wait(Done done, const std::string& what, Handler on) {
     auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - AwakeClock::now());
     bool timed_out = left.count() <= 0;
     if (!timed_out) {
-      (*self_)->receive(
-          [&](norm_atom, int64_t, NormReport& r) {
+      // exactly CoordinatorActor's messages (actors/interfaces.h), and the workers' down_msg
+      receive_checked<CoordinatorActor>(
+          self_->ptr(), [&](norm_atom, int64_t, NormReport& r) {
             if constexpr (std::is_invocable_v<Handler, NormReport&>) on(r);
           },
           [&](done_atom, int64_t, StepReport& r) {

@@ -9,8 +9,9 @@
 
 namespace troupe {
 
-caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, std::vector<std::vector<caf::actor>> firsts,
-                         std::vector<std::vector<caf::actor>> lasts, int M, int B, int T, caf::actor coordinator) {
+DataActor::behavior_type data_actor(DataActor::pointer self, JobContext ctx, std::vector<std::vector<WorkerActor>> firsts,
+                                    std::vector<std::vector<WorkerActor>> lasts, int M, int B, int T,
+                                    CoordinatorActor coordinator) {
   return {
       [=](batch_atom, int64_t k, int kind, int64_t index) {
         const int DP = (int)firsts.size();

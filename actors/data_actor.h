@@ -1,6 +1,6 @@
 // actors/data_actor.h — the data actor (one per process): deterministic token batches.
 //
-// Protocol (an event-based actor; no replies):
+// Protocol (a typed event-based actor, DataActor in actors/interfaces.h; no replies):
 //   in  (batch_atom, int64_t k, int kind, int64_t index) from the coordinator: fill the
 //       global batch `index` of split `kind` (JobContext::fill_batch: 0 train, 1 + s the
 //       validation split of source s) and cut it into microbatches:
@@ -16,13 +16,15 @@
 #include <caf/all.hpp>
 #include <vector>
 
+#include "actors/interfaces.h"
 #include "actors/job.h"
 
 namespace troupe {
 
 // firsts[d] / lasts[d]: this process's workers of DP rank d's first / last stage (one per
 // local TP rank; may be empty). M microbatches of B / DP / M sequences of T tokens per DP rank.
-caf::behavior data_actor(caf::event_based_actor* self, JobContext ctx, std::vector<std::vector<caf::actor>> firsts,
-                         std::vector<std::vector<caf::actor>> lasts, int M, int B, int T, caf::actor coordinator);
+DataActor::behavior_type data_actor(DataActor::pointer self, JobContext ctx, std::vector<std::vector<WorkerActor>> firsts,
+                                    std::vector<std::vector<WorkerActor>> lasts, int M, int B, int T,
+                                    CoordinatorActor coordinator);
 
 }  // namespace troupe

@@ -44,7 +44,7 @@ Coordinator::~Coordinator() {
     spdlog::error("{}", e.what());
   }
   if (cluster_) cluster_->deliver_snapshots_to(caf::actor());
-  a_.keeper = caf::actor();  // no handle may outlive the actor system (it waits for detached actors)
+  a_.keeper = nullptr;  // no handle may outlive the actor system (it waits for detached actors)
   a_.keepers.clear();
   cluster_.reset();  // its proxies and agent stop before the actor system
   self_.reset();

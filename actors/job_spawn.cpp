@@ -70,16 +70,18 @@ using Comms = std::map<int, std::shared_ptr<Communicator>>;
 // a copy of the previous process's; process 0 tells every keeper each step's counters.
 void spawn_snapshot_actors(caf::actor_system& sys, caf::scoped_actor& self, const JobPlan& plan, const Config& cfg,
                            const JobContext& ctx, Cluster* cluster, JobActors& out) {
-  const caf::actor self_handle = caf::actor_cast<caf::actor>(self);
+  const auto self_handle = caf::actor_cast<CoordinatorActor>(self);
   const int me = plan.process;
   if (!ctx.checkpoint_dir.empty()) {
     if (plan.leader) {  // one writer, in process 0: the others' shards come over the control plane
-      out.writer = sys.spawn(checkpoint_writer, self_handle, cfg.checkpoint.keep_last, plan.faults.kill_in_snapshot);
+      // a blocking actor: spawned untyped, addressed through its interface
+      out.writer = caf::actor_cast<WriterActor>(
+          sys.spawn(checkpoint_writer, self_handle, cfg.checkpoint.keep_last, plan.faults.kill_in_snapshot));
       self->monitor(out.writer);
       ++out.local_actors;
-      if (cluster) cluster->expose({RemoteRef::writer, 0}, out.writer);
+      if (cluster) cluster->expose({RemoteRef::writer, 0}, caf::actor_cast<caf::actor>(out.writer));
     } else {
-      out.writer = cluster->control_proxy(0, {RemoteRef::writer, 0});
+      out.writer = caf::actor_cast<WriterActor>(cluster->control_proxy(0, {RemoteRef::writer, 0}));
     }
   }
   if (plan.multi && cfg.checkpoint.memory_interval > 0 && ctx.memory) {
@@ -90,11 +92,12 @@ void spawn_snapshot_actors(caf::actor_system& sys, caf::scoped_actor& self, cons
                                           cluster->snapshot_sender(next, 0, cfg.train.timeout_s), keep, plan.topo);
     self->monitor(out.keeper);
     ++out.local_actors;
-    cluster->expose({RemoteRef::keeper, me}, out.keeper);
-    cluster->deliver_snapshots_to(out.keeper);
+    cluster->expose({RemoteRef::keeper, me}, caf::actor_cast<caf::actor>(out.keeper));
+    cluster->deliver_snapshots_to(caf::actor_cast<caf::actor>(out.keeper));
     if (plan.leader) {
       out.keepers.push_back(out.keeper);
-      for (int q = 1; q < W; ++q) out.keepers.push_back(cluster->control_proxy(q, {RemoteRef::keeper, q}));
+      for (int q = 1; q < W; ++q)
+        out.keepers.push_back(caf::actor_cast<KeeperActor>(cluster->control_proxy(q, {RemoteRef::keeper, q})));
     }
   } else if (plan.leader && cfg.checkpoint.memory_interval > 0 && !ctx.quiet) {
     spdlog::info("checkpoint.memory_interval = {} has no effect in a job of one process (a memory copy dies with "
@@ -173,7 +176,8 @@ std::vector<std::shared_ptr<Stage>> make_stages(const JobPlan& plan, const Confi
 
 // The arguments of the worker (and its optimizer actor) at (d, s, t), global rank r.
 WorkerArgs worker_args(const JobPlan& plan, const Config& cfg, const JobContext& ctx, int d, int s, int t, int r,
-                       caf::actor coordinator, const JobActors& out, std::chrono::steady_clock::time_point origin) {
+                       CoordinatorActor coordinator, const JobActors& out,
+                       std::chrono::steady_clock::time_point origin) {
   WorkerArgs wa;
   wa.pp_rank = s;
   wa.tp_rank = t;
@@ -208,34 +212,38 @@ WorkerArgs worker_args(const JobPlan& plan, const Config& cfg, const JobContext&
 
 // One data actor per process: tokens and targets for this process's first and last stages.
 void spawn_data_actor(caf::actor_system& sys, const JobPlan& plan, const JobContext& ctx, Cluster* cluster,
-                      caf::actor coordinator, JobActors& out) {
-  auto wk = [&](int d, int s, int t) -> caf::actor& { return out.workers[plan.worker_index(d, s, t)]; };
-  std::vector<std::vector<caf::actor>> firsts(plan.DP), lasts(plan.DP);
+                      CoordinatorActor coordinator, JobActors& out) {
+  auto wk = [&](int d, int s, int t) -> WorkerActor& { return out.workers[plan.worker_index(d, s, t)]; };
+  std::vector<std::vector<WorkerActor>> firsts(plan.DP), lasts(plan.DP);
   for (int d = 0; d < plan.DP; ++d)
     for (int t = 0; t < plan.TP; ++t) {
       if (plan.is_local(plan.topo.rank({d, 0, t}))) firsts[d].push_back(wk(d, 0, t));
       if (plan.is_local(plan.topo.rank({d, plan.P - 1, t}))) lasts[d].push_back(wk(d, plan.P - 1, t));
     }
-  out.data = sys.spawn(data_actor, ctx, firsts, lasts, plan.M, plan.B, plan.T, coordinator);
+  out.data = sys.spawn(data_actor, ctx, firsts, lasts, plan.M, plan.B, plan.T, coordinator);  // typed
   out.datas.push_back(out.data);  // process 0 drives every process's data actor; the others only their own
   if (plan.multi && plan.leader)
-    for (int q = 1; q < plan.processes; ++q) out.datas.push_back(cluster->control_proxy(q, {RemoteRef::data, q}));
+    for (int q = 1; q < plan.processes; ++q)
+      out.datas.push_back(caf::actor_cast<DataActor>(cluster->control_proxy(q, {RemoteRef::data, q})));
 }
 
 // Each local worker's peers: the workers of its (dp, tp), by stage (a tensor proxy where
 // the peer lives in another process).
 void wire_peers(caf::scoped_actor& self, const JobPlan& plan, const Config& cfg, Cluster* cluster,
-                caf::actor coordinator, JobActors& out) {
+                CoordinatorActor coordinator, JobActors& out) {
   for (int d = 0; d < plan.DP; ++d)
     for (int s = 0; s < plan.P; ++s)
       for (int t = 0; t < plan.TP; ++t) {
         const int r = plan.topo.rank({d, s, t});
         if (!plan.is_local(r)) continue;
-        std::vector<caf::actor> peers;
+        std::vector<PipelinePeer> peers;
         for (int q = 0; q < plan.P; ++q) {
           const int rq = plan.topo.rank({d, q, t});
-          peers.push_back(plan.is_local(rq) ? out.workers[plan.worker_index(d, q, t)]
-                                            : cluster->tensor_proxy(r, rq, s, cfg.train.timeout_s, coordinator));
+          if (plan.is_local(rq))
+            peers.push_back(out.workers[plan.worker_index(d, q, t)]);
+          else  // a typed actor (actors/tensor_proxy.cpp) returned untyped by the Cluster
+            peers.push_back(caf::actor_cast<PipelinePeer>(cluster->tensor_proxy(
+                r, rq, s, cfg.train.timeout_s, caf::actor_cast<caf::actor>(coordinator))));
         }
         self->send(out.workers[plan.worker_index(d, s, t)], wire_atom::value, peers);
       }
@@ -247,9 +255,11 @@ void spawn_job_actors(caf::actor_system& sys, caf::scoped_actor& self, const Job
                       const JobContext& ctx, Cluster* cluster, bool quiet, std::chrono::steady_clock::time_point origin,
                       JobActors& out) {
   const caf::actor self_handle = caf::actor_cast<caf::actor>(self);
-  // the coordinator as the workers of this process see it
-  caf::actor coordinator = self_handle;
-  if (plan.multi && !plan.leader) coordinator = cluster->control_proxy(0, {RemoteRef::coordinator, 0});
+  // the coordinator as the workers of this process see it (a scoped actor: Coordinator::wait
+  // handles exactly CoordinatorActor's messages)
+  auto coordinator = caf::actor_cast<CoordinatorActor>(self);
+  if (plan.multi && !plan.leader)
+    coordinator = caf::actor_cast<CoordinatorActor>(cluster->control_proxy(0, {RemoteRef::coordinator, 0}));
   spawn_snapshot_actors(sys, self, plan, cfg, ctx, cluster, out);
   Comms tp_comm, dp_comm;
   make_communicators(plan, cluster, tp_comm, dp_comm);
@@ -260,28 +270,30 @@ void spawn_job_actors(caf::actor_system& sys, caf::scoped_actor& self, const Job
         const int r = plan.topo.rank({d, s, t});
         if (!plan.is_local(r)) {
           const int proc = cluster->process_of(r);
-          out.workers.push_back(cluster->control_proxy(proc, {RemoteRef::worker, r}));
-          out.optimizers.push_back(cluster->control_proxy(proc, {RemoteRef::optimizer, r}));
+          out.workers.push_back(caf::actor_cast<WorkerActor>(cluster->control_proxy(proc, {RemoteRef::worker, r})));
+          out.optimizers.push_back(
+              caf::actor_cast<OptimizerActor>(cluster->control_proxy(proc, {RemoteRef::optimizer, r})));
           continue;
         }
         WorkerArgs wa = worker_args(plan, cfg, ctx, d, s, t, r, coordinator, out, origin);
         wa.tp = tp_comm.at(r);
         wa.dp = dp_comm.at(r);
         wa.chunks = make_stages(plan, cfg, wa.tp.get(), d, s, t, quiet, out.optimizer_bytes);
-        auto o = sys.spawn(optimizer_actor, wa);  // owns the optimizer state of this worker
+        // blocking actors: spawned untyped, addressed through their interfaces
+        auto o = caf::actor_cast<OptimizerActor>(sys.spawn(optimizer_actor, wa));  // owns this worker's optimizer state
         self->monitor(o);
         out.optimizers.push_back(o);
         wa.optimizer = o;
-        auto w = sys.spawn(stage_worker, wa);
+        auto w = caf::actor_cast<WorkerActor>(sys.spawn(stage_worker, wa));
         self->monitor(w);
         out.workers.push_back(w);
         out.local_actors += 2;
         out.local_workers.push_back(w);
         out.local_optimizers.push_back(o);
         if (cluster) {
-          cluster->expose({RemoteRef::worker, r}, w);
-          cluster->expose({RemoteRef::optimizer, r}, o);
-          cluster->deliver_tensors_to(r, w);
+          cluster->expose({RemoteRef::worker, r}, caf::actor_cast<caf::actor>(w));
+          cluster->expose({RemoteRef::optimizer, r}, caf::actor_cast<caf::actor>(o));
+          cluster->deliver_tensors_to(r, caf::actor_cast<caf::actor>(w));
         }
       }
   if (!quiet && plan.P * plan.V > 1 && plan.uneven_layers())
@@ -289,7 +301,7 @@ void spawn_job_actors(caf::actor_system& sys, caf::scoped_actor& self, const Job
                  (double)cfg.model.vocab_size / (12.0 * cfg.model.n_embd));
   spawn_data_actor(sys, plan, ctx, cluster, coordinator, out);
   if (cluster) {
-    cluster->expose({RemoteRef::data, plan.process}, out.data);
+    cluster->expose({RemoteRef::data, plan.process}, caf::actor_cast<caf::actor>(out.data));
     if (plan.leader) {
       cluster->expose({RemoteRef::coordinator, 0}, self_handle);
       cluster->set_coordinator(self_handle);

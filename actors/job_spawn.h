@@ -11,21 +11,25 @@
 #include <vector>
 
 #include "actors/cluster.h"
+#include "actors/interfaces.h"
 #include "actors/job.h"
 #include "actors/job_plan.h"
 
 namespace troupe {
 
-// The handles the coordinator drives. Remote actors (another process) are control proxies.
+// The handles the coordinator drives, typed by their actors' interfaces (actors/interfaces.h).
+// Remote actors (another process) are control proxies, cast to the interface of the actor
+// they stand for.
 struct JobActors {
-  caf::actor writer;                 // the checkpoint writer (none without a checkpoint directory)
-  caf::actor keeper;                 // this process's memory keeper (checkpoint.memory_interval; may be none)
-  std::vector<caf::actor> keepers;   // process 0: every process's keeper, by process
-  std::vector<caf::actor> workers;   // every worker of the job, JobPlan::worker_index order
-  std::vector<caf::actor> optimizers;  // one optimizer actor per worker, same order
-  std::vector<caf::actor> local_workers, local_optimizers;  // this process's, in spawn order
-  caf::actor data;                   // this process's data actor
-  std::vector<caf::actor> datas;     // process 0: every process's data actor; others: their own
+  WriterActor writer;                // the checkpoint writer (none without a checkpoint directory)
+  KeeperActor keeper;                // this process's memory keeper (checkpoint.memory_interval; may be none)
+  std::vector<KeeperActor> keepers;  // process 0: every process's keeper, by process
+  std::vector<WorkerActor> workers;  // every worker of the job, JobPlan::worker_index order
+  std::vector<OptimizerActor> optimizers;  // one optimizer actor per worker, same order
+  std::vector<WorkerActor> local_workers;  // this process's, in spawn order
+  std::vector<OptimizerActor> local_optimizers;
+  DataActor data;                    // this process's data actor
+  std::vector<DataActor> datas;      // process 0: every process's data actor; others: their own
   size_t local_actors = 0;           // actors of this process monitored by `self` (the shutdown waits for them)
   size_t optimizer_bytes = 0;        // fp32 master + AdamW moments of the largest DP rank's worker, bytes
 };

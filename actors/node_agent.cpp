@@ -26,7 +26,7 @@ namespace {
 // The node agent's state: the network side of Cluster::Impl.
 struct AgentState {
   std::shared_ptr<Cluster::Impl> impl;
-  std::vector<caf::actor> peers;            // hub: agents by process; agent: [0] = hub
+  std::vector<NodeAgentActor> peers;        // hub: agents by process; agent: [0] = hub
   std::vector<uint64_t> seq_out, seq_in;    // per process
   std::vector<Clock::time_point> last_seen; // per process
   std::vector<bool> live;
@@ -35,7 +35,7 @@ struct AgentState {
   std::set<caf::actor_addr> told;           // hub: senders told that their secret is wrong
   std::vector<char> join_mac;               // the tag of this process's join (a refusal quotes it)
 };
-using Agent = caf::stateful_actor<AgentState>;
+using Agent = NodeAgentActor::stateful_base<AgentState>;
 
 // The join message's layout (actors/node_agent.h).
 using JoinMsg = caf::detail::type_list<join_atom, int32_t, int32_t, std::string, std::string, std::vector<char>,
@@ -46,7 +46,7 @@ using JoinMsg = caf::detail::type_list<join_atom, int32_t, int32_t, std::string,
 std::vector<char> post(Agent* self, int p, int32_t kind, int32_t index, caf::message inner) {
   auto& s = self->state;
   const int me = s.impl->o.env.rank;
-  const caf::actor dst = s.peers[p];
+  const NodeAgentActor dst = s.peers[p];
   if (!dst) return {};
   std::vector<char> body;
   caf::binary_serializer sink(self->system(), body);
@@ -140,7 +140,7 @@ bool authentic(Agent* self, int32_t from, int32_t to, uint64_t seq, const std::v
     std::lock_guard<std::mutex> lk(s.impl->mu);
     ++s.impl->unauthenticated;
   }
-  const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  const auto sender = caf::actor_cast<NodeAgentActor>(self->current_sender());
   const bool member = std::find(s.peers.begin(), s.peers.end(), sender) != s.peers.end();
   if (s.impl->hub() && sender && !member && s.told.insert(sender.address()).second) {
     // a process without the secret: it is told at once (quoting the tag of its message, so
@@ -163,7 +163,7 @@ bool authentic(Agent* self, int32_t from, int32_t to, uint64_t seq, const std::v
 bool answer_out_of_band(Agent* self, int32_t from, const caf::message& inner) {
   auto& s = self->state;
   const int me = s.impl->o.env.rank;
-  const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  const auto sender = caf::actor_cast<NodeAgentActor>(self->current_sender());
   auto reply_direct = [&](caf::message m) {  // to a process that is not (yet) a peer
     std::vector<char> rb;
     caf::binary_serializer rs(self->system(), rb);
@@ -200,7 +200,7 @@ void on_join(Agent* self, int32_t from, const caf::message& inner) {
   auto& s = self->state;
   const std::string who =
       fmt::format("process {} (host {}, pid {})", from, inner.get_as<std::string>(6), inner.get_as<int32_t>(7));
-  s.peers[from] = caf::actor_cast<caf::actor>(self->current_sender());
+  s.peers[from] = caf::actor_cast<NodeAgentActor>(self->current_sender());
   self->monitor(s.peers[from]);
   s.live[from] = true;
   JoinRequest theirs{from, inner.get_as<int32_t>(2), inner.get_as<std::string>(3), inner.get_as<std::string>(4),
@@ -290,7 +290,7 @@ void on_envelope(Agent* self, int32_t from, int32_t to, uint64_t seq, std::vecto
   const int n = s.impl->nprocs(), me = s.impl->o.env.rank;
   if (from < 0 || from >= n || to != me || from == me) return reject(self, from, "bad process numbers");
   if (!authentic(self, from, to, seq, body, mac)) return;
-  if (!s.impl->hub() && caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[0])
+  if (!s.impl->hub() && caf::actor_cast<NodeAgentActor>(self->current_sender()) != s.peers[0])
     return reject(self, from, "not from the coordinator this process is joined to");
   caf::message msg;
   caf::binary_deserializer src(self->system(), body);
@@ -303,7 +303,7 @@ void on_envelope(Agent* self, int32_t from, int32_t to, uint64_t seq, std::vecto
   // hub: after its join, process p speaks only through the agent that joined as p. A second
   // process holding the job's secret and claiming p (refused above) sent its own abort on
   // the next sequence number, and the job took it for process p's (it ended 75)
-  if (s.impl->hub() && !is_join && s.peers[from] && caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[from])
+  if (s.impl->hub() && !is_join && s.peers[from] && caf::actor_cast<NodeAgentActor>(self->current_sender()) != s.peers[from])
     return reject(self, from, "not from the process that joined as process " + std::to_string(from));
   if (is_join && inner.get_as<int32_t>(1) != from) return reject(self, from, "a join whose rank differs from its envelope's");
   if (seq <= s.seq_in[from]) return reject(self, from, "replayed or reordered (sequence " + std::to_string(seq) + ")");
@@ -330,7 +330,7 @@ void on_envelope(Agent* self, int32_t from, int32_t to, uint64_t seq, std::vecto
 // Process 0 could not authenticate this process's join: another job secret.
 void on_badsecret(Agent* self, const std::vector<char>& mac) {
   auto& s = self->state;
-  if (s.impl->hub() || caf::actor_cast<caf::actor>(self->current_sender()) != s.peers[0] || mac != s.join_mac) return;
+  if (s.impl->hub() || caf::actor_cast<NodeAgentActor>(self->current_sender()) != s.peers[0] || mac != s.join_mac) return;
   if (std::getenv("TROUPE_FAULT_IGNORE_REFUSAL")) return;  // fault switch (tests): a peer that does not listen
   std::lock_guard<std::mutex> lk(s.impl->mu);
   if (s.impl->have_table) return;
@@ -372,7 +372,7 @@ void on_tick(Agent* self) {
   self->delayed_send(self, secs(s.impl->o.cfg.fault.heartbeat_s), tick_atom::value);
 }
 
-caf::behavior node_agent(Agent* self, std::shared_ptr<Cluster::Impl> impl) {
+NodeAgentActor::behavior_type node_agent(Agent* self, std::shared_ptr<Cluster::Impl> impl) {
   auto& st = self->state;
   st.impl = impl;
   const int n = impl->nprocs();
@@ -389,9 +389,9 @@ caf::behavior node_agent(Agent* self, std::shared_ptr<Cluster::Impl> impl) {
       // (and sends it this process's join first: nothing else may precede it)
       [=](hub_atom, caf::actor hub, caf::message& join) {
         auto& s = self->state;
-        s.peers[0] = hub;
+        s.peers[0] = caf::actor_cast<NodeAgentActor>(hub);
         s.seq_in[0] = 0;  // a new coordinator (an in-place recovery may meet the failed start's first) counts anew
-        self->monitor(hub);
+        self->monitor(s.peers[0]);
         s.join_mac = post(self, 0, kAgentKind, 0, std::move(join));
         s.live[0] = true;
         s.last_seen[0] = Clock::now();
@@ -447,6 +447,6 @@ caf::behavior node_agent(Agent* self, std::shared_ptr<Cluster::Impl> impl) {
 
 }  // namespace
 
-caf::actor spawn_node_agent(const std::shared_ptr<Cluster::Impl>& impl) { return impl->sys->spawn(node_agent, impl); }
+NodeAgentActor spawn_node_agent(const std::shared_ptr<Cluster::Impl>& impl) { return impl->sys->spawn(node_agent, impl); }
 
 }  // namespace troupe

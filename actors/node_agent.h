@@ -24,7 +24,8 @@
 //   (abort_atom, string why)                              the job fails everywhere
 // Outside envelopes:
 //   (badsecret_atom, vector<char> mac)   hub -> a sender whose tag failed (quoting it)
-// From its own process (local only):
+// From its own process (local only; these, the envelope and badsecret_atom are its
+// interface, NodeAgentActor in actors/interfaces.h: a typed stateful actor):
 //   (hub_atom, actor hub, caf::message join)   the hub's handle, then the join is sent
 //   (out_atom, int32_t proc, int32_t kind, int32_t index, caf::message)  a control proxy's
 //        message for actor (kind, index) of process proc

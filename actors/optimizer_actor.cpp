@@ -20,15 +20,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-class OptimizerActor {
+class OptimizerLoop {
  public:
-  OptimizerActor(caf::blocking_actor* self, WorkerArgs a)
+  OptimizerLoop(caf::blocking_actor* self, WorkerArgs a)
       : self_(self), a_(std::move(a)), s_(a_.pp_rank), V_((int)a_.chunks.size()) {
     for (auto& c : a_.chunks) opt_.emplace_back(c->params().size());
     pending_ = Counters{0, a_.scaler.initial_scale, 0, a_.scaler.hysteresis};
     if (a_.resume) resume_from(*a_.resume);
   }
-  ~OptimizerActor() {
+  ~OptimizerLoop() {
     if (a_.zero1_link) a_.zero1_link->attach(nullptr);  // the worker may still mark gradients
   }
 
@@ -52,8 +52,8 @@ class OptimizerActor {
   Stage& chunk(int c) { return *a_.chunks[c]; }
 
   void receive_one(std::chrono::milliseconds left) {
-    self_->receive(
-        [&](optimize_atom, int64_t k, StepReport& r) {
+    receive_checked<OptimizerActor>(
+        self_, [&](optimize_atom, int64_t k, StepReport& r) {
           reports_[k] = std::move(r);
           work_.push_back({0, k});
         },
@@ -274,9 +274,9 @@ class OptimizerActor {
 
 void optimizer_actor(caf::blocking_actor* self, WorkerArgs args) {
   const int s = args.pp_rank;
-  caf::actor coord = args.coordinator;
+  CoordinatorActor coord = args.coordinator;
   try {
-    OptimizerActor o(self, std::move(args));
+    OptimizerLoop o(self, std::move(args));
     o.run();
   } catch (const std::exception& e) {
     self->send(coord, fail_atom::value, s, std::string("optimizer: ") + describe_exception(e));

@@ -17,7 +17,8 @@
 // SnapAck) to the coordinator. The wait for the coordinator's decision has the deadline
 // train.timeout_s; an error is reported to the coordinator as (fail_atom, stage, message).
 //
-// Protocol (atoms: actors/atoms.h; types: actors/messages.h; no CAF replies):
+// Protocol (its interface: OptimizerActor in actors/interfaces.h, the "in" lines below;
+// atoms: actors/atoms.h; types: actors/messages.h; no CAF replies):
 //   in  (optimize_atom, int64_t k, StepReport)              from its worker
 //   out (norm_atom, int64_t k, NormReport)                  to the coordinator
 //   in  (clip_atom, int64_t k, float clip_scale, double lr, bool skip)   from the coordinator

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_impl.h"
+#include "actors/interfaces.h"
 #include "actors/messages.h"
 #include "checkpoint/memory_store.h"
 #include "collectives/matching.h"
@@ -47,10 +48,10 @@ void deliver_arriving_snapshots(const std::shared_ptr<Cluster::Impl>& impl) {
       return;
     }
     if (h.chunk == 0) {
-      caf::actor keeper;
+      KeeperActor keeper;
       {
         std::lock_guard<std::mutex> lk(im->mu);
-        keeper = im->keeper;
+        keeper = caf::actor_cast<KeeperActor>(im->keeper);
       }
       if (keeper) caf::anon_send(keeper, peershard_atom::value, h.step, (int32_t)h.microbatch, std::move(t));
       return;

@@ -1,8 +1,8 @@
 // The cross-process tensor proxy (Cluster::tensor_proxy, actors/cluster.h) and the
 // delivery of pipeline tensors that arrive over UCX to the local worker they are for.
 //
-// Protocol of a tensor proxy (a detached actor standing for the worker of global rank
-// `dst` in another process; no replies):
+// Protocol of a tensor proxy (a detached typed actor standing for the worker of global
+// rank `dst` in another process: PipelinePeer in actors/interfaces.h; no replies):
 //   (act_atom, int64_t k, int mb, int chunk, Tensor)   -> UCX, kWireActivation
 //   (grad_atom, int64_t k, int mb, int chunk, Tensor)  -> UCX, kWireGradient
 //   (tied_atom, int64_t k, Tensor)                     -> UCX, kWireTied
@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "actors/cluster_impl.h"
+#include "actors/interfaces.h"
 #include "actors/messages.h"
 #include "collectives/matching.h"
 #include "collectives/wire.h"
@@ -27,11 +28,11 @@ void deliver_arriving_tensors(const std::shared_ptr<Cluster::Impl>& impl) {
   auto deliver = [weak](const WireHeader& h, Tensor t) {
     auto im = weak.lock();
     if (!im) return;
-    caf::actor dst;
+    PipelinePeer dst;  // a local worker
     {
       std::lock_guard<std::mutex> lk(im->mu);
       auto it = im->tensor_dst.find(h.destination);
-      if (it != im->tensor_dst.end()) dst = it->second;
+      if (it != im->tensor_dst.end()) dst = caf::actor_cast<PipelinePeer>(it->second);
     }
     if (!dst) {
       spdlog::warn("data plane: a tensor for rank {}, which is not in this process, was dropped", h.destination);
@@ -72,7 +73,8 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
     if (r && k && x && std::atoi(r) == src && !(rc && std::atoi(rc) > 0) && impl_->o.generation == 0)
       delay_step = std::atoll(k), delay_s = std::atof(x);
   }
-  auto p = impl_->sys->spawn<caf::detached>([=](caf::event_based_actor* self) -> caf::behavior {
+  const auto coord = caf::actor_cast<CoordinatorActor>(coordinator);
+  auto p = impl_->sys->spawn<caf::detached>([=](PipelinePeer::pointer self) -> PipelinePeer::behavior_type {
     auto ship = [=](uint8_t kind, int64_t k, int mb, int c, const Tensor& t) {
       WireHeader h;
       h.step = k;
@@ -91,7 +93,7 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
       try {
         transport->send(h, t.raw(), timeout_s);
       } catch (const std::exception& e) {
-        self->send(coordinator, fail_atom::value, src_stage, fmt::format("sending to rank {} failed: {}", dst, e.what()));
+        self->send(coord, fail_atom::value, src_stage, fmt::format("sending to rank {} failed: {}", dst, e.what()));
       }
     };
     return {
@@ -102,8 +104,8 @@ caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout
         [=](stop_atom) {},
     };
   });
-  impl_->proxies.push_back(p);
-  return p;
+  impl_->proxies.push_back(caf::actor_cast<caf::actor>(p));
+  return caf::actor_cast<caf::actor>(p);  // untyped in actors/cluster.h; cast back to PipelinePeer by its user
 }
 
 }  // namespace troupe

@@ -83,7 +83,7 @@ class Worker {
   }
   int virt(int c) const { return c * a_.P + s_; }
   // Worker and chunk of virtual stage v.
-  caf::actor& worker_of(int v) { return peers_[v % a_.P]; }
+  PipelinePeer& worker_of(int v) { return peers_[v % a_.P]; }
   static int chunk_of(int v, int P) { return v / P; }
 
   // Receives messages into the inbox until pred() holds; throws past the deadline.
@@ -118,8 +118,8 @@ class Worker {
   }
 
   void receive_one(std::chrono::milliseconds left, bool& timed_out) {
-    self_->receive(
-        [&](wire_atom, const std::vector<caf::actor>& peers) { peers_ = peers; },
+    receive_checked<WorkerActor>(
+        self_, [&](wire_atom, const std::vector<PipelinePeer>& peers) { peers_ = peers; },
         [&](tokens_atom, int64_t k, int mb, const TokenBlock& b) { blocks_[{kTokens, k, mb, 0}] = b; },
         [&](targets_atom, int64_t k, int mb, const TokenBlock& b) { blocks_[{kTargets, k, mb, V_ - 1}] = b; },
         [&](act_atom, int64_t k, int mb, int c, const Tensor& t) { tensors_[{kAct, k, mb, c}] = t; },
@@ -412,7 +412,7 @@ class Worker {
   WorkerArgs a_;
   int s_, V_;
   std::vector<Action> forward_only_;
-  std::vector<caf::actor> peers_;
+  std::vector<PipelinePeer> peers_;
   std::map<Key, Tensor> tensors_;
   std::map<Key, TokenBlock> blocks_;
   double step_scale_ = 1.0;  // the loss scale of the step in progress (fp16; else 1)
@@ -428,7 +428,7 @@ class Worker {
 
 void stage_worker(caf::blocking_actor* self, WorkerArgs args) {
   const int s = args.pp_rank;
-  caf::actor coord = args.coordinator;
+  CoordinatorActor coord = args.coordinator;
   try {
     Worker w(self, std::move(args));
     w.run();

@@ -5,9 +5,10 @@
 // deadline (train.timeout_s); a missed deadline or any error is reported to the
 // coordinator as (fail_atom, stage, message) naming what was awaited.
 //
-// Protocol (atoms: actors/atoms.h; types: actors/messages.h). No message has a CAF reply;
+// Protocol (its interface: WorkerActor in actors/interfaces.h, the "in" lines below; atoms:
+// actors/atoms.h; types: actors/messages.h). No message has a CAF reply;
 // answers are separate messages to the coordinator (a control proxy in another process).
-//   in  (wire_atom, vector<actor> peers)          once, first: the workers of its (dp, tp) by stage
+//   in  (wire_atom, vector<PipelinePeer> peers)    once, first: the workers of its (dp, tp) by stage
 //   in  (tokens_atom, int64_t k, int mb, TokenBlock)    data actor -> first stage
 //   in  (targets_atom, int64_t k, int mb, TokenBlock)   data actor -> last stage
 //   in  (step_atom, int64_t k, int kind, double loss_scale)   coordinator: run step k (kind 0
@@ -36,6 +37,7 @@
 #include <chrono>
 #include <memory>
 
+#include "actors/interfaces.h"
 #include "actors/messages.h"
 #include "optimizer/loss_scaler.h"
 #include "optimizer/zero1.h"
@@ -66,7 +68,7 @@ struct WorkerArgs {
   OptimConfig optim;
   int threads = 1;      // CPU thread budget of this worker
   double timeout_s = 300;
-  caf::actor coordinator;
+  CoordinatorActor coordinator;
   bool fault_drop_grads = false;  // fault injection (tests): never send gradients upstream
   int64_t fault_inf_step = -1;    // fault injection (tests): +inf in one gradient element at this step
   int64_t fault_kill_step = -1;   // fault injection (tests): signal this whole process when step k starts
@@ -78,15 +80,16 @@ struct WorkerArgs {
   LossScalerConfig scaler;
   // Snapshots: the checkpoint writer actor (actors/checkpointer.h), and the state a resumed
   // run starts from (logical tensors, resharded here for this worker's layout).
-  caf::actor checkpointer;
-  caf::actor keeper;     // this process's memory keeper (checkpoint.memory_interval; may be null)
-  caf::actor optimizer;  // this worker's optimizer actor (actors/optimizer_actor.h)
+  WriterActor checkpointer;
+  KeeperActor keeper;         // this process's memory keeper (checkpoint.memory_interval; may be null)
+  OptimizerActor optimizer;   // this worker's optimizer actor (actors/optimizer_actor.h)
   std::shared_ptr<const TrainState> resume;
   bool trace = false;             // record spans (StepReport::spans)
   std::chrono::steady_clock::time_point origin;  // time 0 of the spans
 };
 
-// Actor body. Expects (wire_atom, vector<actor> workers by stage) first.
+// Actor body. Expects (wire_atom, vector<PipelinePeer> workers by stage) first. Addressed as a
+// WorkerActor (actors/interfaces.h); its receive loop is checked against it.
 void stage_worker(caf::blocking_actor* self, WorkerArgs args);
 
 }  // namespace troupe
