@@ -99,7 +99,9 @@ TEST_CASE("an output path inside a snapshot (the one --resume reads, or any othe
 
 TEST_CASE("a stack limit (ulimit -s) under 256 KiB is refused with one sentence, not a SIGSEGV", "[cli][hostile]") {
   Scratch s("stack");
-  for (const char* kib : {"16", "32"}) {
+  // (not lower than 32 KiB: at 16 KiB the dynamic loader itself crashes now and then, about 2%
+  // of starts, before any of troupe's code runs)
+  for (const char* kib : {"32", "128"}) {
     expect_user_error(run_troupe("--version", s, 60, std::string("ulimit -s ") + kib + " &&"),
                       {"ulimit -s", "256 KiB", "raise it"});
     const Run r = run_troupe(tiny(s) + "--set train.steps=2 --run-dir '" + s.path("r") + "'", s, 120,
