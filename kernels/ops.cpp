@@ -7,35 +7,11 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/ops_check.h"
 
 namespace troupe::ops {
 namespace {
-void check_cpu(const Tensor& t, const char* op, const char* what) {
-  TROUPE_CHECK(t.defined()) << op << ": " << what << " is undefined";
-  TROUPE_CHECK(t.device().is_cpu()) << op << ": " << what << " is on " << t.device().str()
-                                    << "; only CPU kernels exist in this build";
-  TROUPE_CHECK(t.is_contiguous()) << op << ": " << what << " is not contiguous";
-}
-void check_shape(const Tensor& t, const std::vector<int64_t>& want, const char* op, const char* what) {
-  check_cpu(t, op, what);
-  if (t.shape() == want) return;
-  std::string w = "(";
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (i) w += ',';
-    w += std::to_string(want[i]);
-  }
-  TROUPE_FAIL() << op << ": " << what << " is " << t.shape_str() << ", expected " << w << ")";
-}
-void check_numel(const Tensor& t, int64_t n, const char* op, const char* what) {
-  check_cpu(t, op, what);
-  TROUPE_CHECK(t.numel() == n) << op << ": " << what << " " << t.shape_str() << " has " << t.numel()
-                               << " elements, expected " << n;
-}
-// t is an f32 CPU tensor of n elements (an fp32 gradient or per-row buffer).
-void check_f32(const Tensor& t, int64_t n, const char* op, const char* what) {
-  check_numel(t, n, op, what);
-  TROUPE_CHECK(t.dtype() == DType::f32) << op << ": " << what << " is " << dtype_name(t.dtype()) << ", expected f32";
-}
+using namespace detail;
 // A raw buffer of n > 0 elements is not null.
 void check_buf(const void* p, int64_t n, const char* op, const char* what) {
   TROUPE_CHECK(n >= 0) << op << ": " << what << " of " << n << " elements";

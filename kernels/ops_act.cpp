@@ -15,10 +15,13 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
+#include "kernels/ops_check.h"
 #include "kernels/parallel.h"
 
 namespace troupe::ops {
 namespace {
+using detail::check_numel;
+using detail::check_shape;
 
 // A thread's reusable fp32 buffer, 64-byte aligned.
 class Buf {
@@ -51,6 +54,11 @@ void check_act(const Tensor& t, int64_t n, const char* op, const char* what) {
                                << " elements, expected " << n;
 }
 bool f32(const Tensor& t) { return t.dtype() == DType::f32; }
+// A 16-bit output is stored in its own dtype: the rounding asked for (dt) must be that one.
+void check_out_dtype(const Tensor& out, DType dt, const char* op) {
+  TROUPE_CHECK(f32(out) || out.dtype() == dt)
+      << op << ": out is " << dtype_name(out.dtype()) << " but the rounding asked for is " << dtype_name(dt);
+}
 
 // Elements [i0, i0 + n) of x as fp32: x's own storage, or widened into buf.
 const float* read(const Tensor& x, int64_t i0, int64_t n, Buf& buf) {
@@ -89,8 +97,8 @@ void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
   check_act(out, BT * OC, "linear_forward", "out");
   check_act(inp, BT * C, "linear_forward", "inp");
   if (f32(out) && f32(inp)) return linear_forward(out.data(), inp.data(), weight, bias, BT, C, OC, dt);
-  TROUPE_CHECK(weight.numel() == (int64_t)OC * C && weight.device().is_cpu())
-      << "linear_forward: weight is " << weight.shape_str() << ", expected (" << OC << "," << C << ")";
+  check_out_dtype(out, dt, "linear_forward");
+  check_shape(weight, {OC, C}, "linear_forward", "weight");
   if (bias) {
     TROUPE_CHECK(bias->numel() == OC) << "linear_forward: bias " << bias->shape_str() << ", expected " << OC;
   }
@@ -109,8 +117,7 @@ void linear_forward_rows(float* out, const Tensor& inp, int64_t r0, int64_t rows
   TROUPE_CHECK(inp.defined() && inp.device().is_cpu() && r0 >= 0 && rows >= 0 && (r0 + rows) * C <= inp.numel())
       << "linear_forward_rows: rows [" << r0 << "," << r0 + rows << ") of " << C << " outside inp " << inp.shape_str();
   if (f32(inp)) return linear_forward(out, inp.data() + r0 * C, weight, nullptr, rows, C, OC, dt);
-  TROUPE_CHECK(weight.numel() == (int64_t)OC * C && weight.device().is_cpu())
-      << "linear_forward_rows: weight is " << weight.shape_str() << ", expected (" << OC << "," << C << ")";
+  check_shape(weight, {OC, C}, "linear_forward_rows", "weight");
   const float* w32 = weight.dtype() == DType::f32 ? weight.data()
                      : weight.dtype() == DType::f16 ? widen_weight16(weight) : nullptr;
   const uint16_t* w16 = weight.dtype() == DType::bf16 ? weight.data16() : nullptr;
@@ -124,8 +131,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const Tensor& do
   check_act(inp, BT * C, "linear_backward", "inp");
   if (f32(dout) && f32(inp))
     return linear_backward(dinp, dweight, dbias, dout.data(), inp.data(), weight, BT, C, OC, dt);
-  TROUPE_CHECK(weight.numel() == (int64_t)OC * C && weight.device().is_cpu())
-      << "linear_backward: weight is " << weight.shape_str() << ", expected (" << OC << "," << C << ")";
+  check_shape(weight, {OC, C}, "linear_backward", "weight");
   const float* w32 = weight.dtype() == DType::f32 ? weight.data()
                      : weight.dtype() == DType::f16 ? widen_weight16(weight) : nullptr;
   const uint16_t* w16 = weight.dtype() == DType::bf16 ? weight.data16() : nullptr;
@@ -138,8 +144,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const Tensor& weight, int64_t BT, int C, int OC, DType dt) {
   check_act(inp, BT * C, "linear_backward", "inp");
   if (f32(inp)) return linear_backward(dinp, dweight, dbias, dout, inp.data(), weight, BT, C, OC, dt);
-  TROUPE_CHECK(weight.numel() == (int64_t)OC * C && weight.device().is_cpu())
-      << "linear_backward: weight is " << weight.shape_str() << ", expected (" << OC << "," << C << ")";
+  check_shape(weight, {OC, C}, "linear_backward", "weight");
   const float* w32 = weight.dtype() == DType::f32 ? weight.data()
                      : weight.dtype() == DType::f16 ? widen_weight16(weight) : nullptr;
   const uint16_t* w16 = weight.dtype() == DType::bf16 ? weight.data16() : nullptr;
@@ -156,6 +161,9 @@ void layernorm_forward(Tensor& out, float* mean, float* rstd, const Tensor& inp,
     kernels::round_to(out.data(), BT * C, dt);
     return;
   }
+  check_out_dtype(out, dt, "layernorm_forward");
+  check_numel(weight, C, "layernorm_forward", "weight");
+  check_numel(bias, C, "layernorm_forward", "bias");
   const F32 w(weight), b(bias);
   parallel_for((BT + kRows - 1) / kRows, [&](int64_t c) {
     const int64_t r0 = c * kRows, rows = std::min(kRows, BT - r0), i0 = r0 * C, n = rows * C;
@@ -169,6 +177,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const Tensor& weight, const float* mean, const float* rstd, int64_t BT, int C) {
   check_act(inp, BT * C, "layernorm_backward", "inp");
   if (f32(inp)) return layernorm_backward(dinp, dweight, dbias, dout, inp.data(), weight, mean, rstd, BT, C);
+  check_numel(weight, C, "layernorm_backward", "weight");
   const F32 w(weight);
   // row chunks in order: the weight gradients add the rows in the order of one call
   constexpr int64_t kBack = 4 * kRows;

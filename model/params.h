@@ -85,11 +85,14 @@ struct Param {
   Shard shard = Shard::replicated;
   // The model's copy in the compute dtype (train.precision): an f32 tensor, or in mixed
   // precision a bf16/f16 tensor (2 bytes per element) that kernels read through kernels/ops.h.
+  // From the first optimizer step on, a view of ZeRO-1's flat value buffer (optimizer/zero1.h).
   Tensor value;
-  Tensor grad;        // fp32 accumulator (+= over microbatches): Megatron's main_grad
-  // Mixed precision: the fp32 master weights, optimizer state kept here while the
-  // optimizer updates whole tensors (DP = 1); ZeRO-1 takes its shard of them and empties
-  // this. Empty in fp32. There is no other copy of the weights.
+  Tensor grad;        // fp32 accumulator (+= over microbatches): Megatron's main_grad; a view
+                      // of ZeRO-1's flat gradient buffer from the first step on
+  // Mixed precision: the fp32 master weights (whole tensors) from initialisation or a
+  // snapshot until ZeRO-1 takes its shard of them at the first step and empties this (bf16
+  // then holds them split, fp16 as an fp32 shard). Empty in fp32, whose values are the
+  // masters. There is no other copy of the weights.
   Tensor master;
 };
 

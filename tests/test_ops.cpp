@@ -102,3 +102,30 @@ TEST_CASE("ops: the model's ops refuse a wrong shape, dtype or buffer with an Er
   CHECK_THROWS_AS(ops::cast_rows(x, 0, acc16, 1), Error);
   CHECK_THROWS_AS(ops::round_(nullptr, 4, DType::bf16), Error);
 }
+
+TEST_CASE("ops: 16-bit activations get the fp32 path's checks of weights and rounding", "[ops]") {
+  const int64_t BT = 4;
+  const int C = 6, OC = 8;
+  Tensor inp({BT, C}, DType::bf16), out({BT, OC}, DType::bf16), out32({BT, OC});
+  Tensor w({OC, C}, DType::bf16), wt({C, OC}, DType::bf16);
+  ops::linear_forward(out, inp, w, nullptr, BT, C, OC, DType::bf16);  // the right shapes pass
+  // a transposed weight: refused as in fp32, whatever the activations' dtype
+  CHECK_THROWS_WITH(ops::linear_forward(out, inp, wt, nullptr, BT, C, OC, DType::bf16),
+                    Catch::Contains("linear_forward") && Catch::Contains("weight is (6,8), expected (8,6)"));
+  CHECK_THROWS_WITH(ops::linear_forward(out32, inp, wt, nullptr, BT, C, OC, DType::bf16),
+                    Catch::Contains("expected (8,6)"));
+  // a bf16 output with fp16 rounding asked for
+  CHECK_THROWS_WITH(ops::linear_forward(out, inp, w, nullptr, BT, C, OC, DType::f16),
+                    Catch::Contains("out is bf16 but the rounding asked for is f16"));
+  // layernorm on 16-bit rows: weight and bias of C elements
+  Tensor x({BT, C}, DType::bf16), y({BT, C}, DType::bf16), g({C}), g1({C + 1}), b({C});
+  std::vector<float> mean(BT), rstd(BT), d(BT * C, 0.0f);
+  ops::layernorm_forward(y, mean.data(), rstd.data(), x, g, b, BT, C, DType::bf16);
+  CHECK_THROWS_WITH(ops::layernorm_forward(y, mean.data(), rstd.data(), x, g1, b, BT, C, DType::bf16),
+                    Catch::Contains("layernorm_forward") && Catch::Contains("weight"));
+  CHECK_THROWS_WITH(ops::layernorm_forward(y, mean.data(), rstd.data(), x, g, g1, BT, C, DType::bf16),
+                    Catch::Contains("bias"));
+  CHECK_THROWS_WITH(ops::layernorm_backward(d.data(), d.data(), d.data(), d.data(), x, g1, mean.data(), rstd.data(),
+                                            BT, C),
+                    Catch::Contains("layernorm_backward") && Catch::Contains("weight"));
+}
