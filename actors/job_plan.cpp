@@ -79,9 +79,6 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   plan.per_worker = std::max(1, plan.cores / (int)plan.local_ranks().size());
   auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, plan.P, plan.M, plan.V));
   validate_schedule(*sched);
-  TROUPE_USER_CHECK(!(p.sequence_parallel && plan.TP > 1 && sched->split_backward))
-      << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as " << p.schedule
-      << " yet; use a schedule without W actions or turn sequence parallelism off";
   plan.schedule = sched;
   plan.bounds = partition_layers(plan.gpt, plan.P * plan.V);
   plan.faults.drop_grads_stage = in.fault_drop_grads_stage;

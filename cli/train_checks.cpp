@@ -261,9 +261,6 @@ void check_before_writing(const Config& c, const LaunchEnv& launch, bool followe
   {
     Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
     validate_schedule(s);
-    TROUPE_USER_CHECK(!(c.parallel.sequence_parallel && c.parallel.tp > 1 && s.split_backward))
-        << "parallel.sequence_parallel does not combine with a split-backward (W) schedule such as "
-        << c.parallel.schedule << " yet; use a schedule without W actions or turn sequence parallelism off";
   }
   (void)kernels::gemm_choice();  // an unknown or uninstalled TROUPE_GEMM is refused before anything is written
   if (!trace_path_.empty()) {  // refused now, not after training; a trace takes ~200 bytes per action of a stage

@@ -54,8 +54,6 @@ void check_parallel(const Config& c, int64_t max_workers) {
                                        << ": every pipeline stage needs at least one layer; use parallel.pp <= "
                                        << m.n_layer;
   if (p.sequence_parallel) {
-    TROUPE_USER_CHECK(p.tp == 1 || p.schedule != "zb-h1")
-        << "parallel.sequence_parallel does not combine with schedule zb-h1 yet; use another schedule or turn it off";
     const int rows = (train.batch_size / std::max(1, p.dp * p.microbatches)) * train.seq_len;
     TROUPE_USER_CHECK(p.tp >= 1 && rows % p.tp == 0)
         << "parallel.sequence_parallel shards the " << rows << " token rows of a microbatch over parallel.tp = " << p.tp

@@ -235,7 +235,6 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   const int64_t BT = (int64_t)B * T;
   ctx_.sp = sp_cfg_;
   const int64_t R = rows(BT);
-  TROUPE_CHECK(weights || !ctx_.sp_on()) << "sequence parallelism with a split backward is not supported";
   set_drop(mb, B, T, true);
   scratch_.ensure(B, T, cfg_);
   // Every layer: the input gradients first, then (weights) the weight gradients at once,

@@ -125,9 +125,9 @@ TEST_CASE("the kill switch fires only in the named process on its first start", 
 TEST_CASE("a plan refuses layouts that cannot run", "[jobplan]") {
   Config c = test::tiny(2, 4);
   c.parallel.tp = 2;
-  c.parallel.sequence_parallel = true;
+  c.parallel.sequence_parallel = true;  // sequence parallelism with the zero-bubble B/W split: planned
   c.parallel.schedule = "zb-h1";
-  CHECK_THROWS_AS(make_job_plan(c, inputs()), UserError);
+  CHECK(make_job_plan(c, inputs()).schedule->split_backward);
   c.parallel.sequence_parallel = false;
   CHECK(make_job_plan(c, inputs()).schedule->split_backward);
   c.parallel.schedule = "no-such-schedule";
