@@ -70,6 +70,13 @@ struct ClusterOptions {
   int64_t disk_step = 0;
   std::string checkpoint_dir;  // where disk_step was looked up ("" = not known to this process)
   int generation = 0;      // failures this process has recovered from (fault switches fire only at 0)
+  // Fault switches of the tests, parsed once by the job plan (actors/job_plan.h FaultSwitches):
+  // global rank fault_delay_rank's pipeline messages of step fault_delay_step held back
+  // fault_delay_s seconds; ignore process 0's wrong-secret refusal.
+  int fault_delay_rank = -1;
+  int64_t fault_delay_step = -1;
+  double fault_delay_s = 0;
+  bool fault_ignore_refusal = false;
   // Set (to the signal's number) by SIGINT/SIGTERM/SIGUSR1: join() then stops waiting for the
   // others at once (UserError) instead of at fault.join_timeout_s. May be null.
   const std::atomic<int>* stop_signal = nullptr;

@@ -33,6 +33,17 @@ void read_kill_switch(const std::function<const char*(const char*)>& get, int pr
   if (const char* ph = get("TROUPE_FAULT_PHASE"); ph && *ph) f.kill_phase = ph[0];
 }
 
+// The delay and refusal switches of the tests (FaultSwitches); the delay on the first start only.
+void read_delay_switches(const std::function<const char*(const char*)>& get, int generation, FaultSwitches& f) {
+  f.ignore_refusal = get("TROUPE_FAULT_IGNORE_REFUSAL") != nullptr;
+  const char* rc = get("TROUPE_RESTART_COUNT");
+  const char* r = get("TROUPE_FAULT_DELAY_RANK");
+  const char* k = get("TROUPE_FAULT_DELAY_STEP");
+  const char* x = get("TROUPE_FAULT_DELAY_S");
+  if (!r || !k || !x || (rc && std::atoi(rc) > 0) || generation != 0) return;
+  f.delay_rank = std::atoi(r), f.delay_step = std::atoll(k), f.delay_s = std::atof(x);
+}
+
 }  // namespace
 
 bool JobPlan::is_local(int r) const {
@@ -86,6 +97,7 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   plan.faults.inf_rank = in.fault_inf_rank;
   plan.faults.kill_in_snapshot = in.fault_kill_in_snapshot;
   read_kill_switch(get, plan.process, in.generation, plan.faults);
+  read_delay_switches(get, in.generation, plan.faults);
   return plan;
 }
 

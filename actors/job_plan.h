@@ -31,6 +31,14 @@ struct FaultSwitches {
   int kill_signal = 9;          // SIGKILL (9), or SIGSTOP (19) with TROUPE_FAULT_SIGNAL=STOP: a hung process
   char kill_phase = 0;          // TROUPE_FAULT_PHASE: 0 at the step's start, 'F', 'B' or 'O' at its first such action
   int64_t kill_in_snapshot = -1;  // SIGKILL while writing this step's snapshot (-1: never)
+  // TROUPE_FAULT_DELAY_RANK=r TROUPE_FAULT_DELAY_STEP=k TROUPE_FAULT_DELAY_S=x: global rank r's
+  // pipeline messages of step k are held back x seconds (first start only)
+  int delay_rank = -1;          // -1: none
+  int64_t delay_step = -1;
+  double delay_s = 0;           // seconds
+  // TROUPE_FAULT_IGNORE_REFUSAL set: this process ignores process 0's wrong-secret refusal
+  // (a peer that does not listen)
+  bool ignore_refusal = false;
 };
 
 // What the plan reads besides the Config: the launch (rank, world), the machine, the

@@ -45,6 +45,10 @@ ClusterOptions cluster_options(const JobPlan& plan, const Config& cfg, const Job
                             ctx.resume->step, ctx.resume->updates);
   co.recovering = ctx.recovering;
   co.generation = ctx.generation;
+  co.fault_delay_rank = plan.faults.delay_rank;
+  co.fault_delay_step = plan.faults.delay_step;
+  co.fault_delay_s = plan.faults.delay_s;
+  co.fault_ignore_refusal = plan.faults.ignore_refusal;
   if (ctx.recovering) {
     if (ctx.memory)
       for (auto& h : ctx.memory->holdings()) {

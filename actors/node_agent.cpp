@@ -331,7 +331,7 @@ void on_envelope(Agent* self, int32_t from, int32_t to, uint64_t seq, std::vecto
 void on_badsecret(Agent* self, const std::vector<char>& mac) {
   auto& s = self->state;
   if (s.impl->hub() || caf::actor_cast<NodeAgentActor>(self->current_sender()) != s.peers[0] || mac != s.join_mac) return;
-  if (std::getenv("TROUPE_FAULT_IGNORE_REFUSAL")) return;  // fault switch (tests): a peer that does not listen
+  if (s.impl->o.fault_ignore_refusal) return;  // fault switch (tests): a peer that does not listen
   std::lock_guard<std::mutex> lk(s.impl->mu);
   if (s.impl->have_table) return;
   s.impl->refused = fmt::format(

@@ -60,19 +60,11 @@ void deliver_arriving_tensors(const std::shared_ptr<Cluster::Impl>& impl) {
 
 caf::actor Cluster::tensor_proxy(int src, int dst, int src_stage, double timeout_s, caf::actor coordinator) {
   auto transport = impl_->transport;
-  // fault injection (tests): TROUPE_FAULT_DELAY_RANK=r TROUPE_FAULT_DELAY_STEP=k
-  // TROUPE_FAULT_DELAY_S=x holds rank r's pipeline messages of step k back x seconds (first
-  // start only)
-  double delay_s = 0;
-  int64_t delay_step = -1;
-  {
-    const char* r = std::getenv("TROUPE_FAULT_DELAY_RANK");
-    const char* k = std::getenv("TROUPE_FAULT_DELAY_STEP");
-    const char* x = std::getenv("TROUPE_FAULT_DELAY_S");
-    const char* rc = std::getenv("TROUPE_RESTART_COUNT");
-    if (r && k && x && std::atoi(r) == src && !(rc && std::atoi(rc) > 0) && impl_->o.generation == 0)
-      delay_step = std::atoll(k), delay_s = std::atof(x);
-  }
+  // fault injection (tests; actors/job_plan.h FaultSwitches): rank delay_rank's pipeline
+  // messages of step delay_step held back delay_s seconds
+  const bool delayed = impl_->o.fault_delay_rank == src;
+  const int64_t delay_step = delayed ? impl_->o.fault_delay_step : -1;
+  const double delay_s = delayed ? impl_->o.fault_delay_s : 0;
   const auto coord = caf::actor_cast<CoordinatorActor>(coordinator);
   auto p = impl_->sys->spawn<caf::detached>([=](PipelinePeer::pointer self) -> PipelinePeer::behavior_type {
     auto ship = [=](uint8_t kind, int64_t k, int mb, int c, const Tensor& t) {
