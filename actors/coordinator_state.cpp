@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -21,6 +22,15 @@
 #include "stages/stage.h"
 
 namespace troupe {
+namespace {
+// "step-00000002, step-00000003": the last path components of dirs, for the log.
+std::string folder_names(const std::vector<std::string>& dirs) {
+  std::string out;
+  for (const auto& d : dirs) out += (out.empty() ? "" : ", ") + std::filesystem::path(d).filename().string();
+  return out;
+}
+}  // namespace
+
 
 // An in-place recovery, after join: the state process 0 chose (cluster.h RecoveryPlan)
 // is gathered — memory shards from the processes that hold them, or the disk snapshot —
@@ -153,7 +163,7 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
     if (!ctx_.quiet)
       spdlog::info("snapshot of step {} written to {} ({:.1f} MiB in {:.2f} s, in the background){}", k, d.dir,
                    d.bytes / 1048576.0, d.write_s,
-                   d.deleted.empty() ? std::string() : fmt::format("; removed {} older", d.deleted.size()));
+                   d.deleted.empty() ? std::string() : "; removed older " + folder_names(d.deleted));
   } else {
     // training goes on; the previous snapshots stay as they were
     spdlog::error("snapshot of step {} failed: {}; earlier snapshots are untouched", k, d.error);

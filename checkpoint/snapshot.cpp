@@ -453,14 +453,38 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
   return out;
 }
 
+namespace {
+// Renames a snapshot folder that --resume latest could not read to <dir>.unreadable (.2, .3,
+// ... when taken): no longer a step-<k> folder, so neither retention nor a new snapshot of
+// its step deletes or replaces it. Returns the new path, or "" when the rename failed
+// (another process of the job moved it first, a read-only folder).
+std::string move_aside(const std::string& dir) {
+  std::error_code ec;
+  std::string to = dir + ".unreadable";
+  for (int n = 2; fs::exists(fs::symlink_status(to, ec)) && n < 1000; ++n) to = dir + ".unreadable." + std::to_string(n);
+  fs::rename(dir, to, ec);
+  return ec ? std::string() : to;
+}
+}  // namespace
+
 TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped) {
   auto all = list_snapshots(ckpt_dir);
+  std::vector<std::string> passed;  // newer snapshots that did not load
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      return load_snapshot(it->second, cfg);
+      TrainState st = load_snapshot(it->second, cfg);
+      // the run continues from an older step: the unreadable newer ones are kept, out of the way
+      for (size_t i = 0; i < passed.size(); ++i) {
+        const std::string aside = move_aside(passed[i]);
+        if (skipped && !aside.empty())
+          (*skipped)[skipped->size() - passed.size() + i] +=
+              " (moved aside to " + aside + ": no snapshot of this run replaces or deletes it)";
+      }
+      return st;
     } catch (const SnapshotMismatch&) {
       throw;  // intact, but another run's: the config must change, not the snapshot
     } catch (const UserError& e) {
+      passed.push_back(it->second);
       if (skipped) skipped->push_back(it->second + ": " + e.what());
     }
   }
@@ -472,9 +496,13 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
                   "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
 }
 
-std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last) {
+std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step) {
   std::vector<std::string> gone;
   auto all = list_snapshots(ckpt_dir);
+  // only snapshots up to the one just written: a newer step belongs to another timeline (a run
+  // resumed from an older snapshot), which this run never deletes
+  if (written_step > 0)
+    all.erase(std::remove_if(all.begin(), all.end(), [&](const auto& a) { return a.first > written_step; }), all.end());
   const int keep = std::max(1, keep_last);
   for (int i = 0; i + keep < (int)all.size(); ++i) {
     std::error_code ec;

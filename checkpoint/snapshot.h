@@ -122,7 +122,9 @@ std::vector<char> read_manifest(const std::string& dir);
 TrainState load_snapshot(const std::string& dir, const Config& cfg);
 
 // Loads the newest complete snapshot in ckpt_dir that loads for cfg (falling back past
-// damaged ones, each reported through `skipped` as "<dir>: <why>"). Throws UserError when
+// damaged ones, each reported through `skipped` as "<dir>: <why>"; once one loads, each
+// skipped newer one is renamed to <dir>.unreadable so that no later snapshot or retention of
+// the continuing run replaces or deletes it, and its report says so). Throws UserError when
 // there is none.
 TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped);
 
@@ -148,8 +150,9 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
 // newest complete one always stays). Directories without a manifest (in progress or left
 // by a crash) are not touched, nor is a snapshot that is a symbolic link (it lives
 // elsewhere). Returns the directories actually deleted (a read-only one stays and is not
-// counted).
-std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last);
+// counted). written_step > 0: the snapshot just written; snapshots of later steps (another
+// timeline, left by a run this one resumed before) are never deleted.
+std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step = 0);
 
 // Config keys allowed to differ between a snapshot and the run that resumes from it.
 bool resume_may_differ(const std::string& key);

@@ -161,6 +161,18 @@ TEST_CASE("retention keeps the newest complete snapshots and never touches unfin
   CHECK(all[0].first == 4);
   CHECK(all[1].first == 5);
   CHECK(fs::exists(t.path("ck/step-00000009.tmp-1")));
+  {  // snapshots of later steps than the one written (a timeline this run resumed before) stay
+    for (int k : {1, 2, 3, 7, 8}) {
+      const std::string d = t.path("other/step-0000000" + std::to_string(k));
+      fs::create_directories(d);
+      std::ofstream(d + "/manifest.capnp") << "x";
+    }
+    auto gone = apply_retention(t.path("other"), 1, 3);
+    CHECK(gone.size() == 2);  // steps 1 and 2; 3 (just written), 7 and 8 stay
+    std::vector<int64_t> left;
+    for (auto& [k, d] : list_snapshots(t.path("other"))) left.push_back(k);
+    CHECK(left == std::vector<int64_t>{3, 7, 8});
+  }
   // a save that fails (here: the directory cannot be created) is reported; training goes on
   std::ofstream(t.path("afile")) << "x";
   JobContext y = ctx();
@@ -263,6 +275,10 @@ TEST_CASE("each corruption of a snapshot is detected and named", "[checkpoint][c
     CHECK(st.step == 1);
     REQUIRE(skipped.size() == 1);
     CHECK(skipped[0].find("step-00000002") != std::string::npos);
+    // the unreadable newer snapshot is moved aside, not left to be replaced or deleted
+    CHECK(skipped[0].find("moved aside to " + t.path("ck/step-00000002.unreadable")) != std::string::npos);
+    CHECK(fs::is_directory(t.path("ck/step-00000002.unreadable")));
+    CHECK(list_snapshots(t.path("ck")).size() == 1);
     CHECK_THROWS_WITH(load_latest(t.path("nothing-here"), c, &skipped), Catch::Contains("no usable snapshot"));
   }
 }

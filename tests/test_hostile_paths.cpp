@@ -154,6 +154,9 @@ TEST_CASE("a huge manifest.capnp is damaged, not out of memory, and --resume lat
   CHECK(latest.rc == 0);
   CHECK(has_line(latest.err, "skipped damaged snapshot " + base + "/checkpoints/step-00000004"));
   CHECK(has_line(slurp(base + "/metrics.jsonl"), "step-00000002\",\"step\":2}"));
+  // kept out of the way of the continuing run's own step 4 and its retention
+  CHECK(has_line(latest.err, "moved aside to " + base + "/checkpoints/step-00000004.unreadable"));
+  CHECK(fs::exists(base + "/checkpoints/step-00000004.unreadable/manifest.capnp"));
 }
 
 TEST_CASE("a torn last line of metrics.jsonl: the resumed run starts a new line, plot skips the torn one",
