@@ -200,6 +200,9 @@ int free_port(const std::string& host, int want = 0) {
   TROUPE_USER_CHECK(port != 0 || want == 0 || err != EADDRINUSE)
       << "--coordinator " << host << ":" << want << ": the port is in use (another job or program listens "
       << "there); choose another port, or leave --coordinator out (a free port is picked)";
+  TROUPE_USER_CHECK(port != 0 || want == 0 || want >= 1024 || err != EACCES)
+      << "--coordinator " << host << ":" << want << ": ports below 1024 need privileges this process does not have; "
+      << "choose a port from 1024 to 65535, or leave --coordinator out (a free port is picked)";
   TROUPE_USER_CHECK(port != 0) << "cannot find a free TCP port on " << host << " (" << std::strerror(err)
                                << "); pass --coordinator HOST:PORT";
   return port;

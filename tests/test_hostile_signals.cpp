@@ -165,6 +165,11 @@ TEST_CASE("the seventh trial's classes: an unresolvable coordinator, a busy --co
                              "TROUPE_WORLD_SIZE=8 TROUPE_LOCAL_WORLD_SIZE=8 TROUPE_COORDINATOR=127.0.0.1:9 "
                              "TROUPE_JOB_SECRET=0123456789abcdef0123456789abcdef");
     if (r.err.find("setpriv:") == std::string::npos) expect_user_error(r, {"ulimit -u", "train.threads"});
+    // a privileged --coordinator port for a user who may not bind it: that is the cause named
+    const Run p = run_troupe("launch --nprocs 2 --coordinator 127.0.0.1:80 -- true", s, 60,
+                             "setpriv --reuid=65534 --regid=65534 --clear-groups");
+    if (p.err.find("setpriv:") == std::string::npos)
+      expect_user_error(p, {"127.0.0.1:80", "ports below 1024 need privileges", "from 1024 to 65535"});
   }
   // a checkpoint.dir with a name longer than 255 bytes, and one through a loop of symbolic links
   expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=1" + cache + " --set checkpoint.dir='" +
