@@ -107,6 +107,13 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
                          << ", which this command reads or writes: writing there would damage it; pass a path outside";
   }
   refuse_inside_snapshot(out, option);
+  // a troupe run's records (its folder holds metrics.jsonl): plot, calibrate and --resume read them
+  const std::string name = o.filename().string();
+  if ((name == "config.toml" || name == "metrics.jsonl" || name == "train.log") &&
+      fs::exists(o.parent_path() / "metrics.jsonl", ec))
+    TROUPE_USER_FAIL() << option << " " << out << " is the " << name << " of the troupe run " << o.parent_path().string()
+                       << ": writing it would destroy that run's record (plot, calibrate and --resume read it); pass "
+                          "another path";
 }
 
 namespace {

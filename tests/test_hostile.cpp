@@ -125,6 +125,15 @@ TEST_CASE("snapshot tools: outputs probed first, failed writes leave nothing, cl
                     {"--logits-out", "/no/such/dir"});
   expect_user_error(run_troupe("generate '" + snap + "' --tokens 4 --logits-out '" + s.path("adir") + "'", s),
                     {"--logits-out", "is a directory"});
+  {  // another run's records are not outputs (the eleventh trial's MB3)
+    fs::create_directories(s.path("arun"));
+    for (const char* f : {"metrics.jsonl", "config.toml"}) std::ofstream(s.path(std::string("arun/") + f)) << "{}\n";
+    for (const char* f : {"metrics.jsonl", "config.toml"}) {
+      expect_user_error(run_troupe("generate '" + snap + "' --tokens 4 --logits-out '" + s.path(std::string("arun/") + f) + "'", s),
+                        {"--logits-out", "of the troupe run", "pass another path"});
+      CHECK(slurp(s.path(std::string("arun/") + f)) == "{}\n");
+    }
+  }
   expect_user_error(run_troupe("simulate --dump /no/such/dir/s.csv", s), {"--dump"});
   expect_user_error(run_troupe("simulate --quiet --trace /proc/troupe-t.json", s), {"--trace"});
   expect_user_error(run_troupe(tiny(s, "run2") + " --trace /no/such/dir/t.json", s), {"--trace"});
