@@ -88,8 +88,9 @@ struct JobResult {
   std::vector<double> step_ms;     // wall time of every step
   double peak_flops = 0;           // measured peak of the cores used (MFU denominator)
   size_t activation_bytes = 0;     // activation buffers of all workers after the first step
-  // fp32 master weights + AdamW moments held by the largest DP rank's worker (ZeRO-1
-  // shards them: ~1/DP of the unsharded figure, plus padding), bytes.
+  // Master weights (bf16: their 16-bit residual codes) + AdamW moments held by the largest DP
+  // rank's worker (Zero1::optimizer_state_bytes; ZeRO-1 shards them: ~1/DP of the unsharded
+  // figure, plus padding), bytes.
   size_t optimizer_bytes_per_rank = 0;
   // With tracing: bubble per stage measured from the spans and simulated from the measured
   // mean action costs, and the pipeline time per step (F/B/W window) both ways.

@@ -163,7 +163,7 @@ std::vector<std::shared_ptr<Stage>> make_stages(const JobPlan& plan, const Confi
                           st->first() ? " + embeddings" : "", st->last() ? " + ln_f/LM head" : "");
     chunks.push_back(st);
   }
-  optimizer_bytes = std::max<size_t>(optimizer_bytes, 3 * sizeof(float) * (size_t)((n + DP - 1) / DP));
+  optimizer_bytes = std::max<size_t>(optimizer_bytes, Zero1::optimizer_state_bytes(n, DP, plan.dtype));
   if (!quiet && d == 0) {
     // What ZeRO-1 allocates once the model's values and gradients are views of its buffers
     // (optimizer/zero1.h): fp32 4 + 4 + 8/DP bytes per parameter, bf16 2 + 4 + 10/DP, fp16

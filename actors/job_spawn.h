@@ -31,7 +31,7 @@ struct JobActors {
   DataActor data;                    // this process's data actor
   std::vector<DataActor> datas;      // process 0: every process's data actor; others: their own
   size_t local_actors = 0;           // actors of this process monitored by `self` (the shutdown waits for them)
-  size_t optimizer_bytes = 0;        // fp32 master + AdamW moments of the largest DP rank's worker, bytes
+  size_t optimizer_bytes = 0;        // master shard + AdamW moments of the largest DP rank's worker, bytes
 };
 
 // Spawns into `out` as it goes (so that a failure midway leaves the coordinator every

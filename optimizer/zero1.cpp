@@ -303,11 +303,16 @@ size_t Zero1::bytes() const {
          ties_.capacity() * sizeof(int64_t);
 }
 
+size_t Zero1::optimizer_state_bytes(int64_t N, int DP, DType compute) {
+  const size_t S = (size_t)((N + DP - 1) / DP);
+  return S * (2 * sizeof(float) + (compute == DType::bf16 ? 2 : sizeof(float)));  // m, v; the master shard
+}
+
 size_t Zero1::state_bytes(int64_t N, int DP, DType compute) {
   const size_t S = (size_t)((N + DP - 1) / DP), full = S * (size_t)DP;
-  size_t b = full * sizeof(float) + full * dtype_size(compute) + 2 * S * sizeof(float);  // grads, values, m, v
-  if (compute == DType::bf16) b += S * 2;                                               // residual codes
-  if (compute == DType::f16) b += S * sizeof(float);                                    // the master shard
+  size_t b = full * sizeof(float) + full * dtype_size(compute);  // gradients, values
+  b += optimizer_state_bytes(N, DP, compute);
+  if (compute == DType::f32) b -= S * sizeof(float);  // fp32's master shard is the own slice of the values
   return b;
 }
 

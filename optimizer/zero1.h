@@ -207,6 +207,9 @@ class Zero1 {
   // The same from the sizes alone, without the tie list (a few bytes): N parameters over DP
   // ranks in the compute dtype, per rank. Pure arithmetic (the log, the planner's memory).
   static size_t state_bytes(int64_t N, int DP, DType compute);
+  // Its optimizer part per rank: the master shard (fp32 4 bytes per element, bf16's residual
+  // codes 2, fp16 4) and the AdamW moments (8), over S = ceil(N / DP) elements.
+  static size_t optimizer_state_bytes(int64_t N, int DP, DType compute);
 
  private:
   std::vector<Zero1Tensor> t_;
