@@ -240,8 +240,8 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
     const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
     const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
     ::close(fd);
-    throw UserError(what + " '" + dir + "' is in use by another troupe " + why_busy +
-                    (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) + "; wait for it or " + fix);
+    throw UserError(what + " '" + dir + "' is in use by another troupe " + why_busy + "; wait for it" +
+                    (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) + " or " + fix);
   }
   // the holder's pid, for the message of the next one refused (the lock is the flock, not this)
   const std::string pid = std::to_string(::getpid()) + "\n";
