@@ -19,6 +19,7 @@
 #include "actors/wire_types.h"
 #include "checkpoint/snapshot.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/job_error.h"
 
 namespace troupe {
@@ -37,9 +38,23 @@ std::string stopped_while_joining(const Cluster::Impl& im, int sig) {
         "{} while the processes joined again to recover from a lost process (restart {} of at most {}): the job "
         "stopped during the recovery",
         head, im.o.generation, im.o.cfg.fault.max_restarts);
-    if (im.o.disk_step > 0)
-      return fmt::format("{}; the newest snapshot on disk is {}/{} (step {}): continue with --resume latest", during,
-                         im.o.checkpoint_dir, snapshot_name(im.o.disk_step), im.o.disk_step);
+    // the newest snapshot now, not at this start: the writer of the steps before the loss may
+    // have been finishing one; it is waited for (at most kWriterWaitS) before the disk is read
+    int64_t step = im.o.disk_step;
+    std::string dir = step > 0 ? im.o.checkpoint_dir + "/" + snapshot_name(step) : std::string();
+    bool still_writing = false;
+    if (!im.o.checkpoint_dir.empty()) {
+      constexpr double kWriterWaitS = 10;
+      const auto until = Clock::now() + secs(kWriterWaitS);
+      while ((still_writing = partial_dirs_noted()) && Clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (const auto snaps = list_snapshots(im.o.checkpoint_dir); !snaps.empty() && snaps.back().first >= step)
+        step = snaps.back().first, dir = snaps.back().second;
+    }
+    const std::string writing = still_writing ? " (a newer one was still being written; it may be incomplete)" : "";
+    if (step > 0)
+      return fmt::format("{}; the newest snapshot on disk is {} (step {}){}: continue with --resume latest", during,
+                         dir, step, writing);
     if (!im.o.checkpoint_dir.empty())
       return fmt::format("{}; {} holds no snapshot, so the steps trained so far are lost (checkpoint.interval saves "
                          "them)",

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "model/gpt.h"
+#include "stages/stage.h"
 
 namespace fs = std::filesystem;
 
@@ -30,6 +31,41 @@ uint64_t snapshot_bytes(const Config& c) {
   const double params = (double)g.n_params() + (split ? (double)g.V * g.C : 0.0);
   const double per_param = c.train.precision == "fp32" ? 12.0 : 16.0;  // mixed precision adds the master
   return (uint64_t)(per_param * params) + (1u << 20);
+}
+
+uint64_t largest_snapshot_file_bytes(const Config& c) {
+  const int P = c.parallel.pp, V = c.parallel.chunks, DP = std::max(1, c.parallel.dp);
+  GPTConfig g = GPTConfig::from(c.model, std::max(1, c.parallel.tp), 0);
+  if (P * V > g.L || P < 1 || V < 1) return snapshot_bytes(c);  // refused elsewhere; the whole model as the bound
+  const std::vector<int> bounds = partition_layers(g, P * V);
+  const std::vector<ParamSpec> specs = gpt_param_specs(g);
+  const uint64_t state_fields = c.train.precision == "fp32" ? 2 : 3;  // m, v (+ the fp32 master)
+  constexpr uint64_t kRecordHeader = 4 + 1 + 4 + 8 + 8 + 8 + 4;       // snapshot_write.cpp's write_shard_file
+  uint64_t largest = 0;
+  for (int s = 0; s < P; ++s) {
+    // the worker of pipeline rank s holds virtual stages s, s + P, ... (chunk * P + s)
+    uint64_t written = 0, held = 0, header = 8 + 4 + 12 + 8;
+    for (int ch = 0; ch < V; ++ch) {
+      const int v = ch * P + s;
+      for (const ParamSpec& sp : specs) {
+        const bool mine = sp.layer >= 0 ? (sp.layer >= bounds[v] && sp.layer < bounds[v + 1])
+                          : sp.name == "ln_f.weight" || sp.name == "ln_f.bias" ? v == P * V - 1
+                                                                                : v == 0;
+        const bool head_copy = sp.name == "wte" && v == P * V - 1 && v != 0;  // held, not written
+        if (!mine && !head_copy) continue;
+        int64_t n = 1;
+        for (int64_t d : local_shape(sp, g)) n *= d;
+        held += (uint64_t)n;
+        if (head_copy) continue;
+        written += (uint64_t)n;
+        header += (1 + state_fields * 2) * (kRecordHeader + sp.name.size());  // a value record, each field in <= 2 pieces
+      }
+    }
+    // DP rank 0 writes the values and its ZeRO-1 share of the optimizer state (ceil(N / DP))
+    const uint64_t state = std::min(written, (held + DP - 1) / DP);
+    largest = std::max(largest, header + 4 * written + 4 * state_fields * state);
+  }
+  return largest;
 }
 
 std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir, double before,

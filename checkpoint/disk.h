@@ -19,6 +19,12 @@ uint64_t free_space(const std::string& path);
 // stages), plus 1 MiB for the manifest and the tokenizer copy.
 uint64_t snapshot_bytes(const Config& c);
 
+// The bytes of the largest single file of one snapshot of this config: the shard file of
+// the pipeline rank whose worker holds the most parameters (its TP part; DP rank 0 writes
+// the values and its ZeRO-1 share of the optimizer state), record headers included. What
+// a file-size limit (ulimit -f) must allow. Not the tokenizer copy (its own size).
+uint64_t largest_snapshot_file_bytes(const Config& c);
+
 // The unfinished snapshot folders (step-<k>.tmp-<pid>) in ckpt_dir that were last changed
 // before `before` (unix seconds) by a writer that no longer runs on this host: they are
 // removed and their names returned. Those of a live process stay, named in `kept`.

@@ -17,6 +17,8 @@
 
 #include "checkpoint/snapshot_format.h"
 #include "core/error.h"
+#include "core/interrupt.h"
+#include "core/job_error.h"
 #include "model/gpt.h"
 #include "schemas/snapshot.capnp.h"
 
@@ -56,7 +58,21 @@ using namespace snapshot_format;
 
 namespace {
 
-std::vector<char> read_all(const std::string& path) {
+// A stop signal (SIGINT, SIGTERM, ...: core/job_error.h) noted while a snapshot loads ends
+// the load between two chunks (a large snapshot took seconds to load before the stop was
+// seen, and the message then blamed the data preparation). UserError.
+void stop_point(const std::string& path) {
+  if (const int sig = noted_stop_signal(); sig != 0)
+    throw UserError(std::string("stopped by ") + stop_signal_label(sig) + " while loading the snapshot " +
+                    fs::path(path).parent_path().string() + "; the load was interrupted and nothing was written: run "
+                    "the command again to continue from it");
+}
+
+// The file's bytes, read in chunks of kChunk with a stop_point between them; `crc_out`
+// (if given) gets their crc32.
+std::vector<char> read_all(const std::string& path, uint32_t* crc_out = nullptr) {
+  constexpr size_t kChunk = size_t(16) << 20;
+  stop_point(path);
   std::vector<char> buf;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   const int err = errno;
@@ -66,15 +82,30 @@ std::vector<char> read_all(const std::string& path) {
   ::fstat(fd, &st);
   buf.resize((size_t)st.st_size);
   size_t got = 0;
+  uint32_t c = 0;
   while (got < buf.size()) {
-    ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+    ssize_t r = ::read(fd, buf.data() + got, std::min(kChunk, buf.size() - got));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
+    if (crc_out) c = crc(c, buf.data() + got, (size_t)r);
     got += (size_t)r;
+    if (noted_stop_signal() != 0) {
+      ::close(fd);
+      stop_point(path);
+    }
   }
   ::close(fd);
   TROUPE_USER_CHECK(got == buf.size()) << "cannot read " << path << " completely";
+  if (crc_out) *crc_out = c;
   return buf;
+}
+
+// A snapshot of a later format (written by a newer troupe): intact, but not for this build.
+// SnapshotMismatch, so that --resume latest neither skips it nor moves it aside.
+[[noreturn]] void throw_newer_format(const std::string& dir, uint32_t format) {
+  throw SnapshotMismatch(fmt::format("snapshot {} was written by a newer troupe (format {}; this build reads up to "
+                                     "format {}): use a newer troupe to resume or export it",
+                                     dir, format, kFormat));
 }
 
 // Bounds-checked reader over a shard file's bytes.
@@ -182,9 +213,10 @@ Manifest decode_manifest(const std::string& dir, const std::vector<char>& mbytes
     opts.traversalLimitInWords = 1ull << 28;
     capnp::FlatArrayMessageReader reader(words, opts);
     auto m = reader.getRoot<schema::Manifest>();
+    if (m.getFormatVersion() > kFormat) throw_newer_format(dir, m.getFormatVersion());
     TROUPE_USER_CHECK(m.getFormatVersion() == kFormat)
-        << "snapshot manifest " << mpath << " has format " << m.getFormatVersion() << ", this troupe reads format "
-        << kFormat;
+        << "snapshot manifest " << mpath << " is damaged (format " << m.getFormatVersion()
+        << ", which no troupe writes); use another snapshot";
     st.step = m.getStep();
     st.updates = m.getUpdates();
     TROUPE_USER_CHECK(st.step >= 1 && st.updates >= 0 && st.updates <= st.step && m.getDataPosition() == st.step + 1)
@@ -239,8 +271,9 @@ std::vector<char> read_listed_file(const std::string& dir, const std::string& pa
   const uint64_t size = fs::file_size(path);
   TROUPE_USER_CHECK(size == f.bytes) << "snapshot shard " << path << " has " << size << " bytes, the manifest says "
                                      << f.bytes << " (truncated or replaced); use another snapshot";
-  auto buf = read_all(path);
-  TROUPE_USER_CHECK(crc(0, buf.data(), buf.size()) == f.crc32)
+  uint32_t c = 0;
+  auto buf = read_all(path, &c);
+  TROUPE_USER_CHECK(c == f.crc32)
       << "snapshot shard " << path << " fails its checksum (the data is damaged); use another snapshot";
   return buf;
 }
@@ -254,12 +287,16 @@ void read_shard(const std::vector<char>& buf, const std::string& path, const std
   in.need(8, "the magic");
   TROUPE_USER_CHECK(std::memcmp(buf.data(), kShardMagic, 8) == 0) << "snapshot shard " << path << " is not a troupe shard";
   in.at = 8;
-  TROUPE_USER_CHECK(in.pod<uint32_t>("the format") == kFormat) << "snapshot shard " << path << " has another format";
+  const uint32_t format = in.pod<uint32_t>("the format");
+  if (format > kFormat) throw_newer_format(fs::path(path).parent_path().string(), format);
+  TROUPE_USER_CHECK(format == kFormat) << "snapshot shard " << path << " is damaged (format " << format
+                                       << ", which no troupe writes); use another snapshot";
   in.pod<int32_t>("dp");
   in.pod<int32_t>("pp");
   in.pod<int32_t>("tp");
   const uint64_t nrec = in.pod<uint64_t>("the record count");
   for (uint64_t r = 0; r < nrec; ++r) {
+    if (noted_stop_signal() != 0) stop_point(path);  // each record's crc is another pass over its data
     const uint32_t nlen = in.pod<uint32_t>("a name length");
     in.need(nlen, "a name");
     std::string name(buf.data() + in.at, nlen);
@@ -358,6 +395,9 @@ std::vector<char> read_manifest(const std::string& dir) {
       << "snapshot manifest " << mpath << " is damaged (size " << size << " bytes, more than the 64 MiB a manifest "
       << "takes); use another snapshot";
   auto b = read_all(mpath);
+  if (b.size() >= 12 && std::memcmp(b.data() + b.size() - 12, kManifestTrailer, 7) == 0 &&
+      b[b.size() - 5] > kManifestTrailer[7] && b[b.size() - 5] <= '9')
+    throw_newer_format(dir, (uint32_t)(b[b.size() - 5] - '0'));  // "TRPMANI2": a later layout of the manifest
   TROUPE_USER_CHECK(b.size() >= 12 && std::memcmp(b.data() + b.size() - 12, kManifestTrailer, 8) == 0)
       << "snapshot manifest " << mpath << " is damaged (size " << b.size() << " bytes, no trailer); use another snapshot";
   uint32_t want = 0;
@@ -386,8 +426,10 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
     const std::vector<char> buf = read_listed_file(dir, path, f);
     if (f.name == "tokenizer.model") continue;  // checked (size, crc); read by troupe generate
     read_shard(buf, path, specs, spec_index, g_saved, mf.TP, locals);
+    stop_point(path);
   }
   reassemble(st, locals, specs, g_saved, mf.TP, mf.precision != "fp32", dir);
+  stop_point(dir + "/" + kManifest);
   return st;
 }
 
@@ -484,6 +526,7 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
     } catch (const SnapshotMismatch&) {
       throw;  // intact, but another run's: the config must change, not the snapshot
     } catch (const UserError& e) {
+      if (noted_stop_signal() != 0) throw;  // stopped by a signal (stop_point), not an unreadable snapshot
       passed.push_back(it->second);
       if (skipped) skipped->push_back(it->second + ": " + e.what());
     }

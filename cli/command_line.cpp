@@ -323,6 +323,8 @@ int run_command(int argc, char** argv) {
   if (const std::optional<int> rc = parse_command_line(cl, argc, argv)) return *rc;
   try {
     return run_parsed_command(cl);
+  } catch (const StdoutReaderGone&) {  // generate | head: the reader has what it wanted
+    return 0;
   } catch (const UserError& e) {
     print_error(log_prefix_ + e.what());
     return 2;

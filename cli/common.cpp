@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/file.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -217,6 +218,13 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
   check_room(parent.string(), dir, what, flag);
 }
 
+bool stdout_reader_gone() {
+  struct stat st {};
+  if (::fstat(STDOUT_FILENO, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return false;
+  pollfd p{STDOUT_FILENO, POLLOUT, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
+}
+
 int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy,
                 const std::string& fix) {
   std::error_code ec;
@@ -227,12 +235,22 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " ("
                              << (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)) << "); " << fix;
-  TROUPE_USER_CHECK(::flock(fd, LOCK_EX | LOCK_NB) == 0) << what << " '" << dir << "' is in use by another troupe "
-                                                         << why_busy << "; wait for it or " << fix;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+    ::close(fd);
+    throw UserError(what + " '" + dir + "' is in use by another troupe " + why_busy + "; wait for it" +
+                    (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) + " or " + fix);
+  }
+  // the holder's pid, for the message of the next one refused (the lock is the flock, not this)
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+  }  // a lock without its pid still locks
   return fd;  // held until the process exits
 }
 
-int make_run_dir(const std::string& dir) {
+void check_record_files(const std::string& dir) {
   // the run's files are appended to in place: a link among them would send the records to
   // the file it points to (a resumed run's folder is reused)
   std::error_code ec;
@@ -241,6 +259,22 @@ int make_run_dir(const std::string& dir) {
         << "the run directory " << dir << " holds " << f << " as a symbolic link (to "
         << fs::read_symlink(fs::path(dir) / f, ec).string()
         << "); troupe does not write its records through links: remove the link or pass another --run-dir";
+  for (const char* f : {"metrics.jsonl", "train.log", "config.toml"}) {
+    const fs::path q = fs::path(dir) / f;
+    const fs::file_status st = fs::status(q, ec);
+    if (!fs::exists(st)) continue;
+    TROUPE_USER_CHECK(fs::is_regular_file(st))
+        << "the run directory " << dir << " holds " << f << " as "
+        << (fs::is_directory(st) ? "a directory" : "something other than a regular file")
+        << "; troupe keeps the run's records in that file: move it away or pass another --run-dir";
+    TROUPE_USER_CHECK(::access(q.c_str(), std::string(f) == "config.toml" ? R_OK : W_OK) == 0)
+        << "the run directory " << dir << " holds " << f << ", which this user cannot "
+        << (std::string(f) == "config.toml" ? "read" : "write") << "; fix its permissions or pass another --run-dir";
+  }
+}
+
+int make_run_dir(const std::string& dir) {
+  check_record_files(dir);
   return lock_folder(dir, "run directory", "process", "pass another --run-dir");
 }
 

@@ -26,6 +26,15 @@ extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: th
 // processes sharing a terminal do not interleave. Inside troupe launch only the job's first
 // report is printed (core/job_error.h).
 void print_error(const std::string& text);
+// Standard output's reader went away (generate | head -c 10): fd 1 is a pipe or socket
+// that no one reads any more (poll: POLLERR/POLLHUP). A command then ends quietly with exit
+// 0, as `seq 1e9 | head` ends for its user, without an error line (README "Exit codes");
+// SIGPIPE itself is ignored (cli/main.cpp), so nothing is killed mid-write.
+bool stdout_reader_gone();
+// Thrown by a command that stops early because stdout_reader_gone(); run_command returns 0.
+struct StdoutReaderGone : std::exception {
+  const char* what() const noexcept override { return "standard output's reader closed it"; }
+};
 // TROUPE_LAUNCH_ERRDIR when this process runs under the troupe launch that made it (the
 // folder's `launcher` file names a process above this one), else "": the variable set by
 // hand or left over from another launch is ignored (core/job_error.h).
@@ -47,6 +56,10 @@ auto naming_option(const std::string& option, F&& f) -> decltype(f()) {
 // Checks, without creating anything, that the run directory can be created or written. Throws UserError.
 // `what` and `flag` name the folder in the error ("run directory", "--run-dir").
 void check_run_dir(const std::string& dir, const std::string& what = "run directory", const std::string& flag = "--run-dir");
+// Refuses (UserError) a run directory whose record files (metrics.jsonl, train.log,
+// config.toml) exist as something other than a regular file (a directory, a FIFO) or
+// cannot be written (config.toml: read): probed before any of them is written.
+void check_record_files(const std::string& dir);
 // Creates the run directory and takes its lock (.lock, flock): one troupe process per run
 // directory. Returns the lock's file descriptor, held until exit. Throws UserError.
 int make_run_dir(const std::string& dir);

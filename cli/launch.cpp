@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/launch_env.h"
 #include "core/interrupt.h"
 
 namespace troupe {
@@ -128,6 +129,7 @@ Options parse_args(int argc, char** argv) {
           << "--coordinator '" << val << "' is not HOST:PORT with a port from 1 to 65535; pass e.g. "
           << "--coordinator 127.0.0.1:29500, or leave it out for 127.0.0.1 and a free port";
       o.host = val.substr(0, colon);
+      refuse_ipv6_host(o.host, "--coordinator '" + val + "'");
       o.port = (int)port;
     } else if (name == "--grace") {
       take_value("35");

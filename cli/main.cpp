@@ -67,6 +67,7 @@ int check_stdout(int rc) {
   const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.bad();
   const int err = errno;
   if (!failed || rc != 0) return rc;
+  if (stdout_reader_gone()) return rc;  // (plan | head) the reader took what it wanted: a quiet end, exit 0
   print_error(std::string("cannot write to standard output (") + std::strerror(err) +
               "); check where it goes: a full disk, or a closed pipe or descriptor");
   return 2;

@@ -110,7 +110,8 @@ struct TextStream {
     const int32_t one[1] = {id};
     const std::string text = utf8.push(tok->decode(one));
     if (!text.empty()) std::cout << text << std::flush;
-    // a reader that went away (generate | head): stop drawing (SIGPIPE is ignored, cli/main.cpp)
+    // a reader that went away (generate | head): stop drawing, quietly (SIGPIPE is ignored, cli/main.cpp)
+    if (!std::cout.good() && stdout_reader_gone()) throw StdoutReaderGone();
     TROUPE_USER_CHECK(std::cout.good()) << "cannot write to standard output (its reader closed it, or the disk is "
                                         << "full); the generation stopped there";
   }

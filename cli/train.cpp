@@ -333,7 +333,10 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
   p.run_dir = !run_dir_opt.empty() ? run_dir_opt
               : follower           ? (known_default ? default_run_dir() : std::string())
                                    : default_run_dir();
-  if (!follower) naming_option("--run-dir", [&] { check_run_dir(p.run_dir); });
+  if (!follower) naming_option("--run-dir", [&] {
+      check_run_dir(p.run_dir);
+      check_record_files(p.run_dir);
+    });
   if (!follower) refuse_inside_snapshot(p.run_dir, "--run-dir");
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
   p.ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
@@ -437,6 +440,12 @@ void make_run_folders(const Config& c, RunPaths& p, FreshFolders& fresh, double 
   }
   const int lock_fd = make_run_dir(p.run_dir);
   (void)lock_fd;
+  if (c.checkpoint.dir.empty()) {  // the run's own checkpoints folder: another run may name it as its checkpoint.dir
+    fresh.will_create(p.ckpt_dir);
+    lock_folder(p.ckpt_dir, "the run's checkpoints folder",
+                "run as its checkpoint.dir (each run's checkpoint.keep_last would remove the other's snapshots)",
+                "pass another --run-dir");
+  }
   setup_logging(p.run_dir);
   const std::string saved = save_config(c, p.run_dir);
   spdlog::info("run directory: {} (config saved as {})", p.run_dir, fs::path(saved).filename().string());

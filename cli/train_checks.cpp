@@ -184,15 +184,20 @@ void check_machine_fits(const Config& c, const LaunchEnv& launch) {
 void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
   const uint64_t need = snapshot_bytes(c), free = free_space(ckpt_dir);
   // the file-size limit (ulimit -f): every snapshot failed (EFBIG) and the run still ended 0.
-  // Its largest file is a shard; the bound checked is the snapshot over the TP degree (a
-  // stage's shard is smaller when PP > 1, but the first stage holds the embedding too: a
-  // limit between the two is refused, and named)
+  // The bound is the largest single file a snapshot writes: one pipeline rank's shard (its
+  // TP part; the first stage holds the embedding too), or the tokenizer copy
   if (rlimit fs_lim{}; ::getrlimit(RLIMIT_FSIZE, &fs_lim) == 0 && fs_lim.rlim_cur != RLIM_INFINITY) {
-    const uint64_t shard = need / std::max<uint64_t>(1, (uint64_t)c.parallel.tp);
-    TROUPE_USER_CHECK(fs_lim.rlim_cur >= shard)
-        << "the file-size limit (ulimit -f) is " << (fs_lim.rlim_cur >> 10) << " KiB but a snapshot shard of this "
-        << "model takes about " << (shard >> 10) << " KiB (snapshots every checkpoint.interval steps and on a stop "
-        << "signal would fail); raise it (ulimit -f unlimited)";
+    const uint64_t shard = largest_snapshot_file_bytes(c);
+    std::error_code ec;
+    uint64_t tok = c.data.tokenizer.empty() ? 0 : fs::file_size(c.data.tokenizer, ec);
+    if (ec) tok = 0;
+    TROUPE_USER_CHECK(fs_lim.rlim_cur >= std::max(shard, tok))
+        << "the file-size limit (ulimit -f) is " << (fs_lim.rlim_cur >> 10) << " KiB but "
+        << (shard >= tok ? "the largest snapshot shard file of this model (one pipeline stage's) takes about " +
+                                     std::to_string(shard >> 10)
+                               : "the snapshot's copy of the tokenizer takes " + std::to_string(tok >> 10))
+        << " KiB (snapshots every checkpoint.interval steps and on a stop signal would fail); raise it (ulimit -f "
+           "unlimited)";
   }
   if (free == UINT64_MAX) return;
   auto mib = [](uint64_t b) { return fmt::format("{:.1f} MiB", b / 1048576.0); };

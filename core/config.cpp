@@ -288,7 +288,7 @@ Config Config::parse(const std::string& text, const std::string& path) {
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << "config file '" << path << "' is not valid TOML at line " << e.source().begin.line << ": "
-       << e.description() << "; fix the syntax";
+       << parser_message(e.description()) << "; fix the syntax";
     throw UserError(os.str());
   }
   Config c;

@@ -21,8 +21,26 @@
 
 namespace troupe {
 
-const int kStopSignals[kStopSignalCount] = {SIGINT,  SIGTERM,   SIGUSR1, SIGUSR2, SIGHUP,
-                                            SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR,  SIGXCPU};
+// (the real-time signals by number: SIGRTMIN is glibc's run-time value, __SIGRTMIN + 2, as
+// the two below it are its own; this table is read from the .preinit_array, before any
+// dynamic initialisation)
+const int kStopSignals[kStopSignalCount] = {
+    SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR, SIGXCPU, SIGPROF, SIGIO, SIGSYS,
+    SIGSTKFLT,
+    __SIGRTMIN + 2, __SIGRTMIN + 3, __SIGRTMIN + 4, __SIGRTMIN + 5, __SIGRTMIN + 6, __SIGRTMIN + 7, __SIGRTMIN + 8,
+    __SIGRTMIN + 9, __SIGRTMIN + 10, __SIGRTMIN + 11, __SIGRTMIN + 12, __SIGRTMIN + 13, __SIGRTMIN + 14, __SIGRTMIN + 15,
+    __SIGRTMIN + 16, __SIGRTMIN + 17, __SIGRTMIN + 18, __SIGRTMIN + 19, __SIGRTMIN + 20, __SIGRTMIN + 21, __SIGRTMIN + 22,
+    __SIGRTMIN + 23, __SIGRTMIN + 24, __SIGRTMIN + 25, __SIGRTMIN + 26, __SIGRTMIN + 27, __SIGRTMIN + 28, __SIGRTMIN + 29,
+    __SIGRTMIN + 30, __SIGRTMIN + 31, __SIGRTMIN + 32};
+static_assert(__SIGRTMAX - __SIGRTMIN - 2 + 1 == 31, "the real-time signals of kStopSignals");
+
+namespace {
+const char* const kRealTimeLabels[31] = {
+    "SIGRTMIN+0", "SIGRTMIN+1", "SIGRTMIN+2", "SIGRTMIN+3", "SIGRTMIN+4", "SIGRTMIN+5", "SIGRTMIN+6", "SIGRTMIN+7",
+    "SIGRTMIN+8", "SIGRTMIN+9", "SIGRTMIN+10", "SIGRTMIN+11", "SIGRTMIN+12", "SIGRTMIN+13", "SIGRTMIN+14", "SIGRTMIN+15",
+    "SIGRTMIN+16", "SIGRTMIN+17", "SIGRTMIN+18", "SIGRTMIN+19", "SIGRTMIN+20", "SIGRTMIN+21", "SIGRTMIN+22", "SIGRTMIN+23",
+    "SIGRTMIN+24", "SIGRTMIN+25", "SIGRTMIN+26", "SIGRTMIN+27", "SIGRTMIN+28", "SIGRTMIN+29", "SIGRTMIN+30"};
+}  // namespace
 
 const char* stop_signal_label(int sig) {
   switch (sig) {
@@ -36,13 +54,18 @@ const char* stop_signal_label(int sig) {
     case SIGQUIT: return "SIGQUIT (Ctrl-\\)";
     case SIGPWR: return "SIGPWR (a power failure: the UPS daemon asks for a clean shutdown)";
     case SIGXCPU: return "SIGXCPU (the CPU-time limit, ulimit -t, was reached: raise it)";
-    default: return "a signal";
+    case SIGPROF: return "SIGPROF";
+    case SIGIO: return "SIGIO";
+    case SIGSYS: return "SIGSYS";
+    case SIGSTKFLT: return "SIGSTKFLT";
+    default:
+      if (sig >= __SIGRTMIN + 2 && sig <= __SIGRTMAX) return kRealTimeLabels[sig - __SIGRTMIN - 2];
+      return "a signal";
   }
 }
 
 bool left_ignored(int sig) {
-  if (sig != SIGHUP && sig != SIGALRM && sig != SIGUSR2 && sig != SIGVTALRM && sig != SIGQUIT && sig != SIGPWR)
-    return false;
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGUSR1 || sig == SIGXCPU) return false;
   struct sigaction cur {};
   return ::sigaction(sig, nullptr, &cur) == 0 && cur.sa_handler == SIG_IGN;
 }
@@ -102,6 +125,12 @@ void forget_partial_dir(const std::string& path) {
       slot.state.store(0);
     }
   }
+}
+
+bool partial_dirs_noted() noexcept {
+  for (auto& slot : g_partial)
+    if (slot.state.load() != 0) return true;
+  return false;
 }
 
 void remove_partial_dirs() noexcept {

@@ -56,12 +56,19 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
     TROUPE_USER_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < hp.size())
         << "environment variable TROUPE_COORDINATOR='" << hp << "' must be host:port, e.g. 10.0.0.1:29500";
     e.host = hp.substr(0, colon);
+    refuse_ipv6_host(e.host, "environment variable TROUPE_COORDINATOR");
     e.port = parse_int("TROUPE_COORDINATOR (port)", hp.c_str() + colon + 1, 1, 65535);
   } else {
     TROUPE_USER_CHECK(e.world == 1) << "environment: a world of " << e.world << " processes (from " << e.source
                                     << ") needs TROUPE_COORDINATOR=host:port (where rank 0 listens)";
   }
   return e;
+}
+
+void refuse_ipv6_host(const std::string& host, const std::string& what) {
+  TROUPE_USER_CHECK(host.find_first_of(":[]") == std::string::npos)
+      << what << " names the IPv6 address " << host << "; troupe's coordinator and data plane use IPv4 only: use an "
+      << "IPv4 address (e.g. 127.0.0.1) or a host name that resolves to one";
 }
 
 }  // namespace troupe

@@ -23,4 +23,9 @@ struct LaunchEnv {
 // `get` reads a variable (nullptr when unset); std::getenv by default.
 LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get = nullptr);
 
+// Refuses (UserError) an IPv6 coordinator host ("[::1]", "::1", "fe80::1"): the
+// coordinator and the data plane listen on IPv4 only. `what` names where it came from
+// ("TROUPE_COORDINATOR", "--coordinator").
+void refuse_ipv6_host(const std::string& host, const std::string& what);
+
 }  // namespace troupe

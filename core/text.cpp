@@ -51,4 +51,10 @@ std::string printable(std::string_view s, bool keep_newlines, size_t max_bytes) 
   return out;
 }
 
+std::string parser_message(std::string_view what) {
+  if (what.rfind("[json.exception.", 0) == 0)
+    if (const size_t end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);
+  return printable(what, false, 300);
+}
+
 }  // namespace troupe

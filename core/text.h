@@ -13,4 +13,10 @@ namespace troupe {
 // would exceed max_bytes, it is cut at a character boundary and "..." is appended.
 std::string printable(std::string_view s, bool keep_newlines = true, size_t max_bytes = std::string::npos);
 
+// A parser's message for the user, without the library's tags: nlohmann::json's
+// "[json.exception.parse_error.101] parse error at line 1, column 2: ..." loses its
+// "[json.exception.*] " prefix; made printable (printable(), one line, at most 300 bytes).
+// The caller names the file or option and the fix around it.
+std::string parser_message(std::string_view what);
+
 }  // namespace troupe

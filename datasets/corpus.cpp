@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/interrupt.h"
+#include "core/job_error.h"
 
 namespace troupe {
 
@@ -220,14 +223,31 @@ uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
   return h;
 }
 
-uint64_t hash_file(const std::string& path) {
+uint64_t hash_file(const std::string& path, const DataLogFn& log, double every_s) {
   std::ifstream in(path, std::ios::binary);
   TROUPE_USER_CHECK(in.good()) << "cannot open '" << path << "' to hash it: " << std::strerror(errno);
-  uint64_t h = kFnv1aOffset;
+  std::error_code ec;
+  const uint64_t total = std::filesystem::file_size(path, ec);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto said = t0;
+  uint64_t h = kFnv1aOffset, done = 0;
   std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     h = fnv1a64(std::string_view(buf.data(), static_cast<size_t>(in.gcount())), h);
+    done += static_cast<uint64_t>(in.gcount());
+    if (const int sig = noted_stop_signal(); sig != 0)
+      throw UserError(std::string("stopped by ") + stop_signal_label(sig) + " while hashing '" + path +
+                      "' (reading the data sources to find their cache); nothing was changed");
+    const auto now = std::chrono::steady_clock::now();
+    if (log && now - said >= std::chrono::duration<double>(every_s)) {
+      said = now;
+      char line[160];
+      std::snprintf(line, sizeof line, ": %.1f of %.1f GB (%.0f%%), %.0f MB/s", done / 1e9, total / 1e9,
+                    total ? 100.0 * done / total : 100.0,
+                    done / 1e6 / std::chrono::duration<double>(now - t0).count());
+      log("hashing '" + path + "' to find its data cache" + line);
+    }
   }
   TROUPE_USER_CHECK(in.eof()) << "cannot read '" << path << "' to hash it";
   return h;

@@ -142,11 +142,12 @@ namespace {
 
 // What the cache folder is made from (everything but the weights); its hash names the folder.
 nlohmann::json cache_key(const DataConfig& cfg, int vocab_size, const std::vector<DataSource>& blend,
-                         const std::vector<std::string>& special, const std::string& user_tokenizer_hash) {
+                         const std::vector<std::string>& special, const std::string& user_tokenizer_hash,
+                         const DataLogFn& log) {
   nlohmann::json sources = nlohmann::json::array();
   for (const DataSource& s : blend)
     sources.push_back({{"name", s.name}, {"format", s.format}, {"field", s.field}, {"glob", s.glob},
-                       {"bytes_hash", hash_hex(source_fingerprint(s))}, {"utf8", s.utf8}, {"normalize", s.normalize},
+                       {"bytes_hash", hash_hex(source_fingerprint(s, log))}, {"utf8", s.utf8}, {"normalize", s.normalize},
                        {"dedup", s.dedup}, {"near_dedup", s.near_dedup}, {"near_threshold", s.near_threshold},
                        {"quality", s.quality}});
   return {{"format", kCacheFormat},
@@ -244,10 +245,7 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
     p.unigram_entropy = meta.at("unigram_entropy").get<double>();
     p.tokenizer_sample_bytes = meta.at("tokenizer_sample_bytes").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {  // its what() starts "[json.exception.parse_error.101] "
-    std::string why = e.what();
-    if (const size_t end = why.find("] "); why.rfind("[json.exception.", 0) == 0 && end != std::string::npos)
-      why = why.substr(end + 2);
-    return "meta.json is not what troupe writes (" + printable(why, false, 200) + ")";
+    return "meta.json is not what troupe writes (" + parser_message(e.what()) + ")";
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -351,7 +349,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
         << vocab_size << " pieces";
     user_hash = hash_hex(user.hash());
   }
-  const nlohmann::json key = cache_key(cfg, vocab_size, blend, special, user_hash);
+  const nlohmann::json key = cache_key(cfg, vocab_size, blend, special, user_hash, log);
   PreparedData p;
   p.vocab_size = vocab_size;
   p.key = hash_hex(fnv1a64(key.dump()));

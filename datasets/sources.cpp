@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "datasets/corpus.h"
 
 namespace troupe {
@@ -124,7 +125,7 @@ class JsonlReader : public DocReader {
         j = nlohmann::json::parse(line);
       } catch (const std::exception& e) {
         throw UserError(src_name(source_) + ": line " + std::to_string(d.line) + " of '" + d.file +
-                        "' is not JSON (" + e.what() + "); write one JSON object per line");
+                        "' is not JSON (" + parser_message(e.what()) + "); write one JSON object per line");
       }
       TROUPE_USER_CHECK(j.is_object() && j.contains(source_.field) && j[source_.field].is_string())
           << src_name(source_) << ": line " << d.line << " of '" << d.file << "' has no string field \""
@@ -196,14 +197,14 @@ uint64_t source_bytes(const DataSource& s) {
   return n;
 }
 
-uint64_t source_fingerprint(const DataSource& s) {
+uint64_t source_fingerprint(const DataSource& s, const DataLogFn& log) {
   check_path(s);
-  if (s.format != "dir") return hash_file(s.path);
+  if (s.format != "dir") return hash_file(s.path, log);
   uint64_t h = kFnv1aOffset;
   for (const auto& rel : dir_files(s)) {
     h = fnv1a64(rel, h);
     h = fnv1a64(std::string_view("\0", 1), h);
-    h ^= hash_file((fs::path(s.path) / rel).string());
+    h ^= hash_file((fs::path(s.path) / rel).string(), log);
     h *= 0x100000001b3ull;
   }
   return h;

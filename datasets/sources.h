@@ -18,6 +18,7 @@
 
 #include "core/config.h"
 #include "datasets/clean.h"
+#include "datasets/corpus.h"
 
 namespace troupe {
 
@@ -56,7 +57,8 @@ class DocReader {
 uint64_t source_bytes(const DataSource& source);
 
 // FNV-1a 64 over the source's input: its file bytes, or for a dir each matching file's
-// relative path and bytes, in order. Errors: as DocReader::open.
-uint64_t source_fingerprint(const DataSource& source);
+// relative path and bytes, in order. `log`: hash_file's progress lines. Errors: as
+// DocReader::open, and hash_file's.
+uint64_t source_fingerprint(const DataSource& source, const DataLogFn& log = nullptr);
 
 }  // namespace troupe

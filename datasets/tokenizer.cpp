@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <regex>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -117,6 +118,25 @@ size_t distinct_chars(const std::vector<std::string>& docs) {
 // Serialises SentencePiece's process-global log level while training.
 std::mutex g_train_mutex;
 
+
+// SentencePiece's status text without its source locations ("src/trainer_interface.cc(580)
+// [(a) == (b)] ") or its code name ("Internal: "), and its two vocabulary-size sentences said
+// in troupe's words (model.vocab_size, the fix).
+std::string spm_reason(const sentencepiece::util::Status& status, int vocab_size) {
+  std::string m = status.message();
+  m = std::regex_replace(m, std::regex(R"([\w./-]+\.(cc|cpp|h)\(\d+\) *(\[[^\]]*\] *)?)"), "");
+  std::smatch g;
+  if (std::regex_search(m, g, std::regex(R"(smaller than required_chars\. *(\d+) vs (\d+))")))
+    return "the corpus's distinct characters and the special tokens need " + g[2].str() +
+           " tokens of their own, more than model.vocab_size = " + g[1].str() +
+           "; raise model.vocab_size to at least " + g[2].str() + ", or train on text with fewer distinct characters";
+  if (std::regex_search(m, g, std::regex(R"(too high \((\d+)\).*<= *(\d+))")))
+    return "model.vocab_size = " + g[1].str() + " is more tokens than this corpus yields (at most " + g[2].str() +
+           "); lower model.vocab_size or use a bigger corpus";
+  while (!m.empty() && (m.back() == ' ' || m.back() == '.' || m.back() == '\n')) m.pop_back();
+  return (m.empty() ? std::string("SentencePiece refused it") : m) + " (model.vocab_size = " +
+         std::to_string(vocab_size) + "; lower it or use a bigger corpus)";
+}
 }  // namespace
 
 Tokenizer::Tokenizer() = default;
@@ -197,8 +217,7 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
     sentencepiece::logging::SetMinLogLevel(old_level);
   }
   TROUPE_USER_CHECK(status.ok())
-      << "tokenizer training failed: " << status.ToString() << " (model.vocab_size = "
-      << vocab_size << "; lower it or use a bigger corpus)";
+      << "tokenizer training failed: " << spm_reason(status, vocab_size);
   const std::string path = model_prefix + ".model";
   write_file_atomic(path, model);
 
@@ -223,7 +242,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = t.sp_->LoadFromSerializedProto(bytes);
   TROUPE_USER_CHECK(status.ok())
-      << "'" << path << "' is not a SentencePiece model (" << status.ToString()
+      << "'" << path << "' is not a SentencePiece model (it does not parse as one"
       << "); point data.tokenizer at a .model file, or leave it empty to train one";
   t.path_ = path;
   t.hash_ = fnv1a64(bytes);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace troupe::plan {
 
@@ -104,7 +105,7 @@ nlohmann::json read_trace(const fs::path& trace) {
     j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
     throw UserError("--calibrate: " + trace.string() + " is not a Chrome trace written by troupe train --trace (" +
-                    e.what() + "); pass another run directory");
+                    parser_message(e.what()) + "); pass another run directory");
   }
   TROUPE_USER_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array())
       << "--calibrate: " << trace.string() << " has no traceEvents; pass a trace written by troupe train --trace";
