@@ -60,6 +60,26 @@ struct Outcome {
   std::map<std::string, std::string> shards;  // file name -> bytes
 };
 
+// The shard files of a snapshot folder: file name -> bytes.
+inline std::map<std::string, std::string> shards_of(const std::string& snap) {
+  std::map<std::string, std::string> out;
+  if (fs::exists(snap))
+    for (auto& e : fs::directory_iterator(snap))
+      if (e.path().filename().string().rfind("shard-", 0) == 0) out[e.path().filename().string()] = slurp(e.path());
+  return out;
+}
+
+// A run's training losses by step; the last record of each step wins (a restart repeats steps).
+inline std::map<int, double> losses_by_step(const std::string& run) {
+  std::map<int, double> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && !j["loss"].is_null()) out[j["step"].get<int>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
 inline Outcome read_run(const std::string& run) {
   Outcome o;
   std::ifstream in(run + "/metrics.jsonl");
@@ -68,10 +88,7 @@ inline Outcome read_run(const std::string& run) {
     if (j.contains("loss") && !j["loss"].is_null()) o.losses.push_back(j["loss"].get<double>());
     if (j.contains("val_loss") && !j.contains("summary")) o.val = j["val_loss"].get<double>();
   }
-  const std::string snap = run + "/checkpoints/step-00000003";
-  if (fs::exists(snap))
-    for (auto& e : fs::directory_iterator(snap))
-      if (e.path().filename().string().rfind("shard-", 0) == 0) o.shards[e.path().filename().string()] = slurp(e.path());
+  o.shards = shards_of(run + "/checkpoints/step-00000003");
   return o;
 }
 

@@ -162,20 +162,9 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
                     "straight");
   INFO(straight.err);
   REQUIRE(straight.rc == 0);
-  std::map<int, double> ref;  // step -> loss
-  {
-    std::ifstream in(s.path("straight") + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("loss") && !j["loss"].is_null()) ref[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-  }
-  auto final_shards = [&](const std::string& run) {
-    std::map<std::string, std::string> out;
-    for (auto& e : fs::directory_iterator(s.path(run) + "/checkpoints/step-00000008"))
-      if (e.path().filename().string().rfind("shard-", 0) == 0) out[e.path().filename().string()] = slurp(e.path());
-    return out;
-  };
+  const std::map<int, double> ref = losses_by_step(s.path("straight"));  // step -> loss
+  auto final_shards = [&](const std::string& run) { return shards_of(s.path(run) + "/checkpoints/step-00000008"); };
+  REQUIRE(!final_shards("straight").empty());
   struct Kill {
     std::string name, env;
     std::string launch = "";  // troupe launch options (default: --respawn process)
@@ -217,13 +206,7 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
       REQUIRE(r.rc == 0);
       CHECK(r.err.find("restart 1") != std::string::npos);
       CHECK(r.err.find(kill.expect) != std::string::npos);
-      std::map<int, double> got;  // the last record of each step wins (a restart repeats steps)
-      std::ifstream in(s.path(run) + "/metrics.jsonl");
-      for (std::string line; std::getline(in, line);) {
-        auto j = nlohmann::json::parse(line);
-        if (j.contains("loss") && !j["loss"].is_null()) got[j["step"].get<int>()] = j["loss"].get<double>();
-      }
-      CHECK(got == ref);
+      CHECK(losses_by_step(s.path(run)) == ref);  // the last record of each step wins (a restart repeats steps)
       CHECK(final_shards(run) == final_shards("straight"));
     }
   }

@@ -4,14 +4,11 @@
 // waits for each bucket it reaches), an evaluation, a snapshot or a sample go on. Whole jobs
 // in one and 2 processes give the bytes of the same job without overlap.
 #include <algorithm>
-#include <fstream>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "multiprocess_helpers.h"
 
-namespace fs = std::filesystem;
 using namespace troupe::mptest;
 
 namespace {
@@ -109,21 +106,8 @@ TEST_CASE("overlap: a process killed with all-gathers in flight recovers in plac
                     s, "straight");
   INFO(straight.err);
   REQUIRE(straight.rc == 0);
-  auto losses = [&](const std::string& run) {
-    std::map<int, double> out;  // the last record of each step wins (a restart repeats steps)
-    std::ifstream in(s.path(run) + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("loss") && !j["loss"].is_null()) out[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-    return out;
-  };
-  auto shards = [&](const std::string& run) {
-    std::map<std::string, std::string> out;
-    for (auto& e : fs::directory_iterator(s.path(run) + "/checkpoints/step-00000008"))
-      if (e.path().filename().string().rfind("shard-", 0) == 0) out[e.path().filename().string()] = slurp(e.path());
-    return out;
-  };
+  auto final_shards = [&](const std::string& run) { return shards_of(s.path(run) + "/checkpoints/step-00000008"); };
+  REQUIRE(!final_shards("straight").empty());
   struct Kill {
     std::string name, env, set;
   };
@@ -139,8 +123,8 @@ TEST_CASE("overlap: a process killed with all-gathers in flight recovers in plac
     INFO(run << ": " << r.err);
     REQUIRE(r.rc == 0);
     CHECK(r.err.find("restart 1") != std::string::npos);
-    CHECK(losses(run) == losses("straight"));
-    CHECK(shards(run) == shards("straight"));
+    CHECK(losses_by_step(s.path(run)) == losses_by_step(s.path("straight")));
+    CHECK(final_shards(run) == final_shards("straight"));
   }
   CHECK(survivors(s) == 0);
 }
