@@ -115,6 +115,7 @@ class OptimizerLoop {
     for (int c = 0; c < V_; ++c) {
       for (auto& p : chunk(c).params()) {
         if (!skip && !z.is_value_view(i, p.value)) {  // a view (always, here) is up to date already
+          z.wait_gathered(i);
           if (a_.precision == DType::f32 && p.value.defined() && p.value.dtype() == DType::f32)
             z.copy_param(i, p.value.data());
           else
@@ -122,7 +123,7 @@ class OptimizerLoop {
         }
         ++i;
       }
-      chunk(c).zero_grads();
+      chunk(c).zero_grads(!z.bucketed() || skip);  // bucketed: each bucket's all-gather zeroes its gradients
     }
     return compute_s + seconds_since(t0);
   }
@@ -205,6 +206,7 @@ class OptimizerLoop {
     };
     const bool mixed = a_.precision != DType::f32;
     Zero1& z = zero1();
+    z.wait_gathered_all();  // the last update's all-gathers (overlap): the shard is final before
     // Before the first update the moments are zeros: not written (a snapshot without them
     // resumes with zeros), so the files are those of before issue 15 with DP = 1.
     const bool moments = z.updates() > 0;
@@ -245,6 +247,9 @@ class OptimizerLoop {
       }
     }
     pending_ = Counters{st.updates, st.loss_scale, st.growth_tracker, st.hysteresis_tracker};
+    // The all-gathers still running (overlap) end before the worker may restore the values
+    // they write (it waits through the link, attached until then); their failure is moot.
+    if (a_.zero1_link) a_.zero1_link->wait_gathered_all(/*quiet=*/true);
     if (a_.zero1_link) a_.zero1_link->attach(nullptr);
     z_.reset();  // made again from these moments and the worker's restored master weights
   }

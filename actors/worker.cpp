@@ -65,7 +65,7 @@ class Worker {
       Control c = std::move(control_.front());
       control_.pop_front();
       switch (c.what) {
-        case Control::stop: return;
+        case Control::stop: wait_params(/*quiet=*/true); return;
         case Control::step: run_step(c.k, c.kind, c.scale); break;
         case Control::infer_tokens: infer(c.k, 0, c.block.T, c.block.ids->data(), Tensor()); break;
         case Control::infer_act: infer(c.k, c.chunk, (int)c.act.dim(1), nullptr, c.act); break;
@@ -210,6 +210,7 @@ class Worker {
     pos_ = 0;
     step_scale_ = loss_scale;
     for (auto& ch : a_.chunks) ch->set_step(k);
+    hook_param_waits(true);
     const std::vector<Action>& actions = train ? a_.schedule->stages[s_] : forward_only_;
     const int tied_at = train ? tied_send_pos(actions) : -1;
     const std::vector<int> final_at = train ? final_grads_pos(actions, k) : std::vector<int>(V_, -1);
@@ -262,6 +263,7 @@ class Worker {
       if (k == a_.fault_kill_step && a_.fault_kill_phase == 'O') inject_fault(k);
     }
     pos_ = -1;
+    hook_param_waits(false);
     size_t act_bytes = 0;
     for (auto& ch : a_.chunks) act_bytes += ch->activation_bytes();
     // every TP rank of the last stage computed the same loss: TP rank 0 reports it
@@ -309,10 +311,35 @@ class Worker {
   // optimizer's reduce-scatter buckets (optimizer/zero1.h Zero1::grad_ready): tensor index =
   // the parameters of the chunks before c, then its index in chunk c.
   void hook_final_grads(int c) {
-    size_t base = 0;
-    for (int j = 0; j < c; ++j) base += chunk(j).params().size();
+    const size_t base = param_base(c);
     const Param* p0 = chunk(c).params().data();
     chunk(c).set_grad_hook([link = a_.zero1_link, base, p0](const Param& p) { link->grad_ready(base + (&p - p0)); });
+  }
+  // The optimizer's tensor index of chunk c's first parameter.
+  size_t param_base(int c) {
+    size_t base = 0;
+    for (int j = 0; j < c; ++j) base += chunk(j).params().size();
+    return base;
+  }
+  // Overlap: the last update's DP all-gathers may still be running (optimizer/zero1.h
+  // Zero1::wait_gathered). During a step (on) each forward waits, before a layer's first use
+  // of a parameter, for the bucket holding it; off clears the hooks.
+  void hook_param_waits(bool on) {
+    if (!a_.zero1_link) return;
+    for (int c = 0; c < V_; ++c) {
+      if (!on) {
+        chunk(c).set_param_hook(nullptr);
+        continue;
+      }
+      const Param* p0 = chunk(c).params().data();
+      chunk(c).set_param_hook(
+          [link = a_.zero1_link, base = param_base(c), p0](const Param& p) { link->wait_gathered(base + (&p - p0)); });
+    }
+  }
+  // ... and every other reader of the parameters (inference, a snapshot, a dump, a restore, a
+  // stop) waits for all of them first.
+  void wait_params(bool quiet = false) {
+    if (a_.zero1_link) a_.zero1_link->wait_gathered_all(quiet);
   }
   void send_tied(int64_t k) {
     Stage* first = s_ == 0 ? &chunk(0) : nullptr;
@@ -345,6 +372,7 @@ class Worker {
   }
 
   void infer(int64_t id, int c, int T, const int32_t* tokens, const Tensor& in) {
+    wait_params();
     const int PV = a_.P * V_;
     Tensor x = in;
     for (;;) {
@@ -371,6 +399,7 @@ class Worker {
   // Continues from a snapshot: this worker's shards of the logical tensors' values and (mixed
   // precision) fp32 master weights. The optimizer actor restores moments and counters.
   void resume_from(const TrainState& st) {
+    wait_params(/*quiet=*/true);  // no all-gather may write the values restored here
     for (int c = 0; c < V_; ++c) {
       const GPTConfig& g = chunk(c).config();
       const auto specs = gpt_param_specs(g);
@@ -390,6 +419,7 @@ class Worker {
   // handed to the optimizer actor, which adds its state and passes everything on.
   void snapshot(int64_t k, int32_t where) {
     ShardData sd{a_.dp_rank, s_, a_.tp_rank, {}};
+    wait_params();
     if (a_.dp_rank == 0)
       for (int c = 0; c < V_; ++c)
         for (const Param& p : chunk(c).params()) {
@@ -402,6 +432,7 @@ class Worker {
   }
 
   void dump() {
+    wait_params();
     ParamDump d{s_, a_.tp_rank, a_.dp_rank, {}};
     for (auto& ch : a_.chunks)
       for (auto& p : ch->params()) d.params.emplace_back(p.name, p.value.dtype() == DType::f32 ? p.value.clone() : ops::cast(p.value, DType::f32));

@@ -5,11 +5,14 @@
 # processes (troupe launch --nprocs 2, UCX between them), traced. Off and on alternate for
 # ROUNDS rounds (machines shared with other jobs drift); each run trains STEPS steps.
 # From each run (steps 3.. STEPS; steps 1-2 warm up, and step 1 has no buckets yet):
-#   exposed_comm_ms  mean per step of the optimizer's waits for DP communication ('comm
-#                    wait' spans of the trace: the reduce-scatter not yet finished when the
-#                    backward ended, and the all-gather), DP rank 0
-#   comm_ms          mean per step of the communication itself (the reduce-scatter and
-#                    all-gather spans on the comm track, bucket spans summed)
+#   exposed_comm_ms  median over the steps of the time a step waited for DP communication
+#                    ('comm wait' spans of the trace: the reduce-scatter not yet finished when
+#                    the backward ended; the all-gather — off: after the update; on: the
+#                    forward's waits for the buckets it reaches), DP rank 0. A median, not a
+#                    mean: a collective's wait includes the peer process's lateness, and one
+#                    slow step of the peer would dominate a mean of 8
+#   comm_ms          median over the steps of the communication itself (the reduce-scatter
+#                    and all-gather spans on the comm track, bucket spans summed)
 #   tokens_per_s     tokens of a step / median step time
 # Prints one JSON line per mode with the medians over the rounds (and every round's values).
 # Needs data/sotu.txt (make data).
@@ -52,8 +55,8 @@ def one(run):
     recs = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
     recs = [j for j in recs if j.get("step", 0) >= first and j.get("ms_per_step")]
     tps = statistics.median(j["tokens_per_s"] for j in recs)
-    n = len(steps)
-    return sum(wait.values()) / n, sum(comm.values()) / n, tps
+    med = lambda d: statistics.median(d.get(k, 0.0) for k in steps)  # a step without a span: 0
+    return med(wait), med(comm), tps
 for mode in ("off", "on"):
     runs = [one(f"{out}/overlap-{mode}-{r}") for r in range(1, rounds + 1)]
     print(json.dumps({"name": f"dp_overlap_{mode}",

@@ -125,6 +125,7 @@ void Zero1::enable_buckets(int64_t bucket_elems) {
   if (L_.DP == 1 || bucket_elems <= 0 || L_.N == 0) return;
   buckets_ = plan_grad_buckets(L_, bucket_elems);
   bucket_of_.assign(t_.size(), 0);
+  gathered_.assign(buckets_.size(), 1);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t i = buckets_[b].first; i <= buckets_[b].last; ++i) bucket_of_[i] = (int)b;
   std::lock_guard<std::mutex> l(mu_);
@@ -255,24 +256,18 @@ void Zero1::apply(const Zero1Decision& dec) {
   };
   if (!buckets_.empty()) {
     // Bucketed: each bucket's update, then its all-gather on the communication thread while
-    // the next bucket updates; in forward order (the last bucket holds the first tensors).
+    // the next bucket updates and, once this returns, the next step's forward runs (which
+    // waits for each bucket it reaches: wait_gathered); in forward order (the last bucket
+    // holds the first tensors). The job also narrows the other ranks' parameters (16-bit).
     for (size_t k = buckets_.size(); k-- > 0;) {
       const GradBucket& B = buckets_[k];
       for (size_t i = B.first; i <= B.last; ++i) update_tensor(i, dec);
       const int64_t a = std::clamp(lo_, B.begin, B.end), b = std::clamp(lo_ + L_.S, B.begin, B.end);
       round_own(a, b);
-      comm_->post([this, buf, a, k] {
-        const GradBucket& B = buckets_[k];
-        const auto t0 = std::chrono::steady_clock::now();
-        dp_->all_gather_v(buf + a, buf + B.begin, bucket_counts(L_, B), timeout_s_);
-        std::lock_guard<std::mutex> l(mu_);
-        spans_.push_back({'G', (int)k, t0, std::chrono::steady_clock::now()});
-      });
+      post_gather(k, buf, a);
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    comm_->drain();
-    std::lock_guard<std::mutex> l(mu_);
-    spans_.push_back({'E', -1, t0, std::chrono::steady_clock::now()});
+    if (scaler_) scaler_->update(false);
+    return;
   } else {
     for (size_t i = 0; i < t_.size(); ++i) update_tensor(i, dec);
     if (L_.S > 0) {

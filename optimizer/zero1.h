@@ -49,23 +49,32 @@
 // as its tensors' gradients are final (the worker calls it during the last backward);
 // reduce_gradients then starts the rest and waits. The same bits as one reduce-scatter.
 // apply then updates bucket by bucket in forward order, each bucket's all-gather running on
-// that thread while the next bucket updates (the same bits as one all-gather).
+// that thread while the next bucket updates (the same bits as one all-gather), and returns
+// without waiting for them: the all-gathers overlap what follows, the next step's first
+// forward above all, which waits (wait_gathered) before a layer's first use of its parameters
+// for the bucket(s) holding them only. A bucket's all-gather job also rounds the other ranks'
+// parameters into the values (16-bit) and zeroes the bucket's gradients for the next step.
+// Until wait_gathered(i) (or wait_gathered_all) returned, tensor i's value_view, param(i) and
+// grad_view are not to be read or written.
 // Errors: a collective that fails or misses its deadline (timeout_s) throws troupe::Error
 // (collectives/communicator.h) and leaves this object unusable for further steps; the fp16
 // loss scaler at its minimum throws UserError (optimizer/loss_scaler.h).
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "collectives/communicator.h"
 #include "core/config.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/tensor.h"  // DType
 #include "optimizer/grad_buckets.h"
 #include "optimizer/loss_scaler.h"
@@ -160,12 +169,24 @@ class Zero1 {
   // found-inf. Throws Error (collective failed or timed out).
   Zero1Grads reduce_gradients(const std::vector<const float*>& grads);
   // Step 3. Collective over DP unless d.skip. Updates the loss scaler (fp16) with d.skip.
+  // Bucketed: returns with the all-gathers still running (wait_gathered).
   void apply(const Zero1Decision& d);
+  // Bucketed: waits until the all-gather of every bucket holding tensor i (wait_gathered) or
+  // of all buckets (wait_gathered_all) has finished; nothing to wait for otherwise. Called
+  // from any thread (a worker's forward). The time waited is a 'E' span (exposed). Throws
+  // Error when an all-gather failed or no all-gather finished within the collective deadline
+  // (timeout_s, the time this process was stopped not counted) — never waits longer.
+  void wait_gathered(size_t i);
+  void wait_gathered_all();
   // Tensor i's parameters (numel fp32 values of the compute dtype) after an apply that did
-  // not skip; undefined before.
-  const float* param(size_t i) const { return (compute_ == DType::f32 ? vals_ : flat_).data() + L_.offset[i]; }
+  // not skip (bucketed: and wait_gathered(i)); undefined before. Bucketed 16-bit: none (the
+  // all-gather zeroes the buffer they crossed in; read the value_view): throws Error.
+  const float* param(size_t i) const {
+    TROUPE_CHECK(compute_ == DType::f32 || buckets_.empty()) << "ZeRO-1: bucketed 16-bit parameters are value_views";
+    return (compute_ == DType::f32 ? vals_ : flat_).data() + L_.offset[i];
+  }
   // Copies param(i) to dst (numel fp32 values), over the caller's thread budget; nothing
-  // when dst is param(i) (a value_view).
+  // when dst is param(i) (a value_view). Bucketed: after wait_gathered(i).
   void copy_param(size_t i, float* dst) const {
     if (dst != param(i)) copy_floats(dst, param(i), L_.numel[i]);
   }
@@ -234,10 +255,15 @@ class Zero1 {
   Tensor m_, v_;             // S fp32 each: this rank's AdamW moments
   std::optional<DynamicLossScaler> scaler_;
   int64_t updates_ = 0;
-  // Overlap (enable_buckets). mu_ guards ready_, pending_, next_, found_inf_ and spans_.
+  // Overlap (enable_buckets). mu_ guards ready_, pending_, next_, found_inf_, spans_,
+  // gathered_, gathers_done_ and gather_error_.
   std::vector<GradBucket> buckets_;
   std::vector<int> bucket_of_;                // tensor -> bucket
   std::mutex mu_;
+  std::condition_variable gather_cv_;         // an all-gather finished or failed
+  std::vector<char> gathered_;                // per bucket: its parameters are all-gathered
+  int64_t gathers_done_ = 0;                  // all-gathers finished so far (progress)
+  std::string gather_error_;                  // the first all-gather's failure
   std::vector<char> ready_;                   // per tensor: final this step
   std::vector<int64_t> pending_;              // per bucket: tensors not final yet
   size_t next_ = 0;                           // the next bucket to start
@@ -251,6 +277,11 @@ class Zero1 {
   void replace_ties(int64_t j0, int64_t j1, const std::vector<int64_t>& local);
   void mark_ready_locked(size_t i);
   void launch_locked(size_t b);               // posts bucket b's reduce-scatter to comm_
+  // Posts bucket k's all-gather (from this rank's part at buf + a) to comm_
+  // (optimizer/zero1_overlap.cpp).
+  void post_gather(size_t k, float* buf, int64_t a);
+  void gather_bucket(size_t k, float* buf, int64_t a);  // that job's body
+  void wait_buckets(size_t b0, size_t b1);              // wait_gathered for buckets [b0, b1)
   void reset_buckets_locked();
 };
 
@@ -270,6 +301,21 @@ class Zero1Link {
   void grad_ready(size_t i) {
     std::lock_guard<std::mutex> l(mu_);
     if (z_) z_->grad_ready(i);
+  }
+  // Zero1::wait_gathered(i) / wait_gathered_all; nothing while none is attached. With quiet,
+  // a failed all-gather throws nothing (a stop, a restore: the state is dropped or replaced).
+  void wait_gathered(size_t i) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (z_) z_->wait_gathered(i);
+  }
+  void wait_gathered_all(bool quiet = false) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!z_) return;
+    try {
+      z_->wait_gathered_all();
+    } catch (const std::exception&) {
+      if (!quiet) throw;
+    }
   }
 
  private:

@@ -132,6 +132,7 @@ void Stage::forward_blocks(Slot& sl, int B, int T, Tensor& out, bool stash) {
   const int n = (int)blocks_.size();
   for (int i = 0; i < n; ++i) {
     Tensor& y = (i + 1 < n) ? sl.acts[i + 1].x : out;
+    each_of_block(param_hook_, i);
     if (recompute_) {
       re_acts_.ensure(B, T, cfg_, rows((int64_t)B * T));  // x2 and the statistics: this rank's rows
       re_acts_.x = sl.acts[i].x;
@@ -147,6 +148,7 @@ double Stage::head_forward(Slot& sl, const int32_t* targets, int64_t BT, bool ke
   const int64_t R = rows(BT);
   // ln_f on this rank's rows; the head gathers them (sequence parallelism) into sl.lnf
   Tensor part = ctx_.sp_on() ? Tensor({R, cfg_.C}, act_dt()) : sl.lnf;
+  each(param_hook_, {lnf_w_, lnf_b_, wte_});
   lnf_.forward(part, sl.lnf_mean.data(), sl.lnf_rstd.data(), sl.xf, R);
   return head_.forward(part, sl.lnf, targets, BT, sl.logits, logits_scratch_, keep, dloss);
 }
@@ -203,6 +205,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
   if (first()) {
     TROUPE_CHECK(tokens != nullptr);
     std::memcpy(sl->tokens.data(), tokens, BT * sizeof(int32_t));
+    each(param_hook_, {wte_, wpe_});
     embed_.forward(sl->acts[0].x.data(), tokens, B, T);
   } else {
     TROUPE_CHECK(input.defined() && input.numel() == R * C)
@@ -321,10 +324,12 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   sl->ensure(1, T, cfg_, (int)blocks_.size(), first(), last(), !recompute_, T, !logits16(), act_dt());
   set_drop(0, 1, T, false);
   const int C = cfg_.C;
-  if (first())
+  if (first()) {
+    each(param_hook_, {wte_, wpe_});
     embed_.forward(sl->acts[0].x.data(), tokens, 1, T);
-  else
+  } else {
     sl->acts[0].x = input;
+  }
   Tensor out;
   if (!last()) {
     out = Tensor({1, T, C});
@@ -332,6 +337,7 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   } else {
     forward_blocks(*sl, 1, T, sl->xf, false);
     Tensor lnf({(int64_t)T, C});  // fp32, not rounded: sampling reads the full-precision logits
+    each(param_hook_, {lnf_w_, lnf_b_, wte_});
     lnf_.forward(lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, T, /*round=*/false);
     *last_logits = head_.row_logits(lnf.data() + (int64_t)(T - 1) * C);
   }
@@ -349,16 +355,16 @@ void Stage::set_precision(DType dt) {
   }
 }
 
-void Stage::grads_final(std::initializer_list<const Param*> ps) const {
-  if (grad_hook_)
-    for (const Param* p : ps) grad_hook_(*p);
+void Stage::each(const std::function<void(const Param&)>& fn, std::initializer_list<const Param*> ps) {
+  if (fn)
+    for (const Param* p : ps) fn(*p);
 }
 
-void Stage::block_grads_final(int i) const {
+void Stage::each_of_block(const std::function<void(const Param&)>& fn, int i) const {
   const Block& b = blocks_[i];
-  if (grad_hook_)
-    grads_final({b.ln1.w, b.ln1.b, b.qkv.w, b.qkv.b, b.proj.w, b.proj.b, b.ln2.w, b.ln2.b, b.fc.w, b.fc.b, b.fcproj.w,
-                 b.fcproj.b});
+  if (fn)
+    each(fn, {b.ln1.w, b.ln1.b, b.qkv.w, b.qkv.b, b.proj.w, b.proj.b, b.ln2.w, b.ln2.b, b.fc.w, b.fc.b, b.fcproj.w,
+              b.fcproj.b});
 }
 
 void Stage::tie_grads(const Tensor& other) {
@@ -385,8 +391,9 @@ std::vector<std::pair<int, double>> Stage::grad_sumsq() const {
   return out;
 }
 
-void Stage::zero_grads() {
-  for (auto& p : params_) p.grad.zero_();
+void Stage::zero_grads(bool params) {
+  if (params)
+    for (auto& p : params_) p.grad.zero_();
   if (head_grad_.defined()) head_grad_.zero_();
 }
 

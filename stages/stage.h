@@ -99,6 +99,12 @@ class Stage {
   // weight-gradient action of this stage, when those gradients are final (the DP
   // reduce-scatter buckets: optimizer/grad_buckets.h); empty: nothing is called.
   void set_grad_hook(std::function<void(const Param&)> fn) { grad_hook_ = std::move(fn); }
+  // Called with each parameter just before forward or infer reads it: wte and wpe before the
+  // embedding (first stage), each block's parameters before the block, ln_f's and wte before
+  // the head (last stage). A worker sets it while the DP all-gather of the last update may
+  // still be filling the parameters (optimizer/zero1.h Zero1::wait_gathered), so the forward
+  // waits for each bucket only when it reaches it; empty: nothing is called.
+  void set_param_hook(std::function<void(const Param&)> fn) { param_hook_ = std::move(fn); }
   // Inference: logits (V) of the last position of tokens (T) — last stage; other stages
   // pass the activation along like forward(). Nothing is stashed.
   Tensor infer(int T, const int32_t* tokens, const Tensor& input, std::vector<float>* last_logits);
@@ -115,7 +121,9 @@ class Stage {
   // counts in the global norm: each element exactly once (wte by the first stage,
   // replicated tensors by TP rank 0).
   std::vector<std::pair<int, double>> grad_sumsq() const;
-  void zero_grads();
+  // Zeroes the gradient accumulators: the parameters' (unless params is false: the DP
+  // all-gather zeroes them, optimizer/zero1.h) and the head's.
+  void zero_grads(bool params = true);
   // Bytes held in parameters + gradients, and in activation buffers now allocated.
   size_t param_bytes() const;
   size_t activation_bytes() const;
@@ -148,9 +156,12 @@ class Stage {
   bool logits16() const { return direct16(); }  // the stashed dlogits in dt
   DType act_dt() const { return direct16() ? ctx_.dt : DType::f32; }
   Tensor work_;
-  std::function<void(const Param&)> grad_hook_;
-  void grads_final(std::initializer_list<const Param*> ps) const;  // grad_hook_ on each
-  void block_grads_final(int i) const;                               // ... on block i's parameters
+  std::function<void(const Param&)> grad_hook_, param_hook_;
+  // fn (grad_hook_ or param_hook_; nothing when empty) on each of ps, or of block i's parameters.
+  static void each(const std::function<void(const Param&)>& fn, std::initializer_list<const Param*> ps);
+  void each_of_block(const std::function<void(const Param&)>& fn, int i) const;
+  void grads_final(std::initializer_list<const Param*> ps) const { each(grad_hook_, ps); }
+  void block_grads_final(int i) const { each_of_block(grad_hook_, i); }
   // Last stage: ln_f and the LM head on the blocks' output sl.xf (R rows); returns the
   // summed token losses (dlogits stashed with keep).
   double head_forward(Slot& sl, const int32_t* targets, int64_t BT, bool keep, float dloss);

@@ -18,95 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "cli_helpers.h"
+#include "multiprocess_helpers.h"
 
 namespace fs = std::filesystem;
-
-namespace {
-const std::string kSrc = TROUPE_SOURCE_DIR;
-
-using troupe::test::slurp;
-using troupe::test::troupe_bin;
-struct Scratch : troupe::test::Scratch {
-  explicit Scratch(const std::string& name) : troupe::test::Scratch("mp", name) {}
-};
-
-struct Run {
-  int rc;
-  std::string err;
-  double seconds;
-};
-
-// Runs a shell command from the source dir under `timeout`, stderr to a file.
-Run sh(const std::string& cmd, const Scratch& s, const std::string& tag, int timeout_s = 240) {
-  const std::string err = s.path(tag + ".stderr");
-  const std::string full = "cd '" + kSrc + "' && timeout -k 5 " + std::to_string(timeout_s) + " " + cmd + " > '" +
-                           s.path(tag + ".stdout") + "' 2> '" + err + "'";
-  auto t0 = std::chrono::steady_clock::now();
-  int st = std::system(full.c_str());
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err), secs};
-}
-
-// The tiny job for 3 steps with a snapshot at step 3, the data cache shared by the test.
-std::string train_args(const Scratch& s, const std::string& run, const std::string& layout) {
-  return "train --config configs/tiny.toml --run-dir '" + s.path(run) + "' --set data.cache_dir='" + s.path("cache") +
-         "' --set train.steps=3 --set train.eval_interval=0 --set train.eval_batches=1 --set train.sample_tokens=0"
-         " --set checkpoint.interval=3 --set fault.timeout_s=10 --set train.timeout_s=60 " +
-         layout;
-}
-
-struct Outcome {
-  std::vector<double> losses;
-  double val = 0;
-  std::map<std::string, std::string> shards;  // file name -> bytes
-};
-
-Outcome read_run(const std::string& run) {
-  Outcome o;
-  std::ifstream in(run + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && !j["loss"].is_null()) o.losses.push_back(j["loss"].get<double>());
-    if (j.contains("val_loss") && !j.contains("summary")) o.val = j["val_loss"].get<double>();
-  }
-  const std::string snap = run + "/checkpoints/step-00000003";
-  if (fs::exists(snap))
-    for (auto& e : fs::directory_iterator(snap))
-      if (e.path().filename().string().rfind("shard-", 0) == 0) o.shards[e.path().filename().string()] = slurp(e.path());
-  return o;
-}
-
-// A run's 3 losses, validation loss and snapshot shards are bitwise those of ref.
-void check_same_run(const Outcome& got, const Outcome& ref) {
-  REQUIRE(got.losses.size() == 3);
-  for (int k = 0; k < 3; ++k) CHECK(got.losses[k] == ref.losses[k]);  // bitwise: same doubles
-  CHECK(got.val == ref.val);
-  REQUIRE(got.shards.size() == ref.shards.size());
-  for (auto& [name, bytes] : ref.shards) {
-    INFO("shard " << name);
-    REQUIRE(got.shards.count(name));
-    CHECK(got.shards.at(name) == bytes);
-  }
-}
-
-// No process of this test's runs may outlive it (those still exiting get 15 s).
-int survivors(const Scratch& s) {
-  const std::string cmd = "pgrep -f -- '" + s.dir.string() + "' | grep -v $$ | wc -l";
-  int n = 0;
-  for (int i = 0; i < 30; ++i) {
-    FILE* p = popen(cmd.c_str(), "r");
-    n = 0;
-    if (p) {
-      if (fscanf(p, "%d", &n) != 1) n = 0;
-      pclose(p);
-    }
-    if (n == 0) break;
-    usleep(500 * 1000);
-  }
-  return n;
-}
-}  // namespace
+using namespace troupe::mptest;
 
 TEST_CASE("layouts over 2 and 4 processes equal the one-process run bitwise", "[multiprocess]") {
   Scratch s("layouts");
@@ -145,64 +60,6 @@ TEST_CASE("layouts over 2 and 4 processes equal the one-process run bitwise", "[
       REQUIRE(multi.rc == 0);
       CHECK(multi.err.find("all " + std::to_string(n) + " processes joined") != std::string::npos);
       check_same_run(read_run(s.path(run)), ref);
-    }
-  }
-  CHECK(survivors(s) == 0);
-}
-
-TEST_CASE("overlap changes no bit: the DP reduce-scatter in buckets during backward, in one and 2 processes",
-          "[multiprocess][overlap]") {
-  // parallel.dp_bucket_mb = 0 (one reduce-scatter after the backward, in one process) is the
-  // reference; 0.02 MiB cuts each worker's gradients into dozens of buckets started during the
-  // last microbatch's backward (from step 2 on), with 1F1B and with the zero-bubble schedule
-  // (buckets started by W actions). Losses, validation loss and the step-3 snapshot's shards
-  // (values, masters, moments) must be the same bytes.
-  Scratch s("overlap");
-  struct Case {
-    std::string name, layout;
-  };
-  const std::vector<Case> cases = {
-      {"dp2", "--set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=2"},
-      {"dp2pp2-zb", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=2 --set parallel.schedule=zb-h1"},
-  };
-  for (const auto& c : cases) {
-    const std::string off = c.name + "-off";
-    Run ref_run = sh("'" + troupe_bin() + "' " +
-                         train_args(s, off, c.layout + " --set parallel.dp_bucket_mb=0 --set train.threads=2"),
-                     s, off);
-    INFO(c.name << " without overlap: " << ref_run.err);
-    REQUIRE(ref_run.rc == 0);
-    const Outcome ref = read_run(s.path(off));
-    REQUIRE(ref.losses.size() == 3);
-    REQUIRE(!ref.shards.empty());
-    for (int n : {1, 2}) {
-      const std::string run = c.name + "-on-" + std::to_string(n) + "p";
-      const std::string args = train_args(s, run, c.layout + " --set parallel.dp_bucket_mb=0.02 --set train.threads=" +
-                                                      std::to_string(n == 1 ? 2 : 1));
-      const std::string trace = s.path(run + ".trace.json");
-      Run on = sh(n == 1 ? "'" + troupe_bin() + "' " + args
-                         : "'" + troupe_bin() + "' launch --nprocs 2 --grace 15 -- '" + troupe_bin() + "' " + args +
-                               " --trace '" + trace + "'",
-                  s, run);
-      INFO(c.name << " with overlap in " << n << " process(es): " << on.err);
-      REQUIRE(on.rc == 0);
-      check_same_run(read_run(s.path(run)), ref);
-      if (n == 2 && c.name == "dp2") {  // the trace: buckets on stage 0's comm track, the first during backward
-        const auto j = nlohmann::json::parse(slurp(trace));
-        for (int64_t step : {2, 3}) {
-          INFO("step " << step);
-          double b_end = 0, rs_start = 1e300;
-          int buckets = 0;
-          for (auto& e : j["traceEvents"]) {
-            if (e["ph"] != "X" || e["args"]["step"] != step) continue;
-            const double t0 = e["ts"].get<double>(), t1 = t0 + e["dur"].get<double>();
-            if (e["cat"] == "B" && e["tid"] == 0) b_end = std::max(b_end, t1);
-            if (e["cat"] == "reduce-scatter" && e["tid"] == 1) ++buckets, rs_start = std::min(rs_start, t0);
-          }
-          CHECK(buckets >= 10);
-          CHECK(rs_start < b_end);
-        }
-      }
     }
   }
   CHECK(survivors(s) == 0);
@@ -305,20 +162,9 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
                     "straight");
   INFO(straight.err);
   REQUIRE(straight.rc == 0);
-  std::map<int, double> ref;  // step -> loss
-  {
-    std::ifstream in(s.path("straight") + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("loss") && !j["loss"].is_null()) ref[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-  }
-  auto final_shards = [&](const std::string& run) {
-    std::map<std::string, std::string> out;
-    for (auto& e : fs::directory_iterator(s.path(run) + "/checkpoints/step-00000008"))
-      if (e.path().filename().string().rfind("shard-", 0) == 0) out[e.path().filename().string()] = slurp(e.path());
-    return out;
-  };
+  const std::map<int, double> ref = losses_by_step(s.path("straight"));  // step -> loss
+  auto final_shards = [&](const std::string& run) { return shards_of(s.path(run) + "/checkpoints/step-00000008"); };
+  REQUIRE(!final_shards("straight").empty());
   struct Kill {
     std::string name, env;
     std::string launch = "";  // troupe launch options (default: --respawn process)
@@ -360,13 +206,7 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
       REQUIRE(r.rc == 0);
       CHECK(r.err.find("restart 1") != std::string::npos);
       CHECK(r.err.find(kill.expect) != std::string::npos);
-      std::map<int, double> got;  // the last record of each step wins (a restart repeats steps)
-      std::ifstream in(s.path(run) + "/metrics.jsonl");
-      for (std::string line; std::getline(in, line);) {
-        auto j = nlohmann::json::parse(line);
-        if (j.contains("loss") && !j["loss"].is_null()) got[j["step"].get<int>()] = j["loss"].get<double>();
-      }
-      CHECK(got == ref);
+      CHECK(losses_by_step(s.path(run)) == ref);  // the last record of each step wins (a restart repeats steps)
       CHECK(final_shards(run) == final_shards("straight"));
     }
   }

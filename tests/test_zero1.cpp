@@ -12,6 +12,7 @@
 
 #include "collectives/communicator.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/grad_buckets.h"
 #include "optimizer/zero1.h"
@@ -53,6 +54,13 @@ float grad_of(int64_t k, size_t i, int64_t e, int r, int n) {
 }
 float master_of(size_t i, int64_t e) { return 0.25f * (float)((int64_t)i * 3 - e) / 16; }
 
+// Tensor i's values as the model reads them (its value_view, widened exactly): param(i) but
+// also after a bucketed 16-bit apply, whose all-gather zeroes the buffer param(i) reads.
+std::vector<float> values_of(const Zero1& z, size_t i) {
+  const Tensor v = ops::cast(z.value_view(i, {kSizes[i]}), DType::f32);
+  return std::vector<float>(v.data(), v.data() + v.numel());
+}
+
 struct Run {
   std::vector<std::vector<float>> params;  // after the last step (as rank 0 sees them)
   std::vector<std::vector<float>> master, m, v;  // assembled from every rank's shard
@@ -87,6 +95,7 @@ Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {
   for (int k = 1; k <= steps; ++k) {
     std::vector<Zero1Grads> g(n);
     on_ranks(n, [&](int r) {
+      z[r]->wait_gathered_all();  // bucketed: the last update's all-gathers, as a worker's forward waits
       std::vector<std::vector<float>> grads(kSizes.size());
       std::vector<const float*> ptr;
       for (size_t i = 0; i < kSizes.size(); ++i) {
@@ -117,8 +126,9 @@ Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {
     const Zero1Decision d{skip ? 1.0f : clip_scale(norm, o.grad_clip), lr_at(o, k), skip};
     on_ranks(n, [&](int r) { z[r]->apply(d); });
   }
+  on_ranks(n, [&](int r) { z[r]->wait_gathered_all(); });
   for (size_t i = 0; i < kSizes.size(); ++i) {
-    out.params.emplace_back(z[0]->param(i), z[0]->param(i) + kSizes[i]);
+    out.params.push_back(values_of(*z[0], i));
     for (auto* f : {&out.master, &out.m, &out.v}) f->emplace_back(kSizes[i], NAN);
     for (int r = 0; r < n; ++r)
       z[r]->for_owned(i, [&](int64_t off, int64_t cnt, const float* ma, const float* m, const float* v) {
@@ -128,7 +138,7 @@ Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {
         }
       });
     for (int r = 1; r < n && !out.skipped.back(); ++r)  // every rank holds the same gathered parameters
-      CHECK(std::equal(out.params[i].begin(), out.params[i].end(), z[r]->param(i)));
+      CHECK(out.params[i] == values_of(*z[r], i));
   }
   out.loss_scale = z[0]->loss_scale();
   out.updates = z[0]->updates();
@@ -244,7 +254,7 @@ TEST_CASE("ZeRO-1 gradient buckets: whole tensors from the last, covering the pa
   CHECK_THROWS(plan_grad_buckets(L, 0));
 }
 
-TEST_CASE("ZeRO-1: the reduce-scatter in buckets started during backward changes no bit", "[optimizer][zero1][overlap]") {
+TEST_CASE("ZeRO-1: the reduce-scatter in buckets started during backward and the all-gathers after apply change no bit", "[optimizer][zero1][overlap]") {
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     const double scale = dt == DType::f16 ? 1024.0 : 1.0;
     for (int n : {2, 3}) {
@@ -266,6 +276,54 @@ TEST_CASE("ZeRO-1: the reduce-scatter in buckets started during backward changes
   CHECK(bucketed.skipped == std::vector<bool>{false, true, false});
   CHECK(same_bits(bucketed.master, plain.master));
   CHECK(bucketed.loss_scale == plain.loss_scale);
+}
+
+TEST_CASE("ZeRO-1 overlap: apply returns before its parameter all-gathers, and a wait for them has a deadline",
+          "[optimizer][zero1][overlap]") {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO("dtype " << (int)dt);
+    auto comms = make_local_group(2, "gather test");
+    OptimConfig o;
+    std::vector<std::unique_ptr<Zero1>> z(2);
+    for (int r = 0; r < 2; ++r) {
+      z[r] = std::make_unique<Zero1>(tensors(), comms[r], o, dt, LossScalerConfig{}, 1.0);
+      z[r]->enable_buckets(6);
+      REQUIRE(z[r]->buckets().size() >= 3);
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        std::vector<float> w(kSizes[i]);
+        for (int64_t e = 0; e < kSizes[i]; ++e) w[e] = master_of(i, e);
+        z[r]->load(i, w.data(), nullptr, nullptr);
+      }
+    }
+    auto reduce = [&](int64_t k) {
+      on_ranks(2, [&](int r) {
+        std::vector<std::vector<float>> g(kSizes.size());
+        std::vector<const float*> ptr;
+        for (size_t i = 0; i < kSizes.size(); ++i) {
+          for (int64_t e = 0; e < kSizes[i]; ++e) g[i].push_back(grad_of(k, i, e, r, 2));
+          ptr.push_back(g[i].data());
+        }
+        z[r]->reduce_gradients(ptr);
+      });
+    };
+    const Zero1Decision d{1.0f, 1e-2, false};
+    reduce(1);
+    // Rank 0 updates while rank 1 has not even started: an apply that waited for its
+    // all-gathers (which need rank 1) would throw at the 1 s deadline.
+    REQUIRE_NOTHROW(z[0]->apply(d));
+    REQUIRE_NOTHROW(z[1]->apply(d));
+    for (int r = 0; r < 2; ++r) REQUIRE_NOTHROW(z[r]->wait_gathered_all());
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      CHECK(values_of(*z[0], i) == values_of(*z[1], i));
+      CHECK(values_of(*z[0], i)[0] != master_of(i, 0));  // updated
+      for (int64_t e = 0; e < kSizes[i]; ++e) CHECK(z[0]->grad_view(i, {kSizes[i]}).data()[e] == 0.0f);  // zeroed
+    }
+    // Rank 1 never applies step 2: rank 0's wait for the first tensors' bucket ends with the
+    // collective's deadline, naming the all-gather, instead of hanging.
+    reduce(2);
+    z[0]->apply(d);
+    CHECK_THROWS_WITH(z[0]->wait_gathered(0), Catch::Contains("all-gather"));
+  }
 }
 
 TEST_CASE("ZeRO-1: found-inf on one rank skips the step on every rank", "[optimizer][zero1]") {
