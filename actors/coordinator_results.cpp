@@ -50,7 +50,15 @@ std::string Coordinator::sample(int n, JobResult& res) {
   if (toks.empty()) toks = {ctx_.sample_start_token};
   std::mt19937_64 rng(ctx_.sample_seed ? ctx_.sample_seed : cfg_.train.seed ^ 0x5a5a5a5aULL);
   std::vector<int32_t> out;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto said = t0;
   for (int i = 0; i < n; ++i) {
+    // train's end-of-run sample is not streamed (generate's is, through on_token): a progress
+    // line at most every 10 s, so a long one is never minutes of silence
+    if (const auto now = std::chrono::steady_clock::now(); !ctx_.quiet && !ctx_.on_token && now - said > std::chrono::seconds(10)) {
+      said = now;
+      spdlog::info("sample: {} of {} tokens ({:.0f} tokens/s)", i, n, i / std::chrono::duration<double>(now - t0).count());
+    }
     if (i > 0 && stop_signal() != 0) {  // Ctrl-C during the sample: it ends here
       if (!ctx_.quiet) spdlog::info("signal {}: the sample stops after {} of {} tokens", stop_signal(), i, n);
       break;

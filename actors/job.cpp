@@ -330,14 +330,20 @@ int Coordinator::stop_signal() const {
 
 // Snapshots after step k (interval, memory interval, a signal); true when a signal stops the run.
 bool Coordinator::after_step(int64_t k, JobResult& res) {
-  const int signo = stop_signal();
+  int signo = stop_signal();
   const bool sig = signo != 0;
   const int iv = cfg_.checkpoint.interval, miv = cfg_.checkpoint.memory_interval;
   const int32_t where = (a_.writer && ((iv > 0 && k % iv == 0) || sig) ? kSnapDisk : 0) |
                         (!a_.keepers.empty() && miv > 0 && k % miv == 0 ? kSnapMemory : 0);
   if (where) take_snapshot(k, where);
   if (a_.writer) watch_disk();
-  if (!sig) return false;
+  if (!sig) {
+    // a signal during the hand-off above was acknowledged as "stopping after step k" (the step
+    // noted under way): stop here, with step k's snapshot, not after step k + 1
+    signo = stop_signal();
+    if (signo == 0) return false;
+    if (a_.writer && !(where & kSnapDisk)) take_snapshot(k, kSnapDisk);
+  }
   res.stopped_by_signal = true;
   if (!ctx_.quiet)
     spdlog::info("signal {}: stopping after step {}{}", signo, k,
@@ -357,8 +363,14 @@ void Coordinator::finish(JobResult& res, MetricsLog& metrics) {
                  {"unigram_entropy", ctx_.unigram_entropy}, {"tokens_per_s", res.tokens_per_s}});
   if (!ctx_.trace_path.empty()) analyze_trace(res);
   if (cfg_.train.sample_tokens > 0 && ctx_.decode) {
-    res.sample = sample(cfg_.train.sample_tokens, res);
-    if (!ctx_.quiet) spdlog::info("sample ({} tokens):\n{}", cfg_.train.sample_tokens, res.sample);
+    const int n = cfg_.train.sample_tokens;
+    if (!ctx_.quiet)  // a long sample is minutes of work: say so, and how to end it early
+      spdlog::info("sampling {} tokens (train.sample_tokens; Ctrl-C ends the sample early, the run is saved)", n);
+    res.sample = sample(n, res);
+    const size_t got = res.sample_ids.size();
+    if (!ctx_.quiet)
+      spdlog::info("sample ({}):\n{}", got == (size_t)n ? fmt::format("{} tokens", n) : fmt::format("{} of {} tokens, stopped", got, n),
+                   res.sample);
   }
   if (ctx_.collect_params) res.params = dump_params();
   shutdown();

@@ -266,8 +266,12 @@ std::vector<char> read_listed_file(const std::string& dir, const std::string& pa
   TROUPE_USER_CHECK(f.name.find('/') == std::string::npos &&
                     (f.name.rfind("shard-", 0) == 0 || f.name == "tokenizer.model"))
       << "snapshot manifest " << mpath << " names an unexpected file '" << f.name << "'";
-  TROUPE_USER_CHECK(fs::is_regular_file(path)) << "snapshot " << dir << " is missing its shard file " << f.name
-                                               << "; use another snapshot";
+  std::error_code ec;
+  TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec))) << "snapshot " << dir << " is missing its shard file "
+                                                               << f.name << "; use another snapshot";
+  TROUPE_USER_CHECK(fs::is_regular_file(path, ec))
+      << "snapshot shard " << path << " is not a regular file (a FIFO, a device, a folder, or a link to one or to "
+      << "nothing); use another snapshot";
   const uint64_t size = fs::file_size(path);
   TROUPE_USER_CHECK(size == f.bytes) << "snapshot shard " << path << " has " << size << " bytes, the manifest says "
                                      << f.bytes << " (truncated or replaced); use another snapshot";

@@ -50,14 +50,27 @@ std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
     for (CLI::App* sub : app.get_subcommands()) {
       const CLI::Option* opt = sub->get_option_no_throw(name);
       if (!opt) continue;
+      // the type name may carry a validator's text ("INT:INT in [1 - 100000]"): its head names the kind
       const std::string type = opt->get_type_name();
-      const std::string kind = type == "INT" || type == "UINT" ? "a whole number in range"
-                               : type == "FLOAT"                ? "a number"
-                                                                : "a value of type " + type;
+      const auto starts = [&](const char* t) { return type.rfind(t, 0) == 0; };
+      const std::string kind = starts("INT") || starts("UINT") ? "a whole number in range"
+                               : starts("FLOAT")               ? "a number"
+                                                               : "a value of type " + type;
       return name + " of troupe " + sub->get_name() + " takes " + kind + ", not '" + value + "': " +
              opt->get_description() + " (troupe help " + sub->get_name() + ")";
     }
   }
+  // "--logits-out: At Most 1 required but received 2", "--resume: 1 required TEXT missing": in troupe's words
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e))
+    if (const size_t colon = msg.find(": "); colon != std::string::npos && msg.rfind("-", 0) == 0)
+      for (CLI::App* sub : app.get_subcommands())
+        if (const CLI::Option* opt = sub->get_option_no_throw(msg.substr(0, colon))) {
+          const std::string name = msg.substr(0, colon), what = msg.substr(colon + 2);
+          const std::string head = name + " of troupe " + sub->get_name();
+          if (what.find("missing") != std::string::npos)
+            return head + " needs a value after it: " + opt->get_description() + " (troupe help " + sub->get_name() + ")";
+          return head + " takes one value and was given more; pass it once (" + opt->get_description() + ")";
+        }
   if (dynamic_cast<const CLI::ValidationError*>(&e))  // "--seed: '...' is out of range ...": add what it takes
     if (const size_t colon = msg.find(": "); colon != std::string::npos && msg.rfind("--", 0) == 0)
       for (CLI::App* sub : app.get_subcommands())
@@ -335,7 +348,7 @@ int run_command(int argc, char** argv) {
     print_error(log_prefix_ + describe_exception(e));
     return 2;
   } catch (const std::exception& e) {
-    print_error(log_prefix_ + describe_exception(e));
+    print_error(log_prefix_ + describe_exception(e), false);  // an internal failure: its wait-for graph below
     return 1;
   }
 }

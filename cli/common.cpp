@@ -63,11 +63,11 @@ std::shared_ptr<spdlog::logger> file_log_;
 
 std::string launch_errdir() { return job_error_dir(); }
 
-void print_error(const std::string& text) {
+void print_error(const std::string& text, bool one_line) {
   std::fflush(stdout);
   std::cerr.flush();
   // whatever the error quotes (file contents, flags, a peer's words) reaches the terminal escaped
-  std::string shown = printable(text);
+  std::string shown = printable(text, !one_line);
   if (shown.size() > 2000) {  // a 100 KB value quoted back helps nobody; the end says the reason and the fix
     size_t head = 900, tail = 900;
     while (head > 0 && ((unsigned char)shown[head] & 0xC0) == 0x80) --head;  // cut between UTF-8 characters
@@ -250,6 +250,19 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   return fd;  // held until the process exits
 }
 
+long folder_holder(const std::string& dir) {
+  const std::string lock = dir + "/.lock";
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+  long holder = 0;
+  if (pid != (long)::getpid() && ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) holder = pid > 0 ? pid : -1;
+  ::close(fd);  // (a shared lock taken here goes with the descriptor)
+  return holder;
+}
+
 void check_record_files(const std::string& dir) {
   // the run's files are appended to in place: a link among them would send the records to
   // the file it points to (a resumed run's folder is reused)
@@ -311,6 +324,10 @@ std::string save_config(const Config& c, const std::string& dir) {
 
 void check_output_file(const std::string& path, const std::string& option, uint64_t bytes) {
   TROUPE_USER_CHECK(!path.empty()) << option << " is empty; pass a file path";
+  // '-' means standard output only where an option says so (simulate --dump): elsewhere it
+  // would be a file named '-' in the current folder, which nobody asking for '-' meant
+  TROUPE_USER_CHECK(path != "-") << option << " - : this option writes a file, not standard output; pass a file path "
+                                 << "(./- for a file named '-')";
   std::error_code ec;
   const fs::path abs = fs::absolute(path, ec);
   // outputs are written to a temporary file renamed over the path: that would replace a

@@ -24,8 +24,12 @@ extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: th
 
 // One "error: <text>" report on stderr in a single write(2), so the lines of several
 // processes sharing a terminal do not interleave. Inside troupe launch only the job's first
-// report is printed (core/job_error.h).
-void print_error(const std::string& text);
+// report is printed (core/job_error.h). Control characters in text reach the terminal as
+// \xNN; with one_line (every sentence naming a fix: UserError, a path's filesystem error, a
+// memory limit) a newline too, so a value quoted in it (a path, an environment variable, a
+// flag) can neither break the line nor forge a second "error:" line. Only an internal
+// failure's report (exit 1: the wait-for graph under its first line) keeps its newlines.
+void print_error(const std::string& text, bool one_line = true);
 // Standard output's reader went away (generate | head -c 10): fd 1 is a pipe or socket
 // that no one reads any more (poll: POLLERR/POLLHUP). A command then ends quietly with exit
 // 0, as `seq 1e9 | head` ends for its user, without an error line (README "Exit codes");
@@ -63,6 +67,9 @@ void check_record_files(const std::string& dir);
 // Creates the run directory and takes its lock (.lock, flock): one troupe process per run
 // directory. Returns the lock's file descriptor, held until exit. Throws UserError.
 int make_run_dir(const std::string& dir);
+// Whether another process holds dir's lock (lock_folder): its pid, -1 when it wrote none, 0
+// when no other process holds it (or dir has no .lock). Takes nothing.
+long folder_holder(const std::string& dir);
 // Creates folder `dir` (a `what`, e.g. "checkpoint.dir") and takes its lock, DIR/.lock
 // (flock, held until the process exits); returns the lock's file descriptor. Throws
 // UserError when it cannot be created or another troupe `why_busy` holds it, ending the
@@ -74,6 +81,7 @@ std::string save_config(const Config& c, const std::string& dir);
 // Refuses (UserError naming `option` and the fix), before anything is computed, an output
 // path that is a directory, whose folder is missing or not writable (tried with a probe
 // file, removed at once), or whose filesystem has fewer than `bytes` bytes free.
+// "-" (standard output) is refused: only simulate --dump takes it, and checks it itself.
 void check_output_file(const std::string& path, const std::string& option, uint64_t bytes = 0);
 // Refuses (UserError naming `option`) an output path that would destroy what the command
 // reads or writes: one of `files`, any path inside one of `dirs` (compared after resolving

@@ -77,7 +77,8 @@ int run_gnuplot(const std::string& script_path, const std::string& err_path, std
 }
 }  // namespace
 
-void render_png(const std::string& script, const std::string& out, const std::string& option) {
+void render_png(const std::string& script, const std::string& out, const std::string& option,
+                const std::string& smaller) {
   check_png_output(out, option);
   std::error_code ec;
   char tmpl[] = "/tmp/troupe-gnuplot-XXXXXX";
@@ -117,6 +118,9 @@ void render_png(const std::string& script, const std::string& out, const std::st
         reason.erase(reason.back() == ' ' ? reason.size() - 1 : 0, 1);
       if (reason.find_first_not_of("^ ") == std::string::npos) reason.clear();
     }
+    // gnuplot names its script by the temporary path troupe made: that path helps nobody
+    if (const size_t at = reason.find(script_path); at != std::string::npos)
+      reason.replace(at == 0 ? 0 : at - 1, script_path.size() + (at == 0 ? 0 : 2), "troupe's gnuplot script");
     if (reason.size() > 160) reason = reason.substr(0, 157) + "...";
   }
   fs::remove_all(dir, ec);
@@ -138,8 +142,8 @@ void render_png(const std::string& script, const std::string& out, const std::st
                                                   : std::string("its picture was cut short, as when the disk fills"),
                                   option));
     throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); the figure is beyond what gnuplot draws here: "
-                                "draw a smaller one (fewer stages or microbatches), or leave out {}",
-                                out, reason, option));
+                                "draw a smaller one ({}), or leave out {}",
+                                out, reason, smaller, option));
   }
   fs::rename(tmp, out, ec);
   if (ec) {
@@ -182,7 +186,7 @@ void draw_timeline(const std::vector<TimelineBar>& bars, int stages, const std::
   std::string ytics;
   for (int s = 0; s < stages; s += every) ytics += fmt::format("{}\"stage {}\" {}", s ? ", " : "", s, s);
   std::string gp;
-  gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10'\n", 170 + row_px * stages);
+  gp += fmt::format("set terminal pngcairo size 1100,{} font 'sans,10' noenhanced\n", 170 + row_px * stages);
   gp += "set output " + gp_quote(png_tmp(out)) + "\n";
   gp += "$bars << EOD\n" + data + "EOD\n";
   gp += "set title " + gp_quote(title) + "\n";

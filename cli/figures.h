@@ -20,8 +20,10 @@ void check_png_output(const std::string& out, const std::string& option);
 // Runs gnuplot on `script` (which must `set output` to gp_quote(png_tmp(out))) and renames
 // the result to `out`. Checks `out` first (check_png_output); any failure removes the
 // temporary and throws UserError with one sentence naming the fix (gnuplot's first
-// message line at most, never its raw output).
-void render_png(const std::string& script, const std::string& out, const std::string& option);
+// message line at most, never its raw output). `smaller` says how to ask for a smaller
+// figure when gnuplot cannot draw this one.
+void render_png(const std::string& script, const std::string& out, const std::string& option,
+                const std::string& smaller = "fewer stages or microbatches");
 
 // One coloured bar of a timeline: an action of a stage from t0 to t1.
 struct TimelineBar {

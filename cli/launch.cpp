@@ -350,7 +350,7 @@ int launch_main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    cli::print_error(e.what());
+    cli::print_error(e.what(), false);
     return 1;
   }
 }

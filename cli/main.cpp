@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include "cli/command_line.h"
 #include "cli/common.h"
@@ -167,6 +168,27 @@ __attribute__((constructor)) void forget_signals_held() { ::unsetenv(kSignalsHel
 __attribute__((section(".preinit_array"), used)) void (*const troupe_preinit_entry)(int, char**, char**) =
     troupe_preinit_signals;
 
+// A TROUPE_* environment variable holding a control character (a newline, an escape; C1
+// controls as UTF-8 C2 80-9F) would become a folder name with a newline (TROUPE_CACHE_DIR,
+// TROUPE_LAUNCH_ID) or reach the log raw: refused, as options holding one are
+// (cli/command_line.cpp check_option_values). Returns the refusal sentence, or "".
+std::string control_in_environment() {
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view kv(*e);
+    if (kv.rfind("TROUPE_", 0) != 0) continue;
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    for (size_t q = eq + 1; q < kv.size(); ++q) {
+      const auto c = (unsigned char)kv[q];
+      const bool c1 = c == 0xC2 && q + 1 < kv.size() && (unsigned char)kv[q + 1] >= 0x80 && (unsigned char)kv[q + 1] <= 0x9F;
+      if (c < 0x20 || c == 0x7F || c1)
+        return "environment variable " + std::string(kv.substr(0, eq)) + " holds a control character (a newline, a "
+               "tab or an escape) at byte " + std::to_string(q - eq - 1) + " of its value; set it to a plain value";
+    }
+  }
+  return "";
+}
+
 // The checks every command shares, before anything is opened. Returns 0, or 2 when refused.
 int check_process_limits() {
   // a closed standard descriptor would be reused by the next open(): output meant for the
@@ -182,6 +204,10 @@ int check_process_limits() {
       }
   if (stdout_closed) {
     print_error("standard output is closed (>&-); give troupe one, e.g. > /dev/null");
+    return 2;
+  }
+  if (const std::string why = control_in_environment(); !why.empty()) {
+    print_error(why);
     return 2;
   }
   // a file-size limit (ulimit -f) kills a writer with SIGXFSZ, leaving its temporary file;

@@ -34,6 +34,7 @@ struct RunCurves {
   int64_t step_records = 0;
   double tokens_per_step = 0;
   bool has[8] = {};  // per column of `train`: any finite value
+  bool has_val = false;  // any finite val_loss
   int64_t bad_lines = 0, first_bad_line = 0;  // lines that are not JSON objects (skipped)
   int64_t runs = 1, first_line = 1;            // fresh runs in the file; where the last (drawn) one starts
 };
@@ -83,6 +84,7 @@ RunCurves read_run(const std::string& run_dir) {
       const RunCurves fresh;
       rc.train = fresh.train, rc.val = fresh.val, rc.marks.clear(), rc.step_records = 0;
       std::copy(std::begin(fresh.has), std::end(fresh.has), std::begin(rc.has));
+      rc.has_val = false;
       ++rc.runs;
       rc.first_line = (int64_t)line_no;
     }
@@ -108,7 +110,9 @@ RunCurves read_run(const std::string& run_dir) {
       }
       rc.train += "\n";
     } else if (j.contains("val_loss")) {
-      rc.val += fmt::format("{} {} {}\n", k, tokens, num(j, "val_loss"));
+      const std::string v = num(j, "val_loss");
+      rc.has_val = rc.has_val || v != "NaN";
+      rc.val += fmt::format("{} {} {}\n", k, tokens, v);
     }
   }
   return rc;
@@ -120,6 +124,19 @@ std::string panel(const RunCurves& rc, int col, const std::string& title) {
     return "set title " + gp_quote(title) + "\nset label 99 'no data' at graph 0.5, graph 0.5 center\n"
            "plot [0:1][0:1] NaN notitle\nunset label 99\n";
   return "set title " + gp_quote(title) + fmt::format("\nplot $train using 1:{} with lines ls 1 notitle\n", col);
+}
+
+// A loss panel against column x (1 step, 2 tokens): the train and validation curves that
+// hold a finite value (troupe writes a non-finite loss as null), "no finite loss" when none does.
+std::string loss_panel(const RunCurves& rc, int x, const std::string& title) {
+  if (!rc.has[3] && !rc.has_val)
+    return "set title " + gp_quote(title) + "\nset label 99 'no finite loss (every loss is null or not a number)' at "
+           "graph 0.5, graph 0.5 center\nplot [0:1][0:1] NaN notitle\nunset label 99\n";
+  std::string curves;
+  if (rc.has[3]) curves = fmt::format("$train using {}:3 with lines ls 1 title 'train'", x);
+  if (rc.has_val)
+    curves += fmt::format("{}$val using {}:3 with linespoints ls 2 title 'validation'", curves.empty() ? "" : ", ", x);
+  return "set title " + gp_quote(title) + "\nplot " + curves + "\n";
 }
 
 // Vertical marks for one panel: x is the step, or the tokens at that step.
@@ -139,9 +156,12 @@ std::string marks_script(const RunCurves& rc, bool by_tokens) {
 
 int cmd_plot(const std::string& run_dir, std::string out, const std::string& title) {
   std::error_code ec;
-  TROUPE_USER_CHECK(fs::is_directory(run_dir, ec) && fs::is_regular_file(run_dir + "/metrics.jsonl", ec))
+  TROUPE_USER_CHECK(fs::is_directory(run_dir, ec) && fs::exists(run_dir + "/metrics.jsonl", ec))
       << "'" << run_dir << "' is not a troupe run directory (it has no metrics.jsonl); pass the --run-dir of a "
       << "troupe train run, e.g. runs/<timestamp>";
+  TROUPE_USER_CHECK(fs::is_regular_file(run_dir + "/metrics.jsonl", ec))
+      << run_dir << "/metrics.jsonl is not a regular file (a FIFO, a device or a link to one); pass the --run-dir of a "
+      << "troupe train run, whose metrics.jsonl is a file";
   const uint64_t size = fs::file_size(run_dir + "/metrics.jsonl", ec);
   TROUPE_USER_CHECK(size <= (1ull << 30)) << run_dir << "/metrics.jsonl has " << size
                                           << " bytes, more than the 1 GiB plot reads (a million steps take ~200 MB); "
@@ -168,7 +188,7 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
                                     run_dir + "/.lock"},
                      {run_dir + "/checkpoints"});
   check_png_output(out, "--out");
-  std::string gp = "set terminal pngcairo size 1400,800 font 'sans,10'\nset output " + gp_quote(png_tmp(out)) + "\n";
+  std::string gp = "set terminal pngcairo size 1400,800 font 'sans,10' noenhanced\nset output " + gp_quote(png_tmp(out)) + "\n";
   gp += "$train << EOD\n" + rc.train + "EOD\n$val << EOD\n" + rc.val + "EOD\n";
   const auto resumes = std::count_if(rc.marks.begin(), rc.marks.end(), [](const Mark& m) { return !m.recovery; });
   const auto recoveries = (long)rc.marks.size() - resumes;
@@ -180,18 +200,19 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   gp += "set grid lc rgb '#dddddd'\nset key bottom left\nset xlabel 'step'\n";
   gp += "set style line 1 lc rgb '#4c72b0' lw 1.5\nset style line 2 lc rgb '#dd8452' lw 2 pt 7 ps 0.6\n";
   gp += marks_script(rc, false);
-  gp += "set title 'loss'\nplot $train using 1:3 with lines ls 1 title 'train', "
-        "$val using 1:3 with linespoints ls 2 title 'validation'\n";
+  gp += loss_panel(rc, 1, "loss");
   gp += marks_script(rc, true);
-  gp += "set xlabel 'tokens'\nset title 'loss against tokens'\n"
-        "plot $train using 2:3 with lines ls 1 title 'train', $val using 2:3 with linespoints ls 2 title 'validation'\n";
+  gp += "set xlabel 'tokens'\n" + loss_panel(rc, 2, "loss against tokens");
   gp += "set xlabel 'step'\n" + marks_script(rc, false);
   gp += panel(rc, 4, "learning rate");
   gp += panel(rc, 5, "gradient norm (before clipping)");
   gp += panel(rc, 6, "throughput (tokens/s)");
   gp += panel(rc, 7, "MFU (%, against the measured fp32 peak)");
   gp += "unset multiplot\n";
-  render_png(gp, out, "--out");
+  if (!rc.has[3] && !rc.has_val)
+    std::cerr << "warning: " << run_dir << "/metrics.jsonl holds no finite loss (each is null: the run diverged, or "
+              << "not a number); the loss panels say so" << std::endl;
+  render_png(gp, out, "--out", "a run directory with fewer step records");
   std::string marked;
   for (auto& m : rc.marks) marked += fmt::format("{}{} at step {}", marked.empty() ? "; marked: " : ", ",
                                                  m.recovery ? "recovery" : "resume", m.step);

@@ -128,7 +128,9 @@ int cmd_generate(const GenerateOptions& o) {
   TROUPE_USER_CHECK(o.top_k >= 0) << "--top-k " << o.top_k << " must be >= 0 (0 = all tokens)";
   TROUPE_USER_CHECK(o.seed >= 0) << "--seed " << o.seed << " must be a whole number >= 0";
   if (const size_t bad = find_invalid_utf8(o.prompt); bad != std::string_view::npos)
-    TROUPE_USER_FAIL() << "--prompt is not valid UTF-8 (byte " << bad << "); pass UTF-8 text (e.g. iconv -t UTF-8)";
+    TROUPE_USER_FAIL() << "--prompt is not valid UTF-8 (at byte offset " << bad
+                       << fmt::format(", byte 0x{:02x}", (unsigned)(unsigned char)o.prompt[bad])
+                       << "); pass UTF-8 text (e.g. iconv -t UTF-8)";
   TROUPE_USER_CHECK(o.prompt.size() <= (1u << 20)) << "--prompt has " << o.prompt.size()
                                                    << " bytes; use at most 1 MiB (the model sees its last block_size tokens)";
   check_snapshot_arg(o.dir);
@@ -206,6 +208,11 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
       << " or use --schedule interleaved";
   Schedule s = make_schedule(o.schedule, o.P, o.M, o.V);
   validate_schedule(s);
+  // --dump writes the schedule and ends before the simulation: a trace or a picture asked for
+  // beside it would be dropped without a word
+  TROUPE_USER_CHECK(o.dump.empty() || (o.trace.empty() && o.png.empty()))
+      << "--dump writes the schedule and exits before simulating, so " << (o.trace.empty() ? "--png" : "--trace")
+      << " would write nothing; run simulate twice: once with --dump, once with --trace/--png";
   refuse_same_outputs({{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}});
   for (auto [out, flag] : {std::pair{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}})
     refuse_overwriting(out, flag, {builtin ? std::string() : o.schedule, o.config}, {});

@@ -212,7 +212,8 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
       }
       if (launch.world > 1 && c.fault.policy == "restart") {
         print_error(log_prefix_ + e.what() +
-                    " (fault.policy = restart: exit status 75 asks the launcher to start the job again)");
+                    " (fault.policy = restart: exit status 75 asks the launcher to start the job again)",
+                    false);
         return 75;
       }
       if (launch.world > 1)  // fault.policy = abort: the job stops here; where it can continue from
@@ -232,7 +233,15 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
   if (!resume.empty()) {
     std::vector<std::string> skipped;
     if (resume == "latest") {
-      state = std::make_shared<TrainState>(load_latest(ckpt_dir, c, &skipped));
+      try {
+        state = std::make_shared<TrainState>(load_latest(ckpt_dir, c, &skipped));
+      } catch (const UserError&) {  // a live run that has saved nothing yet: say that, not "no snapshot"
+        if (const long pid = folder_holder(ckpt_dir); !follower && pid != 0)
+          throw UserError("checkpoint folder " + ckpt_dir + " is in use by another troupe run" +
+                          (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) +
+                          " that has saved no usable snapshot yet; wait for it to save one or to end, then resume");
+        throw;
+      }
     } else {
       state = std::make_shared<TrainState>(load_snapshot(resume, c));
     }
@@ -338,6 +347,7 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
       check_record_files(p.run_dir);
     });
   if (!follower) refuse_inside_snapshot(p.run_dir, "--run-dir");
+  refuse_inside_snapshot(c.data.cache_dir, "data.cache_dir");  // a snapshot's retention would delete the cache
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
   p.ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
                : p.run_dir.empty()        ? std::string()

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -323,6 +324,16 @@ void Config::set(const std::string& assignment) {
       << "--set cannot change data.sources; edit the [[data.sources]] tables of the config file";
   const Key* k = find_key(name);
   if (!k) unknown_key(name, " (from --set)");
+  // 1e-400 reads as 0 (in TOML's parser and strtod alike): the check of the key would then
+  // quote a 0 nobody typed
+  if (std::holds_alternative<double*>(k->ref(*this)) && !value.empty() && !std::isspace((unsigned char)value[0])) {
+    char* end = nullptr;
+    errno = 0;
+    const double d = std::strtod(value.c_str(), &end);
+    TROUPE_USER_CHECK(!(end == value.c_str() + value.size() && errno == ERANGE && d == 0))
+        << "config key '" << name << "' (from --set) = " << printable(value, false, 80)
+        << " is below the smallest number a double holds (about 4.9e-324); use a larger value";
+  }
   // Parse the value as TOML; a bare word is taken as a string.
   toml::table t;
   check_toml_nesting("v = " + value, "--set " + name);

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 
@@ -22,7 +24,13 @@ namespace {
 bool event_log_usable(const char* path) {
   struct stat st {};
   if (::stat(path, &st) != 0) return true;  // (not there yet: created on the first event)
-  if (!S_ISREG(st.st_mode)) return false;   // a folder, /dev/full, a FIFO: ignored as before
+  if (!S_ISREG(st.st_mode)) {                // a folder, /dev/full, a FIFO: ignored, said once
+    std::fprintf(stderr,
+                 "warning: TROUPE_EVENT_LOG=%s is not a regular file (a folder, a device or a FIFO); no events are "
+                 "written (point TROUPE_EVENT_LOG at a new file)\n",
+                 path);
+    return false;
+  }
   if (st.st_size == 0) return true;
   std::FILE* f = std::fopen(path, "rb");
   if (!f) return false;
@@ -53,7 +61,15 @@ void log_event(const std::string& name, nlohmann::json fields) {
   fields["pid"] = (int)::getpid();
   const std::string line = fields.dump() + "\n";
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return;  // a benchmark aid: never a reason to fail the job
+  if (fd < 0) {  // a benchmark aid: never a reason to fail the job, but said once
+    static std::once_flag said;
+    const int err = errno;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "warning: cannot open TROUPE_EVENT_LOG=%s (%s); no events are written\n", path,
+                   std::strerror(err));
+    });
+    return;
+  }
   [[maybe_unused]] ssize_t w = ::write(fd, line.data(), line.size());
   ::close(fd);
 }

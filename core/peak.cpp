@@ -1,6 +1,9 @@
 // core/peak.cpp — see peak.h.
 #include "core/peak.h"
 
+#include <fmt/format.h>
+#include <cmath>
+
 #include <immintrin.h>
 #include <time.h>
 #include <unistd.h>
@@ -148,18 +151,32 @@ CpuInfo cpu_info() {
 
 double merge_peak(double cached, double measured) { return std::max(cached, measured); }
 
+bool plausible_cached_peak(double cached, double measured) {
+  return std::isfinite(cached) && cached > 0 && cached <= kMaxPerCoreFlops && (measured <= 0 || cached <= 16 * measured);
+}
+
 namespace {
 // The per-core rate of one loop, through the cache (see peak.h). Sets *source.
 double per_core(const CpuInfo& cpu, Loop loop, const std::string& kind, std::string* source) {
   const std::string key = cpu.model + "|" + std::to_string(cpu.logical_cores) + "|" + cpu.isa + "|" + kind;
   const std::string path = cache_path();
   nlohmann::json cache = path.empty() ? nlohmann::json::object() : read_cache(path);
-  const double cached = cache.contains(key) && cache[key].is_number() ? cache[key].get<double>() : 0.0;
+  double cached = cache.contains(key) && cache[key].is_number() ? cache[key].get<double>() : 0.0;
   // cached: one short check (it may raise the figure); else a full measurement
-  const double measured = cached > 0 ? best_rate(loop, 1, 0.02) : best_rate(loop, 5, 0.04);
+  double measured = cached > 0 ? best_rate(loop, 1, 0.02) : best_rate(loop, 5, 0.04);
+  // a figure no core reaches (an edited or damaged cache) would stay for good, since the cache
+  // is only raised: it is measured again in full and replaced, and the log line says so
+  std::string replaced;
+  if (cached != 0 && !plausible_cached_peak(cached, measured))  // the short check may have been descheduled
+    measured = best_rate(loop, 5, 0.04);
+  if (cached != 0 && !plausible_cached_peak(cached, measured)) {
+    replaced = fmt::format("; the cached {:.4g} FLOP/s per core was implausible and is replaced", cached);
+    cache.erase(key);
+    cached = 0;
+  }
   const double rate = merge_peak(cached, measured);
-  *source = cached <= 0 ? "measured" : measured > cached ? "measured, cache raised" : "cached";
-  if (!path.empty() && rate > cached) {
+  *source = (cached <= 0 ? "measured" : measured > cached ? "measured, cache raised" : "cached") + replaced;
+  if (!path.empty() && (rate > cached || !replaced.empty())) {
     cache[key] = rate;
     write_cache(path, cache);
   }

@@ -51,5 +51,12 @@ double measure_peak_flops(int threads);
 // The cache rule, pure: the per-core peak to use given a cached value (0 = none) and a
 // fresh measurement: the larger of the two.
 double merge_peak(double cached, double measured);
+// No CPU core does more than this many FLOP/s in one loop (AMX bf16 on a 4 GHz core is ~2e12).
+inline constexpr double kMaxPerCoreFlops = 1e13;
+// Whether a cached per-core figure (FLOP/s) can be believed beside this run's short check
+// `measured` (FLOP/s, 0 when none): finite, positive, at most kMaxPerCoreFlops and at most 16x
+// the check (a loaded machine slows the check, but not 16-fold). An implausible one is
+// measured again in full and replaced (peak_flops' source then says so).
+bool plausible_cached_peak(double cached, double measured);
 
 }  // namespace troupe

@@ -1,0 +1,127 @@
+// Hostile inputs, issue 14's twelfth trial (a fresh reviewer's 270 cases, /work/notes/trial12.md):
+// a value quoted in an error line can no longer break it (M1), plot of a run without a finite
+// loss (M2), a peak cache no core reaches (M3, in test_gemm_libs), simulate outputs that would
+// be dropped (M5), a shard or metrics.jsonl that is not a regular file (L1, L2), an underflowing
+// --set (L3), CLI11's words (L6), the --prompt offset (L7), TROUPE_EVENT_LOG a folder (L8),
+// gnuplot markup in a title (L10), a data cache inside a snapshot (L11).
+#include <catch2/catch.hpp>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+using namespace troupe::test;
+const char* const kGroup = "hostile-trial12";
+
+// A finished tiny run (2 steps, a snapshot at step 2) in s/run, its data cache in s/cache.
+std::string tiny_run(const Scratch& s) {
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=2 --set checkpoint.interval=2 "
+                           "--set train.sample_tokens=0 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                               s.path("run") + "'",
+                           s);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  return s.path("run");
+}
+}  // namespace
+
+TEST_CASE("a newline or an escape in an environment variable or a launch flag stays on the one error line",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "newline");
+  // (/bin/sh has no $'...': printf makes the bytes)
+  for (const char* env : {"TROUPE_LAUNCH_ID=\"$(printf 'a\\nb')\"", "TROUPE_CACHE_DIR=\"$(printf '/tmp/x/c\\nd')\"",
+                          "TROUPE_RANK=\"$(printf '1\\033[2J\\n1')\""}) {
+    const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=2", s, 60, std::string("env ") + env);
+    expect_user_error(r, {"environment variable", "holds a control character", "set it to a plain value"});
+    CHECK(r.err.find('\x1b') == std::string::npos);
+  }
+  CHECK_FALSE(fs::exists("/tmp/x/c\nd"));
+  // a flag's value quoted in a sentence: the newline is shown as \x0A, the line stays one
+  const Run l = run_troupe("launch --nprocs \"$(printf '2\\n\\033[31m')\" -- /bin/true", s, 60);
+  expect_user_error(l, {"--nprocs", "\\x0A"});
+  CHECK(l.err.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("plot of a run whose losses are all null draws the other panels and says why the loss panels are empty",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "plotnull");
+  fs::create_directories(s.path("p"));
+  s.write("p/metrics.jsonl", "{\"step\":1,\"loss\":null,\"lr\":0.001}\n{\"step\":2,\"loss\":\"abc\",\"lr\":0.002}\n"
+                             "{\"step\":2,\"val_loss\":null}\n");
+  const Run r = run_troupe("plot '" + s.path("p") + "'", s, 60);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("holds no finite loss") != std::string::npos);
+  CHECK(r.err.find("troupe-gnuplot") == std::string::npos);
+  CHECK(fs::file_size(s.path("p/plot.png")) > 1000);
+  // a metrics.jsonl that is a FIFO is named as such, not as missing (L2)
+  fs::create_directories(s.path("q"));
+  REQUIRE(::mkfifo(s.path("q/metrics.jsonl").c_str(), 0644) == 0);
+  expect_user_error(run_troupe("plot '" + s.path("q") + "'", s, 60), {"is not a regular file"});
+  // a title is drawn as typed: gnuplot's markup (_ ^ @ {}) is off (L10), no picture check here
+  // beyond that it draws
+  const Run t = run_troupe("plot '" + s.path("p") + "' --title 'my_run^2' --out '" + s.path("t.png") + "'", s, 60);
+  CHECK(t.rc == 0);
+}
+
+TEST_CASE("simulate refuses a --trace or --png beside --dump, and '-' as a file output", "[cli][hostile]") {
+  Scratch s(kGroup, "simdash");
+  const std::string sim = "simulate --schedule 1f1b --stages 2 --microbatches 4 --quiet ";
+  expect_user_error(run_troupe(sim + "--dump - --trace '" + s.path("t.json") + "'", s, 60),
+                    {"--dump writes the schedule and exits", "--trace"});
+  expect_user_error(run_troupe(sim + "--trace -", s, 60), {"--trace -", "not standard output", "./-"});
+  CHECK_FALSE(fs::exists(std::string(TROUPE_SOURCE_DIR) + "/-"));
+}
+
+TEST_CASE("a snapshot shard that is a FIFO is named as not a regular file, not as missing", "[cli][hostile]") {
+  Scratch s(kGroup, "shardfifo");
+  const std::string run = tiny_run(s);
+  const std::string snap = run + "/checkpoints/step-00000002";
+  std::string shard;
+  for (auto& e : fs::directory_iterator(snap))
+    if (e.path().filename().string().rfind("shard-", 0) == 0) shard = e.path().string();
+  REQUIRE(!shard.empty());
+  fs::remove(shard);
+  REQUIRE(::mkfifo(shard.c_str(), 0644) == 0);
+  expect_user_error(run_troupe("export '" + snap + "' '" + s.path("o.safetensors") + "'", s, 60),
+                    {"is not a regular file", "use another snapshot"});
+  CHECK_FALSE(fs::exists(s.path("o.safetensors")));
+  // a data cache inside a snapshot is refused before anything is written there (L11)
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=2 --set data.cache_dir='" + snap +
+                                   "/cache' --run-dir '" + s.path("r2") + "'",
+                               s, 60),
+                    {"data.cache_dir", "inside the snapshot"});
+  CHECK_FALSE(fs::exists(snap + "/cache"));
+  CHECK_FALSE(fs::exists(s.path("r2")));
+}
+
+TEST_CASE("the words of values: an underflowing --set, CLI11's mismatches, the --prompt offset, TROUPE_EVENT_LOG",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "words");
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set optim.lr=1e-400", s, 60),
+                    {"optim.lr", "1e-400", "smallest number a double holds"});
+  const std::string snap = tiny_run(s) + "/checkpoints/step-00000002";
+  const std::string gen = "generate '" + snap + "' --tokens 2 ";
+  const Run seed = run_troupe(gen + "--seed 1.5", s, 60);
+  expect_user_error(seed, {"--seed", "a whole number", "1.5"});
+  CHECK(seed.err.find("INT:INT") == std::string::npos);
+  const Run topk = run_troupe(gen + "--top-k 99999999999", s, 60);
+  expect_user_error(topk, {"--top-k", "a whole number in range"});
+  CHECK(topk.err.find("INT:INT") == std::string::npos);
+  expect_user_error(run_troupe(gen + "--logits-out '" + s.path("a.json") + "' --logits-out '" + s.path("b.json") + "'", s, 60),
+                    {"--logits-out", "takes one value", "pass it once"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --resume", s, 60), {"--resume", "needs a value"});
+  expect_user_error(run_troupe(gen + "--prompt \"$(printf '\\377ab')\"", s, 60), {"--prompt", "byte offset 0", "0xff"});
+  // TROUPE_EVENT_LOG a folder: said once, the run goes on
+  const Run ev = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
+                            "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("evrun") + "'",
+                            s, 120, "env TROUPE_EVENT_LOG='" + s.dir.string() + "'");
+  INFO(ev.err);
+  CHECK(ev.rc == 0);
+  CHECK(ev.err.find("TROUPE_EVENT_LOG=" + s.dir.string() + " is not a regular file") != std::string::npos);
+}
