@@ -251,7 +251,7 @@ TEST_CASE("ops: every converted op refuses a wrong size, dtype, device or a non-
   }
 }
 
-TEST_CASE("Tensor: wrap views a caller's buffer; transpose views are not contiguous and are refused", "[ops][device]") {
+TEST_CASE("Tensor: wrap views a caller's buffer, transpose views are not contiguous and are refused", "[ops][device]") {
   std::vector<float> buf = {1, 2, 3, 4, 5, 6};
   Tensor v = Tensor::wrap(buf.data(), {2, 3});
   CHECK(v.defined());
