@@ -12,24 +12,12 @@
 namespace troupe::ops {
 namespace {
 using namespace detail;
-// A raw buffer of n > 0 elements is not null.
-void check_buf(const void* p, int64_t n, const char* op, const char* what) {
-  TROUPE_CHECK(n >= 0) << op << ": " << what << " of " << n << " elements";
-  TROUPE_CHECK(p || n == 0) << op << ": " << what << " is null (" << n << " elements expected)";
-}
-// The sizes shared by the vocab-parallel cross-entropy pieces.
-void check_ce(const float* logits, int lo, int64_t BT, int Vl, int Vvalid, const char* op) {
+// The sizes shared by the vocab-parallel cross-entropy pieces; logits an f32 (BT,Vl).
+void check_ce(const Tensor& logits, int lo, int64_t BT, int Vl, int Vvalid, const char* op) {
   TROUPE_CHECK(BT >= 0 && Vl >= 1 && Vvalid >= 0 && Vvalid <= Vl && lo >= 0)
       << op << ": BT " << BT << ", Vl " << Vl << ", Vvalid " << Vvalid << ", lo " << lo
       << " (want BT >= 0, Vl >= 1, 0 <= Vvalid <= Vl, lo >= 0)";
-  check_buf(logits, BT * Vl, op, "logits");
-}
-// The calling thread's fp32 copy of an f16 GEMM weight (reused: no page faults per call).
-const float* widen_weight(const Tensor& w) {
-  thread_local std::vector<float> w32;
-  if (w32.size() < (size_t)w.numel()) w32.resize((size_t)w.numel());
-  kernels::unpack16(w32.data(), w.data16(), w.numel(), w.dtype());
-  return w32.data();
+  check_f32(logits, BT * Vl, op, "logits");
 }
 }  // namespace
 
@@ -51,7 +39,7 @@ Tensor cast(const Tensor& src, DType dt) {
 }
 
 void round_(Tensor& x, DType dt) {
-  check_cpu(x, "round_", "x");
+  check_f32(x, x.numel(), "round_", "x");
   kernels::round_to(x.data(), x.numel(), dt);
 }
 
@@ -65,166 +53,105 @@ F32::F32(const Tensor& t) {
   p_ = tmp_.data();
 }
 
-void linear_forward(float* out, const float* inp, const Tensor& weight, const Tensor* bias, int64_t BT, int C, int OC,
-                    DType dt) {
-  check_shape(weight, {OC, C}, "linear_forward", "weight");
-  if (bias) check_numel(*bias, OC, "linear_forward", "bias");
-  std::optional<F32> b;
-  if (bias) b.emplace(*bias);
-  const float* bp = b ? b->get() : nullptr;
-  switch (weight.dtype()) {
-    case DType::bf16: kernels::matmul_forward_bf16(out, inp, weight.data16(), bp, BT, C, OC); break;
-    case DType::f16: kernels::matmul_forward(out, inp, widen_weight(weight), bp, BT, C, OC); break;
-    case DType::f32: kernels::matmul_forward(out, inp, weight.data(), bp, BT, C, OC); break;
-  }
-  kernels::round_to(out, BT * OC, dt);
-}
-
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const Tensor& weight, int64_t BT, int C, int OC, DType dt) {
-  check_shape(weight, {OC, C}, "linear_backward", "weight");
-  switch (weight.dtype()) {
-    case DType::bf16:
-      kernels::matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight.data16(), BT, C, OC);
-      break;
-    case DType::f16:
-      kernels::matmul_backward(dinp, dweight, dbias, dout, inp, widen_weight(weight), BT, C, OC);
-      break;
-    case DType::f32: kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight.data(), BT, C, OC); break;
-  }
-  if (dinp) kernels::round_to(dinp, BT * C, dt);
-}
-
-void gemm_nt(float* out, const float* A, const Tensor& Bm, int64_t M, int64_t N, int64_t K) {
+void gemm_nt(Tensor& out, const Tensor& A, const Tensor& Bm, int64_t M, int64_t N, int64_t K) {
+  check_f32(out, M * N, "gemm_nt", "out");
+  check_f32(A, M * K, "gemm_nt", "A");
   check_shape(Bm, {N, K}, "gemm_nt", "B");
-  kernels::gemm_nt(out, A, F32(Bm).get(), M, N, K);
+  kernels::gemm_nt(out.data(), A.data(), F32(Bm).get(), M, N, K);
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const Tensor& weight,
-                       const Tensor& bias, int64_t BT, int C) {
-  check_numel(weight, C, "layernorm_forward", "weight");
-  check_numel(bias, C, "layernorm_forward", "bias");
-  kernels::layernorm_forward(out, mean, rstd, inp, F32(weight).get(), F32(bias).get(), BT, C);
-}
-
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const Tensor& weight, const float* mean, const float* rstd, int64_t BT, int C) {
-  check_numel(weight, C, "layernorm_backward", "weight");
-  kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, F32(weight).get(), mean, rstd, BT, C);
-}
-
-void add_bias(float* out, const Tensor& bias, int64_t BT, int OC) {
+void add_bias(Tensor& out, const Tensor& bias, int64_t BT, int OC) {
+  check_f32(out, BT * OC, "add_bias", "out");
   check_numel(bias, OC, "add_bias", "bias");
-  kernels::add_bias(out, F32(bias).get(), BT, OC);
+  kernels::add_bias(out.data(), F32(bias).get(), BT, OC);
 }
 
-void embedding_forward(float* out, const int32_t* tokens, const Tensor& wte_l, int lo, int B, int T, int C) {
+void embedding_forward(Tensor& out, const int32_t* tokens, const Tensor& wte_l, int lo, int B, int T, int C) {
   check_cpu(wte_l, "embedding_forward", "wte");
   TROUPE_CHECK(wte_l.ndim() == 2 && wte_l.dim(1) == C)
       << "embedding_forward: wte is " << wte_l.shape_str() << ", expected (Vl," << C << ")";
+  check_f32(out, (int64_t)B * T * C, "embedding_forward", "out");
+  check_ids(tokens, (int64_t)B * T, "embedding_forward", "tokens");
   const int Vl = (int)wte_l.dim(0);
   if (wte_l.dtype() == DType::f32)
-    kernels::embedding_vp_forward(out, tokens, wte_l.data(), lo, Vl, B, T, C);
+    kernels::embedding_vp_forward(out.data(), tokens, wte_l.data(), lo, Vl, B, T, C);
   else
-    kernels::embedding_vp_forward16(out, tokens, wte_l.data16(), wte_l.dtype(), lo, Vl, B, T, C);
+    kernels::embedding_vp_forward16(out.data(), tokens, wte_l.data16(), wte_l.dtype(), lo, Vl, B, T, C);
 }
 
-void add_positional(float* out, const Tensor& wpe, int64_t rows, int T, int C, int64_t row0) {
+void add_positional(Tensor& out, const Tensor& wpe, int64_t rows, int T, int C, int64_t row0) {
   check_cpu(wpe, "add_positional", "wpe");
   TROUPE_CHECK(wpe.ndim() == 2 && wpe.dim(1) == C && wpe.dim(0) >= T)
       << "add_positional: wpe is " << wpe.shape_str() << ", expected (>= " << T << "," << C << ")";
-  kernels::add_positional_rows(out, F32(wpe).get(), rows, T, C, row0);
+  check_f32(out, rows * C, "add_positional", "out");
+  kernels::add_positional_rows(out.data(), F32(wpe).get(), rows, T, C, row0);
 }
 
-void embedding_backward(Tensor& dwte_l, const float* dout, const int32_t* tokens, int lo, int B, int T, int C) {
+void embedding_backward(Tensor& dwte_l, const Tensor& dout, const int32_t* tokens, int lo, int B, int T, int C) {
   check_cpu(dwte_l, "embedding_backward", "dwte");
   TROUPE_CHECK(dwte_l.dtype() == DType::f32 && dwte_l.ndim() == 2 && dwte_l.dim(1) == C)
       << "embedding_backward: dwte is " << dwte_l.shape_str() << " " << dtype_name(dwte_l.dtype())
       << ", expected (Vl," << C << ") f32";
   TROUPE_CHECK(B >= 1 && T >= 1 && C >= 1 && lo >= 0)
       << "embedding_backward: B " << B << ", T " << T << ", C " << C << ", lo " << lo;
-  check_buf(dout, (int64_t)B * T * C, "embedding_backward", "dout");
-  check_buf(tokens, (int64_t)B * T, "embedding_backward", "tokens");
-  kernels::embedding_vp_backward(dwte_l.data(), dout, tokens, lo, (int)dwte_l.dim(0), B, T, C);
+  check_f32(dout, (int64_t)B * T * C, "embedding_backward", "dout");
+  check_ids(tokens, (int64_t)B * T, "embedding_backward", "tokens");
+  kernels::embedding_vp_backward(dwte_l.data(), dout.data(), tokens, lo, (int)dwte_l.dim(0), B, T, C);
 }
 
-void positional_backward(Tensor& dwpe, const float* dout, int64_t rows, int T, int C, int64_t row0) {
+void positional_backward(Tensor& dwpe, const Tensor& dout, int64_t rows, int T, int C, int64_t row0) {
   check_cpu(dwpe, "positional_backward", "dwpe");
   TROUPE_CHECK(dwpe.dtype() == DType::f32 && dwpe.ndim() == 2 && dwpe.dim(1) == C && dwpe.dim(0) >= T)
       << "positional_backward: dwpe is " << dwpe.shape_str() << " " << dtype_name(dwpe.dtype()) << ", expected (>= "
       << T << "," << C << ") f32";
-  TROUPE_CHECK(T >= 1 && C >= 1 && row0 >= 0)
-      << "positional_backward: T " << T << ", C " << C << ", row0 " << row0;
-  check_buf(dout, rows * C, "positional_backward", "dout");
-  kernels::positional_backward_rows(dwpe.data(), dout, rows, T, C, row0);
+  TROUPE_CHECK(rows >= 0 && T >= 1 && C >= 1 && row0 >= 0)
+      << "positional_backward: rows " << rows << ", T " << T << ", C " << C << ", row0 " << row0;
+  check_f32(dout, rows * C, "positional_backward", "dout");
+  kernels::positional_backward_rows(dwpe.data(), dout.data(), rows, T, C, row0);
 }
 
-void ce_vp_max(Tensor& rowmax, const float* logits, int64_t BT, int Vl, int Vvalid) {
+void ce_vp_max(Tensor& rowmax, const Tensor& logits, int64_t BT, int Vl, int Vvalid) {
   check_ce(logits, 0, BT, Vl, Vvalid, "ce_vp_max");
   check_f32(rowmax, BT, "ce_vp_max", "rowmax");
-  kernels::ce_vp_max(rowmax.data(), logits, BT, Vl, Vvalid);
+  kernels::ce_vp_max(rowmax.data(), logits.data(), BT, Vl, Vvalid);
 }
 
-void ce_vp_exp_sum(float* logits, Tensor& rowsum, Tensor& tlogit, const Tensor& gmax, const int32_t* targets, int lo,
+void ce_vp_exp_sum(Tensor& logits, Tensor& rowsum, Tensor& tlogit, const Tensor& gmax, const int32_t* targets, int lo,
                    int64_t BT, int Vl, int Vvalid, bool keep_exp) {
   check_ce(logits, lo, BT, Vl, Vvalid, "ce_vp_exp_sum");
-  check_buf(targets, BT, "ce_vp_exp_sum", "targets");
+  check_ids(targets, BT, "ce_vp_exp_sum", "targets");
   check_f32(rowsum, BT, "ce_vp_exp_sum", "rowsum");
   check_f32(tlogit, BT, "ce_vp_exp_sum", "tlogit");
   check_f32(gmax, BT, "ce_vp_exp_sum", "gmax");
-  kernels::ce_vp_exp_sum(logits, rowsum.data(), tlogit.data(), gmax.data(), targets, lo, BT, Vl, Vvalid, keep_exp);
+  kernels::ce_vp_exp_sum(logits.data(), rowsum.data(), tlogit.data(), gmax.data(), targets, lo, BT, Vl, Vvalid,
+                         keep_exp);
 }
 
-double ce_vp_finish(float* logits, float* losses, const Tensor& gmax, const Tensor& gsum, const Tensor& gtlogit,
+double ce_vp_finish(Tensor& logits, Tensor& losses, const Tensor& gmax, const Tensor& gsum, const Tensor& gtlogit,
                     const int32_t* targets, int lo, int64_t BT, int Vl, int Vvalid, float dloss) {
   check_ce(logits, lo, BT, Vl, Vvalid, "ce_vp_finish");
-  check_buf(targets, BT, "ce_vp_finish", "targets");
-  check_buf(losses, BT, "ce_vp_finish", "losses");
+  check_ids(targets, BT, "ce_vp_finish", "targets");
+  check_f32(losses, BT, "ce_vp_finish", "losses");
   check_f32(gmax, BT, "ce_vp_finish", "gmax");
   check_f32(gsum, BT, "ce_vp_finish", "gsum");
   check_f32(gtlogit, BT, "ce_vp_finish", "gtlogit");
-  return kernels::ce_vp_finish(logits, losses, gmax.data(), gsum.data(), gtlogit.data(), targets, lo, BT, Vl, Vvalid,
-                               dloss);
-}
-
-void round_(float* x, int64_t n, DType dt) {
-  check_buf(x, n, "round_", "x");
-  kernels::round_to(x, n, dt);
-}
-
-void dropout_(float* x, int64_t rows, int C, const kernels::DropoutKey& k) {
-  TROUPE_CHECK(rows >= 0 && C >= 1) << "dropout_: " << rows << " rows of " << C;
-  TROUPE_CHECK(k.p >= 0.0f && k.p < 1.0f && k.T >= 1 && k.row0 >= 0)
-      << "dropout_: key with p " << k.p << ", T " << k.T << ", row0 " << k.row0
-      << " (want 0 <= p < 1, T >= 1, row0 >= 0)";
-  check_buf(x, rows * C, "dropout_", "x");
-  kernels::dropout_apply(x, rows, C, k);
+  return kernels::ce_vp_finish(logits.data(), losses.data(), gmax.data(), gsum.data(), gtlogit.data(), targets, lo, BT,
+                               Vl, Vvalid, dloss);
 }
 
 void dropout_(Tensor& x, int64_t rows, int C, const kernels::DropoutKey& k) {
   TROUPE_CHECK(rows >= 0 && C >= 1) << "dropout_: " << rows << " rows of " << C;
+  TROUPE_CHECK(k.p >= 0.0f && k.p < 1.0f && k.T >= 1 && k.row0 >= 0)
+      << "dropout_: key with p " << k.p << ", T " << k.T << ", row0 " << k.row0
+      << " (want 0 <= p < 1, T >= 1, row0 >= 0)";
   check_f32(x, rows * C, "dropout_", "x");
-  dropout_(x.data(), rows, C, k);
-}
-
-void accumulate(Tensor& acc, const Tensor& x) {
-  check_cpu(acc, "accumulate", "acc");
-  TROUPE_CHECK(acc.dtype() == DType::f32) << "accumulate: acc is " << dtype_name(acc.dtype()) << ", expected f32";
-  check_numel(x, acc.numel(), "accumulate", "x");
-  accumulate(acc.data(), x);
+  kernels::dropout_apply(x.data(), rows, C, k);
 }
 
 double sum_squares(const Tensor& x) {
   check_cpu(x, "sum_squares", "x");
   TROUPE_CHECK(x.dtype() == DType::f32) << "sum_squares: x is " << dtype_name(x.dtype()) << ", expected f32";
   return kernels::sum_squares(x.data(), x.numel());
-}
-
-void cast(Tensor& dst, const float* src) {
-  check_cpu(dst, "cast", "dst");
-  check_buf(src, dst.numel(), "cast", "src");
-  if (dst.dtype() != DType::f32) return kernels::pack16(dst.data16(), src, dst.numel(), dst.dtype());
-  if (dst.data() != src) std::memcpy(dst.data(), src, dst.nbytes());
 }
 
 void cast_rows(Tensor& dst, int64_t r0, const Tensor& src, int64_t rows) {

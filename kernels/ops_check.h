@@ -1,7 +1,8 @@
 // kernels/ops_check.h — the argument checks of the tensor-level ops (kernels/ops.h), shared by
 // kernels/ops.cpp and kernels/ops_act.cpp. Each throws troupe::Error naming the op and the
-// argument: undefined, off the CPU, not contiguous, the wrong shape, element count or dtype.
+// argument: undefined (null), off the CPU, not contiguous, the wrong shape, element count or dtype.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,7 @@
 
 namespace troupe::ops::detail {
 inline void check_cpu(const Tensor& t, const char* op, const char* what) {
-  TROUPE_CHECK(t.defined()) << op << ": " << what << " is undefined";
+  TROUPE_CHECK(t.defined()) << op << ": " << what << " is null (an undefined tensor)";
   TROUPE_CHECK(t.device().is_cpu()) << op << ": " << what << " is on " << t.device().str()
                                     << "; only CPU kernels exist in this build";
   TROUPE_CHECK(t.is_contiguous()) << op << ": " << what << " is not contiguous";
@@ -34,6 +35,19 @@ inline void check_numel(const Tensor& t, int64_t n, const char* op, const char* 
 inline void check_f32(const Tensor& t, int64_t n, const char* op, const char* what) {
   check_numel(t, n, op, what);
   TROUPE_CHECK(t.dtype() == DType::f32) << op << ": " << what << " is " << dtype_name(t.dtype()) << ", expected f32";
+}
+// An optional f32 output (null: not computed); its storage, or null.
+inline float* opt_f32(Tensor* t, int64_t n, const char* op, const char* what) {
+  if (!t) return nullptr;
+  check_f32(*t, n, op, what);
+  return t->data();
+}
+// An activation: f32 or 16-bit, n elements, on the CPU, contiguous.
+inline void check_act(const Tensor& t, int64_t n, const char* op, const char* what) { check_numel(t, n, op, what); }
+// A raw int32 array (token or target ids) of n >= 0 elements is not null.
+inline void check_ids(const int32_t* p, int64_t n, const char* op, const char* what) {
+  TROUPE_CHECK(n >= 0) << op << ": " << what << " of " << n << " elements";
+  TROUPE_CHECK(p || n == 0) << op << ": " << what << " is null (" << n << " ids expected)";
 }
 
 }  // namespace troupe::ops::detail

@@ -1,8 +1,6 @@
 // model/gpt.cpp — the transformer block (model/gpt.h) composed from model/layers.h.
 #include "model/gpt.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "kernels/ops.h"
 
@@ -76,23 +74,24 @@ Tensor& Block::fp32_work(const Tensor& like, int64_t n) const {
 
 void Block::bias_dropout_add(Tensor& acc, const Param* bias, int site, const Tensor& residual, int64_t R,
                              int64_t row0, int C) const {
-  ops::add_bias(acc.data(), bias->value, R, C);
+  ops::add_bias(acc, bias->value, R, C);
   if (dropout()) {  // residual dropout (the mask of the global rows)
     kernels::DropoutKey kd = drop->key(layer, site);
     kd.row0 = row0;
     ops::dropout_(acc, R, C, kd);
   }
-  ops::accumulate(acc.data(), residual);
-  ctx->round(acc.data(), R * C);
+  ops::accumulate(acc, residual);
+  ctx->round(acc, R * C);
 }
 
-void Block::branch_grad(float* br, const float* dres, int site, int64_t R, int64_t row0, int C) const {
-  std::memcpy(br, dres, R * C * sizeof(float));
+void Block::branch_grad(Tensor& br, const Tensor& dres, int site, int64_t R, int64_t row0, int C) const {
+  Tensor b = br.numel() == R * C ? br : br.slice(0, {R * C});
+  ops::cast(b, dres);  // f32 to f32: a copy (checked: R*C elements each)
   if (!dropout()) return;
   kernels::DropoutKey kd = drop->key(layer, site);
   kd.row0 = row0;
-  ops::dropout_(br, R, C, kd);
-  ctx->round(br, R * C);
+  ops::dropout_(b, R, C, kd);
+  ctx->round(b, R * C);
 }
 
 void Block::forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const {
@@ -104,7 +103,7 @@ void Block::forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg)
   if (ctx->sp_on() && (!ln_rows.defined() || ln_rows.numel() != R * C || ln_rows.dtype() != a.ln1.dtype()))
     ln_rows = Tensor({R * C}, a.ln1.dtype());
   Tensor& ln_out1 = ctx->sp_on() ? ln_rows : a.ln1;
-  ln1.forward(ln_out1, a.ln1_mean.data(), a.ln1_rstd.data(), a.x, R);
+  ln1.forward(ln_out1, a.ln1_mean, a.ln1_rstd, a.x, R);
   qkv.forward(a.qkv, ln_out1, a.ln1, BT);  // this rank's heads
   const kernels::DropoutKey ka = attn_key(cfg);
   ops::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, cfg.NHl(), dropout() ? &ka : nullptr, ctx->dt);
@@ -115,7 +114,7 @@ void Block::forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg)
   bias_dropout_add(x2, proj.b, 2, a.x, R, row0, C);
   if (&x2 != &a.x2) ops::cast(a.x2, x2);
   Tensor& ln_out2 = ctx->sp_on() ? ln_rows : a.ln2;
-  ln2.forward(ln_out2, a.ln2_mean.data(), a.ln2_rstd.data(), a.x2, R);
+  ln2.forward(ln_out2, a.ln2_mean, a.ln2_rstd, a.x2, R);
   fc.forward(a.fch, ln_out2, a.ln2, BT);
   ops::gelu_forward(a.fch_gelu, a.fch, ctx->dt);
   Tensor& yw = fp32_work(y, R * C);
@@ -124,39 +123,40 @@ void Block::forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg)
   if (&yw != &y) ops::cast(y, yw);
 }
 
-void Block::backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
+void Block::backward_input(Tensor& dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
                            const GPTConfig& cfg) const {
   const int C = cfg.C, Cl = cfg.Cl(), Fl = cfg.Fl();
   const int64_t BT = (int64_t)B * T, R = ctx->rows(BT), row0 = ctx->row0(BT);
   // the branch gradient rows: straight into g (all rows), or with sequence parallelism
   // into scratch, all-gathered into g by the row-parallel layer
-  float* br = ctx->sp_on() ? s.dbranch.data() : nullptr;
+  const bool sp = ctx->sp_on();
   // MLP half: y = x2 + drop(proj(gelu(fc(ln2(x2))))); dres = dL/dy = dL/dx2 (residual path)
-  branch_grad(br ? br : g.dy.data(), dres, 3, R, row0, C);
-  fcproj.backward_input(s.dfch_gelu.data(), br ? br : g.dy.data(), g.dy.data(), a.fch_gelu, BT);
-  ops::gelu_backward(g.dfch.data(), a.fch, s.dfch_gelu.data());
-  ctx->round(g.dfch.data(), BT * Fl);
-  fc.backward_input(g.dln2.data(), s.dln.data(), g.dfch, a.ln2, BT);
-  ln2.backward_input(dres, g.dln2.data(), a.x2, a.ln2_mean.data(), a.ln2_rstd.data(), R);
+  Tensor& br3 = sp ? s.dbranch : g.dy;
+  branch_grad(br3, dres, 3, R, row0, C);
+  fcproj.backward_input(s.dfch_gelu, br3, g.dy, a.fch_gelu, BT);
+  ops::gelu_backward(g.dfch, a.fch, s.dfch_gelu);
+  ctx->round(g.dfch, BT * Fl);
+  fc.backward_input(g.dln2, &s.dln, g.dfch, a.ln2, BT);
+  ln2.backward_input(dres, g.dln2, a.x2, a.ln2_mean, a.ln2_rstd, R);
   // attention half: x2 = x + drop(proj(attn(qkv(ln1(x))))); dres = dL/dx2
-  branch_grad(br ? br : g.dx2.data(), dres, 2, R, row0, C);
-  proj.backward_input(s.datty.data(), br ? br : g.dx2.data(), g.dx2.data(), a.atty, BT);
+  Tensor& br2 = sp ? s.dbranch : g.dx2;
+  branch_grad(br2, dres, 2, R, row0, C);
+  proj.backward_input(s.datty, br2, g.dx2, a.atty, BT);
   const kernels::DropoutKey ka = attn_key(cfg);
-  ops::attention_backward(g.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv, a.att, B, T, Cl, cfg.NHl(),
-                          dropout() ? &ka : nullptr);
-  ctx->round(g.dqkv.data(), BT * 3 * Cl);
-  qkv.backward_input(g.dln1.data(), s.dln.data(), g.dqkv, a.ln1, BT);
-  ln1.backward_input(dres, g.dln1.data(), a.x, a.ln1_mean.data(), a.ln1_rstd.data(), R);
+  ops::attention_backward(g.dqkv, s.datt, s.datty, a.qkv, a.att, B, T, Cl, cfg.NHl(), dropout() ? &ka : nullptr);
+  ctx->round(g.dqkv, BT * 3 * Cl);
+  qkv.backward_input(g.dln1, &s.dln, g.dqkv, a.ln1, BT);
+  ln1.backward_input(dres, g.dln1, a.x, a.ln1_mean, a.ln1_rstd, R);
 }
 
 void Block::backward_weights(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const {
   const int64_t BT = (int64_t)B * T, R = ctx->rows(BT);
-  fcproj.backward_weights(g.dy.data(), a.fch_gelu, BT);
+  fcproj.backward_weights(g.dy, a.fch_gelu, BT);
   fc.backward_weights(g.dfch, a.ln2, BT);
-  ln2.backward_weights(g.dln2.data(), a.x2, a.ln2_mean.data(), a.ln2_rstd.data(), R);
-  proj.backward_weights(g.dx2.data(), a.atty, BT);
+  ln2.backward_weights(g.dln2, a.x2, a.ln2_mean, a.ln2_rstd, R);
+  proj.backward_weights(g.dx2, a.atty, BT);
   qkv.backward_weights(g.dqkv, a.ln1, BT);
-  ln1.backward_weights(g.dln1.data(), a.x, a.ln1_mean.data(), a.ln1_rstd.data(), R);
+  ln1.backward_weights(g.dln1, a.x, a.ln1_mean, a.ln1_rstd, R);
 }
 
 }  // namespace troupe

@@ -91,13 +91,13 @@ struct Block {
   void forward(Tensor& y, BlockActs& a, int B, int T, const GPTConfig& cfg) const;
   // The input half: dres (R,C) on entry dL/dy, on exit dL/dx (updated in place); g keeps
   // the output gradients the weight half reads (collectives: each layer's TP reduce).
-  void backward_input(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
+  void backward_input(Tensor& dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T,
                       const GPTConfig& cfg) const;
   // The weight half: accumulates every parameter gradient of the block from g and a's
   // activations (with sequence parallelism the LayerNorms' all-reduces).
   void backward_weights(const BlockActs& a, const BlockGrads& g, int B, int T, const GPTConfig& cfg) const;
   // backward_input, then backward_weights: a plain backward.
-  void backward(float* dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
+  void backward(Tensor& dres, BlockActs& a, BlockGrads& g, BlockScratch& s, int B, int T, const GPTConfig& cfg) const {
     backward_input(dres, a, g, s, B, T, cfg);
     backward_weights(a, g, B, T, cfg);
   }
@@ -115,8 +115,9 @@ struct Block {
   // acc (R,C) = round(dropout_site(acc + bias) + residual): after a row-parallel layer.
   void bias_dropout_add(Tensor& acc, const Param* bias, int site, const Tensor& residual, int64_t R, int64_t row0,
                         int C) const;
-  // br (R,C) = dres through residual site `site`'s dropout mask (rounded): dL/d branch.
-  void branch_grad(float* br, const float* dres, int site, int64_t R, int64_t row0, int C) const;
+  // br (R,C; f32, the first R*C of a buffer of at least that) = dres (R,C; f32) through
+  // residual site `site`'s dropout mask (rounded): dL/d branch.
+  void branch_grad(Tensor& br, const Tensor& dres, int site, int64_t R, int64_t row0, int C) const;
 };
 
 }  // namespace troupe

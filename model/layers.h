@@ -14,8 +14,14 @@
 // al. 2024, ZB-H1) calls it later from the kept output gradient. Either gives the same bits.
 //
 // Precision: activations are f32 tensors or tensors of the storage dtype ctx->dt (bf16/f16,
-// 2 bytes per element; kernels/ops.h); activation gradients are fp32 buffers whose values
-// are rounded to dt; parameter gradients are fp32 (Param::grad).
+// 2 bytes per element; kernels/ops.h); activation gradients are f32 tensors whose values
+// are rounded to dt; parameter gradients are fp32 (Param::grad). Every buffer is a Tensor
+// (a caller's raw buffer: Tensor::wrap), checked by the ops (kernels/ops.h) for dtype,
+// device, contiguity and element count.
+//
+// Element counts: an argument described as (R,C) is a tensor of R*C elements, or, where
+// said, of at least R*C of which the first R*C are used (a (BT,C) buffer with sequence
+// parallelism on).
 //
 // Collectives (collectives/communicator.h: one canonical reduction order, a deadline of
 // ctx->timeout_s) are issued in the same order on every TP rank. Errors: troupe::Error from
@@ -42,8 +48,8 @@ struct TPContext {
   // This rank's rows of BT (R), and the global index of its first row.
   int64_t rows(int64_t BT) const { return sp_on() ? BT / size() : BT; }
   int64_t row0(int64_t BT) const { return sp_on() ? (int64_t)tp->rank() * rows(BT) : 0; }
-  // x (n) rounded in place to dt (no-op in fp32).
-  void round(float* x, int64_t n) const;
+  // The first n elements of x (f32, at least n) rounded in place to dt (no-op in fp32).
+  void round(Tensor& x, int64_t n) const;
 };
 
 // Sequence parallelism: full (TP*R rows, in TP rank order) = every TP rank's rows (R rows),
@@ -58,14 +64,15 @@ struct LayerNorm {
   Param *w = nullptr, *b = nullptr;
   const TPContext* ctx = nullptr;
   // out (R,C) = LN(x (R,C)), rounded to ctx->dt (round = false: kept fp32, for inference);
-  // mean, rstd (R) fp32. out and x: f32 or dt tensors.
-  void forward(Tensor& out, float* mean, float* rstd, const Tensor& x, int64_t R, bool round = true) const;
-  // dx (R,C) += dout (R,C fp32) · dLN/dx, then dx rounded to dt (the residual stream).
-  void backward_input(float* dx, const float* dout, const Tensor& x, const float* mean, const float* rstd,
+  // mean, rstd (R) f32. out and x: f32 or dt tensors.
+  void forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& x, int64_t R, bool round = true) const;
+  // dx (R,C; f32) += dout (R,C; f32, at least R*C) · dLN/dx, then dx rounded to dt (the
+  // residual stream).
+  void backward_input(Tensor& dx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                       int64_t R) const;
-  // w.grad, b.grad (C) += the gradients from dout (R,C); with sequence parallelism the
-  // rows' partial sums are all-reduced over TP first.
-  void backward_weights(const float* dout, const Tensor& x, const float* mean, const float* rstd, int64_t R) const;
+  // w.grad, b.grad (C) += the gradients from dout (R,C; at least R*C); with sequence
+  // parallelism the rows' partial sums are all-reduced over TP first.
+  void backward_weights(const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd, int64_t R) const;
 };
 
 // Column-parallel linear (layers.py ColumnParallelLinear, gather_output = False):
@@ -85,10 +92,11 @@ struct ColumnParallelLinear {
   const Tensor& gather(const Tensor& x, Tensor& x_full) const;
   // y (BT,OCl) = gather(x, x_full) · w^T + b, rounded to dt; y f32 or a dt tensor.
   void forward(Tensor& y, const Tensor& x, Tensor& x_full, int64_t BT) const;
-  // dx (R,C) = TP sum of dout (BT,OCl) · w, rounded to dt: all-reduced in place (dx holds
-  // BT rows), or with sequence parallelism computed in dfull (BT,C scratch) and
-  // reduce-scattered into dx. dout f32 or dt; x_full (BT,C) the forward's gathered input.
-  void backward_input(float* dx, float* dfull, const Tensor& dout, const Tensor& x_full, int64_t BT) const;
+  // dx (R,C; f32) = TP sum of dout (BT,OCl) · w, rounded to dt: all-reduced in place (dx
+  // holds BT rows), or with sequence parallelism computed in *dfull (BT,C f32 scratch;
+  // Error when null) and reduce-scattered into dx (at least R*C). dout f32 or dt; x_full
+  // (BT,C) the forward's gathered input.
+  void backward_input(Tensor& dx, Tensor* dfull, const Tensor& dout, const Tensor& x_full, int64_t BT) const;
   // dW (OCl,C) += dout^T · x_full, db (OCl) += column sums of dout.
   void backward_weights(const Tensor& dout, const Tensor& x_full, int64_t BT) const;
 };
@@ -108,11 +116,12 @@ struct RowParallelLinear {
   // of BT*OC elements (with sequence parallelism: at least R*OC, of which the first R*OC
   // are written; the partial sums go through a per-thread (BT,OC) scratch).
   void forward(Tensor& y, const Tensor& x, int64_t BT) const;
-  // dx (BT,Cl) = dout_full · w, rounded to dt. With sequence parallelism dout (R,OC) is
-  // all-gathered into dout_full (BT,OC) first; otherwise dout must be dout_full.
-  void backward_input(float* dx, const float* dout, float* dout_full, const Tensor& x, int64_t BT) const;
-  // dW (OC,Cl) += dout_full^T · x, db (OC) += column sums of dout_full (BT rows).
-  void backward_weights(const float* dout_full, const Tensor& x, int64_t BT) const;
+  // dx (BT,Cl; f32) = dout_full · w, rounded to dt. With sequence parallelism dout (R,OC;
+  // f32, at least R*OC) is all-gathered into dout_full (BT,OC; f32) first; otherwise dout
+  // must be dout_full (the same storage).
+  void backward_input(Tensor& dx, const Tensor& dout, Tensor& dout_full, const Tensor& x, int64_t BT) const;
+  // dW (OC,Cl) += dout_full^T · x, db (OC) += column sums of dout_full (BT rows; f32).
+  void backward_weights(const Tensor& dout_full, const Tensor& x, int64_t BT) const;
 };
 
 // Vocab-parallel embedding (layers.py VocabParallelEmbedding) with GPT-2's learned position
@@ -124,13 +133,14 @@ struct VocabParallelEmbedding {
   const TPContext* ctx = nullptr;
   const DropoutState* drop = nullptr;
   GPTConfig cfg;  // V, C and this rank's vocabulary rows
-  // out (R,C) fp32 = wte[tokens] + wpe[position] (dropout), rounded to dt; tokens (B*T).
-  // Errors: a token outside [0, V).
-  void forward(float* out, const int32_t* tokens, int B, int T) const;
+  // out (R,C) = wte[tokens] + wpe[position] (dropout), rounded to dt; tokens (B*T). out f32,
+  // or a tensor of dt (the sums are made in a per-thread fp32 scratch and stored rounded:
+  // the same values). Errors: a token outside [0, V); out of another dtype or size.
+  void forward(Tensor& out, const int32_t* tokens, int B, int T) const;
   // All of an embedding's gradient is weight gradient: wte.grad (Vl,C) += rows of dout
-  // (R,C; masked in place by the dropout), wpe.grad (maxT,C) += by position. With sequence
-  // parallelism dout is all-gathered for wte and wpe's partial sum all-reduced.
-  void backward_weights(float* dout, const int32_t* tokens, int B, int T) const;
+  // (R,C f32; masked in place by the dropout), wpe.grad (maxT,C) += by position. With
+  // sequence parallelism dout is all-gathered for wte and wpe's partial sum all-reduced.
+  void backward_weights(Tensor& dout, const int32_t* tokens, int B, int T) const;
 };
 
 // Vocab-parallel softmax cross-entropy (Megatron-LM): logits (BT, Vl) are this TP rank's
@@ -140,9 +150,10 @@ struct VocabParallelEmbedding {
 // rank); with dloss != 0 the logits become dlogits = (softmax - onehot) * dloss, 0 in
 // padded columns. A target of -1 marks an ignored position (padding): loss 0, no gradient.
 // Errors: a target outside [0, V) other than -1; collective errors (deadline timeout_s).
-// losses (BT, optional) receives each row's loss.
-double vocab_parallel_cross_entropy(float* logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
-                                    Communicator* tp, float dloss, double timeout_s, float* losses = nullptr);
+// logits: an f32 tensor of BT*Vl elements. losses (f32, BT elements; optional) receives
+// each row's loss.
+double vocab_parallel_cross_entropy(Tensor& logits, const int32_t* targets, int64_t BT, const GPTConfig& cfg,
+                                    Communicator* tp, float dloss, double timeout_s, Tensor* losses = nullptr);
 
 // The LM head (Megatron's output_layer: a column-parallel linear over the vocabulary, its
 // weight tied to wte) and its vocab-parallel cross-entropy: logits (BT,Vl) = x_full · wte^T
@@ -163,12 +174,12 @@ struct ParallelLMHead {
                  Tensor& scratch, bool keep, float dloss) const;
   // dx (R,C) from the stored dlogits (BT,Vl; f32 or dt): ColumnParallelLinear::backward_input.
   // Errors: no stored dlogits of BT rows.
-  void backward_input(float* dx, float* dfull, const Tensor& dlogits, const Tensor& x_full, int64_t BT) const;
+  void backward_input(Tensor& dx, Tensor* dfull, const Tensor& dlogits, const Tensor& x_full, int64_t BT) const;
   // The head's wte gradient (Vl,C) += dlogits^T · x_full.
   void backward_weights(const Tensor& dlogits, const Tensor& x_full, int64_t BT) const;
-  // Inference: the logits (V, unpadded) of one row x (C, fp32): every rank's vocabulary
-  // rows, all-gathered over TP.
-  std::vector<float> row_logits(const float* x) const;
+  // Inference: the logits (V, unpadded) of one row x (C elements, f32): every rank's
+  // vocabulary rows, all-gathered over TP.
+  std::vector<float> row_logits(const Tensor& x) const;
 };
 
 }  // namespace troupe

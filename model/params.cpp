@@ -149,7 +149,9 @@ Tensor assemble(const std::vector<Tensor>& parts, const ParamSpec& sp, const GPT
 void set_compute_copy(Param& p, const float* from, DType dt) {
   const std::vector<int64_t> shape = p.value.defined() ? p.value.shape() : p.grad.shape();
   if (!p.value.defined() || p.value.dtype() != dt) p.value = Tensor(shape, dt);
-  ops::cast(p.value, from);  // 16-bit: rounded to nearest even, straight into the storage
+  // 16-bit: rounded to nearest even, straight into the storage (f32: copied unless `from`
+  // is the value's own storage)
+  ops::cast(p.value, Tensor::wrap(from, shape));
 }
 
 }  // namespace troupe

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
+#include "kernels/ops_optim.h"
 
 namespace troupe {
 
@@ -39,9 +39,9 @@ void adamw_step(Tensor& value, const Tensor& grad, AdamWState& st, const OptimCo
     st.m = Tensor(value.shape());
     st.v = Tensor(value.shape());
   }
-  kernels::adamw_update(value.data(), grad.data(), st.m.data(), st.v.data(), value.numel(), (float)lr,
-                        (float)o.beta1, (float)o.beta2, (float)o.eps, decay ? (float)o.weight_decay : 0.0f,
-                        grad_scale, (int)t);
+  ops::adamw_(value, grad, st.m, st.v,
+              {(float)lr, (float)o.beta1, (float)o.beta2, (float)o.eps, decay ? (float)o.weight_decay : 0.0f,
+               grad_scale, (int)t});
 }
 
 }  // namespace troupe

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/cpu/master_split.h"
-#include "kernels/kernels.h"
+#include "kernels/ops.h"
+#include "kernels/ops_optim.h"
 #include "kernels/parallel.h"
 
 namespace troupe {
@@ -79,7 +79,8 @@ void Zero1::load(size_t i, const float* master, const float* m, const float* v) 
     float* dst = vals_.data() + o_i;
     if (dst != master) std::memmove(dst, master, n_i * sizeof(float));
   } else {  // the whole tensor rounded (bf16: the own part is overwritten by its split below)
-    kernels::pack16(vals_.data16() + o_i, master, n_i, compute_);
+    Tensor dst = vals_.slice(o_i, {n_i});
+    ops::cast(dst, Tensor::wrap(master, {n_i}));
   }
   auto [a, b] = L_.overlap(i, d_);
   if (a >= b) return;
@@ -87,7 +88,8 @@ void Zero1::load(size_t i, const float* master, const float* m, const float* v) 
   if (compute_ == DType::f16) std::memcpy(master_.data() + j, master + off, n * sizeof(float));
   if (compute_ == DType::bf16) {
     std::vector<int64_t> t;
-    kernels::split_master(master + off, vals_.data16() + a, res_.data16() + j, t, n);
+    Tensor hi = vals_.slice(a, {n}), r = res_.slice(j, {n});
+    ops::split_master(Tensor::wrap(master + off, {n}), hi, r, t);
     replace_ties(j, j + n, t);
   }
   if (m) std::memcpy(m_.data() + j, m + off, n * sizeof(float));
@@ -117,7 +119,8 @@ const float* Zero1::master_at(int64_t j, int64_t n, std::vector<float>& tmp) con
   if (compute_ == DType::f32) return vals_.data() + lo_ + j;
   if (compute_ == DType::f16) return master_.data() + j;
   tmp.resize((size_t)n);
-  kernels::join_master(vals_.data16() + lo_ + j, res_.data16() + j, ties_in(j, j + n), tmp.data(), n);
+  Tensor x = Tensor::wrap(tmp.data(), {n});
+  ops::join_master(vals_.slice(lo_ + j, {n}), res_.slice(j, {n}), ties_in(j, j + n), x);
   return tmp.data();
 }
 
@@ -161,7 +164,10 @@ void Zero1::launch_locked(size_t b) {
     const auto t0 = std::chrono::steady_clock::now();
     float* in = flat_.data() + B.begin;
     const int64_t real = std::min(B.end, L_.N) - B.begin;  // the padding is zeros: neither scaled nor checked
-    if (scaler_) kernels::scale(in, inv_scale, real);
+    if (scaler_ && real > 0) {
+      Tensor g = flat_.slice(B.begin, {real});
+      ops::scale_(g, inv_scale);
+    }
     const bool inf = any_inf_or_nan(in, real);
     float* out = flat_.data() + std::clamp(lo_, B.begin, B.end);  // this rank's part: in place
     dp_->reduce_scatter_v(in, out, bucket_counts(L_, B), ReduceOp::sum, timeout_s_);
@@ -200,7 +206,10 @@ Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
     reset_buckets_locked();
     spans_.push_back({'E', -1, t0, std::chrono::steady_clock::now()});
   } else {
-    if (scaler_) kernels::scale(flat, (float)scaler_->inv_scale(), L_.N);
+    if (scaler_) {
+      Tensor g = flat_.slice(0, {L_.N});
+      ops::scale_(g, (float)scaler_->inv_scale());
+    }
     out.found_inf = any_inf_or_nan(flat, L_.N);
     // In place: this rank's slice of the flat buffer becomes its reduced shard.
     const auto r0 = std::chrono::steady_clock::now();
@@ -210,11 +219,10 @@ Zero1Grads Zero1::reduce_gradients(const std::vector<const float*>& grads) {
     spans_.push_back({'C', 0, r0, r1});
     spans_.push_back({'E', -1, r0, r1});
   }
-  const float* grad = flat + lo_;
   for (size_t i = 0; i < t_.size(); ++i) {
     if (t_[i].norm_key < 0) continue;
     auto [a, b] = L_.overlap(i, d_);
-    if (a < b) out.sumsq.emplace_back(t_[i].norm_key * kMaxDP + d_, kernels::sum_squares(grad + (a - lo_), b - a));
+    if (a < b) out.sumsq.emplace_back(t_[i].norm_key * kMaxDP + d_, ops::sum_squares(flat_.slice(a, {b - a})));
   }
   return out;
 }
@@ -223,18 +231,19 @@ void Zero1::update_tensor(size_t i, const Zero1Decision& dec) {
   auto [a, b] = L_.overlap(i, d_);
   if (a >= b) return;
   const int64_t j = a - lo_, n = b - a;
-  const float* grad = flat_.data() + a;  // the reduced shard (reduce_gradients)
-  const float lr = (float)dec.lr, wd = t_[i].decay ? (float)o_.weight_decay : 0.0f;
+  const Tensor grad = flat_.slice(a, {n});  // the reduced shard (reduce_gradients)
+  Tensor m = m_.slice(j, {n}), v = v_.slice(j, {n});
+  const ops::AdamWStep st{(float)dec.lr,  (float)o_.beta1, (float)o_.beta2,  (float)o_.eps,
+                          t_[i].decay ? (float)o_.weight_decay : 0.0f, dec.clip_scale, (int)updates_};
   if (compute_ == DType::bf16) {  // the master held split: its high half is the bf16 value
     std::vector<int64_t> t = ties_in(j, j + n);
-    kernels::adamw_update_split(vals_.data16() + a, res_.data16() + j, t, grad, m_.data() + j, v_.data() + j, n, lr,
-                                (float)o_.beta1, (float)o_.beta2, (float)o_.eps, wd, dec.clip_scale, (int)updates_);
+    Tensor hi = vals_.slice(a, {n}), r = res_.slice(j, {n});
+    ops::adamw_split_(hi, r, t, grad, m, v, st);
     replace_ties(j, j + n, t);
     return;
   }
-  float* master = compute_ == DType::f32 ? vals_.data() + a : master_.data() + j;
-  kernels::adamw_update(master, grad, m_.data() + j, v_.data() + j, n, lr, (float)o_.beta1, (float)o_.beta2,
-                        (float)o_.eps, wd, dec.clip_scale, (int)updates_);
+  Tensor master = compute_ == DType::f32 ? vals_.slice(a, {n}) : master_.slice(j, {n});
+  ops::adamw_(master, grad, m, v, st);
 }
 
 void Zero1::apply(const Zero1Decision& dec) {
@@ -251,8 +260,9 @@ void Zero1::apply(const Zero1Decision& dec) {
   float* buf = (f32 ? vals_ : flat_).data();
   auto round_own = [&](int64_t a, int64_t b) {  // flat range [a, b) of this rank's shard
     if (f32 || a >= b) return;
-    if (compute_ == DType::f16) kernels::pack16(vals_.data16() + a, master_.data() + (a - lo_), b - a, compute_);
-    kernels::unpack16(buf + a, vals_.data16() + a, b - a, compute_);
+    Tensor own = vals_.slice(a, {b - a}), wide = flat_.slice(a, {b - a});
+    if (compute_ == DType::f16) ops::cast(own, master_.slice(a - lo_, {b - a}));
+    ops::cast(wide, own);
   };
   if (!buckets_.empty()) {
     // Bucketed: each bucket's update, then its all-gather on the communication thread while
@@ -282,8 +292,12 @@ void Zero1::apply(const Zero1Decision& dec) {
   }
   if (!f32) {  // the other ranks' parameters into the values
     const int64_t own0 = std::min(lo_, L_.N), own1 = std::min(lo_ + L_.S, L_.N);
-    if (own0 > 0) kernels::pack16(vals_.data16(), buf, own0, compute_);
-    if (L_.N > own1) kernels::pack16(vals_.data16() + own1, buf + own1, L_.N - own1, compute_);
+    auto narrow = [&](int64_t a, int64_t n) {
+      Tensor dst = vals_.slice(a, {n});
+      ops::cast(dst, flat_.slice(a, {n}));
+    };
+    if (own0 > 0) narrow(0, own0);
+    if (L_.N > own1) narrow(own1, L_.N - own1);
   }
   if (scaler_) scaler_->update(false);
 }

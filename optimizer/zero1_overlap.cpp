@@ -8,7 +8,7 @@
 
 #include "core/awake_clock.h"
 #include "core/error.h"
-#include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "optimizer/zero1.h"
 
 namespace troupe {
@@ -42,8 +42,12 @@ void Zero1::gather_bucket(size_t k, float* buf, int64_t a) {
     const int64_t e = std::min(B.end, L_.N);
     const int64_t own0 = std::clamp(std::min(lo_, L_.N), B.begin, std::max(B.begin, e));
     const int64_t own1 = std::clamp(std::min(lo_ + L_.S, L_.N), B.begin, std::max(B.begin, e));
-    if (own0 > B.begin) kernels::pack16(vals_.data16() + B.begin, buf + B.begin, own0 - B.begin, compute_);
-    if (e > own1) kernels::pack16(vals_.data16() + own1, buf + own1, e - own1, compute_);
+    const auto narrow = [&](int64_t from, int64_t to) {  // the other ranks' gathered values into the 16-bit copy
+      Tensor dst = vals_.slice(from, {to - from});
+      ops::cast(dst, Tensor::wrap(buf + from, {to - from}));
+    };
+    if (own0 > B.begin) narrow(B.begin, own0);
+    if (e > own1) narrow(own1, e);
   }
   std::memset(flat_.data() + B.begin, 0, (size_t)(B.end - B.begin) * sizeof(float));
   std::lock_guard<std::mutex> l(mu_);

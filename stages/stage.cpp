@@ -88,8 +88,8 @@ void Stage::Slot::ensure(int b, int t, const GPTConfig& cfg, int nblocks, bool i
   for (int i = 0; i < nblocks; ++i) {
     if (full_acts) acts[i].ensure(b, t, cfg, rows, act_dt);
     // Block 0's input on a non-first stage is the received tensor, set per microbatch; on
-    // the first stage the embedding's output (fp32); later blocks' inputs in act_dt.
-    const DType xdt = i > 0 ? act_dt : DType::f32;
+    // the first stage the embedding's output; every block's input in act_dt.
+    const DType xdt = act_dt;
     if ((i > 0 || is_first) && (!acts[i].x.defined() || acts[i].x.shape() != xshape || acts[i].x.dtype() != xdt))
       acts[i].x = Tensor(xshape, xdt);
   }
@@ -149,7 +149,7 @@ double Stage::head_forward(Slot& sl, const int32_t* targets, int64_t BT, bool ke
   // ln_f on this rank's rows; the head gathers them (sequence parallelism) into sl.lnf
   Tensor part = ctx_.sp_on() ? Tensor({R, cfg_.C}, act_dt()) : sl.lnf;
   each(param_hook_, {lnf_w_, lnf_b_, wte_});
-  lnf_.forward(part, sl.lnf_mean.data(), sl.lnf_rstd.data(), sl.xf, R);
+  lnf_.forward(part, sl.lnf_mean, sl.lnf_rstd, sl.xf, R);
   return head_.forward(part, sl.lnf, targets, BT, sl.logits, logits_scratch_, keep, dloss);
 }
 
@@ -157,16 +157,16 @@ Tensor Stage::head_input_grad(Slot& sl, Tensor& dln) {
   const int C = cfg_.C;
   const int64_t BT = (int64_t)sl.B * sl.T, R = rows(BT);
   if (!dln.defined() || dln.shape() != std::vector<int64_t>{BT, C}) dln = Tensor({BT, C});
-  head_.backward_input(dln.data(), scratch_.dln.data(), sl.logits, sl.lnf, BT);
+  head_.backward_input(dln, &scratch_.dln, sl.logits, sl.lnf, BT);
   Tensor dres = ctx_.sp_on() ? Tensor({R, C}) : Tensor({sl.B, sl.T, C});
-  lnf_.backward_input(dres.data(), dln.data(), sl.xf, sl.lnf_mean.data(), sl.lnf_rstd.data(), R);
+  lnf_.backward_input(dres, dln, sl.xf, sl.lnf_mean, sl.lnf_rstd, R);
   return dres;
 }
 
 void Stage::head_weight_grads(Slot& sl, const Tensor& dln) {
   const int64_t BT = (int64_t)sl.B * sl.T;
   head_.backward_weights(sl.logits, sl.lnf, BT);
-  lnf_.backward_weights(dln.data(), sl.xf, sl.lnf_mean.data(), sl.lnf_rstd.data(), rows(BT));
+  lnf_.backward_weights(dln, sl.xf, sl.lnf_mean, sl.lnf_rstd, rows(BT));
 }
 
 void Stage::recompute_att(BlockActs& a, Slot& sl, int i) {
@@ -206,7 +206,7 @@ Tensor Stage::forward(int mb, int B, int T, const int32_t* tokens, const Tensor&
     TROUPE_CHECK(tokens != nullptr);
     std::memcpy(sl->tokens.data(), tokens, BT * sizeof(int32_t));
     each(param_hook_, {wte_, wpe_});
-    embed_.forward(sl->acts[0].x.data(), tokens, B, T);
+    embed_.forward(sl->acts[0].x, tokens, B, T);
   } else {
     TROUPE_CHECK(input.defined() && input.numel() == R * C)
         << "stage " << s_ << " got an activation of " << input.shape_str() << ", expected " << R << " rows of " << C;
@@ -262,7 +262,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     BlockActs& a = acts_for(sl, i);
     BlockGrads& g = weights ? grads_ : sl.grads[i];
     g.ensure(B, T, cfg_);
-    blocks_[i].backward_input(dres.data(), a, g, scratch_, B, T, cfg_);
+    blocks_[i].backward_input(dres, a, g, scratch_, B, T, cfg_);
     if (weights) {
       blocks_[i].backward_weights(a, g, B, T, cfg_);
       block_grads_final(i);
@@ -271,7 +271,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
   }
   if (first()) {
     if (weights) {
-      embed_.backward_weights(dres.data(), sl.tokens.data(), B, T);
+      embed_.backward_weights(dres, sl.tokens.data(), B, T);
       grads_final({wpe_});  // wte: final after tie_grads
     } else {
       sl.dx0 = dres;  // the embeddings' gradient is all weight gradient: W uses it
@@ -308,7 +308,7 @@ void Stage::backward_weights(int mb) {
     if (recompute_) re_acts_.x = Tensor();
   }
   if (first()) {
-    embed_.backward_weights(sl.dx0.data(), sl.tokens.data(), B, T);
+    embed_.backward_weights(sl.dx0, sl.tokens.data(), B, T);
     grads_final({wpe_});
     sl.dx0 = Tensor();
   }
@@ -326,7 +326,7 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
   const int C = cfg_.C;
   if (first()) {
     each(param_hook_, {wte_, wpe_});
-    embed_.forward(sl->acts[0].x.data(), tokens, 1, T);
+    embed_.forward(sl->acts[0].x, tokens, 1, T);
   } else {
     sl->acts[0].x = input;
   }
@@ -338,8 +338,8 @@ Tensor Stage::infer(int T, const int32_t* tokens, const Tensor& input, std::vect
     forward_blocks(*sl, 1, T, sl->xf, false);
     Tensor lnf({(int64_t)T, C});  // fp32, not rounded: sampling reads the full-precision logits
     each(param_hook_, {lnf_w_, lnf_b_, wte_});
-    lnf_.forward(lnf, sl->lnf_mean.data(), sl->lnf_rstd.data(), sl->xf, T, /*round=*/false);
-    *last_logits = head_.row_logits(lnf.data() + (int64_t)(T - 1) * C);
+    lnf_.forward(lnf, sl->lnf_mean, sl->lnf_rstd, sl->xf, T, /*round=*/false);
+    *last_logits = head_.row_logits(lnf.slice((int64_t)(T - 1) * C, {C}));
   }
   if (!first()) sl->acts[0].x = Tensor();
   free_.push_back(std::move(sl));

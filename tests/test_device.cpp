@@ -159,13 +159,15 @@ TEST_CASE("ops::linear on 16-bit weights gives the bits of the fp32 buffers trou
     const Tensor wt = ops::cast(from(w, {OC, C}), dt), bt = ops::cast(from(b, {OC}), dt);
     CHECK(wt.nbytes() == (size_t)OC * C * 2);
     std::vector<float> out1(BT * OC), dinp1(BT * C), dw1(OC * C, 0.5f), db1(OC, 0.25f);
-    ops::linear_forward(out1.data(), inp.data(), wt, &bt, BT, C, OC, dt);
-    ops::linear_backward(dinp1.data(), dw1.data(), db1.data(), dout.data(), inp.data(), wt, BT, C, OC, dt);
+    auto wrap = [](std::vector<float>& v) { return Tensor::wrap(v.data(), {(int64_t)v.size()}); };
+    Tensor out1t = wrap(out1), inpt = wrap(inp), dinp1t = wrap(dinp1), dw1t = wrap(dw1), db1t = wrap(db1);
+    ops::linear_forward(out1t, inpt, wt, &bt, BT, C, OC, dt);
+    ops::linear_backward(&dinp1t, &dw1t, &db1t, wrap(dout), inpt, wt, BT, C, OC, dt);
     CHECK(same_bits(out0.data(), out1.data(), BT * OC));
     CHECK(same_bits(dinp0.data(), dinp1.data(), BT * C));
     CHECK(same_bits(dw0.data(), dw1.data(), OC * C));
     CHECK(same_bits(db0.data(), db1.data(), OC));
-    CHECK_THROWS_WITH(ops::linear_forward(out1.data(), inp.data(), wt, &bt, BT, OC, C, dt),
+    CHECK_THROWS_WITH(ops::linear_forward(out1t, inpt, wt, &bt, BT, OC, C, dt),
                       Catch::Contains("linear_forward: weight is (80,64), expected (64,80)"));
     // the embedding rows of a 16-bit table are its values widened
     const int V = 40;
@@ -174,7 +176,8 @@ TEST_CASE("ops::linear on 16-bit weights gives the bits of the fp32 buffers trou
     std::vector<int32_t> tok{3, 39, 0, 17, 41, 12};  // 41: outside this rank's rows [0, 40)
     std::vector<float> e0(tok.size() * C), e1(tok.size() * C, 9.0f);
     kernels::embedding_vp_forward(e0.data(), tok.data(), wte32.data(), 0, V, 2, 3, C);
-    ops::embedding_forward(e1.data(), tok.data(), wte, 0, 2, 3, C);
+    Tensor e1t = wrap(e1);
+    ops::embedding_forward(e1t, tok.data(), wte, 0, 2, 3, C);
     CHECK(same_bits(e0.data(), e1.data(), (int64_t)e0.size()));
   }
 }

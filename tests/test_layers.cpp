@@ -86,9 +86,9 @@ struct Pair {
     // backward: the row layer's input half, its weight half, then the column layer's
     Tensor dyin = ctx.sp_on() ? row_slice(dy, r0, R) : dy.clone(), dy_full = ctx.sp_on() ? Tensor({BT, C}) : dyin;
     Tensor dh({BT, Fl}), dx({BT, C}), dfull({BT, C});
-    row.backward_input(dh.data(), dyin.data(), dy_full.data(), h, BT);
-    row.backward_weights(dy_full.data(), h, BT);
-    col.backward_input(dx.data(), dfull.data(), dh, x_full, BT);
+    row.backward_input(dh, dyin, dy_full, h, BT);
+    row.backward_weights(dy_full, h, BT);
+    col.backward_input(dx, &dfull, dh, x_full, BT);
     col.backward_weights(dh, x_full, BT);
     return {y, row_slice(dx, 0, R), W1.grad, B1.grad, W2.grad, B2.grad};
   }
@@ -146,10 +146,10 @@ TEST_CASE("backward's input half then weight half equals one fused kernel call",
     if (dt != DType::f32) set_compute_copy(W, randn({OC, C}, 7, 0.3f).data(), dt);
     // fused: one call computing dx, dW and db
     Tensor dx_ref({BT, C}), dw_ref({OC, C}), db_ref({OC});
-    ops::linear_backward(dx_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), xs, W.value, BT, C, OC, dt);
+    ops::linear_backward(&dx_ref, &dw_ref, &db_ref, dout, xs, W.value, BT, C, OC, dt);
     ColumnParallelLinear col{&W, &B, nullptr, &ctx};
     Tensor dx({BT, C});
-    col.backward_input(dx.data(), nullptr, dout, xs, BT);
+    col.backward_input(dx, nullptr, dout, xs, BT);
     col.backward_weights(dout, xs, BT);
     CHECK(same_bits(dx.data(), dx_ref.data(), dx.numel()));
     CHECK(same_bits(W.grad.data(), dw_ref.data(), dw_ref.numel()));
@@ -158,13 +158,12 @@ TEST_CASE("backward's input half then weight half equals one fused kernel call",
     Param lw = param(randn({C}, 11)), lb = param(randn({C}, 12));
     LayerNorm ln{&lw, &lb, &ctx};
     Tensor y({BT, C}, dt), mean({BT}), rstd({BT}), dln = randn({BT, C}, 13);
-    ln.forward(y, mean.data(), rstd.data(), xs, BT);
+    ln.forward(y, mean, rstd, xs, BT);
     Tensor dres = randn({BT, C}, 14), dres_ref = dres.clone(), lw_ref({C}), lb_ref({C});
-    ops::layernorm_backward(dres_ref.data(), lw_ref.data(), lb_ref.data(), dln.data(), xs, lw.value, mean.data(),
-                            rstd.data(), BT, C);
+    ops::layernorm_backward(&dres_ref, &lw_ref, &lb_ref, dln, xs, lw.value, mean, rstd, BT, C);
     kernels::round_to(dres_ref.data(), dres_ref.numel(), dt);
-    ln.backward_input(dres.data(), dln.data(), xs, mean.data(), rstd.data(), BT);
-    ln.backward_weights(dln.data(), xs, mean.data(), rstd.data(), BT);
+    ln.backward_input(dres, dln, xs, mean, rstd, BT);
+    ln.backward_weights(dln, xs, mean, rstd, BT);
     CHECK(same_bits(dres.data(), dres_ref.data(), dres.numel()));
     CHECK(same_bits(lw.grad.data(), lw_ref.data(), C));
     CHECK(same_bits(lb.grad.data(), lb_ref.data(), C));
@@ -191,15 +190,15 @@ TEST_CASE("the vocab-parallel embedding and LM head at TP=2 equal TP=1", "[layer
     const int64_t R = ctx.rows(BT), r0 = ctx.row0(BT);
     Out o;
     o.emb = Tensor({R, C});
-    emb.forward(o.emb.data(), tok.data(), B, T);
+    emb.forward(o.emb, tok.data(), B, T);
     Tensor d = row_slice(dout, r0, R);
-    emb.backward_weights(d.data(), tok.data(), B, T);
+    emb.backward_weights(d, tok.data(), B, T);
     // the head on the embedding's output, through its own gradient accumulator
     Tensor hgrad({g.Vl(), C}), x_full = sp ? Tensor({BT, C}) : o.emb, dlogits({BT, g.Vl()}), scratch;
     ParallelLMHead head{{&Wte, nullptr, &hgrad, &ctx}, g};
     o.loss = head.forward(o.emb, x_full, tgt.data(), BT, dlogits, scratch, true, 1.0f / BT);
     Tensor dx({BT, C}), dfull({BT, C});
-    head.backward_input(dx.data(), dfull.data(), dlogits, x_full, BT);
+    head.backward_input(dx, &dfull, dlogits, x_full, BT);
     head.backward_weights(dlogits, x_full, BT);
     o.dwte = Tensor({g.Vvalid(), C});  // the real rows of wte's two gradients, summed
     for (int64_t i = 0; i < o.dwte.numel(); ++i) o.dwte.data()[i] = Wte.grad.data()[i] + hgrad.data()[i];
