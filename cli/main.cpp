@@ -168,22 +168,23 @@ __attribute__((constructor)) void forget_signals_held() { ::unsetenv(kSignalsHel
 __attribute__((section(".preinit_array"), used)) void (*const troupe_preinit_entry)(int, char**, char**) =
     troupe_preinit_signals;
 
-// A TROUPE_* environment variable holding a control character (a newline, an escape; C1
-// controls as UTF-8 C2 80-9F) would become a folder name with a newline (TROUPE_CACHE_DIR,
-// TROUPE_LAUNCH_ID) or reach the log raw: refused, as options holding one are
-// (cli/command_line.cpp check_option_values). Returns the refusal sentence, or "".
+// A path named by an environment variable (TROUPE_CACHE_DIR, TROUPE_EVENT_LOG,
+// TROUPE_JOB_SECRET_FILE) holding a control character (a newline, an escape; C1 controls as
+// UTF-8 C2 80-9F) would become a folder with a newline in its name: refused, as options
+// holding one are (cli/command_line.cpp check_option_values). Other variables are checked
+// where they are read, and print_error shows what they quote escaped. Returns the refusal
+// sentence, or "".
 std::string control_in_environment() {
-  for (char** e = environ; e && *e; ++e) {
-    const std::string_view kv(*e);
-    if (kv.rfind("TROUPE_", 0) != 0) continue;
-    const size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) continue;
-    for (size_t q = eq + 1; q < kv.size(); ++q) {
+  for (const char* name : {"TROUPE_CACHE_DIR", "TROUPE_EVENT_LOG", "TROUPE_JOB_SECRET_FILE"}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    const std::string_view kv(v);
+    for (size_t q = 0; q < kv.size(); ++q) {
       const auto c = (unsigned char)kv[q];
       const bool c1 = c == 0xC2 && q + 1 < kv.size() && (unsigned char)kv[q + 1] >= 0x80 && (unsigned char)kv[q + 1] <= 0x9F;
       if (c < 0x20 || c == 0x7F || c1)
-        return "environment variable " + std::string(kv.substr(0, eq)) + " holds a control character (a newline, a "
-               "tab or an escape) at byte " + std::to_string(q - eq - 1) + " of its value; set it to a plain value";
+        return "environment variable " + std::string(name) + " holds a control character (a newline, a tab or an "
+               "escape) at byte " + std::to_string(q) + " of its path; set it to a plain path";
     }
   }
   return "";
