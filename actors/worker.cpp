@@ -16,7 +16,6 @@
 #include "core/error.h"
 #include "core/events.h"
 #include "core/dtype.h"
-#include "kernels/kernels.h"
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "optimizer/optimizer.h"

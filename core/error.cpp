@@ -60,6 +60,8 @@ const char* path_error_fix(int code) {
          : code == EEXIST || code == ENOTEMPTY ? "something is in the way there: move it or choose another path"
          : code == EXDEV    ? "it crosses filesystems: keep it on one filesystem"
          : code == EIO      ? "the device reported an I/O error: check the disk"
+         : code == EFBIG    ? "the file-size limit (ulimit -f) or the filesystem's largest file is too small: raise "
+                              "ulimit -f, or choose another path"
                             : "check the path";
 }
 

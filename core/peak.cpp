@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <cstdio>
+#include <mutex>
 
 #include <nlohmann/json.hpp>
 
@@ -114,18 +116,31 @@ nlohmann::json read_cache(const std::string& path) {
 void write_cache(const std::string& path, const nlohmann::json& j) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // a cache that cannot be written costs a full measurement at every start: said once
+  const auto warn = [&](const std::string& why) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "warning: cannot write the peak cache %s (%s); the peak is measured again at every start "
+                   "(set TROUPE_CACHE_DIR to a writable folder)\n", path.c_str(), why.c_str());
+    });
+  };
   fs::create_directories(fs::path(path).parent_path(), ec);
+  if (!fs::is_directory(fs::path(path).parent_path()))
+    return warn(fs::path(path).parent_path().string() + " is not a folder");
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   {
     std::ofstream out(tmp);
     out << j.dump(1) << "\n";
     if (!out.good()) {
       fs::remove(tmp, ec);
-      return;
+      return warn("the write failed");
     }
   }
   fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    warn("the rename failed");
+  }
 }
 
 }  // namespace

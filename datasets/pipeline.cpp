@@ -174,7 +174,10 @@ CleanOutput clean_source(const DataSource& source, const std::string& scratch_pa
   auto reader = DocReader::open(source);
   TROUPE_USER_CHECK(reader->bytes_total() > 0)
       << "source '" << source.name << "': '" << source.path << "' is empty; it must hold "
-      << (source.format == "jsonl" ? "one JSON object per line" : "UTF-8 text") << " (fetch it again or fix its path)";
+      << (source.format == "jsonl" ? "one JSON object per line" : "UTF-8 text")
+      << (source.path.rfind("/proc/", 0) == 0 || source.path.rfind("/sys/", 0) == 0
+              ? " (files under /proc and /sys report no size: copy it to a regular file first)"
+              : " (fetch it again or fix its path)");
   CleanOutput out;
   SourceReport& rep = out.report;
   rep.name = source.name;

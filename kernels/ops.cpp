@@ -67,6 +67,9 @@ void add_bias(Tensor& out, const Tensor& bias, int64_t BT, int OC) {
 }
 
 void embedding_forward(Tensor& out, const int32_t* tokens, const Tensor& wte_l, int lo, int B, int T, int C) {
+  TROUPE_CHECK(lo >= 0 && B >= 1 && T >= 1 && C >= 1)
+      << "embedding_forward: lo " << lo << ", B " << B << ", T " << T << ", C " << C
+      << ": the vocabulary offset must be >= 0 and each size >= 1";
   check_cpu(wte_l, "embedding_forward", "wte");
   TROUPE_CHECK(wte_l.ndim() == 2 && wte_l.dim(1) == C)
       << "embedding_forward: wte is " << wte_l.shape_str() << ", expected (Vl," << C << ")";
@@ -80,6 +83,9 @@ void embedding_forward(Tensor& out, const int32_t* tokens, const Tensor& wte_l, 
 }
 
 void add_positional(Tensor& out, const Tensor& wpe, int64_t rows, int T, int C, int64_t row0) {
+  TROUPE_CHECK(rows >= 0 && row0 >= 0 && T >= 1 && C >= 1)
+      << "add_positional: rows " << rows << ", row0 " << row0 << ", T " << T << ", C " << C
+      << ": rows and row0 must be >= 0, T and C >= 1";
   check_cpu(wpe, "add_positional", "wpe");
   TROUPE_CHECK(wpe.ndim() == 2 && wpe.dim(1) == C && wpe.dim(0) >= T)
       << "add_positional: wpe is " << wpe.shape_str() << ", expected (>= " << T << "," << C << ")";

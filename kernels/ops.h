@@ -144,12 +144,14 @@ void cast_rows(Tensor& dst, int64_t r0, const Tensor& src, int64_t rows);
 // Per call, at most a few row blocks of a 16-bit activation are widened into the calling
 // thread's fp32 buffers (nothing of a whole activation's size, except the f16 or
 // non-native bf16 GEMM backward, which widens its operands).
-// out (N) = gelu(inp (N)), rounded to dt (out, inp: f32 or dt); dinp (N; f32) = dout (N;
-// f32) * gelu'(inp).
+// out (N) = gelu(inp (N)), rounded to dt (out, inp: f32 or dt; with dt = f32 any input);
+// dinp (N; f32) = dout (N; f32) * gelu'(inp). Errors: Error on a size, a dtype outside
+// that rule, a non-CPU or non-contiguous tensor (as every op here).
 void gelu_forward(Tensor& out, const Tensor& inp, DType dt);
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
 // Causal attention as kernels::attention_forward: out (B,T,C) and att (B,NH,T,T) rounded
-// to dt, from qkv (B,T,3C) (each f32 or dt); backward: dinp (B,T,3C; f32) assigned, datt
+// to dt, from qkv (B,T,3C) (each f32 or dt; with dt = f32 any qkv; B, T, NH >= 1, NH
+// divides C, else Error); backward: dinp (B,T,3C; f32) assigned, datt
 // (B,NH,T,T; f32 scratch), from dout (B,T,C; f32). 16-bit tensors are processed one
 // sequence at a time.
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int B, int T, int C, int NH,

@@ -52,6 +52,14 @@ void check_out_dtype(const Tensor& out, DType dt, const char* op) {
       << op << ": out is " << dtype_name(out.dtype()) << " but the rounding asked for is " << dtype_name(dt);
 }
 
+// A 16-bit input of a rounding op is in the run's 16-bit dtype: an f16 activation in a bf16
+// run (or the reverse) would be a mix-up upstream, not a precision to honour. dt = f32 (no
+// rounding, e.g. sampling's full-precision logits) takes any input.
+void check_in_dtype(const Tensor& x, DType dt, const char* op, const char* arg) {
+  TROUPE_CHECK(f32(x) || dt == DType::f32 || x.dtype() == dt)
+      << op << ": " << arg << " is " << dtype_name(x.dtype()) << " but the run's 16-bit dtype is " << dtype_name(dt);
+}
+
 // Elements [i0, i0 + n) of x as fp32: x's own storage, or widened into buf.
 const float* read(const Tensor& x, int64_t i0, int64_t n, Buf& buf) {
   if (f32(x)) return x.data() + i0;
@@ -115,6 +123,7 @@ void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
   check_act(out, BT * OC, "linear_forward", "out");
   check_act(inp, BT * C, "linear_forward", "inp");
   check_out_dtype(out, dt, "linear_forward");
+  check_in_dtype(inp, dt, "linear_forward", "inp");
   std::optional<F32> b;
   if (bias) b.emplace(*bias);
   const float* bp = b ? b->get() : nullptr;
@@ -166,6 +175,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
   check_f32(mean, BT, "layernorm_forward", "mean");
   check_f32(rstd, BT, "layernorm_forward", "rstd");
   check_out_dtype(out, dt, "layernorm_forward");
+  check_in_dtype(inp, dt, "layernorm_forward", "inp");
   check_numel(weight, C, "layernorm_forward", "weight");
   check_numel(bias, C, "layernorm_forward", "bias");
   const F32 w(weight), b(bias);
@@ -210,6 +220,7 @@ void gelu_forward(Tensor& out, const Tensor& inp, DType dt) {
   check_act(inp, N, "gelu_forward", "inp");
   check_act(out, N, "gelu_forward", "out");
   check_out_dtype(out, dt, "gelu_forward");
+  check_in_dtype(inp, dt, "gelu_forward", "inp");
   parallel_for((N + kElems - 1) / kElems, [&](int64_t c) {
     const int64_t i0 = c * kElems, n = std::min(kElems, N - i0);
     float* o = target(out, i0, n, tl_out);
@@ -247,12 +258,16 @@ void accumulate(Tensor& acc, const Tensor& x) {
 
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int B, int T, int C, int NH,
                        const kernels::DropoutKey* drop, DType dt) {
+  TROUPE_CHECK(B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0)
+      << "attention_forward: B " << B << ", T " << T << ", C " << C << ", NH " << NH
+      << ": each must be >= 1 and NH must divide C";
   const int64_t BT = (int64_t)B * T, A = (int64_t)NH * T * T;
   check_act(out, BT * C, "attention_forward", "out");
   check_act(att, B * A, "attention_forward", "att");
   check_act(qkv, BT * 3 * C, "attention_forward", "qkv");
   check_out_dtype(out, dt, "attention_forward");
   check_out_dtype(att, dt, "attention_forward");
+  check_in_dtype(qkv, dt, "attention_forward", "qkv");
   if (f32(out) && f32(att) && f32(qkv)) {
     kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, drop);
     kernels::round_to(att.data(), att.numel(), dt);

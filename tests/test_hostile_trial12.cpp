@@ -129,3 +129,37 @@ TEST_CASE("the words of values: an underflowing --set, CLI11's mismatches, the -
   CHECK(ev.rc == 0);
   CHECK(ev.err.find("TROUPE_EVENT_LOG=" + s.dir.string() + " is not a regular file") != std::string::npos);
 }
+
+// The thirteenth trial (/work/notes/trial13.md): MN1, LN1, LN4, LN5, LN6.
+TEST_CASE("a UTF-16 or NUL-filled corpus is named as such, a /proc file as sizeless, ulimit -f as the cause, an "
+          "unwritable peak cache said once",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "trial13");
+  const std::string prep = "prepare --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") + "' ";
+  std::string le, bom = "\xFF\xFE";
+  for (char ch : std::string("Four score and seven years ago.\nOur fathers brought forth.\n")) le += ch, le += '\0';
+  s.write("u16le.txt", le);
+  s.write("u16bom.txt", bom + le);
+  expect_user_error(run_troupe(prep + "--set data.corpus='" + s.path("u16le.txt") + "'", s, 60),
+                    {"holds NUL bytes", "iconv -f UTF-16 -t UTF-8"});
+  expect_user_error(run_troupe(prep + "--set data.corpus='" + s.path("u16bom.txt") + "'", s, 60),
+                    {"UTF-16 byte-order mark", "iconv -f UTF-16 -t UTF-8"});
+  expect_user_error(run_troupe(prep + "--set data.corpus=/proc/self/status", s, 60),
+                    {"report no size", "copy it to a regular file"});
+  // nothing of the refused preparations is left in the cache
+  if (fs::exists(s.path("cache"))) CHECK(fs::is_empty(s.path("cache")));
+  // the file-size limit named as the cause of a failed write (generate --logits-out)
+  const std::string snap = tiny_run(s) + "/checkpoints/step-00000002";
+  const Run f = run_troupe("generate '" + snap + "' --tokens 2 --logits-out '" + s.path("l.json") + "'", s, 60,
+                           "ulimit -f 4;");  // (2 KiB under sh: room for stderr, not for the logits)
+  expect_user_error(f, {"raise ulimit -f"});
+  CHECK_FALSE(fs::exists(s.path("l.json")));
+  // a peak cache that cannot be written: one warning, the run goes on
+  s.write("afile", "x");
+  const Run p = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
+                           "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("pk") + "'",
+                           s, 120, "env TROUPE_CACHE_DIR='" + s.path("afile") + "'");
+  INFO(p.err);
+  CHECK(p.rc == 0);
+  CHECK(p.err.find("cannot write the peak cache") != std::string::npos);
+}

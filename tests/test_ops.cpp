@@ -324,3 +324,35 @@ TEST_CASE("ops_optim: AdamW, the split masters and unscaling give the kernels' b
   CHECK_THROWS_WITH(ops::split_master(p0, hi, r32, ties), Contains("split_master: r is f32, expected bf16"));
   CHECK_THROWS_WITH(ops::adamw_split_(r32, r, ties, g, m2, v2, st), Contains("adamw_split_: hi is f32, expected bf16"));
 }
+
+TEST_CASE("ops: attention and GELU refuse wrong sizes, and a 16-bit input of the other 16-bit dtype", "[ops]") {
+  const int B = 1, T = 4, C = 8, NH = 2;
+  const int64_t BT = B * T;
+  Tensor out({BT, C}), att({(int64_t)B * NH * T * T}), qkv = randn({BT, 3 * C}, 7);
+  ops::attention_forward(out, att, qkv, B, T, C, NH, nullptr, DType::f32);  // the right sizes pass
+  CHECK_THROWS_WITH(ops::attention_forward(out, att, qkv, B, T, C, 3, nullptr, DType::f32),
+                    Catch::Contains("attention_forward") && Catch::Contains("NH must divide C"));
+  CHECK_THROWS_WITH(ops::attention_forward(out, att, qkv, 0, T, C, NH, nullptr, DType::f32),
+                    Catch::Contains("each must be >= 1"));
+  Tensor qkv_short({BT, 2 * C});
+  CHECK_THROWS_WITH(ops::attention_forward(out, att, qkv_short, B, T, C, NH, nullptr, DType::f32),
+                    Catch::Contains("attention_forward") && Catch::Contains("qkv"));
+  Tensor att_short({(int64_t)B * NH * T});
+  CHECK_THROWS_WITH(ops::attention_forward(out, att_short, qkv, B, T, C, NH, nullptr, DType::f32),
+                    Catch::Contains("attention_forward") && Catch::Contains("att"));
+  // a 16-bit input of the other 16-bit dtype: a mix-up upstream, refused; dt = f32 takes any input
+  const Tensor qkv_f16 = ops::cast(qkv, DType::f16);
+  Tensor out16({BT, C}, DType::bf16), att16({(int64_t)B * NH * T * T}, DType::bf16);
+  CHECK_THROWS_WITH(ops::attention_forward(out16, att16, qkv_f16, B, T, C, NH, nullptr, DType::bf16),
+                    Catch::Contains("qkv is f16") && Catch::Contains("bf16"));
+  ops::attention_forward(out, att, qkv_f16, B, T, C, NH, nullptr, DType::f32);
+  // GELU
+  const Tensor x = randn({BT, C}, 8);
+  Tensor y({BT, C}), y_short({BT, C - 1}), y16({BT, C}, DType::bf16);
+  ops::gelu_forward(y, x, DType::f32);
+  CHECK_THROWS_WITH(ops::gelu_forward(y_short, x, DType::f32), Catch::Contains("gelu_forward") && Catch::Contains("out"));
+  CHECK_THROWS_WITH(ops::gelu_forward(y16, x, DType::f16), Catch::Contains("gelu_forward"));
+  CHECK_THROWS_WITH(ops::gelu_forward(y16, ops::cast(x, DType::f16), DType::bf16),
+                    Catch::Contains("gelu_forward: inp is f16"));
+  ops::gelu_forward(y16, ops::cast(x, DType::bf16), DType::bf16);
+}
