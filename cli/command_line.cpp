@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ const CLI::Validator kWholeNumberInRange(
     },
     "INT");
 
+std::string str_upper(std::string s) {
+  for (char& ch : s) ch = (char)std::toupper((unsigned char)ch);
+  return s;
+}
+
 std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
   std::string msg = e.what();
   for (auto& ch : msg)
@@ -60,6 +66,13 @@ std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
              opt->get_description() + " (troupe help " + sub->get_name() + ")";
     }
   }
+  // "out is required": a command's positional argument missing, named with what it is
+  if (dynamic_cast<const CLI::RequiredError*>(&e))
+    if (const size_t at = msg.find(" is required"); at != std::string::npos && at > 0 && msg.rfind("-", 0) != 0)
+      for (CLI::App* sub : app.get_subcommands())
+        if (const CLI::Option* opt = sub->get_option_no_throw(msg.substr(0, at)))
+          return "troupe " + sub->get_name() + " needs its " + str_upper(msg.substr(0, at)) + " argument (" +
+                 opt->get_description() + "); troupe help " + sub->get_name() + " shows the usage";
   // "--logits-out: At Most 1 required but received 2", "--resume: 1 required TEXT missing": in troupe's words
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e))
     if (const size_t colon = msg.find(": "); colon != std::string::npos && msg.rfind("-", 0) == 0)

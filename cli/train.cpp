@@ -255,6 +255,10 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
         << ": nothing left to train; raise train.steps";
   } else if (!follower && restart == 0) {
     auto existing = list_snapshots(ckpt_dir);
+    if (const long pid = existing.empty() ? 0 : folder_holder(ckpt_dir); pid != 0)  // a live run, not an earlier one
+      throw UserError("checkpoint directory " + ckpt_dir + " is in use by another troupe run" +
+                      (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) +
+                      "; wait for it to end (then continue it with --resume latest), or choose another checkpoint.dir");
     TROUPE_USER_CHECK(existing.empty())
         << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
         << existing.back().first << "); continue it with --resume latest, or choose another --run-dir or checkpoint.dir";

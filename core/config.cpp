@@ -73,12 +73,15 @@ std::string example(const Ref& r) {
   return std::to_string(*std::get<uint64_t*>(r));
 }
 
-// Assigns a TOML value to a key, checking its type.
-void assign(Config& c, const Key& k, const toml::node& v, const std::string& where) {
+// Assigns a TOML value to a key, checking its type. `typed`: the text the user wrote (--set),
+// quoted in a refusal instead of the parsed value (1e9 is not "1000000000.0" to its writer).
+void assign(Config& c, const Key& k, const toml::node& v, const std::string& where, const std::string* typed = nullptr) {
   Ref r = k.ref(c);
   auto bad = [&](const char* want) {  // the value quoted on one short line (an array could be 100,000 lines)
     std::string got;
-    if (const auto* a = v.as_array()) {
+    if (typed) {
+      got = "'" + printable(*typed, false, 80) + "'";
+    } else if (const auto* a = v.as_array()) {
       got = "an array of " + std::to_string(a->size()) + " value(s)";
     } else if (v.is_table()) {
       got = "a table";
@@ -92,7 +95,10 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
   };
   if (auto* p = std::get_if<int*>(&r)) {
     auto x = v.value<int64_t>();
-    if (!v.is_integer() || !x) bad("an integer");
+    // digits TOML would not take (past 64 bits) are still an integer: out of range, not "not one"
+    const bool digits = typed && !typed->empty() &&
+                        typed->find_first_not_of("0123456789", (*typed)[0] == '-' || (*typed)[0] == '+') == std::string::npos;
+    if (!v.is_integer() || !x) bad(digits ? "an integer in 32-bit range" : "an integer");
     if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer in 32-bit range");
     **p = static_cast<int>(*x);
   } else if (auto* p = std::get_if<uint64_t*>(&r)) {
@@ -357,7 +363,7 @@ void Config::set(const std::string& assignment) {
       t.insert("v", d);
     }
   }
-  assign(*this, *k, *t["v"].node(), " (from --set)");
+  assign(*this, *k, *t["v"].node(), " (from --set)", &value);
 }
 
 std::vector<std::pair<std::string, std::string>> Config::key_values() const {

@@ -288,7 +288,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   if (err != 0) {
     ::unlink(tmpl.c_str());
     TROUPE_USER_CHECK(false) << "cannot write '" << path << "': " << std::strerror(err)
-                             << "; check free disk space and permissions";
+                             << "; " << (err == EFBIG ? path_error_fix(err) : "check free disk space and permissions");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+
 #include "datasets/minhash.h"
 #include "datasets/sources.h"
 #include "datasets/token_file.h"
@@ -23,6 +25,10 @@
 namespace troupe {
 
 namespace {
+// The fix of a failed write of a scratch or output file: the file-size limit (ulimit -f) when
+// that is the cause, else the disk.
+const char* write_fix(int err) { return err == EFBIG ? path_error_fix(err) : "check free disk space"; }
+
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -58,12 +64,12 @@ class ScratchWriter {
   void add(const std::string& text) {
     const uint64_t n = text.size();
     ok_ = ok_ && std::fwrite(&n, 8, 1, f_) == 1 && std::fwrite(text.data(), 1, n, f_) == n;
-    TROUPE_USER_CHECK(ok_) << "cannot write '" << path_ << "': " << std::strerror(errno) << "; check free disk space";
+    TROUPE_USER_CHECK(ok_) << "cannot write '" << path_ << "': " << std::strerror(errno) << "; " << write_fix(errno);
   }
   void close() {
     const bool ok = std::fclose(f_) == 0;
     f_ = nullptr;
-    TROUPE_USER_CHECK(ok) << "cannot write '" << path_ << "': " << std::strerror(errno) << "; check free disk space";
+    TROUPE_USER_CHECK(ok) << "cannot write '" << path_ << "': " << std::strerror(errno) << "; " << write_fix(errno);
   }
 
  private:

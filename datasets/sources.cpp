@@ -169,16 +169,21 @@ class DirReader : public DocReader {
 }  // namespace
 
 void DocReader::check_utf8(std::string& text, const std::string& file, uint64_t line) {
-  // UTF-16 (a byte-order mark, or ASCII text with a NUL after every letter) and binary data
-  // pass a UTF-8 check (NUL is U+0000) or fail it with a misleading latin1 hint: named as such
-  const bool bom16 = text.size() >= 2 && (((unsigned char)text[0] == 0xFF && (unsigned char)text[1] == 0xFE) ||
-                                          ((unsigned char)text[0] == 0xFE && (unsigned char)text[1] == 0xFF));
-  if (const size_t nul = text.find('\0'); bom16 || nul != std::string::npos) {
-    const uint64_t at = bom16 ? line : line + static_cast<uint64_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(nul), '\n'));
+  // UTF-16/UTF-32 (a byte-order mark, or ASCII text with NULs between the letters) and binary
+  // data pass a UTF-8 check (NUL is U+0000) or fail it with a misleading latin1 hint: named
+  const auto b = [&](size_t i) { return i < text.size() ? (unsigned)(unsigned char)text[i] : 0x100u; };
+  const char* bom = (b(0) == 0xFF && b(1) == 0xFE && b(2) == 0 && b(3) == 0) || (b(0) == 0 && b(1) == 0 && b(2) == 0xFE && b(3) == 0xFF)
+                        ? "UTF-32"
+                    : (b(0) == 0xFF && b(1) == 0xFE) || (b(0) == 0xFE && b(1) == 0xFF) ? "UTF-16"
+                                                                                       : nullptr;
+  if (const size_t nul = text.find('\0'); bom || nul != std::string::npos) {
+    const uint64_t at = bom ? line : line + static_cast<uint64_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(nul), '\n'));
     throw UserError(src_name(source_) + ": line " + std::to_string(at) + " of '" + file + "' " +
-                    (bom16 ? "starts with a UTF-16 byte-order mark" : "holds NUL bytes (UTF-16 or binary data, not text)") +
-                    "; convert the file to UTF-8 (e.g. iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8) or leave it out of "
-                    "the sources");
+                    (bom ? std::string("starts with a ") + bom + " byte-order mark; convert the file to UTF-8 (e.g. iconv -f " +
+                               bom + " -t UTF-8 FILE > FILE.utf8)"
+                         : std::string("holds NUL bytes (UTF-16 or UTF-32 text, or binary data); convert the file to "
+                                       "UTF-8 (e.g. iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8, or -f UTF-32)")) +
+                    " or leave it out of the sources");
   }
   if (policy_ == Utf8Policy::refuse) {
     const size_t bad = find_invalid_utf8(text);

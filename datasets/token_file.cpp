@@ -306,8 +306,8 @@ TokenFileWriter::~TokenFileWriter() {
 
 void TokenFileWriter::flush() {
   const int err = write_all(fd_, buf_.data(), buf_.size());
-  TROUPE_USER_CHECK(err == 0) << "cannot write '" << bin_path_ << "': " << std::strerror(err)
-                              << "; check free disk space";
+  TROUPE_USER_CHECK(err == 0) << "cannot write '" << bin_path_ << "': " << std::strerror(err) << "; "
+                              << (err == EFBIG ? path_error_fix(err) : "check free disk space");
   buf_.clear();
 }
 
@@ -338,7 +338,8 @@ void TokenFileWriter::commit() {
   if (err == 0) ::fchmod(fd_, 0644);
   if (::close(fd_) != 0 && err == 0) err = errno;
   fd_ = -1;
-  TROUPE_USER_CHECK(err == 0) << "cannot write '" << bin_path_ << "': " << std::strerror(err) << "; check free disk space";
+  TROUPE_USER_CHECK(err == 0) << "cannot write '" << bin_path_ << "': " << std::strerror(err) << "; "
+                              << (err == EFBIG ? path_error_fix(err) : "check free disk space");
   IndexHeader ih{};
   std::memcpy(ih.magic, kDocIndexMagic, 8);
   ih.version = kDocIndexVersion;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -109,6 +110,12 @@ TEST_CASE("the words of values: an underflowing --set, CLI11's mismatches, the -
   Scratch s(kGroup, "words");
   expect_user_error(run_troupe("train --config configs/tiny.toml --set optim.lr=1e-400", s, 60),
                     {"optim.lr", "1e-400", "smallest number a double holds"});
+  // a refused --set value is quoted as typed, not as TOML's reading of it (trial 13, LN2)
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set model.n_layer=1e9", s, 60),
+                    {"model.n_layer", "got '1e9'"});
+  // digits past 64 bits are an integer out of range, not "not an integer" (trial 14, L2)
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=9223372036854775808", s, 60),
+                    {"train.steps", "an integer in 32-bit range"});
   const std::string snap = tiny_run(s) + "/checkpoints/step-00000002";
   const std::string gen = "generate '" + snap + "' --tokens 2 ";
   const Run seed = run_troupe(gen + "--seed 1.5", s, 60);
@@ -120,6 +127,8 @@ TEST_CASE("the words of values: an underflowing --set, CLI11's mismatches, the -
   expect_user_error(run_troupe(gen + "--logits-out '" + s.path("a.json") + "' --logits-out '" + s.path("b.json") + "'", s, 60),
                     {"--logits-out", "takes one value", "pass it once"});
   expect_user_error(run_troupe("train --config configs/tiny.toml --resume", s, 60), {"--resume", "needs a value"});
+  // a missing positional argument is named with what it is (trial 14, L3)
+  expect_user_error(run_troupe("export '" + snap + "'", s, 60), {"troupe export needs its OUT argument"});
   expect_user_error(run_troupe(gen + "--prompt \"$(printf '\\377ab')\"", s, 60), {"--prompt", "byte offset 0", "0xff"});
   // TROUPE_EVENT_LOG a folder: said once, the run goes on
   const Run ev = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
@@ -144,6 +153,9 @@ TEST_CASE("a UTF-16 or NUL-filled corpus is named as such, a /proc file as sizel
                     {"holds NUL bytes", "iconv -f UTF-16 -t UTF-8"});
   expect_user_error(run_troupe(prep + "--set data.corpus='" + s.path("u16bom.txt") + "'", s, 60),
                     {"UTF-16 byte-order mark", "iconv -f UTF-16 -t UTF-8"});
+  s.write("u32.txt", std::string("\xFF\xFE\0\0", 4) + "x");
+  expect_user_error(run_troupe(prep + "--set data.corpus='" + s.path("u32.txt") + "'", s, 60),
+                    {"UTF-32 byte-order mark", "iconv -f UTF-32 -t UTF-8"});
   expect_user_error(run_troupe(prep + "--set data.corpus=/proc/self/status", s, 60),
                     {"report no size", "copy it to a regular file"});
   // nothing of the refused preparations is left in the cache
@@ -162,4 +174,20 @@ TEST_CASE("a UTF-16 or NUL-filled corpus is named as such, a /proc file as sizel
   INFO(p.err);
   CHECK(p.rc == 0);
   CHECK(p.err.find("cannot write the peak cache") != std::string::npos);
+}
+
+TEST_CASE("a fresh run naming a checkpoint.dir a live run writes is told that run is live, not that it is earlier",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "liveckpt");
+  const std::string common = "train --config configs/tiny.toml --set train.sample_tokens=0 --set data.cache_dir='" +
+                             s.path("cache") + "' --set checkpoint.dir='" + s.path("ck") + "' --set checkpoint.interval=1 ";
+  const std::string b = "'" + troupe_bin() + "' " + common + "--set train.steps=3 --run-dir '" + s.path("B") +
+                        "' > /dev/null 2> '" + s.path("B.err") + "'; echo $? > '" + s.path("B.rc") + "'";
+  const Run a = run_and_signal(s, common + "--set train.steps=100000 --run-dir '" + s.path("A") + "'", "step +2/",
+                               b + "; kill -TERM $p");
+  INFO(a.err);
+  CHECK(a.rc == 0);
+  const Run rb{std::atoi(slurp(s.path("B.rc")).c_str()), slurp(s.path("B.err"))};
+  expect_user_error(rb, {"is in use by another troupe run", "wait for it to end"});
+  CHECK_FALSE(fs::exists(s.path("B")));
 }
