@@ -267,6 +267,10 @@ std::vector<char> read_listed_file(const std::string& dir, const std::string& pa
                     (f.name.rfind("shard-", 0) == 0 || f.name == "tokenizer.model"))
       << "snapshot manifest " << mpath << " names an unexpected file '" << f.name << "'";
   std::error_code ec;
+  // the whole snapshot gone while it was read: a live run's checkpoint.keep_last retention, not damage
+  TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec)) || fs::exists(mpath, ec))
+      << "snapshot " << dir << " was removed while it was being read (a running troupe run's checkpoint.keep_last "
+      << "retention?); copy the snapshot elsewhere first, or read it once that run has ended";
   TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec))) << "snapshot " << dir << " is missing its shard file "
                                                                << f.name << "; use another snapshot";
   TROUPE_USER_CHECK(fs::is_regular_file(path, ec))

@@ -207,6 +207,14 @@ int check_process_limits() {
     print_error("standard output is closed (>&-); give troupe one, e.g. > /dev/null");
     return 2;
   }
+  // a CPU-time limit (ulimit -t) sets the soft and the hard limit alike: the kernel then kills
+  // troupe (SIGKILL, exit 137) without a word where SIGXCPU would have asked it to stop. The
+  // soft limit is lowered a little so SIGXCPU comes first (a stop with a sentence, as SIGTERM).
+  if (rlimit cpu {}; ::getrlimit(RLIMIT_CPU, &cpu) == 0 && cpu.rlim_max != RLIM_INFINITY && cpu.rlim_max >= 2 &&
+                     cpu.rlim_cur >= cpu.rlim_max) {
+    cpu.rlim_cur = cpu.rlim_max - std::clamp<rlim_t>(cpu.rlim_max / 10, 1, 30);
+    (void)::setrlimit(RLIMIT_CPU, &cpu);
+  }
   if (const std::string why = control_in_environment(); !why.empty()) {
     print_error(why);
     return 2;

@@ -267,7 +267,8 @@ void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>
     const uint64_t n = c.report.docs_kept;
     TROUPE_USER_CHECK(n >= 2) << "source '" << blend[i].name << "' keeps " << n << " document(s) after cleaning ("
                               << c.report.docs_in << " read), but a train and a validation split need at least 2; "
-                              << "add documents, or turn off the cleaning steps that removed them (see the report)";
+                              << "add documents, or turn off the cleaning steps that removed them (the source's "
+                              << "dedup, near_dedup, quality or utf8 keys; docs/data.md)";
     const auto n_val = std::clamp<uint64_t>(static_cast<uint64_t>(std::llround(cfg.val_fraction * static_cast<double>(n))), 1, n - 1);
     n_train[i] = n - n_val;
     for (auto& d : c.sample)

@@ -296,6 +296,8 @@ Schedule parse_schedule(const std::string& text, const std::string& name) {
   int lineno = 0, maxm = -1, maxc = -1;
   while (std::getline(is, line)) {
     ++lineno;
+    // a UTF-8 byte-order mark (an editor's) is invisible: skipped, as the corpus reader does
+    if (lineno == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     auto first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;
     std::vector<Action> row;

@@ -191,3 +191,28 @@ TEST_CASE("a fresh run naming a checkpoint.dir a live run writes is told that ru
   expect_user_error(rb, {"is in use by another troupe run", "wait for it to end"});
   CHECK_FALSE(fs::exists(s.path("B")));
 }
+
+// The fifteenth trial (/work/notes/trial15.md): M2 a schedule file with a byte-order mark, M3 a
+// CPU-time limit whose soft and hard limits are equal.
+TEST_CASE("a schedule file with a UTF-8 byte-order mark reads as without it, and ulimit -t ends training with a "
+          "sentence, not SIGKILL",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "trial15");
+  const std::string plain = "F0,F1\nF0,F1\n";
+  s.write("plain.csv", plain);
+  s.write("bom.csv", "\xEF\xBB\xBF" + plain);
+  const Run a = run_troupe("simulate --schedule '" + s.path("plain.csv") + "' --quiet", s, 60);
+  const std::string out_a = slurp(s.path("stdout.txt"));
+  const Run b = run_troupe("simulate --schedule '" + s.path("bom.csv") + "' --quiet", s, 60);
+  INFO(a.err << b.err);
+  CHECK(a.rc == b.rc);
+  CHECK(b.err.find("cannot read cell") == std::string::npos);
+  CHECK(slurp(s.path("stdout.txt")) == out_a);
+  // (sh's ulimit -t sets the soft and hard limits alike; troupe lowers the soft one so SIGXCPU comes first)
+  const Run t = run_troupe("train --config configs/tiny.toml --set train.steps=100000 --set train.sample_tokens=0 "
+                           "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("r") + "'",
+                           s, 120, "ulimit -t 3;");
+  INFO(t.err);
+  CHECK(t.rc != 137);
+  CHECK(t.err.find("SIGXCPU") != std::string::npos);
+}
