@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <cctype>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "cli/launch.h"
 #include "cli/plan.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "kernels/gemm_libs.h"
 #include "stages/schedule.h"
 #include "troupe_version.h"
@@ -66,6 +68,19 @@ std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
              opt->get_description() + " (troupe help " + sub->get_name() + ")";
     }
   }
+  // "The following arguments were not expected: 1.5 --top-p": an unknown option named first
+  if (dynamic_cast<const CLI::ExtrasError*>(&e))
+    if (const size_t colon = msg.find(": "); colon != std::string::npos) {
+      std::istringstream words(msg.substr(colon + 2));
+      std::string w, option;
+      while (words >> w)
+        if (w.rfind("-", 0) == 0 && w.size() > 1 && option.empty()) option = w;
+      std::string sub;
+      for (CLI::App* s : app.get_subcommands()) sub = s->get_name();
+      if (!option.empty() && !sub.empty())
+        return "troupe " + sub + " has no option " + printable(option, false, 60) + "; troupe help " + sub +
+               " lists its options";
+    }
   // "out is required": a command's positional argument missing, named with what it is
   if (dynamic_cast<const CLI::RequiredError*>(&e))
     if (const size_t at = msg.find(" is required"); at != std::string::npos && at > 0 && msg.rfind("-", 0) != 0)

@@ -216,3 +216,14 @@ TEST_CASE("a schedule file with a UTF-8 byte-order mark reads as without it, and
   CHECK(t.rc != 137);
   CHECK(t.err.find("SIGXCPU") != std::string::npos);
 }
+
+TEST_CASE("a gzip corpus is named as compressed, and an unknown option as unknown", "[cli][hostile]") {
+  Scratch s(kGroup, "gzip");
+  s.write("c.txt.gz", std::string("\x1F\x8B\x08\x00\x00\x00\x00\x00\x00\x03", 10) + "garbage");
+  expect_user_error(run_troupe("prepare --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") +
+                                   "' --set data.corpus='" + s.path("c.txt.gz") + "'",
+                               s, 60),
+                    {"gzip", "-compressed, not text", "gunzip -k"});
+  const Run u = run_troupe("simulate --schedule 1f1b --stages 2 --microbatches 2 --top-p 1.5", s, 60);
+  expect_user_error(u, {"troupe simulate has no option --top-p", "troupe help simulate"});
+}
