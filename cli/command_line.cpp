@@ -285,12 +285,7 @@ void check_option_values(CLI::App& app) {
       for (const std::string& r : opt->results()) {
         // a path or number holding a newline or an escape would reach the terminal raw in the log lines
         // (C0 controls, DEL, and the C1 controls U+0080-U+009F: UTF-8 C2 80-9F, e.g. U+009B, a CSI)
-        bool control = false;
-        for (size_t q = 0; q < r.size(); ++q)
-          control = control || (unsigned char)r[q] < 0x20 || r[q] == 0x7F ||
-                    ((unsigned char)r[q] == 0xC2 && q + 1 < r.size() && (unsigned char)r[q + 1] >= 0x80 &&
-                     (unsigned char)r[q + 1] <= 0x9F);
-        TROUPE_USER_CHECK(!control) << name << " of troupe " << sub->get_name()
+        TROUPE_USER_CHECK(find_control(r) == std::string_view::npos) << name << " of troupe " << sub->get_name()
                                     << " holds a control character (a newline, a tab or an escape); pass a plain value";
         if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)
         TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)

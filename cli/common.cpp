@@ -225,6 +225,15 @@ bool stdout_reader_gone() {
   return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
+namespace {
+// The pid a lock file records (lock_folder writes it), 0 when it holds none.
+long recorded_pid(int fd) {
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  return n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+}
+}  // namespace
+
 int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy,
                 const std::string& fix) {
   std::error_code ec;
@@ -236,9 +245,7 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " ("
                              << (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)) << "); " << fix;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    char buf[32] = {};
-    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+    const long pid = recorded_pid(fd);
     ::close(fd);
     throw UserError(what + " '" + dir + "' is in use by another troupe " + why_busy + "; wait for it" +
                     (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) + " or " + fix);
@@ -254,9 +261,7 @@ long folder_holder(const std::string& dir) {
   const std::string lock = dir + "/.lock";
   const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return 0;
-  char buf[32] = {};
-  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+  const long pid = recorded_pid(fd);
   long holder = 0;
   if (pid != (long)::getpid() && ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) holder = pid > 0 ? pid : -1;
   ::close(fd);  // (a shared lock taken here goes with the descriptor)

@@ -26,6 +26,7 @@
 #include "actors/job.h"
 #include "core/interrupt.h"
 #include "core/job_error.h"
+#include "core/text.h"
 #include "core/error.h"
 
 using namespace troupe;
@@ -178,14 +179,9 @@ std::string control_in_environment() {
   for (const char* name : {"TROUPE_CACHE_DIR", "TROUPE_EVENT_LOG", "TROUPE_JOB_SECRET_FILE"}) {
     const char* v = std::getenv(name);
     if (!v) continue;
-    const std::string_view kv(v);
-    for (size_t q = 0; q < kv.size(); ++q) {
-      const auto c = (unsigned char)kv[q];
-      const bool c1 = c == 0xC2 && q + 1 < kv.size() && (unsigned char)kv[q + 1] >= 0x80 && (unsigned char)kv[q + 1] <= 0x9F;
-      if (c < 0x20 || c == 0x7F || c1)
-        return "environment variable " + std::string(name) + " holds a control character (a newline, a tab or an "
-               "escape) at byte " + std::to_string(q) + " of its path; set it to a plain path";
-    }
+    if (const size_t q = find_control(v); q != std::string_view::npos)
+      return "environment variable " + std::string(name) + " holds a control character (a newline, a tab or an "
+             "escape) at byte " + std::to_string(q) + " of its path; set it to a plain path";
   }
   return "";
 }

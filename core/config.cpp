@@ -19,7 +19,7 @@
 
 namespace troupe {
 namespace {
-bool has_control(const std::string& s);  // a control character in a string value (below)
+bool has_control(const std::string& s) { return find_control(s) != std::string_view::npos; }
 
 using Ref = std::variant<int*, uint64_t*, double*, std::string*, bool*>;
 struct Key {
@@ -277,14 +277,6 @@ void check_toml_nesting(const std::string& text, const std::string& where) {
 
 // A string value that would reach the terminal or a path raw: NUL (cuts a path short),
 // C0 controls and DEL, and the C1 controls U+0080-U+009F (UTF-8 C2 80-9F).
-bool has_control(const std::string& s) {
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char ch = (unsigned char)s[i];
-    if (ch < 0x20 || ch == 0x7F) return true;
-    if (ch == 0xC2 && i + 1 < s.size() && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) return true;
-  }
-  return false;
-}
 }  // namespace
 
 Config Config::parse(const std::string& text, const std::string& path) {

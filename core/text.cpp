@@ -51,6 +51,15 @@ std::string printable(std::string_view s, bool keep_newlines, size_t max_bytes) 
   return out;
 }
 
+size_t find_control(std::string_view s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto ch = (unsigned char)s[i];
+    if (ch < 0x20 || ch == 0x7F) return i;
+    if (ch == 0xC2 && i + 1 < s.size() && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) return i;
+  }
+  return std::string_view::npos;
+}
+
 std::string parser_message(std::string_view what) {
   if (what.rfind("[json.exception.", 0) == 0)
     if (const size_t end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);

@@ -13,6 +13,11 @@ namespace troupe {
 // would exceed max_bytes, it is cut at a character boundary and "..." is appended.
 std::string printable(std::string_view s, bool keep_newlines = true, size_t max_bytes = std::string::npos);
 
+// The offset of the first control character in `s` (C0 controls, newline and tab
+// included; DEL; the C1 controls U+0080..U+009F as UTF-8 C2 80..9F, e.g. U+009B, a CSI),
+// or npos: a value that holds one (a path, a flag, a config string) is refused.
+size_t find_control(std::string_view s);
+
 // A parser's message for the user, without the library's tags: nlohmann::json's
 // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." loses its
 // "[json.exception.*] " prefix; made printable (printable(), one line, at most 300 bytes).
