@@ -133,7 +133,9 @@ class OptimizerLoop {
   void comm_spans(Zero1& z) {
     auto cs = z.take_comm_spans();
     if (!a_.trace) return;
-    for (auto& c : cs) trace_spans_.push_back({c.kind, c.bucket, 0, since_origin(c.t0), since_origin(c.t1)});
+    for (auto& c : cs)
+      trace_spans_.push_back({c.kind, c.bucket, 0, since_origin(c.t0), since_origin(c.t1),
+                              c.posted == Clock::time_point{} ? -1.0 : since_origin(c.posted)});
   }
   double since_origin(Clock::time_point t) const { return std::chrono::duration<double>(t - a_.origin).count(); }
 

@@ -271,18 +271,19 @@ std::vector<char> read_listed_file(const std::string& dir, const std::string& pa
   TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec)) || fs::exists(mpath, ec))
       << "snapshot " << dir << " was removed while it was being read (a running troupe run's checkpoint.keep_last "
       << "retention?); copy the snapshot elsewhere first, or read it once that run has ended";
-  TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec))) << "snapshot " << dir << " is missing its shard file "
-                                                               << f.name << "; use another snapshot";
+  const char* kind = f.name == "tokenizer.model" ? "file" : "shard file";  // the tokenizer is no shard
+  TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec))) << "snapshot " << dir << " is missing its " << kind
+                                                               << " " << f.name << "; use another snapshot";
   TROUPE_USER_CHECK(fs::is_regular_file(path, ec))
-      << "snapshot shard " << path << " is not a regular file (a FIFO, a device, a folder, or a link to one or to "
+      << "snapshot " << kind << " " << path << " is not a regular file (a FIFO, a device, a folder, or a link to one or to "
       << "nothing); use another snapshot";
   const uint64_t size = fs::file_size(path);
-  TROUPE_USER_CHECK(size == f.bytes) << "snapshot shard " << path << " has " << size << " bytes, the manifest says "
+  TROUPE_USER_CHECK(size == f.bytes) << "snapshot " << kind << " " << path << " has " << size << " bytes, the manifest says "
                                      << f.bytes << " (truncated or replaced); use another snapshot";
   uint32_t c = 0;
   auto buf = read_all(path, &c);
   TROUPE_USER_CHECK(c == f.crc32)
-      << "snapshot shard " << path << " fails its checksum (the data is damaged); use another snapshot";
+      << "snapshot " << kind << " " << path << " fails its checksum (the data is damaged); use another snapshot";
   return buf;
 }
 
@@ -359,8 +360,8 @@ bool resume_may_differ(const std::string& key) {
 std::vector<char> read_manifest(const std::string& dir) {
   const std::string mpath = dir + "/" + kManifest;
   TROUPE_USER_CHECK(fs::is_directory(dir)) << "snapshot directory " << dir
-                                           << (fs::exists(dir) ? " is not a directory" : " does not exist")
-                                           << "; pass a snapshot directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
+                                           << (fs::exists(dir) ? " is not a directory;" : " " + missing_reason(dir))
+                                           << " pass a snapshot directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
   std::error_code ec;
   if (!fs::is_regular_file(mpath, ec)) {
     TROUPE_USER_CHECK(!fs::exists(mpath, ec))

@@ -257,6 +257,24 @@ std::optional<int> run_before_parsing(CommandLine& cl, int argc, char** argv) {
   return std::nullopt;
 }
 
+// An option that took the next option as its value (`--resume --set k=v`: CLI11 gives --resume
+// the value "--set"), as a sentence naming both; empty when none did.
+std::string swallowed_option(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->count() == 0 || opt->get_type_size() == 0 || opt->get_name() == "--prompt") continue;  // (free text)
+      for (const std::string& r : opt->results()) {
+        if (r.rfind("--", 0) != 0 || r.size() < 3) continue;
+        const std::string other = r.substr(0, r.find('='));
+        if (sub->get_option_no_throw(other) == nullptr) continue;
+        return opt->get_name() + " of troupe " + sub->get_name() + " needs a value after it, but the next argument is "
+               "the option " + other + "; give " + opt->get_name() + " its value (" + opt->get_description() +
+               ") before " + other;
+      }
+    }
+  return "";
+}
+
 // CLI11's parse. Returns the exit status of a help or version request or a refusal, or
 // nothing when the command runs next.
 std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv) {
@@ -269,7 +287,12 @@ std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return cl.app.exit(e);
   } catch (const CLI::ParseError& e) {
-    print_error(parse_error_sentence(cl.app, e));
+    const std::string swallowed = swallowed_option(cl.app);
+    print_error(swallowed.empty() ? parse_error_sentence(cl.app, e) : swallowed);
+    return 2;
+  }
+  if (const std::string swallowed = swallowed_option(cl.app); !swallowed.empty()) {
+    print_error(swallowed);
     return 2;
   }
   return std::nullopt;

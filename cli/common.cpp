@@ -360,8 +360,11 @@ void check_output_file(const std::string& path, const std::string& option, uint6
     ::close(fd);
     ::unlink(probe.c_str());
   }
-  TROUPE_USER_CHECK(fd >= 0 || err == EEXIST) << "cannot write " << path << " (" << std::strerror(err)
-                                              << "); pass a writable " << option << " path";
+  // (ENOENT in a folder that exists: /proc, /sys take no new files, and troupe writes a file beside the output first)
+  TROUPE_USER_CHECK(fd >= 0 || err == EEXIST)
+      << "cannot write " << path << ": the folder " << dir.string() << " takes no new file ("
+      << (err == ENOENT ? "a virtual filesystem such as /proc or /sys" : std::strerror(err))
+      << "; troupe writes the output beside it first, then renames it); pass a writable " << option << " path";
   TROUPE_USER_CHECK(!fs::exists(abs, ec) || fs::is_regular_file(abs, ec))
       << option << " " << path << " exists and is not a regular file; pass another path";
   const uint64_t free = free_space(dir.string());

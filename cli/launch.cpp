@@ -155,7 +155,10 @@ Options parse_args(int argc, char** argv) {
   }
   TROUPE_USER_CHECK(have_nprocs) << "missing --nprocs N (how many processes to start); usage: " << kUsage;
   TROUPE_USER_CHECK(have_dashdash) << "missing '--' and the command to run; usage: " << kUsage;
-  TROUPE_USER_CHECK(i < argc && argv[i][0] != '\0') << "no command after '--'; usage: " << kUsage;
+  TROUPE_USER_CHECK(i < argc) << "no command after '--'; usage: " << kUsage;
+  TROUPE_USER_CHECK(argv[i][0] != '\0') << "the command after '--' is an empty string ('')"
+                                         << "; pass the program to start there, e.g. -- build/troupe train --config "
+                                            "configs/tiny.toml";
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   const std::string& cmd = o.command[0];
   TROUPE_USER_CHECK(is_executable(cmd))

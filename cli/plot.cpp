@@ -35,7 +35,8 @@ struct RunCurves {
   double tokens_per_step = 0;
   bool has[8] = {};  // per column of `train`: any finite value
   bool has_val = false;  // any finite val_loss
-  int64_t bad_lines = 0, first_bad_line = 0;  // lines that are not JSON objects (skipped)
+  int64_t bad_lines = 0, first_bad_line = 0;  // lines skipped: not JSON objects, or a step that is not a whole number
+  std::string first_bad_why;                   // what is wrong with the first, as a clause ("is not a JSON object ...")
   int64_t runs = 1, first_line = 1;            // fresh runs in the file; where the last (drawn) one starts
 };
 
@@ -56,6 +57,18 @@ double tokens_per_step(const std::string& run_dir) {
   }
 }
 
+// Why a metrics line is skipped, as a clause after "line N".
+std::string why_unreadable(const std::string& line) {
+  try {
+    const auto j = nlohmann::json::parse(line);
+    return j.is_object() ? "has a \"step\" that is not a whole number" : "is JSON but not an object";
+  } catch (const nlohmann::json::out_of_range&) {  // 1e999: a whole line, with a number no double holds
+    return "holds a number out of range (beyond a double's 1.8e308)";
+  } catch (const std::exception&) {
+    return "is not a JSON object (a write cut short?)";
+  }
+}
+
 RunCurves read_run(const std::string& run_dir) {
   RunCurves rc;
   rc.tokens_per_step = tokens_per_step(run_dir);
@@ -70,12 +83,13 @@ RunCurves read_run(const std::string& run_dir) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() && line_no == lines.size()) break;  // a run still writing its last line
-    if (j.is_discarded() || !j.is_object()) {  // a line cut short (power lost mid-write): skipped, said below
-      if (rc.bad_lines++ == 0) rc.first_bad_line = (int64_t)line_no;
+    const bool odd_step = j.is_object() && j.contains("step") && !j["step"].is_number_integer() && !j.contains("summary");
+    if (j.is_discarded() || !j.is_object() || odd_step) {  // a line cut short (power lost mid-write): skipped, said below
+      if (rc.bad_lines++ == 0) rc.first_bad_line = (int64_t)line_no, rc.first_bad_why = why_unreadable(line);
       continue;
     }
     if (j.contains("summary")) after_summary = true;
-    if (!j.contains("step") || !j["step"].is_number_integer() || j.contains("summary")) continue;
+    if (!j.contains("step") || j.contains("summary")) continue;
     const int64_t k = j["step"].get<int64_t>();
     // a fresh run in a used run directory appends to its metrics.jsonl: after a summary, a
     // step that goes back without a resume mark starts another run; the last one is drawn
@@ -169,8 +183,8 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   RunCurves rc = read_run(run_dir);
   // an unreadable line (a torn write) costs that line, not the run; a file of nothing else is not a run's
   TROUPE_USER_CHECK(rc.bad_lines == 0 || rc.step_records > 0)
-      << run_dir << "/metrics.jsonl line " << rc.first_bad_line
-      << " is not a JSON object; pass the run directory of a troupe train run";
+      << run_dir << "/metrics.jsonl line " << rc.first_bad_line << " " << rc.first_bad_why
+      << ", and no line holds a step record; pass the run directory of a troupe train run";
   if (rc.runs > 1)
     std::cerr << "warning: " << run_dir << "/metrics.jsonl holds " << rc.runs
               << " runs (a fresh run in this run directory started again from an earlier step after the previous "
@@ -178,8 +192,8 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
               << rc.first_line << std::endl;
   if (rc.bad_lines > 0)
     std::cerr << "warning: " << run_dir << "/metrics.jsonl line " << rc.first_bad_line
-              << " is not a JSON object (a write cut short?); skipped"
-              << (rc.bad_lines > 1 ? fmt::format(", and {} more such line(s)", rc.bad_lines - 1) : std::string())
+              << " " << rc.first_bad_why << "; skipped"
+              << (rc.bad_lines > 1 ? fmt::format(", with {} more unreadable line(s)", rc.bad_lines - 1) : std::string())
               << std::endl;
   TROUPE_USER_CHECK(rc.step_records > 0) << run_dir << "/metrics.jsonl holds no step records yet; plot the run once it "
                                          << "has trained a step";

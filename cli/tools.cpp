@@ -52,8 +52,8 @@ namespace {
 // when it is missing, not a folder, or not one complete snapshot.
 void check_snapshot_arg(const std::string& dir) {
   std::error_code ec;
-  TROUPE_USER_CHECK(fs::exists(dir, ec)) << "snapshot directory " << dir
-                                         << " does not exist; pass a snapshot of a run, e.g. "
+  TROUPE_USER_CHECK(fs::exists(dir, ec)) << "snapshot directory " << dir << " " << missing_reason(dir)
+                                         << " pass a snapshot of a run, e.g. "
                                             "runs/<run>/checkpoints/step-<k> (checkpoint.dir/step-<k>)";
   TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << dir << " is not a directory; pass a snapshot directory, e.g. "
                                                   "runs/<run>/checkpoints/step-<k>";

@@ -226,8 +226,9 @@ std::vector<std::string> Config::keys() {
 Config Config::load(const std::string& path) {
   std::error_code ec;
   TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
-      << "config file '" << path << "' " << (std::filesystem::exists(path, ec) ? "is not a regular file" : "does not exist")
-      << "; pass a TOML file to --config (e.g. configs/sotu.toml)";
+      << "config file '" << path << "' "
+      << (std::filesystem::exists(path, ec) ? "is not a regular file;" : missing_reason(path))
+      << " pass a TOML file to --config (e.g. configs/sotu.toml)";
   TROUPE_USER_CHECK(std::filesystem::file_size(path, ec) <= (16u << 20))
       << "config file '" << path << "' has " << std::filesystem::file_size(path, ec)
       << " bytes, more than the 16 MiB a config may have; pass a TOML config to --config (e.g. configs/sotu.toml)";
@@ -298,7 +299,19 @@ Config Config::parse(const std::string& text, const std::string& path) {
       throw UserError("config key \"" + std::string(sec.str()) + "\"" + where +
                       " is quoted, so TOML reads it as one top-level key whose name holds a dot, not as a key of a "
                       "section; write it without the quotes (" + std::string(sec.str()) + " = ...)");
-    if (!t) unknown_key(std::string(sec.str()), where);
+    if (!t) {
+      const std::string name(sec.str());
+      bool section = false;  // [[model]] or model = 5 where [model] belongs: the key is known, its form is not
+      for (auto& k : key_table()) section = section || k.name.rfind(name + ".", 0) == 0;
+      if (section || name == "data")
+        throw UserError("'" + name + "'" + where + " is " +
+                        (node.is_array_of_tables() ? "an array of tables ([[" + name + "]])"
+                         : node.is_array()         ? "an array"
+                                                   : "a single value") +
+                        ", but troupe reads it as one table; write one [" + name + "] header with its keys under it (" +
+                        (name == "data" ? "sources go in [[data.sources]]" : "e.g. [" + name + "] then key = value lines") + ")");
+      unknown_key(name, where);
+    }
     for (auto&& [key, val] : *t) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());
       if (name == "data.sources") {
@@ -346,8 +359,9 @@ void Config::set(const std::string& assignment) {
     t.insert("v", value);
   }
   // a decimal TOML's parser will not take (hundreds of digits, 1e-320) is still a number
+  // (decimal only: strtod also reads hex floats such as 0x1p-3, which a TOML file may not hold)
   if (std::holds_alternative<double*>(k->ref(*this)) && !t["v"].is_number() && !value.empty() &&
-      !std::isspace((unsigned char)value[0])) {
+      value.find_first_not_of("0123456789+-.eE") == std::string::npos) {
     char* end = nullptr;
     const double d = std::strtod(value.c_str(), &end);
     if (end == value.c_str() + value.size() && std::isfinite(d)) {

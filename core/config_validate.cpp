@@ -195,12 +195,14 @@ void check_optim(const OptimConfig& o) {
   TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps must be >= 0";
   TROUPE_USER_CHECK(o.lr_decay_steps > o.warmup_steps)
       << "optim.lr_decay_steps = " << o.lr_decay_steps << " must exceed optim.warmup_steps = " << o.warmup_steps;
-  TROUPE_USER_CHECK(o.weight_decay >= 0) << "optim.weight_decay must be >= 0";
+  TROUPE_USER_CHECK(o.weight_decay >= 0) << "optim.weight_decay = " << o.weight_decay << " must be >= 0 (0 turns it off)";
   TROUPE_USER_CHECK(o.grad_clip >= 0 && std::isfinite(o.grad_clip))
       << "optim.grad_clip = " << o.grad_clip << " must be a finite number >= 0 (0 disables clipping)";
-  TROUPE_USER_CHECK(o.beta1 >= 0 && o.beta1 < 1) << "optim.beta1 must be in [0, 1)";
-  TROUPE_USER_CHECK(o.beta2 >= 0 && o.beta2 < 1) << "optim.beta2 must be in [0, 1)";
-  TROUPE_USER_CHECK(o.eps > 0) << "optim.eps must be > 0";
+  TROUPE_USER_CHECK(o.beta1 >= 0 && o.beta1 < 1)
+      << "optim.beta1 = " << o.beta1 << " must be in [0, 1) (AdamW's moment decay; default 0.9)";
+  TROUPE_USER_CHECK(o.beta2 >= 0 && o.beta2 < 1)
+      << "optim.beta2 = " << o.beta2 << " must be in [0, 1) (AdamW's moment decay; default 0.95)";
+  TROUPE_USER_CHECK(o.eps > 0) << "optim.eps = " << o.eps << " must be > 0 (default 1e-8)";
 }
 
 // [[data.sources]]: unique names of [A-Za-z0-9_-], a path, format, weight > 0, utf8 and near_threshold.

@@ -3,6 +3,8 @@
 
 #include <cxxabi.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -63,6 +65,19 @@ const char* path_error_fix(int code) {
          : code == EFBIG    ? "the file-size limit (ulimit -f) or the filesystem's largest file is too small: raise "
                               "ulimit -f, or choose another path"
                             : "check the path";
+}
+
+std::string missing_reason(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return "exists";
+  if (errno == ELOOP) return "is a loop of symbolic links (one points back to another); fix or remove the link, and";
+  if (errno == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char target[512];
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+    return "is a symbolic link to nothing (it points to '" + std::string(target, n > 0 ? (size_t)n : 0) +
+           "', which does not exist); fix or remove the link, and";
+  }
+  return "does not exist;";
 }
 
 std::string describe_filesystem_error(const std::filesystem::filesystem_error& e) {

@@ -65,6 +65,13 @@ std::string describe_filesystem_error(const std::filesystem::filesystem_error& e
 // "check the path" for a code without a specific fix.
 const char* path_error_fix(int err);
 
+// Why `path` cannot be found, as a clause to put after the quoted path and before the
+// caller's fix: "does not exist;", "is a loop of symbolic links (...); fix or remove the link,
+// and", "is a symbolic link to nothing (it points to 'T', ...); fix or remove the link, and";
+// "exists" when stat() succeeds. For messages that would otherwise call a link loop or a
+// dangling link missing though `ls` shows it. Never throws.
+std::string missing_reason(const std::string& path);
+
 namespace detail {
 // Collects the streamed context, throws on destruction (the macro's temporary ends at
 // the end of the full expression). Destructor is noexcept(false) on purpose.

@@ -77,7 +77,7 @@ std::string read_file_bytes(const std::string& path, const std::string& what, ui
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
   TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
-      << what << " file '" << path << "' " << (exists ? "is not a regular file" : "does not exist") << "; "
+      << what << " file '" << path << "' " << (exists ? "is not a regular file;" : missing_reason(path)) << " "
       << (what == "corpus" ? "run `make data` for data/sotu.txt or set data.corpus to a UTF-8 text file (paths are relative to the current directory)"
                            : "set the path to an existing " + what + " file (paths are relative to the current directory)");
   std::ifstream in(path, std::ios::binary);
@@ -190,7 +190,7 @@ std::vector<std::string> parse_corpus(std::string_view text, const std::string& 
 std::vector<std::string> read_corpus(const std::string& path, uint64_t* file_hash) {
   std::error_code ec;
   TROUPE_USER_CHECK(std::filesystem::exists(path, ec))
-      << "corpus file '" << path << "' does not exist; run `make data` (scripts/get-corpus.sh "
+      << "corpus file '" << path << "' " << missing_reason(path) << " run `make data` (scripts/get-corpus.sh "
       << "downloads it) or set data.corpus to a UTF-8 text file";
   const std::string bytes = read_file_bytes(path, "corpus");
   if (file_hash != nullptr) *file_hash = fnv1a64(bytes);

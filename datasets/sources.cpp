@@ -47,7 +47,7 @@ std::vector<std::string> dir_files(const DataSource& s) {
 void check_path(const DataSource& s) {
   std::error_code ec;
   TROUPE_USER_CHECK(fs::exists(s.path, ec))
-      << src_name(s) << ": '" << s.path << "' does not exist; fetch it (make data, scripts/get-sources.sh) or fix its "
+      << src_name(s) << ": '" << s.path << "' " << missing_reason(s.path) << " fetch it (make data, scripts/get-sources.sh) or fix its "
       << "path (paths are relative to the current directory)";
   if (s.format == "dir")
     TROUPE_USER_CHECK(fs::is_directory(s.path, ec)) << src_name(s) << ": '" << s.path

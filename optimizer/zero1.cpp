@@ -159,7 +159,8 @@ void Zero1::mark_ready_locked(size_t i) {
 
 void Zero1::launch_locked(size_t b) {
   const float inv_scale = scaler_ ? (float)scaler_->inv_scale() : 1.0f;  // the scaler changes only in apply
-  comm_->post([this, b, inv_scale] {
+  const auto posted = std::chrono::steady_clock::now();
+  comm_->post([this, b, inv_scale, posted] {
     const GradBucket& B = buckets_[b];
     const auto t0 = std::chrono::steady_clock::now();
     float* in = flat_.data() + B.begin;
@@ -173,7 +174,7 @@ void Zero1::launch_locked(size_t b) {
     dp_->reduce_scatter_v(in, out, bucket_counts(L_, B), ReduceOp::sum, timeout_s_);
     std::lock_guard<std::mutex> l(mu_);
     found_inf_ = found_inf_ || inf;
-    spans_.push_back({'C', (int)b, t0, std::chrono::steady_clock::now()});
+    spans_.push_back({'C', (int)b, t0, std::chrono::steady_clock::now(), posted});
   });
 }
 

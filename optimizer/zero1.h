@@ -204,8 +204,8 @@ class Zero1 {
   }
 
   // DP communication of the last step (tracing, make bench): kind 'C' a reduce-scatter (of
-  // bucket `bucket`; unbucketed: the whole buffer, bucket 0) on the thread that ran it, 'G'
-  // the all-gather, 'E' the time the caller waited for communication (exposed: not hidden
+  // bucket `bucket`; unbucketed: the whole buffer, bucket 0) on the thread that ran it, with
+  // `posted` the time the bucket was ready and queued for that thread; 'G' the all-gather, 'E' the time the caller waited for communication (exposed: not hidden
   // behind computation) — unbucketed the reduce-scatter and the all-gather, bucketed the wait
   // for the buckets still running and the all-gather. take_comm_spans() hands them over and
   // starts the next step's list.
@@ -213,6 +213,7 @@ class Zero1 {
     char kind;
     int bucket;
     std::chrono::steady_clock::time_point t0, t1;
+    std::chrono::steady_clock::time_point posted{};  // 'C' of a bucket: when it was queued (else unset)
   };
   std::vector<CommSpan> take_comm_spans();
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <algorithm>
 #include <cmath>
+#include <cctype>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -91,6 +92,14 @@ RunFiles locate_run(const std::string& run_dir) {
   TROUPE_USER_CHECK(fs::is_regular_file(trace, ec))
       << "--calibrate: " << run_dir << " is neither a run directory with a trace.json nor a trace file; trace a run "
       << "first: mkdir -p D && troupe train --config FILE --run-dir D --trace D/trace.json, then --calibrate D";
+  if (!is_dir) {  // a file given for the trace: a Chrome trace is a JSON object (a .safetensors or a log is not)
+    std::ifstream in(trace, std::ios::binary);
+    char ch = ' ';
+    while (in.get(ch) && std::isspace((unsigned char)ch)) {}
+    TROUPE_USER_CHECK(in && ch == '{')
+        << "--calibrate: " << run_dir << " is a file but not a Chrome trace (a trace is a JSON object, written by "
+        << "troupe train --trace); pass the run directory that troupe train wrote, holding trace.json and config.toml";
+  }
   TROUPE_USER_CHECK(fs::is_regular_file(cfg_path, ec))
       << "--calibrate: no config.toml beside the trace (" << cfg_path.string()
       << "); pass the run directory that troupe train wrote";

@@ -164,10 +164,13 @@ Schedule make_schedule(const std::string& name, int P, int M, int V) {
   TROUPE_USER_CHECK(name.find('/') != std::string::npos || name.find('.') != std::string::npos)
       << "unknown schedule '" << name << "'; use gpipe, 1f1b, interleaved, zb-h1 or a path to a schedule file";
   Schedule s = read_schedule(name);
-  TROUPE_USER_CHECK(s.P == P) << "schedule file " << name << " has " << s.P << " rows (stages) but parallel.pp = " << P;
+  TROUPE_USER_CHECK(s.P == P) << "schedule file " << name << " has " << s.P << " rows (stages) but parallel.pp = " << P
+                              << "; set parallel.pp = " << s.P << ", or give the file one row per stage";
   TROUPE_USER_CHECK(s.M == M) << "schedule file " << name << " uses " << s.M
-                              << " microbatches but parallel.microbatches = " << M;
-  TROUPE_USER_CHECK(s.V == V) << "schedule file " << name << " uses " << s.V << " chunks but parallel.chunks = " << V;
+                              << (s.M == 1 ? " microbatch" : " microbatches") << " but parallel.microbatches = " << M << "; set parallel.microbatches = "
+                              << s.M << ", or write the file for " << M << " (F0..F" << M - 1 << " on every row)";
+  TROUPE_USER_CHECK(s.V == V) << "schedule file " << name << " uses " << s.V << " chunks but parallel.chunks = " << V
+                              << "; set parallel.chunks = " << s.V << ", or write the file for " << V << " chunks";
   return s;
 }
 
@@ -190,6 +193,15 @@ std::string to_string(const std::vector<Action>& actions) {
   return s;
 }
 
+namespace {
+// The fix for a stage list that lacks, repeats or misorders an action (a schedule file's: the
+// built-in schedules pass these checks by construction).
+constexpr const char* kListFix =
+    "; list each F<m> and B<m> of every microbatch once per stage (and W<m> when the file splits the backward), "
+    "each B after its F, each W after its B (troupe simulate --schedule 1f1b --stages P --microbatches M --dump "
+    "FILE writes a valid file to edit)";
+}  // namespace
+
 void validate_schedule(const Schedule& sc) {
   const int P = sc.P, M = sc.M, V = sc.V, PV = P * V;
   TROUPE_USER_CHECK(P >= 1 && M >= 1 && V >= 1) << "schedule " << sc.name << ": P, M and V must be >= 1";
@@ -210,16 +222,16 @@ void validate_schedule(const Schedule& sc) {
       TROUPE_USER_CHECK(a.kind != Action::W || sc.split_backward)
           << "schedule " << sc.name << ": stage " << s << " has " << to_string(a) << " but the schedule has no split backward";
       TROUPE_USER_CHECK((seen[{(char)a.kind, a.mb, a.chunk}]++ == 0))
-          << "schedule " << sc.name << ": stage " << s << " repeats " << to_string(a) << " (position " << i << ")";
+          << "schedule " << sc.name << ": stage " << s << " repeats " << to_string(a) << " (position " << i << ")" << kListFix;
       if (a.kind == Action::B) {
         TROUPE_USER_CHECK((seen.count({'F', a.mb, a.chunk}) > 0))
             << "schedule " << sc.name << ": stage " << s << " runs " << to_string(a) << " before its forward "
-            << to_string(Action{Action::F, a.mb, a.chunk});
+            << to_string(Action{Action::F, a.mb, a.chunk}) << kListFix;
       }
       if (a.kind == Action::W) {
         TROUPE_USER_CHECK((seen.count({'B', a.mb, a.chunk}) > 0))
             << "schedule " << sc.name << ": stage " << s << " runs " << to_string(a) << " before its backward "
-            << to_string(Action{Action::B, a.mb, a.chunk});
+            << to_string(Action{Action::B, a.mb, a.chunk}) << kListFix;
       }
     }
     for (int c = 0; c < V; ++c)
@@ -228,7 +240,7 @@ void validate_schedule(const Schedule& sc) {
           if (k == 'W' && !sc.split_backward) continue;
           TROUPE_USER_CHECK((seen.count({k, m, c}) > 0))
               << "schedule " << sc.name << ": stage " << s << " is missing "
-              << to_string(Action{(Action::Kind)k, m, c});
+              << to_string(Action{(Action::Kind)k, m, c}) << kListFix;
         }
   }
   // 2. no deadlock: run the lists against their data dependencies

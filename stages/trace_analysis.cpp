@@ -37,10 +37,11 @@ std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans) {
     if (e.span.mb >= 0 && (e.span.kind == 'F' || e.span.kind == 'B' || e.span.kind == 'W'))
       name = to_string(Action{(Action::Kind)e.span.kind, e.span.mb, e.span.chunk});
     if (e.span.kind == 'C') name += " b" + std::to_string(e.span.mb);
+    nlohmann::json args = {{"step", e.step}, {"microbatch", e.span.mb}, {"chunk", e.span.chunk}};
+    if (e.span.posted >= 0) args["posted_us"] = e.span.posted * 1e6;
     ev.push_back({{"name", name}, {"cat", kind_name(e.span.kind)}, {"ph", "X"}, {"pid", 0},
                   {"tid", on_comm ? P + e.stage : e.stage},
-                  {"ts", e.span.t0 * 1e6}, {"dur", (e.span.t1 - e.span.t0) * 1e6},
-                  {"args", {{"step", e.step}, {"microbatch", e.span.mb}, {"chunk", e.span.chunk}}}});
+                  {"ts", e.span.t0 * 1e6}, {"dur", (e.span.t1 - e.span.t0) * 1e6}, {"args", std::move(args)}});
   }
   return nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
 }

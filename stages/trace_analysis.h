@@ -23,6 +23,7 @@ struct Span {
   char kind;
   int mb, chunk;
   double t0, t1;
+  double posted = -1;  // 'C' of a bucket: when it was ready and queued for the communication thread (else < 0)
 };
 
 // A span of one stage's worker (TP rank 0 of DP rank 0) at step `step` (> 0: training).
@@ -35,7 +36,8 @@ struct StageSpan {
 // Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev) of the spans of P stages:
 // a thread per stage, F/B/W spans named by their action ("F3", "B0c1"), others by kind
 // (wait, send, optimizer, comm wait); with any 'C'/'G' span a second thread per stage,
-// "stage s comm" (tid P + s), for its reduce-scatters ("reduce-scatter b3") and all-gathers;
+// "stage s comm" (tid P + s), for its reduce-scatters ("reduce-scatter b3", with args.posted_us
+// the time the bucket was ready) and all-gathers;
 // microseconds.
 std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans);
 
