@@ -163,10 +163,11 @@ std::vector<DataSource> parse_sources(const toml::node& node, const std::string&
                                                             : val.is_string());
             TROUPE_USER_CHECK(ok) << where << " key '" << k << "' must be "
                                   << (std::is_same_v<T, double> ? "a number" : std::is_same_v<T, bool> ? "true or false" : "a string");
-            if constexpr (std::is_same_v<T, std::string>)
+            if constexpr (std::is_same_v<T, std::string>) {
               TROUPE_USER_CHECK(!has_control(*v)) << where << " key '" << k
                                                   << "' holds a control character (NUL, a newline, an escape, ...); "
                                                      "write the value without it";
+            }
             s.*member = *v;
           },
           it->second);

@@ -81,7 +81,9 @@ std::string missing_reason(const std::string& path) {
 }
 
 std::string describe_filesystem_error(const std::filesystem::filesystem_error& e) {
-  std::string paths = "'" + e.path1().string() + "'";
+  std::string paths = "'";  // (appended piece by piece: GCC 12's -Wrestrict misfires on "'" + string)
+  paths += e.path1().string();
+  paths += "'";
   if (!e.path2().empty()) paths += " and '" + e.path2().string() + "'";
   if (paths.size() > 600) paths = paths.substr(0, 280) + " ... " + paths.substr(paths.size() - 280);
   const int code = e.code().value();
