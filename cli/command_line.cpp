@@ -80,6 +80,12 @@ std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
       if (!option.empty() && !sub.empty())
         return "troupe " + sub + " has no option " + printable(option, false, 60) + "; troupe help " + sub +
                " lists its options";
+      if (!sub.empty()) {  // a positional argument too many: `plot RUN1 RUN2`, `simulate ... extra`
+        std::string extra = msg.substr(colon + 2);
+        return "troupe " + sub + " got argument(s) it does not take: " + printable(extra, false, 120) +
+               " (a path with spaces needs quotes; one command handles one run); troupe help " + sub +
+               " shows its arguments";
+      }
     }
   // "out is required": a command's positional argument missing, named with what it is
   if (dynamic_cast<const CLI::RequiredError*>(&e))
@@ -311,9 +317,12 @@ void check_option_values(CLI::App& app) {
         TROUPE_USER_CHECK(find_control(r) == std::string_view::npos) << name << " of troupe " << sub->get_name()
                                     << " holds a control character (a newline, a tab or an escape); pass a plain value";
         if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)
+        // a required one cannot be left out: its fix is a value, shown by its description
         TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)
-                                      << " of troupe " << sub->get_name()
-                                      << " is empty; give it a value or leave it out (troupe help)";
+                                      << " of troupe " << sub->get_name() << " is empty; "
+                                      << (opt->get_required() ? "give it a value (" + opt->get_description() + ")"
+                                                              : std::string("give it a value or leave it out"))
+                                      << " (troupe help " << sub->get_name() << ")";
       }
     }
 }

@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -162,6 +163,17 @@ void refuse_inside_snapshot(const std::string& path, const std::string& option) 
 
 Config load_config(const std::string& path, const std::vector<std::string>& sets, int64_t max_workers) {
   Config c = Config::load(path);
+  // data.corpus beside [[data.sources]] would be ignored without a word (a run's saved
+  // config.toml leaves it out when it has sources)
+  if (!c.data.sources.empty()) {
+    bool corpus = false;
+    try {
+      corpus = (bool)toml::parse_file(path)["data"]["corpus"];
+    } catch (const std::exception&) {  // (Config::load has parsed it already)
+    }
+    TROUPE_USER_CHECK(!corpus) << path << " sets both data.corpus and [[data.sources]]; troupe trains on the sources "
+                               << "only: remove data.corpus, or add that file as one more [[data.sources]] table";
+  }
   for (auto& s : sets) c.set(s);
   c.validate(max_workers);
   return c;
@@ -349,9 +361,10 @@ void check_output_file(const std::string& path, const std::string& option, uint6
                                        << " bytes long; file systems take at most 255 and troupe writes NAME.tmp-<pid> "
                                        << "beside it first: use a name of at most 235 bytes";
   const fs::path dir = abs.parent_path();
-  TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << "cannot write " << path << ": the folder " << dir.string()
-                                               << " does not exist or is not a directory; create it or pass another "
-                                               << option << " path";
+  TROUPE_USER_CHECK(fs::is_directory(dir, ec))
+      << "cannot write " << path << ": the folder " << dir.string() << " "
+      << (fs::exists(dir, ec) ? "is not a directory;" : missing_reason(dir.string())) << " create it or pass another "
+      << option << " path";
   // really try (root passes access() everywhere): a probe file beside it, removed at once
   const std::string probe = (dir / (".troupe-probe-" + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

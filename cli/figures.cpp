@@ -11,8 +11,10 @@
 #include <atomic>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +40,12 @@ std::string gp_quote(const std::string& text) {
 std::string png_tmp(const std::string& out) { return out + ".tmp-" + std::to_string(::getpid()); }
 
 void check_png_output(const std::string& out, const std::string& option) {
+  // a name of another picture format would hold PNG bytes: viewers refuse such a file
+  std::string ext = fs::path(out).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return (char)std::tolower(ch); });
+  for (const char* other : {".svg", ".pdf", ".jpg", ".jpeg", ".gif", ".eps", ".ps", ".webp", ".bmp", ".tif", ".tiff"})
+    TROUPE_USER_CHECK(ext != other) << option << " " << out << ": troupe draws PNG pictures only, and a " << ext
+                                    << " name would hold PNG bytes; name the file .png";
   TROUPE_USER_CHECK(std::system("command -v gnuplot >/dev/null 2>&1") == 0)
       << "gnuplot is not installed; run scripts/setup.sh (it installs gnuplot-nox)";
   check_output_file(out, option);
@@ -99,11 +107,19 @@ void render_png(const std::string& script, const std::string& out, const std::st
            " while drawing " + out + "; the half-drawn picture was removed";
   });
   bool script_ok = false;
+  int script_err = 0;  // errno of a failed write: ENOSPC, EFBIG (ulimit -f), ...
   {
-    std::ofstream f(script_path);
-    f << script;
-    f.close();
-    script_ok = f.good();
+    const int fd = ::open(script_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    size_t done = 0;
+    while (fd >= 0 && done < script.size()) {
+      const ssize_t n = ::write(fd, script.data() + done, script.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += (size_t)n;
+    }
+    script_ok = fd >= 0 && done == script.size();
+    script_err = script_ok ? 0 : errno;
+    if (fd >= 0 && ::close(fd) != 0 && script_ok) script_ok = false, script_err = errno;
   }
   const int rc = script_ok ? run_gnuplot(script_path, err_path, &gnuplot) : -1;
   // gnuplot's own message, reduced to one printable line (it is several lines with a caret)
@@ -129,7 +145,12 @@ void render_png(const std::string& script, const std::string& out, const std::st
   if (!script_ok || rc != 0 || empty || !png_complete(tmp)) {
     fs::remove(tmp, ec);
     if (script_ok && rc == 0 && !empty) reason.clear();  // its picture was cut short: the disk's doing
-    if (!script_ok) throw UserError("cannot write gnuplot's script in /tmp; free space in /tmp and draw " + out + " again");
+    if (!script_ok)
+      throw UserError("cannot write gnuplot's script in /tmp (" + std::string(std::strerror(script_err)) + "); " +
+                      (script_err == EFBIG || script_err == ENOSPC || script_err == EDQUOT
+                           ? std::string(path_error_fix(script_err))
+                           : "free space in /tmp") +
+                      ", then draw " + out + " again");
     // blame the disk only when gnuplot did not say why, or said it could not write
     const bool io = reason.empty() || reason.find("annot open") != std::string::npos ||
                     reason.find("space") != std::string::npos || reason.find("ermission") != std::string::npos;

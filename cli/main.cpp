@@ -206,10 +206,18 @@ int check_process_limits() {
   // a CPU-time limit (ulimit -t) sets the soft and the hard limit alike: the kernel then kills
   // troupe (SIGKILL, exit 137) without a word where SIGXCPU would have asked it to stop. The
   // soft limit is lowered a little so SIGXCPU comes first (a stop with a sentence, as SIGTERM).
-  if (rlimit cpu {}; ::getrlimit(RLIMIT_CPU, &cpu) == 0 && cpu.rlim_max != RLIM_INFINITY && cpu.rlim_max >= 2 &&
-                     cpu.rlim_cur >= cpu.rlim_max) {
-    cpu.rlim_cur = cpu.rlim_max - std::clamp<rlim_t>(cpu.rlim_max / 10, 1, 30);
-    (void)::setrlimit(RLIMIT_CPU, &cpu);
+  // A hard limit of 1 s leaves no room below it (the kernel reads a soft limit of 0 as 1 s).
+  if (rlimit cpu {}; ::getrlimit(RLIMIT_CPU, &cpu) == 0 && cpu.rlim_max != RLIM_INFINITY) {
+    if (cpu.rlim_max < 2) {
+      print_error("the CPU-time limit (ulimit -t) is " + std::to_string(cpu.rlim_max) +
+                  " s: too short for troupe to stop with a sentence when it is reached (the kernel kills it at "
+                  "once); raise it to 2 s or more (ulimit -t unlimited)");
+      return 2;
+    }
+    if (cpu.rlim_cur >= cpu.rlim_max) {
+      cpu.rlim_cur = cpu.rlim_max - std::clamp<rlim_t>(cpu.rlim_max / 10, 1, 30);
+      (void)::setrlimit(RLIMIT_CPU, &cpu);
+    }
   }
   if (const std::string why = control_in_environment(); !why.empty()) {
     print_error(why);

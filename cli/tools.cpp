@@ -236,6 +236,11 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   GPTConfig g = GPTConfig::from(cfg.model);
   const int mbB = std::max(1, cfg.train.batch_size / std::max(1, o.M));
   const double per_layer = activation_bytes_per_layer(mbB, cfg.train.seq_len, g.C, g.NH);
+  // every chunk needs a layer: a model of fewer layers has no activations to report
+  TROUPE_USER_CHECK(o.config.empty() || s.P * s.V <= g.L)
+      << "--stages " << s.P << " x --chunks " << s.V << " = " << s.P * s.V << " model chunks, but model.n_layer = "
+      << g.L << " in " << o.config << ": every chunk needs at least one layer; use stages x chunks <= " << g.L
+      << ", or leave out --config";
   std::vector<int> bounds;
   if (s.P * s.V <= g.L) bounds = partition_layers(g, s.P * s.V);
   std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs f=%g b=%g w=%g p2p=%g%s\n",
@@ -247,10 +252,15 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
     if (!bounds.empty())
       for (int ch = 0; ch < s.V; ++ch) layers += bounds[ch * s.P + st + 1] - bounds[ch * s.P + st];
     const double bytes = r.peak_inflight[st] * (layers / s.V) * per_layer;
-    std::printf("%-6d %10.6g %10.6g %14d %16.0f\n", st, r.busy[st], r.bubble[st], r.peak_inflight[st], bytes);
+    std::printf("%-6d %10.6g %10.6g %14d %16s\n", st, r.busy[st], r.bubble[st], r.peak_inflight[st],
+                bounds.empty() ? "n/a" : fmt::format("{:.0f}", bytes).c_str());
   }
-  std::printf("(activation bytes for %d layers, n_embd %d, %d heads, %d sequences x %d tokens per microbatch%s)\n", g.L,
-              g.C, g.NH, mbB, cfg.train.seq_len, o.config.empty() ? ", the default model; --config to change" : "");
+  if (bounds.empty())
+    std::printf("(no activation bytes: the default model's %d layers cannot fill %d x %d chunks; --config a model of "
+                "at least %d layers)\n", g.L, s.P, s.V, s.P * s.V);
+  else
+    std::printf("(activation bytes for %d layers, n_embd %d, %d heads, %d sequences x %d tokens per microbatch%s)\n",
+                g.L, g.C, g.NH, mbB, cfg.train.seq_len, o.config.empty() ? ", the default model; --config to change" : "");
   if (!o.quiet) std::cout << ascii_timeline(s, r);
   if (!o.png.empty()) {
     std::vector<TimelineBar> bars;

@@ -356,6 +356,10 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
   p.ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
                : p.run_dir.empty()        ? std::string()
                                           : p.run_dir + "/checkpoints";
+  // a new default run directory (runs/<now>) holds no snapshot to continue from
+  TROUPE_USER_CHECK(!(p.automatic && resume_opt == "latest" && c.checkpoint.dir.empty()))
+      << "--resume latest continues the run in --run-dir, but none was given (a new run directory " << p.run_dir
+      << " would hold no snapshots); pass the earlier run's --run-dir (e.g. runs/<timestamp>), or set checkpoint.dir";
   TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && p.ckpt_dir.empty()))
       << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
          "process finds the same snapshots";

@@ -140,6 +140,9 @@ std::vector<DataSource> parse_sources(const toml::node& node, const std::string&
   const auto* arr = node.as_array();
   TROUPE_USER_CHECK(arr != nullptr) << "data.sources in " << path
                                     << " must be an array of tables: write each source as [[data.sources]]";
+  TROUPE_USER_CHECK(!arr->empty()) << "data.sources in " << path
+                                   << " is an empty list; add a [[data.sources]] table per source, or remove the "
+                                      "key to train on data.corpus";
   std::vector<DataSource> out;
   for (size_t i = 0; i < arr->size(); ++i) {
     const auto* t = arr->get(i)->as_table();
@@ -335,7 +338,18 @@ void Config::set(const std::string& assignment) {
   TROUPE_USER_CHECK(name.rfind("data.sources", 0) != 0)
       << "--set cannot change data.sources; edit the [[data.sources]] tables of the config file";
   const Key* k = find_key(name);
-  if (!k) unknown_key(name, " (from --set)");
+  if (!k) {
+    // 'model.n_layer = 4' as one shell word: the name keeps the spaces
+    const std::string trimmed = name.substr(0, name.find_last_not_of(" \t") + 1);
+    const size_t v0 = std::min(value.size(), value.find_first_not_of(" \t"));
+    TROUPE_USER_CHECK(trimmed == name || find_key(trimmed) == nullptr)
+        << "--set '" << printable(assignment, false, 120) << "' has spaces around '='; write it without them: --set "
+        << trimmed << "=" << printable(value.substr(v0), false, 80);
+    unknown_key(name, " (from --set)");
+  }
+  TROUPE_USER_CHECK(name != "data.corpus" || data.sources.empty())
+      << "--set data.corpus: this config trains on its [[data.sources]], which data.corpus does not change; edit the "
+      << "sources in the config file, or use a config without [[data.sources]]";
   // 1e-400 reads as 0 (in TOML's parser and strtod alike): the check of the key would then
   // quote a 0 nobody typed
   if (std::holds_alternative<double*>(k->ref(*this)) && !value.empty() && !std::isspace((unsigned char)value[0])) {
@@ -400,6 +414,7 @@ std::string Config::to_toml() const {
   Config c = *this;
   toml::table root;
   for (auto& k : key_table()) {
+    if (k.name == "data.corpus" && !data.sources.empty()) continue;  // the blend's sources replace it
     auto dot = k.name.find('.');
     std::string sec = k.name.substr(0, dot), key = k.name.substr(dot + 1);
     if (!root.contains(sec)) root.insert(sec, toml::table{});

@@ -71,6 +71,7 @@ std::string missing_reason(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) return "exists";
   if (errno == ELOOP) return "is a loop of symbolic links (one points back to another); fix or remove the link, and";
+  if (errno == ENOTDIR) return "does not exist: the path goes through a file as if it were a folder;";
   if (errno == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     char target[512];
     const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);

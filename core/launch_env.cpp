@@ -66,6 +66,8 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
 }
 
 void refuse_ipv6_host(const std::string& host, const std::string& what) {
+  TROUPE_USER_CHECK(host.find("://") == std::string::npos && host.find('/') == std::string::npos)
+      << what << " holds a URL or a path (" << host << "...); it takes HOST:PORT, e.g. 127.0.0.1:29500";
   TROUPE_USER_CHECK(host.find_first_of(":[]") == std::string::npos)
       << what << " names the IPv6 address " << host << "; troupe's coordinator and data plane use IPv4 only: use an "
       << "IPv4 address (e.g. 127.0.0.1) or a host name that resolves to one";

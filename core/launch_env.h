@@ -24,8 +24,8 @@ struct LaunchEnv {
 LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get = nullptr);
 
 // Refuses (UserError) an IPv6 coordinator host ("[::1]", "::1", "fe80::1"): the
-// coordinator and the data plane listen on IPv4 only. `what` names where it came from
-// ("TROUPE_COORDINATOR", "--coordinator").
+// coordinator and the data plane listen on IPv4 only; also a URL or a path given for the
+// host ("http://10.0.0.1"). `what` names where it came from ("TROUPE_COORDINATOR", "--coordinator").
 void refuse_ipv6_host(const std::string& host, const std::string& what);
 
 }  // namespace troupe

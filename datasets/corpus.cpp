@@ -76,17 +76,21 @@ size_t find_invalid_utf8(std::string_view text) {
 std::string read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes) {
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
+  const std::string fix =
+      what == "corpus" ? "run `make data` for data/sotu.txt or set data.corpus to a UTF-8 text file (paths are relative to the current directory)"
+      : what == "tokenizer model" ? "point data.tokenizer at a SentencePiece .model file, or leave it empty to train one"
+                                  : "set the path to an existing " + what + " file (paths are relative to the current directory)";
   TROUPE_USER_CHECK(std::filesystem::is_regular_file(path, ec))
-      << what << " file '" << path << "' " << (exists ? "is not a regular file;" : missing_reason(path)) << " "
-      << (what == "corpus" ? "run `make data` for data/sotu.txt or set data.corpus to a UTF-8 text file (paths are relative to the current directory)"
-                           : "set the path to an existing " + what + " file (paths are relative to the current directory)");
+      << what << " file '" << path << "' " << (exists ? "is not a regular file;" : missing_reason(path)) << " " << fix;
   std::ifstream in(path, std::ios::binary);
-  TROUPE_USER_CHECK(in.good()) << "cannot open " << what << " file '" << path
-                               << "': " << std::strerror(errno);
+  TROUPE_USER_CHECK(in.good()) << "cannot open " << what << " file '" << path << "' (" << std::strerror(errno)
+                               << "); " << fix;
   std::string bytes;
   in.seekg(0, std::ios::end);
   const auto size = static_cast<std::streamoff>(in.tellg());
-  TROUPE_USER_CHECK(size >= 0) << "cannot read " << what << " file '" << path << "'";
+  // (/proc/self/mem and the like are regular files that cannot be sized or read through)
+  TROUPE_USER_CHECK(size >= 0) << "cannot read " << what << " file '" << path
+                               << "' (it cannot be sized: a /proc or /sys file?); " << fix;
   TROUPE_USER_CHECK((uint64_t)size <= max_bytes)
       << what << " file '" << path << "' has " << size << " bytes; a " << what << " file has at most " << max_bytes
       << ": check the path";
@@ -95,7 +99,7 @@ std::string read_file_bytes(const std::string& path, const std::string& what, ui
   in.read(bytes.data(), size);
   TROUPE_USER_CHECK(in.gcount() == size)
       << "cannot read " << what << " file '" << path << "' (read " << in.gcount() << " of "
-      << size << " bytes)";
+      << size << " bytes); " << fix;
   return bytes;
 }
 

@@ -204,9 +204,12 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
   // a FIFO (or a device) in a file's place would block the read below with no deadline
   std::vector<std::string> files = {p.dir + "/meta.json", p.tokenizer_path};
   for (const PreparedSource& s : p.sources) files.insert(files.end(), {s.train_path, s.val_path, s.train_idx, s.val_idx});
-  for (const std::string& f : files)
-    if (std::error_code ec; fs::exists(f, ec) && !fs::is_regular_file(f, ec))
-      return fs::path(f).filename().string() + " is not a regular file (a FIFO, a device or a folder)";
+  for (const std::string& f : files) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(f, ec))) return fs::path(f).filename().string() + " is missing";
+    if (!fs::is_regular_file(f, ec))
+      return fs::path(f).filename().string() + " is not a regular file (a FIFO, a device, a folder or a broken link)";
+  }
   try {
     std::ifstream in(p.dir + "/meta.json");
     meta = nlohmann::json::parse(in);

@@ -54,7 +54,10 @@ void check_path(const DataSource& s) {
                                                     << "' is not a folder, but format = \"dir\"; use format = \"text\" or \"jsonl\"";
   else
     TROUPE_USER_CHECK(fs::is_regular_file(s.path, ec))
-        << src_name(s) << ": '" << s.path << "' is not a regular file; use format = \"dir\" for a folder";
+        << src_name(s) << ": '" << s.path << "' is not a regular file ("
+        << (fs::is_directory(s.path, ec) ? "a folder: use format = \"dir\" for one"
+                                          : "a device, a FIFO or a socket: point it at a text file")
+        << ")";
 }
 
 // Reads a file line by line with a 1 MB buffer; lines keep no '\n'.
@@ -127,7 +130,10 @@ class JsonlReader : public DocReader {
         throw UserError(src_name(source_) + ": line " + std::to_string(d.line) + " of '" + d.file +
                         "' is not JSON (" + parser_message(e.what()) + "); write one JSON object per line");
       }
-      TROUPE_USER_CHECK(j.is_object() && j.contains(source_.field) && j[source_.field].is_string())
+      TROUPE_USER_CHECK(j.is_object())
+          << src_name(source_) << ": line " << d.line << " of '" << d.file << "' is a JSON " << j.type_name()
+          << ", not an object; write one JSON object per line, e.g. {\"" << source_.field << "\": \"the text\"}";
+      TROUPE_USER_CHECK(j.contains(source_.field) && j[source_.field].is_string())
           << src_name(source_) << ": line " << d.line << " of '" << d.file << "' has no string field \""
           << source_.field << "\"; set field = the key that holds the text, or fix the line";
       d.text = j[source_.field].get<std::string>();

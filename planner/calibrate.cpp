@@ -89,6 +89,9 @@ RunFiles locate_run(const std::string& run_dir) {
   const fs::path dir = is_dir ? fs::path(run_dir) : fs::path(run_dir).parent_path();
   const fs::path trace = is_dir ? dir / "trace.json" : fs::path(run_dir);
   const fs::path cfg_path = (dir.empty() ? fs::path(".") : dir) / "config.toml";
+  TROUPE_USER_CHECK(!is_dir || !fs::exists(fs::symlink_status(trace, ec)) || fs::is_regular_file(trace, ec))
+      << "--calibrate: " << trace.string() << " is not a regular file (a FIFO, a device, a folder or a link to one); "
+      << "pass a run directory whose trace.json troupe train --trace wrote";
   TROUPE_USER_CHECK(fs::is_regular_file(trace, ec))
       << "--calibrate: " << run_dir << " is neither a run directory with a trace.json nor a trace file; trace a run "
       << "first: mkdir -p D && troupe train --config FILE --run-dir D --trace D/trace.json, then --calibrate D";
@@ -118,6 +121,9 @@ nlohmann::json read_trace(const fs::path& trace) {
   }
   TROUPE_USER_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array())
       << "--calibrate: " << trace.string() << " has no traceEvents; pass a trace written by troupe train --trace";
+  TROUPE_USER_CHECK(!(j.contains("otherData") && j["otherData"].is_object() && j["otherData"].contains("schedule")))
+      << "--calibrate: " << trace.string() << " is a simulated schedule's trace (troupe simulate --trace), not a "
+      << "measured run's; calibrate from a training run: troupe train --config FILE --run-dir D --trace D/trace.json";
   return j;
 }
 

@@ -148,7 +148,7 @@ TEST_CASE("a command whose standard output's reader goes away (| head -c 10) end
                      s, 300)
               .rc == 0);
   const std::string snap = newest_snapshot(s.path("run/checkpoints"));
-  for (const std::string args : {"generate '" + snap + "' --tokens 4000 --prompt a", std::string("--version"),
+  for (const std::string& args : {"generate '" + snap + "' --tokens 4000 --prompt a", std::string("--version"),
                                  std::string("plan --config configs/tiny.toml --set cluster.gpu=a100-80g --set cluster.gpus_per_node=2"),
                                  std::string("simulate --stages 64 --microbatches 256"), std::string("help")}) {
     INFO(args);
