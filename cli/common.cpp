@@ -345,6 +345,8 @@ void check_output_file(const std::string& path, const std::string& option, uint6
   // would be a file named '-' in the current folder, which nobody asking for '-' meant
   TROUPE_USER_CHECK(path != "-") << option << " - : this option writes a file, not standard output; pass a file path "
                                  << "(./- for a file named '-')";
+  TROUPE_USER_CHECK(path.back() != '/') << option << " " << path << " ends with '/', so it names a folder; pass a file "
+                                        << "path, e.g. " << path << "out";
   std::error_code ec;
   const fs::path abs = fs::absolute(path, ec);
   // outputs are written to a temporary file renamed over the path: that would replace a

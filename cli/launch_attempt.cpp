@@ -11,7 +11,9 @@
 #include "cli/launch_attempt.h"
 
 #include <sys/prctl.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,10 +116,12 @@ std::vector<char*> pointers(std::vector<std::string>& text) {
 struct SaidOnce {
   std::string dir;
   SaidOnce() {
+    remove_orphans();
     char tmpl[] = "/tmp/troupe-said-XXXXXX";
     if (::mkdtemp(tmpl)) dir = tmpl;
     // the processes honour the folder only under the launcher named here (core/job_error.cpp)
-    if (!dir.empty()) std::ofstream(dir + "/launcher") << ::getpid() << "\n";
+    // (and its pid namespace: a pid means something only there, remove_orphans)
+    if (!dir.empty()) std::ofstream(dir + "/launcher") << ::getpid() << "\n" << pid_namespace() << "\n";
   }
   ~SaidOnce() {
     std::error_code ec;
@@ -125,6 +129,33 @@ struct SaidOnce {
   }
   SaidOnce(const SaidOnce&) = delete;
   SaidOnce& operator=(const SaidOnce&) = delete;
+
+  // The folders of this user's launchers that died without removing theirs (SIGKILL): their
+  // `launcher` file names a pid that no longer runs. A reused pid keeps its folder (harmless).
+  static std::string pid_namespace() {
+    std::error_code ec;
+    const std::string ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();  // "pid:[4026531836]"
+    return ec ? std::string() : ns;
+  }
+
+  static void remove_orphans() {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it("/tmp", ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      struct stat st {};
+      if (name.rfind("troupe-said-", 0) != 0 || ::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+          st.st_uid != ::getuid())
+        continue;
+      long pid = 0;
+      std::string ns;
+      std::ifstream(it->path() / "launcher") >> pid >> ns;
+      // (a folder of another pid namespace, or of an older troupe that did not record one, stays)
+      if (pid > 0 && !ns.empty() && ns == pid_namespace() && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+        std::error_code rm;
+        std::filesystem::remove_all(it->path(), rm);
+      }
+    }
+  }
 };
 
 // The children's environments and command line, built before fork (the child may not

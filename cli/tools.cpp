@@ -163,6 +163,10 @@ int cmd_generate(const GenerateOptions& o) {
   ctx.generate_only = true;
   ctx.prompt = {tok->eot_id()};
   for (int32_t id : tok->encode(o.prompt)) ctx.prompt.push_back(id);
+  // the model attends to its last block_size tokens only: said, not left to be guessed
+  if ((int64_t)ctx.prompt.size() > c.model.block_size)
+    std::cerr << "note: the prompt is " << ctx.prompt.size() << " tokens (with the start token) and the model sees its "
+              << "last " << c.model.block_size << " (model.block_size): the start of the prompt is left out" << std::endl;
   ctx.temperature = o.temperature;
   ctx.top_k = o.top_k;
   ctx.sample_seed = (uint64_t)o.seed;

@@ -351,6 +351,8 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
       check_record_files(p.run_dir);
     });
   if (!follower) refuse_inside_snapshot(p.run_dir, "--run-dir");
+  // a data cache folder is emptied by a later preparation of it (an interrupted or outdated one)
+  if (!follower) refuse_overwriting(p.run_dir, "--run-dir", {}, {c.data.cache_dir});
   refuse_inside_snapshot(c.data.cache_dir, "data.cache_dir");  // a snapshot's retention would delete the cache
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
   p.ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <thread>
 #include <utility>
@@ -152,16 +153,42 @@ CacheLock::~CacheLock() {
   ::close(fd_);
 }
 
+namespace {
+// Whether `name` is a file a preparation writes in its folder (datasets/prepare.cpp): its
+// records, a source's token files and scratch, and their temporaries (NAME.tmp...).
+bool preparation_file(const std::string& name) {
+  const size_t tmp = name.find(".tmp");
+  const std::string base = name.substr(0, tmp);
+  const auto ends_with = [&](const char* ext) {
+    return base.size() > std::strlen(ext) && base.compare(base.size() - std::strlen(ext), std::string::npos, ext) == 0;
+  };
+  for (const char* f : {"meta.json", "tokenizer.model", "report.json", "removed.jsonl"})
+    if (base == f) return true;
+  for (const char* ext : {".train.bin", ".val.bin", ".train.idx", ".val.idx", ".scratch"})
+    if (ends_with(ext)) return true;
+  if (tmp != std::string::npos)  // a temporary of a record or token file (older layouts' names too)
+    for (const char* ext : {".bin", ".idx", ".json", ".jsonl", ".model", ".scratch"})
+      if (ends_with(ext)) return true;
+  return false;
+}
+}  // namespace
+
 void remove_litter(const std::string& dir, const DataLogFn& log) {
   std::error_code ec;
   fs::remove(dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
   std::vector<fs::path> old;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename() != ".lock" && it->path().filename() != ".made") old.push_back(it->path());
+  std::string kept;  // what a preparation never writes (a user's files, a run put here): not ours to delete
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == ".lock" || name == ".made") continue;
+    if (preparation_file(name) && !it->is_directory(ec)) old.push_back(it->path());
+    else kept += (kept.empty() ? "" : ", ") + name;
+  }
   std::string left;
   for (const auto& f : old)
-    if (std::error_code rm; fs::remove_all(f, rm) > 0 && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
+    if (std::error_code rm; fs::remove(f, rm) && !rm) left += (left.empty() ? "" : ", ") + f.filename().string();
   if (!left.empty() && log) log("data: removed " + left + " (left by an interrupted or outdated preparation) in " + dir);
+  if (!kept.empty() && log) log("data: kept " + kept + " in " + dir + " (not a preparation's files; move them out of the data cache)");
 }
 
 bool remove_stopped(const std::string& dir_text, const std::string& made_here) {

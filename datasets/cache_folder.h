@@ -39,7 +39,9 @@ class CacheLock {
 };
 
 // Uncommits the folder and removes what an interrupted or outdated preparation left (this
-// process holds the folder's lock), naming it. .lock and .made stay.
+// process holds the folder's lock), naming it: only the file names a preparation writes
+// (meta.json, tokenizer.model, report.json, removed.jsonl, <source>.{train,val}.{bin,idx},
+// <source>.scratch and their .tmp files). .lock, .made and anything else stay (named in the log).
 void remove_litter(const std::string& dir, const DataLogFn& log);
 
 // After a stop signal or a failure during a build (this process holds the lock): removes

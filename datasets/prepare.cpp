@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -447,6 +448,15 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   return p;
 }
 
+namespace {
+// `t` with each ASCII whitespace character as '_' (the suggestion for a special token).
+std::string replace_spaces(std::string t) {
+  for (char& ch : t)
+    if (std::isspace((unsigned char)ch)) ch = '_';
+  return t;
+}
+}  // namespace
+
 std::vector<std::string> parse_special_tokens(const std::string& list) {
   std::vector<std::string> out;
   if (list.find_first_not_of(" \t") == std::string::npos) return out;
@@ -463,6 +473,13 @@ std::vector<std::string> parse_special_tokens(const std::string& list) {
         << "data.special_tokens: \"" << t << "\" is already a piece of every tokenizer; remove it";
     TROUPE_USER_CHECK(std::find(out.begin(), out.end(), t) == out.end())
         << "data.special_tokens lists \"" << t << "\" twice; list each token once";
+    // SentencePiece splits the text at whitespace before it matches a user-defined piece: a
+    // token holding a space would be accepted and never produced
+    TROUPE_USER_CHECK(t.find_first_of(" \t\r\n\v\f") == std::string::npos && t.find("\xC2\xA0") == std::string::npos &&
+                      t.find("\xE3\x80\x80") == std::string::npos)
+        << "data.special_tokens: \"" << printable(t, false, 60) << "\" holds a space, which the tokenizer splits at "
+        << "before it matches a special token (it would never be produced); write it without, e.g. \""
+        << printable(replace_spaces(t), false, 60) << "\"";
     out.push_back(t);
     pos = end + 1;
   }

@@ -33,9 +33,15 @@ std::vector<std::string> dir_files(const DataSource& s) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(s.path, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
+    if (it->is_directory(ec)) continue;
     const std::string rel = fs::relative(it->path(), s.path, ec).string();
-    if (::fnmatch(s.glob.c_str(), rel.c_str(), 0) == 0) out.push_back(rel);
+    if (::fnmatch(s.glob.c_str(), rel.c_str(), 0) != 0) continue;
+    // a FIFO, a device or a broken link that matches is refused, not skipped without a word
+    TROUPE_USER_CHECK(it->is_regular_file(ec))
+        << src_name(s) << ": '" << it->path().string() << "' matches glob = \"" << s.glob
+        << "\" but is not a regular file (a FIFO, a device, a socket or a broken link); remove it from the folder "
+        << "or narrow the glob";
+    out.push_back(rel);
   }
   TROUPE_USER_CHECK(!ec) << src_name(s) << ": cannot list folder '" << s.path << "': " << ec.message();
   std::sort(out.begin(), out.end());
@@ -135,7 +141,11 @@ class JsonlReader : public DocReader {
           << ", not an object; write one JSON object per line, e.g. {\"" << source_.field << "\": \"the text\"}";
       TROUPE_USER_CHECK(j.contains(source_.field) && j[source_.field].is_string())
           << src_name(source_) << ": line " << d.line << " of '" << d.file << "' has no string field \""
-          << source_.field << "\"; set field = the key that holds the text, or fix the line";
+          << source_.field << "\"; "
+          << (source_.field.find('.') != std::string::npos && !j.contains(source_.field)
+                  ? "field names a top-level key, read whole (a nested key such as \"" + source_.field +
+                        "\" is not followed): write the text under a top-level key and set field to it"
+                  : std::string("set field = the key that holds the text, or fix the line"));
       d.text = j[source_.field].get<std::string>();
       return true;
     }

@@ -85,6 +85,9 @@ struct RunFiles {
 // beside it. UserError when the trace or the config is not a regular file.
 RunFiles locate_run(const std::string& run_dir) {
   std::error_code ec;
+  TROUPE_USER_CHECK(fs::exists(run_dir, ec)) << "--calibrate: " << run_dir << " " << missing_reason(run_dir)
+                                             << " pass the run directory of a traced run (troupe train --run-dir D "
+                                                "--trace D/trace.json)";
   const bool is_dir = fs::is_directory(run_dir, ec);
   const fs::path dir = is_dir ? fs::path(run_dir) : fs::path(run_dir).parent_path();
   const fs::path trace = is_dir ? dir / "trace.json" : fs::path(run_dir);

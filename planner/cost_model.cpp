@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <map>
 #include <tuple>
 
@@ -249,10 +250,22 @@ Plan plan_job(const Config& c, const Cluster& cl, const PlanOptions& o) {
   c.validate(kMaxPlanDevices);
   const auto& pc = c.parallel;
   const int devices = pc.tp * pc.pp * pc.dp;
-  TROUPE_USER_CHECK(cl.dev.name == "cpu" || devices == cl.devices())
-        << "parallel.tp x parallel.pp x parallel.dp = " << pc.tp << " x " << pc.pp << " x " << pc.dp << " = "
-        << devices << " devices, but the cluster has cluster.nodes x cluster.gpus_per_node = " << cl.nodes << " x "
-        << cl.gpus_per_node << " = " << cl.devices() << "; change parallel.dp or cluster.nodes so they match";
+  if (cl.dev.name != "cpu" && devices != cl.devices()) {
+    // a layout that fits: dp fills the cluster when tp x pp divides it; else the fewest nodes
+    // whose devices tp x pp divides, or the devices per node this layout needs
+    const int64_t mp = (int64_t)pc.tp * pc.pp, gpn = cl.gpus_per_node;
+    std::string fix;
+    if (cl.devices() % mp == 0) {
+      fix = fmt::format("set parallel.dp = {}", cl.devices() / mp);
+    } else {
+      const int64_t nodes = std::lcm(gpn, mp) / gpn;
+      fix = fmt::format("e.g. cluster.nodes = {} with parallel.dp = {}", nodes, nodes * gpn / mp);
+      if (devices % cl.nodes == 0) fix += fmt::format(", or cluster.gpus_per_node = {}", devices / cl.nodes);
+    }
+    TROUPE_USER_FAIL() << "parallel.tp x parallel.pp x parallel.dp = " << pc.tp << " x " << pc.pp << " x " << pc.dp
+                       << " = " << devices << " devices, but the cluster has cluster.nodes x cluster.gpus_per_node = "
+                       << cl.nodes << " x " << cl.gpus_per_node << " = " << cl.devices() << "; " << fix;
+  }
   Schedule sched = make_schedule(pc.schedule, pc.pp, pc.microbatches, pc.chunks);
   validate_schedule(sched);
   return plan_layout(c, cl, o, &sched);

@@ -414,7 +414,7 @@ TEST_CASE("refused commands leave no folders: a data cache on a full disk, check
   // checkpoint.dir is probed early; a refusal after that (here --trace-png) leaves no ck/ folder
   Run r = run_troupe(tiny(s, "run") + " --set checkpoint.dir='" + s.path("ck/a") + "' --trace '" + s.path("t.json") +
                          "' --trace-png '" + s.path("") + "'", s);
-  expect_user_error(r, {"--trace-png", "is a directory"});
+  expect_user_error(r, {"--trace-png", "names a folder"});
   CHECK_FALSE(fs::exists(s.path("ck")));
   CHECK_FALSE(fs::exists(s.path("run")));
   // a TensorBoard folder where no file can be created (root passes access() on /sys):
