@@ -316,6 +316,15 @@ void check_option_values(CLI::App& app) {
         // (C0 controls, DEL, and the C1 controls U+0080-U+009F: UTF-8 C2 80-9F, e.g. U+009B, a CSI)
         TROUPE_USER_CHECK(find_control(r) == std::string_view::npos) << name << " of troupe " << sub->get_name()
                                     << " holds a control character (a newline, a tab or an escape); pass a plain value";
+        // '~' reaches troupe only when quoted ('~/x', --run-dir=~/x): no shell expanded it, and a
+        // folder named '~' would be made in the current directory
+        if (name != "--set" && name != "--title" && !r.empty() && r[0] == '~') {
+          const char* home = std::getenv("HOME");
+          TROUPE_USER_FAIL() << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name) << " of troupe "
+                             << sub->get_name() << " is '" << printable(r, false, 120) << "', which starts with '~': "
+                             << "troupe does not expand it (the shell did not: it was quoted or after '='); write the "
+                             << "full path" << (r.rfind("~/", 0) == 0 ? ", e.g. " + std::string(home ? home : "$HOME") + r.substr(1) : "");
+        }
         if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)
         // a required one cannot be left out: its fix is a value, shown by its description
         TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)

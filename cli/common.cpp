@@ -301,6 +301,23 @@ void check_record_files(const std::string& dir) {
         << "the run directory " << dir << " holds " << f << ", which this user cannot "
         << (std::string(f) == "config.toml" ? "read" : "write") << "; fix its permissions or pass another --run-dir";
   }
+  // appended to, a metrics.jsonl past what troupe plot reads would leave this run undrawable
+  const uint64_t metrics = fs::file_size(fs::path(dir) / "metrics.jsonl", ec);
+  TROUPE_USER_CHECK(ec || metrics <= (1ull << 30))
+      << "the run directory " << dir << " holds a metrics.jsonl of " << fmt::format("{:.1f}", metrics / 1073741824.0)
+      << " GiB, more than the 1 GiB troupe plot reads (a million steps take ~200 MB: it is damaged or not a run's); "
+      << "move it aside or pass another --run-dir";
+  // a folder of snapshots (a run's checkpoints/) is not a run directory: a fresh run would
+  // mix its records and snapshots into another run's
+  const fs::path canon = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  const bool a_runs_checkpoints = canon.filename() == "checkpoints" && fs::exists(canon.parent_path() / "config.toml", ec);
+  if (a_runs_checkpoints || !fs::exists(fs::path(dir) / "config.toml", ec)) {
+    const auto snaps = list_snapshots(dir);
+    TROUPE_USER_CHECK(snaps.empty())
+        << "--run-dir " << dir << " holds snapshots (" << fs::path(snaps.empty() ? "" : snaps.back().second).filename().string()
+        << "): it is a folder of snapshots, not a run directory; to continue that run pass its run directory with "
+        << "--resume latest (or --set checkpoint.dir=" << dir << " --resume latest), or pass a new folder";
+  }
 }
 
 int make_run_dir(const std::string& dir) {

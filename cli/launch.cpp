@@ -71,7 +71,9 @@ bool is_executable(const std::string& cmd) {
     const size_t colon = path.find(':', start);
     std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
     if (dir.empty()) dir = ".";
-    if (ok(dir + "/" + cmd)) return true;
+    dir += '/';  // (appended in place: GCC 12's -Wrestrict misfires on dir + "/" + cmd)
+    dir += cmd;
+    if (ok(dir)) return true;
     if (colon == std::string::npos) return false;
     start = colon + 1;
   }
@@ -252,6 +254,11 @@ int run(const Options& o) {
   const char* secret_file = std::getenv("TROUPE_JOB_SECRET_FILE");
   // a secret in a file stays in the file (the children read it there): none is generated
   const bool use_file = !preset_secret && secret_file && *secret_file;
+  // a short preset secret is refused here, before any process starts (each would refuse it)
+  TROUPE_USER_CHECK(!preset_secret || std::strlen(preset_secret) >= 16)
+      << "TROUPE_JOB_SECRET in the environment has " << std::strlen(preset_secret)
+      << " characters; use at least 16 (export TROUPE_JOB_SECRET=$(openssl rand -hex 32)), or unset it and troupe "
+         "launch makes one";
   const std::string secret = preset_secret ? std::string(preset_secret) : use_file ? std::string() : make_job_secret();
   // one id for all starts of this job: troupe train's default run directory is runs/<id>
   char stamp[32];

@@ -249,8 +249,10 @@ std::string job_secret() {
 std::string check_job_of_several(const Config& c, const LaunchEnv& launch) {
   if (launch.world <= 1) return std::string();
   const std::string secret = job_secret();
-  TROUPE_USER_CHECK(secret.size() >= 16) << "the job secret has " << secret.size()
-                                         << " characters; use at least 16 (e.g. openssl rand -hex 32)";
+  TROUPE_USER_CHECK(secret.size() >= 16)
+      << "the job secret (TROUPE_JOB_SECRET or TROUPE_JOB_SECRET_FILE) has " << secret.size()
+      << " characters; use at least 16 (export TROUPE_JOB_SECRET=$(openssl rand -hex 32)), or unset it and let troupe "
+         "launch make one";
   const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
   TROUPE_USER_CHECK(workers % launch.world == 0)
       << "parallel.dp x pp x tp = " << workers << " workers cannot be spread evenly over " << launch.world

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace troupe {
 namespace {
@@ -55,9 +57,14 @@ void check_parallel(const Config& c, int64_t max_workers) {
                                        << m.n_layer;
   if (p.sequence_parallel) {
     const int rows = (train.batch_size / std::max(1, p.dp * p.microbatches)) * train.seq_len;
-    TROUPE_USER_CHECK(p.tp >= 1 && rows % p.tp == 0)
-        << "parallel.sequence_parallel shards the " << rows << " token rows of a microbatch over parallel.tp = " << p.tp
-        << " ranks, which needs (train.batch_size / parallel.microbatches) * train.seq_len to divide by parallel.tp";
+    if (p.tp >= 1 && rows % p.tp != 0) {
+      const int seq_down = train.seq_len - train.seq_len % p.tp, seq_up = seq_down + p.tp;  // multiples of tp
+      TROUPE_USER_FAIL() << "parallel.sequence_parallel shards the " << rows
+                         << " token rows of a microbatch ((train.batch_size / (parallel.dp x parallel.microbatches)) x "
+                            "train.seq_len) over parallel.tp = " << p.tp << " ranks, and " << rows << " does not divide by "
+                         << p.tp << "; use train.seq_len = " << (seq_down > 0 ? std::to_string(seq_down) + " or " : "")
+                         << seq_up << ", or parallel.sequence_parallel = false";
+    }
   }
   TROUPE_USER_CHECK(p.chunks >= 1) << "parallel.chunks = " << p.chunks << " must be at least 1";
   TROUPE_USER_CHECK(p.pp * p.chunks <= m.n_layer)
@@ -245,9 +252,35 @@ void check_data(const DataConfig& data) {
   check_sources(data.sources);
 }
 
+// A path key written "~/x": no shell expands it inside quotes or a TOML file, so troupe
+// would make a folder named '~' in the current directory (and `rm -rf ~` is one slip away).
+void check_no_tilde(const std::string& value, const std::string& key) {
+  if (value.empty() || value[0] != '~') return;
+  const char* home = std::getenv("HOME");
+  const size_t slash = value.find('/');
+  const std::string rest = slash == std::string::npos ? std::string() : value.substr(slash);
+  TROUPE_USER_FAIL() << key << " = '" << printable(value, false, 120) << "' starts with '~', which troupe does not "
+                     << "expand (a shell does, but not inside quotes or a TOML file): it would name a folder '~' in "
+                     << "the current directory; write the full path"
+                     << (value.rfind("~/", 0) == 0 || value == "~" ? std::string(", e.g. ") + (home ? home : "$HOME") + rest
+                                                                      : std::string());
+}
+
+void check_paths(const Config& c) {
+  check_no_tilde(c.checkpoint.dir, "checkpoint.dir");
+  check_no_tilde(c.data.corpus, "data.corpus");
+  check_no_tilde(c.data.cache_dir, "data.cache_dir");
+  check_no_tilde(c.data.tokenizer, "data.tokenizer");
+  check_no_tilde(c.train.tensorboard_dir, "train.tensorboard_dir");
+  check_no_tilde(c.parallel.schedule, "parallel.schedule");
+  for (size_t i = 0; i < c.data.sources.size(); ++i)
+    check_no_tilde(c.data.sources[i].path, fmt::format("data.sources[{}].path", i));
+}
+
 }  // namespace
 
 void Config::validate(int64_t max_workers) const {
+  check_paths(*this);
   check_model(model);
   check_parallel(*this, max_workers);
   check_batch(*this);

@@ -196,6 +196,25 @@ bool remove_stopped(const std::string& dir_text, const std::string& made_here) {
   std::vector<fs::path> roots = read_made(dir.string());  // before the folder goes
   if (!made_here.empty()) roots.push_back(fs::path(made_here));
   std::error_code ec;
+  // a folder holding files a preparation never writes (put there by hand) is not removed
+  // whole: only the preparation's own files go, and the rest stays where it is
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == ".lock" || name == ".made" || (preparation_file(name) && !it->is_directory(ec))) continue;
+    bool left = false;  // a preparation's file still there (one the preparing thread made meanwhile)
+    for (int round = 0; round < 3; ++round) {
+      std::vector<fs::path> ours;
+      for (fs::directory_iterator jt(dir, ec); !ec && jt != end; jt.increment(ec)) {
+        const std::string n2 = jt->path().filename().string();
+        if (n2 == ".made" || (preparation_file(n2) && !jt->is_directory(ec))) ours.push_back(jt->path());
+      }
+      for (const auto& f : ours) fs::remove(f, ec);
+      left = !ours.empty();
+      if (!left) break;
+    }
+    return !left;
+  }
+  ec.clear();
   bool clean = false;
   const fs::path trash = dir.parent_path() / (".troupe-stopped-" + std::to_string(::getpid()) + "-" +
                                               dir.filename().string());

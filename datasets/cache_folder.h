@@ -49,7 +49,9 @@ void remove_litter(const std::string& dir, const DataLogFn& log);
 // recorded in .made (and `made_here`) that is empty. `dir` is renamed away first, so that the
 // thread cannot create a file in it any more (its paths under the old name fail), and then
 // removed; files it still holds open go with it. A rename that fails falls back to removing
-// in place. Returns whether nothing of `dir` is left.
+// in place. A folder that also holds files a preparation never writes (remove_litter's list)
+// keeps them: only the preparation's files go, and the folder stays. Returns whether nothing
+// of `dir` is left (in that case: nothing of the preparation's).
 bool remove_stopped(const std::string& dir, const std::string& made_here);
 
 // A process that did not build (stopped while waiting, or failing before it built): removes

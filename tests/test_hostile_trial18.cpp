@@ -58,6 +58,15 @@ TEST_CASE("a run directory inside the data cache is refused, and a preparation r
   CHECK(fs::exists(folder + "/mine/checkpoints"));
   CHECK(slurp(folder + "/notes.txt") == "keep me\n");
   CHECK((r.err + slurp(s.path("stdout.txt"))).find("data: kept ") != std::string::npos);
+  // a preparation that fails there (the file-size limit) removes its own files, not the user's
+  fs::remove(folder + "/meta.json");
+  const Run f = run_troupe("prepare --config configs/tiny.toml" + cache_opt, s, 120, "ulimit -f 40;");
+  INFO(f.err);
+  CHECK(f.rc == 2);
+  CHECK(slurp(folder + "/notes.txt") == "keep me\n");
+  CHECK(fs::exists(folder + "/mine/checkpoints"));
+  CHECK_FALSE(fs::exists(folder + "/corpus.train.bin"));
+  CHECK_FALSE(fs::exists(folder + "/meta.json"));
 }
 
 TEST_CASE("sources and prompts: a nested jsonl field, a FIFO a dir glob matches, a prompt longer than the context",
