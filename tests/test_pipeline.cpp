@@ -399,7 +399,7 @@ TEST_CASE("sequence parallelism reproduces the single worker and holds fewer act
   bad.parallel.sequence_parallel = true;
   bad.train.seq_len = 15;  // 2 sequences x 15 tokens per microbatch: 30 rows over 4 ranks
   bad.parallel.tp = 4;
-  CHECK_THROWS_WITH(run_job(bad, ctx()), Catch::Contains("divide by parallel.tp"));
+  CHECK_THROWS_WITH(run_job(bad, ctx()), Catch::Contains("does not divide by 4"));
 }
 
 TEST_CASE("data parallelism with ZeRO-1: DP=2 with M microbatches equals DP=1 with 2M", "[pipeline][dp]") {
