@@ -84,9 +84,24 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
       if (kept) kept->push_back(it->path().string());
       continue;
     }
+    // only what a snapshot writer makes goes (shard files, the manifest, the tokenizer copy,
+    // their temporaries): a folder that also holds anything else keeps it, and stays
+    std::string foreign;
+    std::vector<fs::path> ours;
+    for (fs::directory_iterator jt(it->path(), ec); !ec && jt != end; jt.increment(ec)) {
+      const std::string f = jt->path().filename().string();
+      const bool writer_file = !jt->is_directory(ec) && (f.rfind("shard-", 0) == 0 || f.rfind("manifest.capnp", 0) == 0 ||
+                                                         f.rfind("tokenizer.model", 0) == 0);
+      if (writer_file) ours.push_back(jt->path());
+      else if (foreign.empty()) foreign = f;
+    }
+    ec.clear();
     std::error_code rm;
-    fs::remove_all(it->path(), rm);
-    if (rm) {
+    for (const auto& f : ours) fs::remove(f, rm);
+    if (foreign.empty()) fs::remove(it->path(), rm);
+    if (!foreign.empty()) {
+      if (kept) kept->push_back(it->path().string() + " (it holds " + foreign + ", which no snapshot writer makes: move it out of checkpoint.dir)");
+    } else if (rm || fs::exists(fs::symlink_status(it->path(), ec))) {
       if (kept) kept->push_back(it->path().string());
     } else {
       removed.push_back(it->path().string());

@@ -368,9 +368,20 @@ void check_output_file(const std::string& path, const std::string& option, uint6
   const fs::path abs = fs::absolute(path, ec);
   // outputs are written to a temporary file renamed over the path: that would replace a
   // link (say /dev/stdout) instead of writing where it points
-  TROUPE_USER_CHECK(!fs::is_symlink(abs, ec))
-      << option << " " << path << " is a symbolic link; pass the path it points to ("
-      << fs::read_symlink(abs, ec).string() << ") or another file";
+  if (fs::is_symlink(abs, ec)) {
+    // the end of the chain, not the next link (/dev/stdout -> /proc/self/fd/1 -> /dev/pts/0)
+    fs::path target = abs;  // followed hop by hop (a dangling link's target, a pipe's "pipe:[N]" included)
+    for (int hop = 0; hop < 40 && fs::is_symlink(target, ec); ++hop) {
+      const fs::path next = fs::read_symlink(target, ec);
+      if (ec) break;
+      target = next.is_absolute() ? next : target.parent_path() / next;
+    }
+    const bool regular = fs::is_regular_file(target, ec);
+    TROUPE_USER_FAIL() << option << " " << path << " is a symbolic link (to " << target.string() << "); "
+                       << (regular ? "pass that path, or another file"
+                                   : "troupe writes its outputs to files (written beside them, then renamed), not to "
+                                     "terminals, pipes or devices: pass a file path");
+  }
   TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
                                                 << (abs / "out").string();
   // file systems take names of at most 255 bytes, and the temporary file beside the output

@@ -8,9 +8,11 @@
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
 #include <fcntl.h>
 #include <pthread.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -41,8 +43,43 @@ using namespace troupe::cli;
 // Set across bound_openmp_spinning's exec, while the stop signals are blocked.
 constexpr const char* kSignalsHeld = "TROUPE_STOP_SIGNALS_HELD";
 
+// An OpenMP variable libgomp cannot read (it says "Invalid value for environment variable"
+// once it loads, and goes on with its default): the refusal sentence, or "".
+std::string openmp_environment_problem() {
+  const auto bad = [](const char* name, const std::string& v, const char* want) {
+    return "environment variable " + std::string(name) + "='" + printable(v, false, 60) + "' is not " + want +
+           " (libgomp ignores it); fix or unset it (troupe sets its thread counts from train.threads)";
+  };
+  const auto whole = [](const std::string& v, bool list) {  // positive integers, comma-separated when `list`
+    if (v.empty()) return false;
+    size_t i = 0;
+    while (i < v.size()) {
+      size_t j = i;
+      while (j < v.size() && std::isdigit((unsigned char)v[j])) ++j;
+      if (j == i || std::strtoull(v.substr(i, j - i).c_str(), nullptr, 10) == 0) return false;
+      if (j == v.size()) return true;
+      if (!list || v[j] != ',') return false;
+      i = j + 1;
+    }
+    return false;
+  };
+  if (const char* v = std::getenv("OMP_NUM_THREADS"); v && !whole(v, true))
+    return bad("OMP_NUM_THREADS", v, "a positive thread count (or a comma list of them)");
+  if (const char* v = std::getenv("OMP_WAIT_POLICY"); v && strcasecmp(v, "active") != 0 && strcasecmp(v, "passive") != 0)
+    return bad("OMP_WAIT_POLICY", v, "ACTIVE or PASSIVE");
+  if (const char* v = std::getenv("GOMP_SPINCOUNT")) {
+    std::string t = v;
+    if (!t.empty() && std::strchr("kKmMgGtT", t.back())) t.pop_back();
+    const bool number = !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
+    if (!number && strcasecmp(v, "infinite") != 0 && strcasecmp(v, "infinity") != 0)
+      return bad("GOMP_SPINCOUNT", v, "a spin count (a whole number, with k, M, G or T, or infinite)");
+  }
+  return "";
+}
+
 void bound_openmp_spinning(char** argv) {
   if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
+  if (!openmp_environment_problem().empty()) return;  // refused next: no second "Invalid value" from libgomp
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return;
@@ -176,6 +213,7 @@ __attribute__((section(".preinit_array"), used)) void (*const troupe_preinit_ent
 // where they are read, and print_error shows what they quote escaped. Returns the refusal
 // sentence, or "".
 std::string control_in_environment() {
+  if (std::string why = openmp_environment_problem(); !why.empty()) return why;
   for (const char* name : {"TROUPE_CACHE_DIR", "TROUPE_EVENT_LOG", "TROUPE_JOB_SECRET_FILE"}) {
     const char* v = std::getenv(name);
     if (!v) continue;

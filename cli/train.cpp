@@ -326,7 +326,10 @@ void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
   for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept))
     spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
   for (auto& d : kept)
-    spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
+    if (d.find(" (it holds ") != std::string::npos)
+      spdlog::warn("removed the snapshot files of {}; kept the folder", d);
+    else
+      spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
 }
 
 // Where this run writes: the run directory, the checkpoint directory, and whether the run
@@ -372,6 +375,7 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
     refuse_overwriting(p.ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);  // (nor in a snapshot)
     naming_option("checkpoint.dir", [&] { check_checkpoint_dir(p.ckpt_dir); });
   }  // (the run directory is checked above)
+  if (!follower) check_folder_roles(c, p.run_dir, p.ckpt_dir);
   return p;
 }
 

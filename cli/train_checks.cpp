@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "checkpoint/disk.h"
+#include "checkpoint/snapshot.h"
 #include "cli/common.h"
 #include "cli/figures.h"
 #include "core/error.h"
@@ -136,6 +137,32 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
 
 // An explicit checkpoint.dir: created and probed with a file (root passes access() on
 // /proc), so an unwritable one is refused (UserError) before the run starts.
+void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir) {
+  std::error_code ec;
+  const auto canon = [&](const std::string& d) { return fs::weakly_canonical(fs::absolute(d, ec), ec); };
+  if (!c.checkpoint.dir.empty() && canon(ckpt_dir) != canon(run_dir)) {
+    TROUPE_USER_CHECK(!(fs::exists(fs::path(ckpt_dir) / "config.toml", ec) && fs::exists(fs::path(ckpt_dir) / "metrics.jsonl", ec)))
+        << "checkpoint.dir = '" << ckpt_dir << "' is the run directory of another troupe run (it holds config.toml and "
+        << "metrics.jsonl): this run's snapshots and lock would mix with that run's files; choose a folder of its own "
+        << "(to continue that run: --run-dir " << ckpt_dir << " --resume latest)";
+    const fs::path ck = canon(ckpt_dir);
+    std::vector<std::string> inputs = {c.data.corpus, c.data.tokenizer};
+    for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
+    for (const std::string& in : inputs) {
+      if (in.empty()) continue;
+      const fs::path p = canon(in);
+      const auto rel = p.lexically_relative(ck);
+      TROUPE_USER_CHECK(rel.empty() || rel.native().rfind("..", 0) == 0)
+          << "checkpoint.dir = '" << ckpt_dir << "' holds this run's input " << in
+          << ": snapshots, their lock and retention do not belong among a run's data; choose a folder for snapshots alone";
+    }
+  }
+  const std::string& tb = c.train.tensorboard_dir;
+  TROUPE_USER_CHECK(tb.empty() || list_snapshots(tb).empty())
+      << "--tensorboard (train.tensorboard_dir) '" << tb << "' holds snapshots (step-<k> folders): it is a run's "
+      << "folder of snapshots; pass a folder for the event files alone, e.g. a run directory's tb/";
+}
+
 void check_checkpoint_dir(const std::string& ckpt_dir) {
   fs::path p = fs::absolute(ckpt_dir);
   while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();

@@ -240,6 +240,10 @@ Config Config::load(const std::string& path) {
   TROUPE_USER_CHECK(f.good()) << "config file '" << path << "' cannot be read; pass a readable file to --config (e.g. configs/sotu.toml)";
   std::stringstream text;
   text << f.rdbuf();
+  // a binary file (a snapshot's manifest.capnp, a .safetensors) would fail in TOML's terms
+  TROUPE_USER_CHECK(text.str().find('\0') == std::string::npos)
+      << "config file '" << path << "' is not text (it holds NUL bytes: a binary file?); pass a TOML config to --config "
+      << "(e.g. configs/sotu.toml)";
   return parse(text.str(), path);
 }
 
@@ -291,8 +295,11 @@ Config Config::parse(const std::string& text, const std::string& path) {
     tbl = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
-    os << "config file '" << path << "' is not valid TOML at line " << e.source().begin.line << ": "
-       << parser_message(e.description()) << "; fix the syntax";
+    const std::string why = parser_message(e.description());
+    os << "config file '" << path << "' is not valid TOML at line " << e.source().begin.line << ": " << why
+       << (why.find("not representable") != std::string::npos
+               ? "; TOML integers are 64-bit (at most 9223372036854775807): write a smaller number"
+               : "; fix the syntax");
     throw UserError(os.str());
   }
   Config c;

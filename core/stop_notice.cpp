@@ -93,8 +93,9 @@ void report_forced_stop(int sig) noexcept {
     return;
   }
   if (k == kFollowerTraining) {
-    append(line, sizeof line, ": the steps since process 0's newest snapshot are lost; continue from it with "
-                              "--resume latest\n");
+    append(line, sizeof line, ": the steps since the job's newest snapshot are lost; continue with --resume latest "
+                              "if process 0 saved one (its checkpoint.dir holds step-<k> folders), else start again "
+                              "without --resume\n");
     write_error_line(line);
     return;
   }

@@ -251,7 +251,10 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
   } catch (const nlohmann::json::exception& e) {  // its what() starts "[json.exception.parse_error.101] "
     return "meta.json is not what troupe writes (" + parser_message(e.what()) + ")";
   } catch (const std::exception& e) {
-    return e.what();
+    // the problem only: its fix (e.g. "point data.tokenizer at …") is not this folder's, whose
+    // fix the caller names (delete the folder to rebuild it)
+    const std::string what = e.what();
+    return what.substr(0, what.find("; "));
   }
   return "";
 }

@@ -61,7 +61,7 @@ void check_path(const DataSource& s) {
   else
     TROUPE_USER_CHECK(fs::is_regular_file(s.path, ec))
         << src_name(s) << ": '" << s.path << "' is not a regular file ("
-        << (fs::is_directory(s.path, ec) ? "a folder: use format = \"dir\" for one"
+        << (fs::is_directory(s.path, ec) ? "a folder: data.corpus takes one text file; for a folder write a [[data.sources]] table with format = \"dir\""
                                           : "a device, a FIFO or a socket: point it at a text file")
         << ")";
 }
