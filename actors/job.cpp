@@ -4,6 +4,8 @@
 // evaluation, snapshots.
 #include "actors/job.h"
 
+#include "core/peak.h"
+
 #include <spdlog/spdlog.h>
 
 #include <caf/io/all.hpp>
@@ -101,7 +103,7 @@ void Coordinator::log_plan(const Peak& pk) const {
 void Coordinator::set_up() {
   PlanInputs in;
   in.launch = ctx_.launch;
-  in.hardware_threads = std::thread::hardware_concurrency();
+  in.hardware_threads = (unsigned)usable_cores();  // (the CPUs this process may use: taskset, cpusets)
   in.generation = ctx_.generation;
   in.fault_drop_grads_stage = ctx_.fault_drop_grads_stage;
   in.fault_inf_step = ctx_.fault_inf_step;

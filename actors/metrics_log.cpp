@@ -89,6 +89,13 @@ void MetricsLog::write(const nlohmann::json& record) {
     if (const int err = jsonl_.append(record.dump() + "\n"); err != 0)
       warn_lost(++lost_lines_, "cannot write " + jsonl_.path() + " (" + std::strerror(err) + ")", folder(jsonl_.path()),
                 record);
+  // the run directory (or the file) deleted while the run goes on: appends reach no file
+  if (!said_removed_ && jsonl_.is_open() && jsonl_.unlinked()) {
+    said_removed_ = true;
+    spdlog::warn("warning: {} was removed during the run (its run directory deleted?): the records from step {} on "
+                 "are lost; training and snapshots go on (checkpoint.dir)",
+                 jsonl_.path(), record.value("step", (int64_t)-1));
+  }
   if (events_) {
     auto scalars = tensorboard_scalars(record);
     if (!scalars.empty()) {

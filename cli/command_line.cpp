@@ -293,8 +293,19 @@ std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return cl.app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string swallowed = swallowed_option(cl.app);
-    print_error(swallowed.empty() ? parse_error_sentence(cl.app, e) : swallowed);
+    std::string sentence = swallowed_option(cl.app);
+    // "--config is required" when the user typed --confg: the unknown option is the cause
+    if (sentence.empty() && dynamic_cast<const CLI::RequiredError*>(&e))
+      for (CLI::App* sub : cl.app.get_subcommands())
+        for (int i = 1; i < argc && sentence.empty(); ++i) {
+          const std::string a = argv[i];
+          if (a == "--") break;
+          const std::string name = a.substr(0, a.find('='));
+          if (name.rfind("--", 0) == 0 && name.size() > 2 && name != "--help" && !sub->get_option_no_throw(name))
+            sentence = "troupe " + sub->get_name() + " has no option " + printable(name, false, 60) + "; troupe help " +
+                       sub->get_name() + " lists its options";
+        }
+    print_error(sentence.empty() ? parse_error_sentence(cl.app, e) : sentence);
     return 2;
   }
   if (const std::string swallowed = swallowed_option(cl.app); !swallowed.empty()) {

@@ -392,9 +392,10 @@ void check_output_file(const std::string& path, const std::string& option, uint6
                                        << "beside it first: use a name of at most 235 bytes";
   const fs::path dir = abs.parent_path();
   TROUPE_USER_CHECK(fs::is_directory(dir, ec))
-      << "cannot write " << path << ": the folder " << dir.string() << " "
-      << (fs::exists(dir, ec) ? "is not a directory;" : missing_reason(dir.string())) << " create it or pass another "
-      << option << " path";
+      << "cannot write " << path << ": " << dir.string() << " "
+      << (fs::exists(dir, ec) ? "is a file, not a folder; pass an output path inside a folder (another "
+                              : std::string(missing_reason(dir.string())) + " create that folder or pass another ")
+      << option << " path" << (fs::exists(dir, ec) ? ")" : "");
   // really try (root passes access() everywhere): a probe file beside it, removed at once
   const std::string probe = (dir / (".troupe-probe-" + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

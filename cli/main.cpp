@@ -67,6 +67,24 @@ std::string openmp_environment_problem() {
     return bad("OMP_NUM_THREADS", v, "a positive thread count (or a comma list of them)");
   if (const char* v = std::getenv("OMP_WAIT_POLICY"); v && strcasecmp(v, "active") != 0 && strcasecmp(v, "passive") != 0)
     return bad("OMP_WAIT_POLICY", v, "ACTIVE or PASSIVE");
+  if (const char* v = std::getenv("OMP_PROC_BIND")) {
+    bool ok = *v != '\0';
+    std::string t = v;
+    for (size_t i = 0; ok && i <= t.size();) {
+      const size_t j = std::min(t.find(',', i), t.size());
+      const std::string w = t.substr(i, j - i);
+      ok = false;
+      for (const char* k : {"true", "false", "master", "primary", "close", "spread"}) ok = ok || strcasecmp(w.c_str(), k) == 0;
+      i = j + 1;
+    }
+    if (!ok) return bad("OMP_PROC_BIND", v, "true, false, or a comma list of primary, close, spread");
+  }
+  if (const char* v = std::getenv("OMP_PLACES")) {
+    std::string t = v, name = t.substr(0, t.find('('));
+    bool ok = !t.empty() && t[0] == '{';  // an explicit list: libgomp's own syntax, left to it
+    for (const char* k : {"threads", "cores", "sockets", "ll_caches", "numa_domains"}) ok = ok || strcasecmp(name.c_str(), k) == 0;
+    if (!ok) return bad("OMP_PLACES", v, "threads, cores, sockets, ll_caches or numa_domains (optionally with (N)), or a {...} list");
+  }
   if (const char* v = std::getenv("GOMP_SPINCOUNT")) {
     std::string t = v;
     if (!t.empty() && std::strchr("kKmMgGtT", t.back())) t.pop_back();

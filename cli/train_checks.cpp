@@ -23,6 +23,7 @@
 #include "cli/common.h"
 #include "cli/figures.h"
 #include "core/error.h"
+#include "core/peak.h"
 #include "kernels/gemm_libs.h"
 #include "stages/schedule.h"
 #ifdef TROUPE_HAVE_CUDA
@@ -124,7 +125,7 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
   long local = 1;
   if (const char* lw = std::getenv("TROUPE_LOCAL_WORLD_SIZE"); launch.world > 1 && lw && std::atol(lw) > 0)
     local = std::min<long>(std::atol(lw), launch.world);
-  const long cores = std::max(1u, std::thread::hardware_concurrency());
+  const long cores = usable_cores();
   const long budget = c.train.threads > 0 ? c.train.threads : std::max(1L, cores / local);
   const long need = local * (2 * budget + kOwnThreads);
   const long in_use = user_threads(::getuid());
@@ -140,14 +141,24 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
 void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir) {
   std::error_code ec;
   const auto canon = [&](const std::string& d) { return fs::weakly_canonical(fs::absolute(d, ec), ec); };
+  std::vector<std::string> inputs = {c.data.corpus, c.data.tokenizer};
+  for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
+  // a run directory among the run's data: its records, lock and snapshots land beside the data
+  // (a tracked folder of a repository, say) and a later cleanup of the run would reach it
+  const fs::path rd = canon(run_dir);
+  for (const std::string& in : inputs) {
+    if (in.empty() || run_dir.empty()) continue;
+    const auto rel = canon(in).lexically_relative(rd);
+    TROUPE_USER_CHECK(rel.empty() || rel.native().rfind("..", 0) == 0)
+        << "--run-dir " << run_dir << " holds this run's input " << in
+        << ": a run's records and snapshots do not belong among its data; pass a new folder (e.g. runs/<name>)";
+  }
   if (!c.checkpoint.dir.empty() && canon(ckpt_dir) != canon(run_dir)) {
     TROUPE_USER_CHECK(!(fs::exists(fs::path(ckpt_dir) / "config.toml", ec) && fs::exists(fs::path(ckpt_dir) / "metrics.jsonl", ec)))
         << "checkpoint.dir = '" << ckpt_dir << "' is the run directory of another troupe run (it holds config.toml and "
         << "metrics.jsonl): this run's snapshots and lock would mix with that run's files; choose a folder of its own "
         << "(to continue that run: --run-dir " << ckpt_dir << " --resume latest)";
     const fs::path ck = canon(ckpt_dir);
-    std::vector<std::string> inputs = {c.data.corpus, c.data.tokenizer};
-    for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
     for (const std::string& in : inputs) {
       if (in.empty()) continue;
       const fs::path p = canon(in);
@@ -194,7 +205,7 @@ void check_checkpoint_dir(const std::string& ckpt_dir) {
 // process, each a thread of its own; at least kMinWorkers).
 void check_machine_fits(const Config& c, const LaunchEnv& launch) {
   constexpr int kThreadsPerCore = 8, kMinWorkers = 64;
-  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+  const int cores = usable_cores();
   TROUPE_USER_CHECK(c.train.threads <= kThreadsPerCore * cores)
       << "train.threads = " << c.train.threads << " is more than " << kThreadsPerCore << " per core of the " << cores
       << " here; use at most " << kThreadsPerCore * cores << ", or 0 for one per core";
@@ -311,9 +322,10 @@ void check_before_writing(const Config& c, const LaunchEnv& launch, bool followe
     });
   setup_logging("");
   if (!follower && !ckpt_dir.empty()) check_snapshot_space(c, ckpt_dir);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (c.train.threads > (int)cores)
-    spdlog::warn("train.threads = {} exceeds the {} cores here: workers will oversubscribe them", c.train.threads, cores);
+  const int cores = usable_cores();  // (taskset, cpusets: the CPUs this process may use)
+  if (c.train.threads > cores)
+    spdlog::warn("train.threads = {} exceeds the {} core(s) this process may use here: workers will oversubscribe "
+                 "them", c.train.threads, cores);
   const int workers = c.parallel.pp * c.parallel.tp * c.parallel.dp;
   if (c.train.threads > 0 && c.train.threads < workers)
     spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",

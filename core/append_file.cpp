@@ -41,4 +41,9 @@ int AppendFile::append(std::string_view record) {
   return err;
 }
 
+bool AppendFile::unlinked() const {
+  struct stat st {};
+  return fd_ >= 0 && ::fstat(fd_, &st) == 0 && st.st_nlink == 0;
+}
+
 }  // namespace troupe

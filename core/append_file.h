@@ -23,6 +23,9 @@ class AppendFile {
   // reached the file is then truncated away (ftruncate to the last whole record).
   int append(std::string_view record);
   const std::string& path() const { return path_; }
+  // Whether the open file has no name any more (removed, or its folder deleted, while open:
+  // appends then reach no file anyone can read). Never throws.
+  bool unlinked() const;
 
  private:
   std::string path_;

@@ -1,6 +1,8 @@
 // core/peak.cpp — see peak.h.
 #include "core/peak.h"
 
+#include <sched.h>
+
 #include <fmt/format.h>
 #include <cmath>
 
@@ -20,6 +22,14 @@
 #include <nlohmann/json.hpp>
 
 namespace troupe {
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return (int)std::max(1u, std::thread::hardware_concurrency());
+}
+
 namespace {
 
 // The calling thread's CPU time: a trial counts only the time it ran, so other processes
@@ -155,7 +165,7 @@ CpuInfo cpu_info() {
       break;
     }
   if (c.model.empty()) c.model = "unknown CPU";
-  c.logical_cores = (int)std::max(1u, std::thread::hardware_concurrency());
+  c.logical_cores = usable_cores();
   __builtin_cpu_init();
   c.isa = __builtin_cpu_supports("avx512f") ? "avx512f"
           : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? "avx2+fma"

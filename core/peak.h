@@ -19,6 +19,11 @@
 
 namespace troupe {
 
+// The CPUs this process may run on (sched_getaffinity: taskset, a cgroup cpuset), at least 1;
+// std::thread::hardware_concurrency() counts every CPU of the machine. Never throws.
+int usable_cores();
+
+
 struct CpuInfo {
   std::string model;  // /proc/cpuinfo "model name", e.g. "AMD EPYC 7B13"
   int logical_cores = 1;

@@ -362,6 +362,12 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   p.vocab_size = vocab_size;
   p.key = hash_hex(fnv1a64(key.dump()));
   p.dir = (fs::path(cfg.cache_dir) / (p.key + "-v" + std::to_string(vocab_size))).string();
+  // a link in the cache folder's place would send every write (and a rebuild's removals) to
+  // the folder it points to: a user's files there would be replaced
+  if (std::error_code lec; fs::is_symlink(p.dir, lec))
+    TROUPE_USER_FAIL() << "the data cache folder " << p.dir << " is a symbolic link (to "
+                       << fs::read_symlink(p.dir, lec).string() << "); troupe writes its cache folders itself, not "
+                       << "through links: remove the link, or point data.cache_dir at the folder you meant";
   set_paths(p, blend);
   // The folder and those above it that are missing; a preparation stopped or failing removes
   // them again (datasets/cache_folder.h), and what it wrote: no empty cache/<hash>-v<V>/ stays.

@@ -66,9 +66,9 @@ DeviceSpec find_device(const std::string& name, int threads) {
     if (d.name == name) {
       if (name != "cpu") return d;
       DeviceSpec c = d;
-      const int th = threads > 0 ? threads : (int)std::max(1u, std::thread::hardware_concurrency());
+      const int th = threads > 0 ? threads : usable_cores();  // (the CPUs this process may use)
       c.cores = th;
-      c.host_cores = (int)std::max(1u, std::thread::hardware_concurrency());
+      c.host_cores = usable_cores();
       c.peak_32 = measure_peak_flops(th);
       c.peak_16 = c.peak_32;  // 16-bit storage, fp32 arithmetic (kernels/)
       c.memory = mem_available();
@@ -79,7 +79,7 @@ DeviceSpec find_device(const std::string& name, int threads) {
     names += (names.empty() ? "" : ", ") + d.name;
   }
   if (name.empty()) TROUPE_USER_FAIL() << "cluster.gpu is not set; add [cluster] gpu = \"a100-80g\" (one of: " << names << ")";
-  TROUPE_USER_FAIL() << "cluster.gpu = \"" << name << "\" is not in the device table; use one of: " << names;
+  throw UserError("cluster.gpu = \"" + name + "\" is not in the device table; use one of: " + names);
 }
 
 const ModelConstants& model_constants() {

@@ -317,6 +317,6 @@ TEST_CASE("export writes GPT-2's safetensors layout, generate samples from a sna
   // bad input
   expect_user_error(run_troupe("export '" + snap + "' --format onnx '" + s.path("x.onnx") + "'", s), {"--format", "safetensors"});
   expect_user_error(run_troupe("export '" + s.path("nope") + "' '" + s.path("x.st") + "'", s), {"nope"});
-  expect_user_error(run_troupe("export '" + snap + "' '" + s.path("no/such/dir/x.st") + "'", s), {"no/such/dir does not exist", "create it"});
+  expect_user_error(run_troupe("export '" + snap + "' '" + s.path("no/such/dir/x.st") + "'", s), {"no/such/dir does not exist", "create that folder"});
   expect_user_error(run_troupe("generate '" + snap + "' --tokens 0", s), {"--tokens"});
 }
