@@ -69,7 +69,8 @@ uint64_t largest_snapshot_file_bytes(const Config& c) {
 }
 
 std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir, double before,
-                                                     std::vector<std::string>* kept) {
+                                                     std::vector<std::string>* kept,
+                                                     std::vector<std::pair<std::string, std::string>>* emptied) {
   std::vector<std::string> removed;
   std::error_code ec;
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -100,7 +101,7 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
     for (const auto& f : ours) fs::remove(f, rm);
     if (foreign.empty()) fs::remove(it->path(), rm);
     if (!foreign.empty()) {
-      if (kept) kept->push_back(it->path().string() + " (it holds " + foreign + ", which no snapshot writer makes: move it out of checkpoint.dir)");
+      if (emptied) emptied->push_back({it->path().string(), foreign});
     } else if (rm || fs::exists(fs::symlink_status(it->path(), ec))) {
       if (kept) kept->push_back(it->path().string());
     } else {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -29,9 +30,10 @@ uint64_t largest_snapshot_file_bytes(const Config& c);
 // before `before` (unix seconds) by a writer that no longer runs on this host: they are
 // removed and their names returned. Only the files a snapshot writer makes go (shard-*,
 // manifest.capnp, tokenizer.model and their temporaries): a folder that also holds anything
-// else keeps it and stays, named in `kept` with the first such file. Those of a live process
-// stay, named in `kept`. Errors: none (a folder that cannot be removed is named in `kept`).
-std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir, double before,
-                                                     std::vector<std::string>* kept);
+// else keeps it and stays, in `emptied` as {folder, the first such file}. Those of a live
+// process stay, named in `kept`. Errors: none (a folder that cannot be removed is in `kept`).
+std::vector<std::string> remove_unfinished_snapshots(
+    const std::string& ckpt_dir, double before, std::vector<std::string>* kept,
+    std::vector<std::pair<std::string, std::string>>* emptied = nullptr);
 
 }  // namespace troupe

@@ -323,13 +323,14 @@ void report_signal_stop(const JobResult& r, const std::string& ckpt_dir, int64_t
 // (older than `started`, unix seconds) go, each named; those of live writers are named.
 void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
   std::vector<std::string> kept;
-  for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept))
+  std::vector<std::pair<std::string, std::string>> emptied;
+  for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept, &emptied))
     spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
+  for (auto& [d, file] : emptied)
+    spdlog::warn("removed the snapshot files of {} (a killed writer's); kept the folder: it holds {}, which no snapshot "
+                 "writer makes (move it out of checkpoint.dir)", d, file);
   for (auto& d : kept)
-    if (d.find(" (it holds ") != std::string::npos)
-      spdlog::warn("removed the snapshot files of {}; kept the folder", d);
-    else
-      spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
+    spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
 }
 
 // Where this run writes: the run directory, the checkpoint directory, and whether the run
