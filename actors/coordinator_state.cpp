@@ -160,6 +160,17 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
     if (s.step == k) s.write_s = d.write_s, s.bytes = d.bytes, s.ok = d.ok, s.dir = d.dir, s.error = d.error;
   if (d.ok) {
     note_newest_snapshot(k, d.dir);  // what a forced stop names (core/stop_notice.h)
+    for (const auto& [from, to] : d.superseded)  // later steps of the line this run left (checkpoint/snapshot.h)
+      if (!to.empty())
+        spdlog::warn("snapshot {} is of a later step than this run's step {}: it belongs to the run this one left "
+                     "when it resumed an earlier snapshot, so it is set aside as {} (kept; --resume latest now "
+                     "continues this run, and --resume {} still loads it)",
+                     from, k, to, to);
+      else
+        spdlog::warn("snapshot {} is of a later step than this run's step {} but could not be set aside (a "
+                     "read-only folder?): --resume latest would take it, not this run's newest; pass --resume {} "
+                     "to continue this run",
+                     from, k, d.dir);
     if (!ctx_.quiet)
       spdlog::info("snapshot of step {} written to {} ({:.1f} MiB in {:.2f} s, in the background){}", k, d.dir,
                    d.bytes / 1048576.0, d.write_s,

@@ -221,8 +221,9 @@ Manifest decode_manifest(const std::string& dir, const std::vector<char>& mbytes
     st.updates = m.getUpdates();
     TROUPE_USER_CHECK(st.step >= 1 && st.updates >= 0 && st.updates <= st.step && m.getDataPosition() == st.step + 1)
         << "snapshot manifest " << mpath << " is damaged (step " << st.step << ", updates " << st.updates << ")";
+    // (a suffix after the name is troupe's setting aside, step-<k>.superseded / .unreadable, or a user's copy)
     const std::string base = fs::path(dir).lexically_normal().filename().string();
-    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || base == snapshot_name(st.step))
+    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || base.substr(0, base.find('.')) == snapshot_name(st.step))
         << "snapshot " << dir << " holds step " << st.step << ", not the step its name says; use another snapshot";
     st.loss_scale = m.getLossScaler().getScale();
     st.growth_tracker = m.getLossScaler().getGrowthTracker();
@@ -486,87 +487,6 @@ TrainState assemble_state(const MemoryInfo& info, const std::vector<std::shared_
     throw Error(e.what());
   }
   return st;
-}
-
-std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& ckpt_dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::is_directory(ckpt_dir, ec)) return out;
-  for (auto& e : fs::directory_iterator(ckpt_dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.size() < 6) continue;
-    if (!fs::is_regular_file(e.path() / kManifest)) continue;
-    char* end = nullptr;
-    const long long k = std::strtoll(n.c_str() + 5, &end, 10);
-    if (end && *end == '\0' && k > 0) out.emplace_back(k, e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-namespace {
-// Renames a snapshot folder that --resume latest could not read to <dir>.unreadable (.2, .3,
-// ... when taken): no longer a step-<k> folder, so neither retention nor a new snapshot of
-// its step deletes or replaces it. Returns the new path, or "" when the rename failed
-// (another process of the job moved it first, a read-only folder).
-std::string move_aside(const std::string& dir) {
-  std::error_code ec;
-  std::string to = dir + ".unreadable";
-  for (int n = 2; fs::exists(fs::symlink_status(to, ec)) && n < 1000; ++n) to = dir + ".unreadable." + std::to_string(n);
-  fs::rename(dir, to, ec);
-  return ec ? std::string() : to;
-}
-}  // namespace
-
-TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped) {
-  auto all = list_snapshots(ckpt_dir);
-  std::vector<std::string> passed;  // newer snapshots that did not load
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    try {
-      TrainState st = load_snapshot(it->second, cfg);
-      // the run continues from an older step: the unreadable newer ones are kept, out of the way
-      for (size_t i = 0; i < passed.size(); ++i) {
-        const std::string aside = move_aside(passed[i]);
-        if (skipped && !aside.empty())
-          (*skipped)[skipped->size() - passed.size() + i] +=
-              " (moved aside to " + aside + ": no snapshot of this run replaces or deletes it)";
-      }
-      return st;
-    } catch (const SnapshotMismatch&) {
-      throw;  // intact, but another run's: the config must change, not the snapshot
-    } catch (const UserError& e) {
-      if (noted_stop_signal() != 0) throw;  // stopped by a signal (stop_point), not an unreadable snapshot
-      passed.push_back(it->second);
-      if (skipped) skipped->push_back(it->second + ": " + e.what());
-    }
-  }
-  std::string why;
-  if (skipped)
-    for (size_t i = 0; i < skipped->size() && i < 3; ++i) why += (i ? "; " : ": ") + (*skipped)[i];
-  throw UserError("no usable snapshot in " + ckpt_dir +
-                  (all.empty() ? std::string(" (none is complete)") : " (every one was refused" + why + ")") +
-                  "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
-}
-
-std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step) {
-  std::vector<std::string> gone;
-  auto all = list_snapshots(ckpt_dir);
-  // only snapshots up to the one just written: a newer step belongs to another timeline (a run
-  // resumed from an older snapshot), which this run never deletes
-  if (written_step > 0)
-    all.erase(std::remove_if(all.begin(), all.end(), [&](const auto& a) { return a.first > written_step; }), all.end());
-  const int keep = std::max(1, keep_last);
-  for (int i = 0; i + keep < (int)all.size(); ++i) {
-    std::error_code ec;
-    // a snapshot reached through a symbolic link lives elsewhere (another run's, a copy the
-    // user linked in): it may be read, never deleted through the link
-    if (fs::is_symlink(all[i].second, ec)) continue;
-    // the manifest goes first: a half-deleted directory is never taken for a snapshot
-    fs::remove(fs::path(all[i].second) / kManifest, ec);
-    fs::remove_all(all[i].second, ec);
-    if (!fs::exists(fs::symlink_status(all[i].second, ec))) gone.push_back(all[i].second);  // (a read-only one stays)
-  }
-  return gone;
 }
 
 }  // namespace troupe

@@ -151,8 +151,20 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
 // by a crash) are not touched, nor is a snapshot that is a symbolic link (it lives
 // elsewhere). Returns the directories actually deleted (a read-only one stays and is not
 // counted). written_step > 0: the snapshot just written; snapshots of later steps (another
-// timeline, left by a run this one resumed before) are never deleted.
+// line, left by a run this one resumed before, that set_aside_later_steps could not move)
+// are never deleted.
 std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step = 0);
+
+// After this run wrote the snapshot of step written_step: every complete snapshot in ckpt_dir
+// of a later step belongs to the line this run left when it resumed an earlier snapshot (its
+// steps will be trained again, differently), so it is renamed to <dir>.superseded (.2, ...
+// when taken). --resume latest, retention, restarts and the "newest snapshot" of every
+// message then mean this run's own line, as Megatron-LM's latest_checkpointed_iteration.txt
+// names the last one written; nothing is deleted, and `--resume <dir>.superseded` still
+// loads it. Returns each (snapshot, new path), the new path "" where the rename failed (a
+// read-only folder: it stays, and latest would still take it).
+std::vector<std::pair<std::string, std::string>> set_aside_later_steps(const std::string& ckpt_dir,
+                                                                        int64_t written_step);
 
 // Config keys allowed to differ between a snapshot and the run that resumes from it.
 bool resume_may_differ(const std::string& key);

@@ -392,7 +392,7 @@ int run_parsed_command(CommandLine& cl) {
   if (!cl.tensorboard.empty()) c.train.tensorboard_dir = cl.tensorboard;
   if (train) {
     refuse_train_outputs(cl, c);
-    return cmd_train(c, cl.run_dir, cl.resume);
+    return cmd_train(c, cl.run_dir, cl.resume, cl.config_path);
   }
   if (cl.prepare->parsed() || cl.tokenize->parsed()) {
     set_out_of_memory_fixes("lower model.vocab_size or data.tokenizer_sample_mb (the tokenizer's training "

@@ -129,7 +129,9 @@ std::string default_run_dir();
 std::string claim_run_dir(const std::string& chosen, std::string* made);
 
 // Subcommands (cli/train.cpp, cli/tools.cpp).
-int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt);
+// `config_path`: the --config file, which the run and checkpoint directories must not hold.
+int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt,
+              const std::string& config_path);
 // troupe prepare (and its alias tokenize): cli/prepare.cpp. `report` ("" = none) gets
 // report.json's content; the table goes to stdout.
 int cmd_prepare(const Config& c, const std::string& report, const std::string& config_path);

@@ -342,7 +342,7 @@ struct RunPaths {
 
 // The run and checkpoint directories, checked (nothing is created). Throws UserError.
 RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt,
-                           bool follower) {
+                           bool follower, const std::string& config_path) {
   RunPaths p;
   const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
   const bool known_default = launch_id && *launch_id;  // every process knows process 0's default run dir
@@ -376,7 +376,7 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
     refuse_overwriting(p.ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);  // (nor in a snapshot)
     naming_option("checkpoint.dir", [&] { check_checkpoint_dir(p.ckpt_dir); });
   }  // (the run directory is checked above)
-  if (!follower) check_folder_roles(c, p.run_dir, p.ckpt_dir);
+  if (!follower) check_folder_roles(c, p.run_dir, p.ckpt_dir, config_path);
   return p;
 }
 
@@ -543,7 +543,8 @@ int report_result(const Config& c, const JobResult& r, const std::string& ckpt_d
 
 }  // namespace
 
-int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt) {
+int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt,
+              const std::string& config_path) {
   // Several processes: process 0 owns the run directory, the logs and the snapshots; the
   // others only run their workers.
   const double started = unix_seconds();
@@ -559,7 +560,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   install_stop_signals();
   const std::string secret = check_job_of_several(c, launch);
   // Everything that can be refused is refused before anything is written.
-  RunPaths paths = resolve_run_paths(c, run_dir_opt, resume_opt, follower);
+  RunPaths paths = resolve_run_paths(c, run_dir_opt, resume_opt, follower, config_path);
   // fault.policy = restart: troupe launch starts the job again after a lost process
   // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
   const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")

@@ -138,19 +138,22 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
 
 // An explicit checkpoint.dir: created and probed with a file (root passes access() on
 // /proc), so an unwritable one is refused (UserError) before the run starts.
-void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir) {
+void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,
+                        const std::string& config_path) {
   std::error_code ec;
   const auto canon = [&](const std::string& d) { return fs::weakly_canonical(fs::absolute(d, ec), ec); };
-  std::vector<std::string> inputs = {c.data.corpus, c.data.tokenizer};
+  std::vector<std::string> inputs = {config_path, c.data.corpus, c.data.tokenizer};
   for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
+  const auto what = [&](const std::string& in) { return in == config_path ? "config file " : "input "; };
   // a run directory among the run's data: its records, lock and snapshots land beside the data
   // (a tracked folder of a repository, say) and a later cleanup of the run would reach it
   const fs::path rd = canon(run_dir);
   for (const std::string& in : inputs) {
     if (in.empty() || run_dir.empty()) continue;
     const auto rel = canon(in).lexically_relative(rd);
+    if (in == config_path && rel == "config.toml") continue;  // the run's own saved config, resumed with
     TROUPE_USER_CHECK(rel.empty() || rel.native().rfind("..", 0) == 0)
-        << "--run-dir " << run_dir << " holds this run's input " << in
+        << "--run-dir " << run_dir << " holds this run's " << what(in) << in
         << ": a run's records and snapshots do not belong among its data; pass a new folder (e.g. runs/<name>)";
   }
   if (!c.checkpoint.dir.empty() && canon(ckpt_dir) != canon(run_dir)) {
@@ -164,7 +167,7 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
       const fs::path p = canon(in);
       const auto rel = p.lexically_relative(ck);
       TROUPE_USER_CHECK(rel.empty() || rel.native().rfind("..", 0) == 0)
-          << "checkpoint.dir = '" << ckpt_dir << "' holds this run's input " << in
+          << "checkpoint.dir = '" << ckpt_dir << "' holds this run's " << what(in) << in
           << ": snapshots, their lock and retention do not belong among a run's data; choose a folder for snapshots alone";
     }
   }

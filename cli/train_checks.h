@@ -23,9 +23,11 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch);
 void check_checkpoint_dir(const std::string& ckpt_dir);
 // Folders that belong to something else: a checkpoint.dir that is another run's run
 // directory (its config.toml and metrics.jsonl; the run's own `run_dir` may be it) or holds
-// the run's corpus, sources or tokenizer; a train.tensorboard_dir that holds snapshots.
+// the run's corpus, sources or tokenizer; a run directory or checkpoint.dir that holds the
+// --config file (`config_path`; but for <run_dir>/config.toml, the config a run saves) or the data; a train.tensorboard_dir that holds snapshots.
 // Throws UserError naming the folder and what to pass instead.
-void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir);
+void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,
+                        const std::string& config_path);
 // train.device = "cuda": refused, naming why — no usable GPU (the CUDA runtime's answer, or
 // a build without CUDA), or, with a GPU, that the stage and shard workers do not run on
 // GPUs yet (issue 16). "cpu": nothing to check.

@@ -2,7 +2,9 @@
 // folder that is a symbolic link to a user's folder had its files replaced (F17, high); a run
 // directory among the run's data (F01); CPU affinity (taskset) counted as the machine's cores
 // (Z06); a mistyped required option reported as missing (A10); OMP_PLACES / OMP_PROC_BIND
-// libgomp cannot read (P11); an output path through a file (Y05).
+// libgomp cannot read (P11); an output path through a file (Y05); --resume latest after a
+// run resumed from an earlier snapshot took the left line's later step (X10); a run directory
+// holding the --config file (F02).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -89,4 +91,54 @@ TEST_CASE("a run directory removed while the run goes on is warned about once", 
   const size_t first = err.find("was removed during the run");
   CHECK(first != std::string::npos);
   CHECK(err.find("was removed during the run", first + 1) == std::string::npos);
+}
+
+TEST_CASE("a run resumed from an earlier snapshot sets the later steps aside: --resume latest continues it",
+          "[cli][hostile][checkpoint]") {
+  Scratch s(kGroup, "line");
+  const std::string common = "train --config configs/tiny.toml --set data.cache_dir='" + s.path("c") +
+                             "' --set train.sample_tokens=0 --set train.eval_interval=0 --set train.eval_batches=1 "
+                             "--set checkpoint.keep_last=5 --run-dir '" + s.path("run") + "'";
+  const std::string ck = s.path("run/checkpoints/");
+  REQUIRE(run_troupe(common + " --set train.steps=4 --set checkpoint.interval=2", s).rc == 0);
+  REQUIRE(fs::exists(ck + "step-00000004/manifest.capnp"));
+  // back to step 2, one step on: step 3 is this run's; step 4 is the line it left
+  Run r = run_troupe(common + " --set train.steps=3 --set checkpoint.interval=1 --resume '" + ck + "step-00000002'", s);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.err.find("is set aside as") != std::string::npos);
+  CHECK(fs::exists(ck + "step-00000003/manifest.capnp"));
+  CHECK_FALSE(fs::exists(ck + "step-00000004"));
+  CHECK(fs::exists(ck + "step-00000004.superseded/manifest.capnp"));  // kept, not deleted
+  Run l = run_troupe(common + " --set train.steps=5 --set checkpoint.interval=1 --resume latest", s);
+  INFO(l.err);
+  REQUIRE(l.rc == 0);
+  CHECK(l.err.find("resumed from " + ck + "step-00000003") != std::string::npos);
+  // the set-aside snapshot still loads by name (here: nothing left to train, refused as such)
+  expect_user_error(run_troupe(common + " --set train.steps=4 --resume '" + ck + "step-00000004.superseded'", s),
+                    {"nothing left to train"});
+  // but a copy whose name says another step is refused
+  fs::copy(ck + "step-00000003", s.path("step-00000007"), fs::copy_options::recursive);
+  expect_user_error(run_troupe(common + " --set train.steps=9 --resume '" + s.path("step-00000007") + "'", s),
+                    {"holds step 3, not the step its name says"});
+}
+
+TEST_CASE("a run directory holding the --config file is refused, the run directory config.toml resumes", "[cli][hostile]") {
+  Scratch s(kGroup, "cfgdir");
+  fs::create_directories(s.path("configs"));
+  fs::copy_file(fs::path(TROUPE_SOURCE_DIR) / "configs/tiny.toml", s.path("configs/tiny.toml"));
+  const std::string corpus = (fs::path(TROUPE_SOURCE_DIR) / "tests/data/tiny_corpus.txt").string();
+  const std::string sets = " --set data.corpus='" + corpus + "' --set data.cache_dir='" + s.path("c") +
+                           "' --set train.sample_tokens=0 --set train.eval_interval=0 --set train.eval_batches=1";
+  expect_user_error(run_troupe("train --config '" + s.path("configs/tiny.toml") + "' --run-dir '" + s.path("configs") +
+                               "'" + sets + " --set train.steps=1", s),
+                    {"holds this run's config file", "pass a new folder"});
+  CHECK_FALSE(fs::exists(s.path("configs/metrics.jsonl")));
+  // the config a run saves in its run directory is what a resume passes
+  REQUIRE(run_troupe("train --config '" + s.path("configs/tiny.toml") + "' --run-dir '" + s.path("run") + "'" + sets +
+                         " --set train.steps=1 --set checkpoint.interval=1", s).rc == 0);
+  Run r = run_troupe("train --config '" + s.path("run/config.toml") + "' --run-dir '" + s.path("run") + "'" + sets +
+                         " --set train.steps=2 --resume latest", s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
 }

@@ -1,0 +1,113 @@
+// The folder of snapshots (checkpoint.dir): which complete snapshots it holds, the one
+// --resume latest continues from, retention, and the setting aside of snapshots that no
+// longer belong to the run's line (a run resumed from an earlier step). Reading and writing
+// one snapshot is checkpoint/snapshot.cpp and snapshot_write.cpp.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "checkpoint/snapshot.h"
+#include "checkpoint/snapshot_format.h"
+#include "core/error.h"
+#include "core/job_error.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe {
+
+using snapshot_format::kManifest;
+
+std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& ckpt_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(ckpt_dir, ec)) return out;
+  for (auto& e : fs::directory_iterator(ckpt_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.size() < 6) continue;
+    if (!fs::is_regular_file(e.path() / kManifest)) continue;
+    char* end = nullptr;
+    const long long k = std::strtoll(n.c_str() + 5, &end, 10);
+    if (end && *end == '\0' && k > 0) out.emplace_back(k, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+// Renames a snapshot folder to <dir><suffix> (.2, .3, ... when taken): no longer a step-<k>
+// folder, so neither retention nor a new snapshot of its step deletes or replaces it, and
+// no --resume latest takes it. Returns the new path, or "" when the rename failed (another
+// process of the job moved it first, a read-only folder).
+std::string move_aside(const std::string& dir, const std::string& suffix) {
+  std::error_code ec;
+  std::string to = dir + suffix;
+  for (int n = 2; fs::exists(fs::symlink_status(to, ec)) && n < 1000; ++n) to = dir + suffix + "." + std::to_string(n);
+  fs::rename(dir, to, ec);
+  return ec ? std::string() : to;
+}
+}  // namespace
+
+TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped) {
+  auto all = list_snapshots(ckpt_dir);
+  std::vector<std::string> passed;  // newer snapshots that did not load
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      TrainState st = load_snapshot(it->second, cfg);
+      // the run continues from an older step: the unreadable newer ones are kept, out of the way
+      for (size_t i = 0; i < passed.size(); ++i) {
+        const std::string aside = move_aside(passed[i], ".unreadable");
+        if (skipped && !aside.empty())
+          (*skipped)[skipped->size() - passed.size() + i] +=
+              " (moved aside to " + aside + ": no snapshot of this run replaces or deletes it)";
+      }
+      return st;
+    } catch (const SnapshotMismatch&) {
+      throw;  // intact, but another run's: the config must change, not the snapshot
+    } catch (const UserError& e) {
+      if (noted_stop_signal() != 0) throw;  // stopped by a signal (stop_point), not an unreadable snapshot
+      passed.push_back(it->second);
+      if (skipped) skipped->push_back(it->second + ": " + e.what());
+    }
+  }
+  std::string why;
+  if (skipped)
+    for (size_t i = 0; i < skipped->size() && i < 3; ++i) why += (i ? "; " : ": ") + (*skipped)[i];
+  throw UserError("no usable snapshot in " + ckpt_dir +
+                  (all.empty() ? std::string(" (none is complete)") : " (every one was refused" + why + ")") +
+                  "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
+}
+
+std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step) {
+  std::vector<std::string> gone;
+  auto all = list_snapshots(ckpt_dir);
+  // only snapshots up to the one just written: a newer step belongs to another timeline (a run
+  // resumed from an older snapshot), which this run never deletes
+  if (written_step > 0)
+    all.erase(std::remove_if(all.begin(), all.end(), [&](const auto& a) { return a.first > written_step; }), all.end());
+  const int keep = std::max(1, keep_last);
+  for (int i = 0; i + keep < (int)all.size(); ++i) {
+    std::error_code ec;
+    // a snapshot reached through a symbolic link lives elsewhere (another run's, a copy the
+    // user linked in): it may be read, never deleted through the link
+    if (fs::is_symlink(all[i].second, ec)) continue;
+    // the manifest goes first: a half-deleted directory is never taken for a snapshot
+    fs::remove(fs::path(all[i].second) / kManifest, ec);
+    fs::remove_all(all[i].second, ec);
+    if (!fs::exists(fs::symlink_status(all[i].second, ec))) gone.push_back(all[i].second);  // (a read-only one stays)
+  }
+  return gone;
+}
+
+
+std::vector<std::pair<std::string, std::string>> set_aside_later_steps(const std::string& ckpt_dir,
+                                                                        int64_t written_step) {
+  std::vector<std::pair<std::string, std::string>> moved;
+  for (const auto& [k, dir] : list_snapshots(ckpt_dir)) {
+    if (k <= written_step) continue;
+    // "" when the rename failed (a read-only folder): the caller names it as left in place
+    moved.emplace_back(dir, move_aside(dir, ".superseded"));
+  }
+  return moved;
+}
+
+}  // namespace troupe
