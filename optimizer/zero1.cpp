@@ -254,22 +254,20 @@ void Zero1::apply(const Zero1Decision& dec) {
   }
   ++updates_;
   // all_gather in place. fp32: the master shard is the own slice of the value buffer. 16-bit:
-  // the parameters travel as fp32 in the (spent) gradient buffer: the own slice of the values
-  // (bf16: AdamW wrote it; fp16: the master rounded into it) widened into its slot there, and
-  // after the gather the other ranks' slices narrowed back into the values (exact both ways).
+  // the own slice of the 16-bit values (bf16: AdamW wrote it; fp16: the master rounded into
+  // it) travels as 16 bits (gather16).
   const bool f32 = compute_ == DType::f32;
-  float* buf = (f32 ? vals_ : flat_).data();
+  float* buf = f32 ? vals_.data() : nullptr;  // (16-bit: gather16)
   auto round_own = [&](int64_t a, int64_t b) {  // flat range [a, b) of this rank's shard
-    if (f32 || a >= b) return;
-    Tensor own = vals_.slice(a, {b - a}), wide = flat_.slice(a, {b - a});
-    if (compute_ == DType::f16) ops::cast(own, master_.slice(a - lo_, {b - a}));
-    ops::cast(wide, own);
+    if (compute_ != DType::f16 || a >= b) return;
+    Tensor own = vals_.slice(a, {b - a});
+    ops::cast(own, master_.slice(a - lo_, {b - a}));
   };
   if (!buckets_.empty()) {
     // Bucketed: each bucket's update, then its all-gather on the communication thread while
     // the next bucket updates and, once this returns, the next step's forward runs (which
     // waits for each bucket it reaches: wait_gathered); in forward order (the last bucket
-    // holds the first tensors). The job also narrows the other ranks' parameters (16-bit).
+    // holds the first tensors).
     for (size_t k = buckets_.size(); k-- > 0;) {
       const GradBucket& B = buckets_[k];
       for (size_t i = B.first; i <= B.last; ++i) update_tensor(i, dec);
@@ -284,21 +282,15 @@ void Zero1::apply(const Zero1Decision& dec) {
     if (L_.S > 0) {
       round_own(lo_, lo_ + L_.S);
       const auto t0 = std::chrono::steady_clock::now();
-      dp_->all_gather(buf + lo_, buf, (size_t)L_.S, timeout_s_);
+      if (f32)
+        dp_->all_gather(buf + lo_, buf, (size_t)L_.S, timeout_s_);
+      else
+        gather16(0, std::vector<size_t>((size_t)L_.DP, (size_t)L_.S));
       const auto t1 = std::chrono::steady_clock::now();
       std::lock_guard<std::mutex> l(mu_);
       spans_.push_back({'G', -1, t0, t1});
       spans_.push_back({'E', -1, t0, t1});
     }
-  }
-  if (!f32) {  // the other ranks' parameters into the values
-    const int64_t own0 = std::min(lo_, L_.N), own1 = std::min(lo_ + L_.S, L_.N);
-    auto narrow = [&](int64_t a, int64_t n) {
-      Tensor dst = vals_.slice(a, {n});
-      ops::cast(dst, flat_.slice(a, {n}));
-    };
-    if (own0 > 0) narrow(0, own0);
-    if (L_.N > own1) narrow(own1, L_.N - own1);
   }
   if (scaler_) scaler_->update(false);
 }

@@ -28,11 +28,12 @@
 //   3. apply: skip (found-inf anywhere): nothing changes but the loss scaler. Otherwise
 //      AdamW (kernels::adamw_update, torch.optim.AdamW semantics) on the owned master
 //      shard with t = ++updates, the updated shard rounded to the compute dtype (bf16/fp16
-//      round to nearest even; fp32 exact) and all-gathered over DP into the flat buffer,
-//      where param(i) reads tensor i (the caller copies it into the model).
+//      round to nearest even; fp32 exact) and all-gathered over DP in the compute dtype
+//      (16-bit values travel as 16 bits, half of fp32's bytes, as Megatron-LM's bf16
+//      parameter all-gather) into the flat values, which the model's values are views of.
 // Memory per rank. The flat gradient buffer: DP*S fp32 (about N), which the model's gradients
-// are views of (grad_view: no copy in), reduced in place (its own slice is the reduced shard)
-// and reused to all-gather the parameters; the AdamW moments m and v: S fp32 each. The values:
+// are views of (grad_view: no copy in), reduced in place (its own slice is the reduced shard);
+// the AdamW moments m and v: S fp32 each. The values:
 //   fp32: a flat parameter buffer of DP*S fp32 whose own slice is the master shard and which
 //         the model's values are views of (value_view: AdamW updates them in place, the
 //         all-gather fills the rest): 4 + 4 + 8/DP bytes per parameter in all.
@@ -52,8 +53,8 @@
 // that thread while the next bucket updates (the same bits as one all-gather), and returns
 // without waiting for them: the all-gathers overlap what follows, the next step's first
 // forward above all, which waits (wait_gathered) before a layer's first use of its parameters
-// for the bucket(s) holding them only. A bucket's all-gather job also rounds the other ranks'
-// parameters into the values (16-bit) and zeroes the bucket's gradients for the next step.
+// for the bucket(s) holding them only. A bucket's all-gather job also zeroes the bucket's
+// gradients for the next step.
 // Until wait_gathered(i) (or wait_gathered_all) returned, tensor i's value_view, param(i) and
 // grad_view are not to be read or written.
 // Errors: a collective that fails or misses its deadline (timeout_s) throws troupe::Error
@@ -178,12 +179,12 @@ class Zero1 {
   // (timeout_s, the time this process was stopped not counted) — never waits longer.
   void wait_gathered(size_t i);
   void wait_gathered_all();
-  // Tensor i's parameters (numel fp32 values of the compute dtype) after an apply that did
-  // not skip (bucketed: and wait_gathered(i)); undefined before. Bucketed 16-bit: none (the
-  // all-gather zeroes the buffer they crossed in; read the value_view): throws Error.
+  // Tensor i's fp32 parameters after an apply that did not skip (bucketed: and
+  // wait_gathered(i)); undefined before. 16-bit: none (they travel and stay 16-bit: read the
+  // value_view): throws Error.
   const float* param(size_t i) const {
-    TROUPE_CHECK(compute_ == DType::f32 || buckets_.empty()) << "ZeRO-1: bucketed 16-bit parameters are value_views";
-    return (compute_ == DType::f32 ? vals_ : flat_).data() + L_.offset[i];
+    TROUPE_CHECK(compute_ == DType::f32) << "ZeRO-1: 16-bit parameters are value_views";
+    return vals_.data() + L_.offset[i];
   }
   // Copies param(i) to dst (numel fp32 values), over the caller's thread budget; nothing
   // when dst is param(i) (a value_view). Bucketed: after wait_gathered(i).
@@ -247,7 +248,7 @@ class Zero1 {
   const float* master_at(int64_t j, int64_t n, std::vector<float>& tmp) const;
   // Tensors (core/tensor.h): the device allocator's 64-byte aligned, counted memory, so the
   // model's views (gradients, values) are aligned as its own tensors were.
-  Tensor flat_;              // DP*S fp32: gradients in (reduced in place), 16-bit parameters out
+  Tensor flat_;              // DP*S fp32: gradients in (reduced in place)
   Tensor vals_;              // DP*S in the compute dtype: the values; its slice [lo_, lo_+S) the
                              // master shard (fp32) or its bf16 high half
   Tensor master_;            // fp16 only, S fp32: the master shard
@@ -282,6 +283,12 @@ class Zero1 {
   // (optimizer/zero1_overlap.cpp).
   void post_gather(size_t k, float* buf, int64_t a);
   void gather_bucket(size_t k, float* buf, int64_t a);  // that job's body
+  // 16-bit: the all-gather of the values of the flat range from r0 whose rank parts (in rank
+  // order, contiguous) hold counts[r] elements, 16 bits each on the wire: the parts packed
+  // into stage16_, two to an fp32 word (the unit the communicator carries), gathered, and
+  // copied into vals_: the same values as an fp32 all-gather of their exact widening.
+  void gather16(int64_t r0, const std::vector<size_t>& counts);
+  std::vector<float> stage16_;  // gather16's packed parts (one gather at a time)
   void wait_buckets(size_t b0, size_t b1);              // wait_gathered for buckets [b0, b1)
   void reset_buckets_locked();
 };

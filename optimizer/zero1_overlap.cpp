@@ -30,25 +30,15 @@ void Zero1::post_gather(size_t k, float* buf, int64_t a) {
   });
 }
 
-// Bucket k's all-gather in place (buf + a: this rank's part), then (16-bit) the other ranks'
-// parts narrowed into the values, exactly as the unbucketed apply does for the whole buffer,
-// and the bucket's gradients zeroed for the next step (the gradient buffer held the 16-bit
-// parameters in transit; fp32: the gradients AdamW has read).
+// Bucket k's all-gather in place (fp32: buf + a is this rank's part; 16-bit: gather16), then
+// the bucket's gradients, which AdamW has read, zeroed for the next step.
 void Zero1::gather_bucket(size_t k, float* buf, int64_t a) {
   const GradBucket& B = buckets_[k];
   const auto t0 = std::chrono::steady_clock::now();
-  dp_->all_gather_v(buf + a, buf + B.begin, bucket_counts(L_, B), timeout_s_);
-  if (compute_ != DType::f32) {
-    const int64_t e = std::min(B.end, L_.N);
-    const int64_t own0 = std::clamp(std::min(lo_, L_.N), B.begin, std::max(B.begin, e));
-    const int64_t own1 = std::clamp(std::min(lo_ + L_.S, L_.N), B.begin, std::max(B.begin, e));
-    const auto narrow = [&](int64_t from, int64_t to) {  // the other ranks' gathered values into the 16-bit copy
-      Tensor dst = vals_.slice(from, {to - from});
-      ops::cast(dst, Tensor::wrap(buf + from, {to - from}));
-    };
-    if (own0 > B.begin) narrow(B.begin, own0);
-    if (e > own1) narrow(own1, e);
-  }
+  if (compute_ == DType::f32)
+    dp_->all_gather_v(buf + a, buf + B.begin, bucket_counts(L_, B), timeout_s_);
+  else
+    gather16(B.begin, bucket_counts(L_, B));
   std::memset(flat_.data() + B.begin, 0, (size_t)(B.end - B.begin) * sizeof(float));
   std::lock_guard<std::mutex> l(mu_);
   gathered_[k] = 1;
@@ -96,6 +86,27 @@ void Zero1::wait_buckets(size_t b0, size_t b1) {
     gather_cv_.wait_for(l, std::chrono::milliseconds(100));
   }
   spans_.push_back({'E', (int)b0, t0, std::chrono::steady_clock::now()});
+}
+
+void Zero1::gather16(int64_t r0, const std::vector<size_t>& counts) {
+  const int n = (int)counts.size();
+  if (n <= 1) return;  // this rank holds every part already
+  // rank r's part: at r0 + displ[r] in vals_; on the wire ceil(c/2) fp32 words from word[r] of stage16_
+  std::vector<size_t> displ((size_t)n + 1, 0), word((size_t)n + 1, 0), words((size_t)n);
+  for (int r = 0; r < n; ++r) {
+    words[r] = (counts[r] + 1) / 2;
+    displ[r + 1] = displ[r] + counts[r];
+    word[r + 1] = word[r] + words[r];
+  }
+  stage16_.resize(word[n]);
+  uint16_t* v = vals_.data16() + r0;
+  char* st = reinterpret_cast<char*>(stage16_.data());  // bit patterns only: the communicator copies, never adds
+  const size_t half = sizeof(uint16_t);
+  if (words[d_]) stage16_[word[d_] + words[d_] - 1] = 0.0f;  // the padding half-word of an odd part travels defined
+  std::memcpy(st + word[d_] * sizeof(float), v + displ[d_], counts[d_] * half);
+  dp_->all_gather_v(stage16_.data() + word[d_], stage16_.data(), words, timeout_s_);
+  for (int r = 0; r < n; ++r)
+    if (r != d_) std::memcpy(v + displ[r], st + word[r] * sizeof(float), counts[r] * half);
 }
 
 }  // namespace troupe

@@ -4,6 +4,8 @@
 // squares are exact in any order: any DP size must give bitwise the same parameters.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -74,8 +76,44 @@ struct Run {
 // bucket > 0: the reduce-scatter in buckets of that many elements (Zero1::enable_buckets), the
 // gradients written into their grad_views from the last tensor to the first by another thread,
 // which marks each final (grad_ready) as it goes, as a worker's backward does.
-Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {-1, -1}, int64_t bucket = 0) {
-  auto comms = make_local_group(n, "zero1 test");
+// A rank's communicator that counts the fp32 words its all-gathers receive from the other
+// ranks (what crosses the wire), passing every call on.
+class GatherCounter : public Communicator {
+ public:
+  explicit GatherCounter(std::shared_ptr<Communicator> c) : c_(std::move(c)) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  const std::string& name() const override { return c_->name(); }
+  void all_reduce(float* b, size_t n, ReduceOp op, double t) override { c_->all_reduce(b, n, op, t); }
+  void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op, double t) override {
+    c_->reduce_scatter(in, out, n, op, t);
+  }
+  void reduce_scatter_v(const float* in, float* out, const std::vector<size_t>& n, ReduceOp op, double t) override {
+    c_->reduce_scatter_v(in, out, n, op, t);
+  }
+  void all_gather(const float* in, float* out, size_t n, double t) override {
+    words += n * (size_t)(size() - 1);
+    c_->all_gather(in, out, n, t);
+  }
+  void all_gather_v(const float* in, float* out, const std::vector<size_t>& n, double t) override {
+    for (int r = 0; r < size(); ++r) words += r == rank() ? 0 : n[r];
+    c_->all_gather_v(in, out, n, t);
+  }
+  void broadcast(float* b, size_t n, int root, double t) override { c_->broadcast(b, n, root, t); }
+  void barrier(double t) override { c_->barrier(t); }
+  void send(const float* b, size_t n, int peer, int tag, double t) override { c_->send(b, n, peer, tag, t); }
+  void recv(float* b, size_t n, int peer, int tag, double t) override { c_->recv(b, n, peer, tag, t); }
+  std::atomic<size_t> words{0};
+
+ private:
+  std::shared_ptr<Communicator> c_;
+};
+
+Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {-1, -1}, int64_t bucket = 0,
+        size_t* gathered_words = nullptr) {
+  std::vector<std::shared_ptr<Communicator>> comms;
+  std::vector<std::shared_ptr<GatherCounter>> counters;
+  for (auto& c : make_local_group(n, "zero1 test")) comms.push_back(counters.emplace_back(std::make_shared<GatherCounter>(c)));
   OptimConfig o;
   o.grad_clip = 1.0;
   o.weight_decay = 0.1;
@@ -142,6 +180,7 @@ Run run(int n, int steps, DType dt, double scale, std::pair<int, int> inf_at = {
   }
   out.loss_scale = z[0]->loss_scale();
   out.updates = z[0]->updates();
+  if (gathered_words) *gathered_words = counters[0]->words;
   return out;
 }
 
@@ -276,6 +315,23 @@ TEST_CASE("ZeRO-1: the reduce-scatter in buckets started during backward and the
   CHECK(bucketed.skipped == std::vector<bool>{false, true, false});
   CHECK(same_bits(bucketed.master, plain.master));
   CHECK(bucketed.loss_scale == plain.loss_scale);
+}
+
+TEST_CASE("ZeRO-1: 16-bit parameters are all-gathered as 16 bits, half the words of fp32", "[optimizer][zero1]") {
+  for (int64_t bucket : {0, 1, 6, 13}) {
+    for (int n : {2, 3}) {
+      INFO("DP=" << n << " bucket " << bucket);
+      size_t w32 = 0, w16 = 0, wf16 = 0;
+      run(n, 3, DType::f32, 1.0, {-1, -1}, bucket, &w32);
+      run(n, 3, DType::bf16, 1.0, {-1, -1}, bucket, &w16);
+      run(n, 3, DType::f16, 1024.0, {-1, -1}, bucket, &wf16);
+      CHECK(w32 > 0);
+      // each rank's part rounded up to whole fp32 words: at most one more word per part and gather
+      CHECK(2 * w16 >= w32);
+      CHECK(2 * w16 <= w32 + 2 * (size_t)(n - 1) * 3 * (bucket > 0 ? kSizes.size() : 1));
+      CHECK(wf16 == w16);
+    }
+  }
 }
 
 TEST_CASE("ZeRO-1 overlap: apply returns before its parameter all-gathers, and a wait for them has a deadline",
