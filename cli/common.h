@@ -60,6 +60,9 @@ auto naming_option(const std::string& option, F&& f) -> decltype(f()) {
 // Checks, without creating anything, that the run directory can be created or written. Throws UserError.
 // `what` and `flag` name the folder in the error ("run directory", "--run-dir").
 void check_run_dir(const std::string& dir, const std::string& what = "run directory", const std::string& flag = "--run-dir");
+// A relative `path` (given as `flag`) while the current directory is gone (deleted or moved
+// under the shell): UserError naming that and the fix (cd, or an absolute path).
+void check_cwd_exists(const std::string& path, const std::string& flag);
 // Refuses (UserError) a run directory whose record files (metrics.jsonl, train.log,
 // config.toml) exist as something other than a regular file (a directory, a FIFO) or
 // cannot be written (config.toml: read): probed before any of them is written.

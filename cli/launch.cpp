@@ -70,7 +70,7 @@ bool is_executable(const std::string& cmd) {
   for (size_t start = 0;;) {
     const size_t colon = path.find(':', start);
     std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
+    if (dir.empty()) dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict misfires)
     dir += '/';  // (appended in place: GCC 12's -Wrestrict misfires on dir + "/" + cmd)
     dir += cmd;
     if (ok(dir)) return true;
@@ -163,9 +163,17 @@ Options parse_args(int argc, char** argv) {
                                             "configs/tiny.toml";
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   const std::string& cmd = o.command[0];
+  struct stat st {};
+  const bool exists = cmd.find('/') != std::string::npos && ::stat(cmd.c_str(), &st) == 0;
+  TROUPE_USER_CHECK(!exists || S_ISREG(st.st_mode))
+      << "cannot run '" << cmd << "': it is " << (S_ISDIR(st.st_mode) ? "a folder" : "not a regular file")
+      << ", not a program; pass the path of an executable after '--', e.g. build/troupe train --config configs/tiny.toml";
+  TROUPE_USER_CHECK(!exists || is_executable(cmd))
+      << "cannot run '" << cmd << "': the file is not executable (no execute permission for this user); make it "
+      << "executable (chmod +x " << cmd << "), or pass its interpreter first (-- sh " << cmd << ")";
   TROUPE_USER_CHECK(is_executable(cmd))
       << "cannot run '" << cmd << "': "
-      << (cmd.find('/') != std::string::npos ? "no such executable file" : "it is not a program on PATH")
+      << (cmd.find('/') != std::string::npos ? "no such file" : "it is not a program on PATH")
       << "; pass the path of an executable after '--', e.g. build/troupe train --config configs/tiny.toml";
   return o;
 }

@@ -241,6 +241,9 @@ Config Config::load(const std::string& path) {
   std::stringstream text;
   text << f.rdbuf();
   // a binary file (a snapshot's manifest.capnp, a .safetensors) would fail in TOML's terms
+  if (const char* wide = wide_encoding(text.str()); *wide)
+    TROUPE_USER_FAIL() << "config file '" << path << "' is " << wide << " text; TOML is UTF-8: convert it (iconv -f "
+                       << wide << " -t UTF-8 '" << path << "' > config.toml) and pass that to --config";
   TROUPE_USER_CHECK(text.str().find('\0') == std::string::npos)
       << "config file '" << path << "' is not text (it holds NUL bytes: a binary file?); pass a TOML config to --config "
       << "(e.g. configs/sotu.toml)";

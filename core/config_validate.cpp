@@ -197,6 +197,11 @@ void check_checkpoint(const CheckpointConfig& checkpoint) {
 // [optim]: learning rates, warmup and decay steps, weight decay, clipping, Adam betas and eps.
 void check_optim(const OptimConfig& o) {
   TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << fmt::format("{}", o.lr) << " must be a finite positive number (GPT-2 small trains at 6e-4)";
+  // AdamW moves every weight by about lr per step (its update is normalised by sqrt(v)): past
+  // 1 the first steps diverge, which the run would only say after spending them
+  TROUPE_USER_CHECK(o.lr <= 1) << "optim.lr = " << fmt::format("{}", o.lr)
+                               << " is above 1: AdamW moves every weight by about lr per step, so the run would diverge "
+                                  "at once; set optim.lr at most 1 (GPT-2 small trains at 6e-4)";
   TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << fmt::format("{}", o.min_lr)
                                                        << " must be between 0 and optim.lr = " << fmt::format("{}", o.lr);
   TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps must be >= 0";
@@ -209,7 +214,8 @@ void check_optim(const OptimConfig& o) {
       << "optim.beta1 = " << fmt::format("{}", o.beta1) << " must be in [0, 1) (AdamW's moment decay; default 0.9)";
   TROUPE_USER_CHECK(o.beta2 >= 0 && o.beta2 < 1)
       << "optim.beta2 = " << fmt::format("{}", o.beta2) << " must be in [0, 1) (AdamW's moment decay; default 0.95)";
-  TROUPE_USER_CHECK(o.eps > 0) << "optim.eps = " << fmt::format("{}", o.eps) << " must be > 0 (default 1e-8)";
+  TROUPE_USER_CHECK(o.eps > 0 && std::isfinite(o.eps))
+      << "optim.eps = " << fmt::format("{}", o.eps) << " must be a finite number > 0 (default 1e-8)";
 }
 
 // [[data.sources]]: unique names of [A-Za-z0-9_-], a path, format, weight > 0, utf8 and near_threshold.
@@ -227,7 +233,8 @@ void check_sources(const std::vector<DataSource>& sources) {
         << "source '" << s.name << "' has format = \"" << s.format << "\"; use \"text\", \"jsonl\" or \"dir\"";
     TROUPE_USER_CHECK(s.weight > 0 && std::isfinite(s.weight))
         << "source '" << s.name << "' has weight = " << s.weight
-        << "; a weight is the source's share of training samples and must be > 0 (remove the source to leave it out)";
+        << "; a weight is the source's share of training samples and must be a finite number > 0 (remove the source "
+           "to leave it out)";
     TROUPE_USER_CHECK(s.utf8 == "refuse" || s.utf8 == "drop" || s.utf8 == "replace")
         << "source '" << s.name << "' has utf8 = \"" << s.utf8 << "\"; use \"refuse\", \"drop\" or \"replace\"";
     TROUPE_USER_CHECK(s.near_threshold > 0 && s.near_threshold <= 1)

@@ -110,30 +110,54 @@ std::string cache_path() {
   if (const char* d = std::getenv("TROUPE_CACHE_DIR"); d && *d) dir = d;
   // (a relative XDG_CACHE_HOME is to be ignored, says the XDG spec: it would make a folder in the cwd)
   else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && x[0] == '/') dir = fs::path(x) / "troupe";
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = fs::path(h) / ".cache" / "troupe";
+  // a HOME that does not exist (a system user's /nonexistent) is no place to create folders in
+  else if (const char* h = std::getenv("HOME"); h && *h && fs::is_directory(h)) dir = fs::path(h) / ".cache" / "troupe";
   else return "";
   return (dir / "peak.json").string();
 }
 
+// A cache that cannot be used costs a full measurement at every start, never the run: said once.
+void warn_cache(const std::string& path, const std::string& why, const char* verb = "write") {
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::fprintf(stderr, "warning: cannot %s the peak cache %s (%s); the peak is measured again at every start "
+                 "(set TROUPE_CACHE_DIR to a writable folder)\n", verb, path.c_str(), why.c_str());
+  });
+}
+
+// Something other than a file (or a link to one) where the cache belongs: a folder, a FIFO
+// (whose open would wait for a writer forever), a device. "" for a file or nothing there.
+std::string not_a_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st) || fs::is_regular_file(st)) return "";
+  return fs::is_directory(st) ? "it is a folder" : fs::is_fifo(st) ? "it is a FIFO" : "it is not a regular file";
+}
+
 nlohmann::json read_cache(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nlohmann::json::object();
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  return j.is_object() ? j : nlohmann::json::object();
+  if (const std::string why = not_a_file(path); !why.empty()) {
+    warn_cache(path, why, "use");
+    return nlohmann::json::object();
+  }
+  try {
+    std::ifstream in(path);
+    if (!in) return nlohmann::json::object();
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    return j.is_object() ? j : nlohmann::json::object();
+  } catch (const std::exception& e) {  // a read error (libstdc++'s filebuf throws them itself)
+    warn_cache(path, e.what(), "read");
+    return nlohmann::json::object();
+  }
 }
 
 // Writes the cache atomically (temporary file + rename); any failure leaves it as it was.
 void write_cache(const std::string& path, const nlohmann::json& j) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  // a cache that cannot be written costs a full measurement at every start: said once
-  const auto warn = [&](const std::string& why) {
-    static std::once_flag said;
-    std::call_once(said, [&] {
-      std::fprintf(stderr, "warning: cannot write the peak cache %s (%s); the peak is measured again at every start "
-                   "(set TROUPE_CACHE_DIR to a writable folder)\n", path.c_str(), why.c_str());
-    });
-  };
+  const auto warn = [&](const std::string& why) { warn_cache(path, why); };
+  if (!not_a_file(path).empty()) return;  // named by read_cache; not replaced
   fs::create_directories(fs::path(path).parent_path(), ec);
   if (!fs::is_directory(fs::path(path).parent_path()))
     return warn(fs::path(path).parent_path().string() + " is not a folder");

@@ -66,4 +66,30 @@ std::string parser_message(std::string_view what) {
   return printable(what, false, 300);
 }
 
+const char* wide_encoding(std::string_view head) {
+  const auto b = [&](size_t i) { return i < head.size() ? (unsigned)(unsigned char)head[i] : 0x100u; };
+  if ((b(0) == 0xFF && b(1) == 0xFE && b(2) == 0 && b(3) == 0) || (b(0) == 0 && b(1) == 0 && b(2) == 0xFE && b(3) == 0xFF))
+    return "UTF-32";
+  if ((b(0) == 0xFF && b(1) == 0xFE) || (b(0) == 0xFE && b(1) == 0xFF)) return "UTF-16";
+  // no mark: "a\0b\0" (little-endian) or "\0a\0b" (big-endian), printable ASCII in the other bytes
+  const auto ascii = [&](size_t i) { return b(i) >= 0x09 && b(i) < 0x7F; };
+  for (int odd = 0; odd < 2; ++odd) {
+    bool all = head.size() >= 8;
+    for (size_t i = 0; all && i < 8; ++i) all = (i % 2 == (size_t)odd) ? b(i) == 0 : ascii(i);
+    if (all) return "UTF-16";
+  }
+  return "";
+}
+
+std::string size_text(uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " bytes";
+  const char* unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes / 1024;
+  int u = 0;
+  for (; v >= 1024 && u < 4; ++u) v /= 1024;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, unit[u]);
+  return buf;
+}
+
 }  // namespace troupe

@@ -2,6 +2,7 @@
 // terminal or in a log line.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -23,5 +24,15 @@ size_t find_control(std::string_view s);
 // "[json.exception.*] " prefix; made printable (printable(), one line, at most 300 bytes).
 // The caller names the file or option and the fix around it.
 std::string parser_message(std::string_view what);
+
+// The wide encoding text starting with `head` is in: "UTF-32" or "UTF-16" by its byte-order
+// mark (FF FE 00 00 / 00 00 FE FF; FF FE / FE FF), or "UTF-16" for BOM-less text whose
+// first bytes alternate ASCII letters and NULs (either byte order); "" otherwise. So a
+// message can name the encoding and the `iconv -f <it> -t UTF-8` that converts it.
+const char* wide_encoding(std::string_view head);
+
+// A byte count for a sentence, in the unit that shows it: "512 bytes", "8.0 KiB", "3.4 MiB",
+// "1.2 GiB" (binary units, one decimal).
+std::string size_text(uint64_t bytes);
 
 }  // namespace troupe

@@ -259,6 +259,27 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
   return "";
 }
 
+// A source that holds fewer than 2 documents as read: throws UserError saying how its kind
+// separates documents, and naming line ends of CR alone (old Mac files: one line to the reader).
+[[noreturn]] void few_documents(const DataSource& s, uint64_t docs) {
+  std::string cr;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(s.path, ec)) {
+    std::ifstream in(s.path, std::ios::binary);
+    std::string head(65536, '\0');
+    in.read(head.data(), (std::streamsize)head.size());
+    head.resize((size_t)in.gcount());
+    if (head.find('\r') != std::string::npos && head.find('\n') == std::string::npos)
+      cr = "; its lines end in CR alone (old Mac line ends), which reads as one line: convert them (tr '\\r' '\\n' < " +
+           s.path + " > converted.txt) and point the source at the result";
+  }
+  const std::string how = s.format == "jsonl" ? "one JSON object per line"
+                          : s.format == "dir" ? "one file per document"
+                                            : "documents separated by a blank line";
+  TROUPE_USER_FAIL() << "source '" << s.name << "' holds " << docs << " document(s) (" << how
+                     << "), but a train and a validation split need at least 2" << (cr.empty() ? "; add documents" : cr);
+}
+
 // Pass 1 over every source, the tokenizer, pass 2; fills p (not its unigram entropy).
 void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>& blend,
            const std::vector<std::string>& special, int vocab_size, const DataLogFn& log) {
@@ -272,6 +293,7 @@ void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>
   for (size_t i = 0; i < blend.size(); ++i) {
     CleanOutput c = clean_source(blend[i], p.dir + "/" + blend[i].name + ".scratch", threads, rate, log);
     const uint64_t n = c.report.docs_kept;
+    if (c.report.docs_in < 2) few_documents(blend[i], c.report.docs_in);  // nothing to blame on the cleaning
     TROUPE_USER_CHECK(n >= 2) << "source '" << blend[i].name << "' keeps " << n << " document(s) after cleaning ("
                               << c.report.docs_in << " read), but a train and a validation split need at least 2; "
                               << "add documents, or turn off the cleaning steps that removed them (the source's "
@@ -355,6 +377,14 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
         << " pieces but model.vocab_size = " << vocab_size << "; set model.vocab_size = "
         << user.vocab_size() << ", or leave data.tokenizer empty to train a tokenizer of "
         << vocab_size << " pieces";
+    // a given tokenizer is used as it is: data.special_tokens only shapes one troupe trains
+    for (const std::string& t : special) {
+      const std::vector<int32_t> ids = user.encode(t);
+      TROUPE_USER_CHECK(ids.size() == 1 && user.piece(ids[0]) == t)
+          << "data.special_tokens lists \"" << printable(t, false, 60) << "\", which data.tokenizer '" << cfg.tokenizer
+          << "' does not hold as one piece (it encodes to " << ids.size() << " pieces): a given tokenizer is used as it "
+          << "is; train one with that token (leave data.tokenizer empty), or remove it from data.special_tokens";
+    }
     user_hash = hash_hex(user.hash());
   }
   const nlohmann::json key = cache_key(cfg, vocab_size, blend, special, user_hash, log);

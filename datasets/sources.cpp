@@ -197,10 +197,9 @@ void DocReader::check_utf8(std::string& text, const std::string& file, uint64_t 
   if (packed && line <= 1)
     throw UserError(src_name(source_) + ": '" + file + "' is " + packed + "-compressed, not text; unpack it and point " +
                     "the source at the text");
-  const char* bom = (b(0) == 0xFF && b(1) == 0xFE && b(2) == 0 && b(3) == 0) || (b(0) == 0 && b(1) == 0 && b(2) == 0xFE && b(3) == 0xFF)
-                        ? "UTF-32"
-                    : (b(0) == 0xFF && b(1) == 0xFE) || (b(0) == 0xFE && b(1) == 0xFF) ? "UTF-16"
-                                                                                       : nullptr;
+  const bool has_bom = (b(0) == 0xFF && b(1) == 0xFE) || (b(0) == 0xFE && b(1) == 0xFF) ||
+                       (b(0) == 0 && b(1) == 0 && b(2) == 0xFE && b(3) == 0xFF);
+  const char* bom = has_bom ? wide_encoding(text) : nullptr;
   if (const size_t nul = text.find('\0'); bom || nul != std::string::npos) {
     const uint64_t at = bom ? line : line + static_cast<uint64_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(nul), '\n'));
     throw UserError(src_name(source_) + ": line " + std::to_string(at) + " of '" + file + "' " +

@@ -151,7 +151,7 @@ near_dedup = false
     CHECK_THROWS_WITH(bad.validate(), Contains(needle));
   };
   refuse("[[data.sources]]\nname = \"zero\"\npath = \"p\"\nweight = 0.0\n", "source 'zero' has weight = 0");
-  refuse("[[data.sources]]\nname = \"neg\"\npath = \"p\"\nweight = -1.0\n", "must be > 0");
+  refuse("[[data.sources]]\nname = \"neg\"\npath = \"p\"\nweight = -1.0\n", "must be a finite number > 0");
   refuse("[[data.sources]]\nname = \"mail\"\npath = \"p\"\n", "used twice");
   refuse("[[data.sources]]\nname = \"f\"\npath = \"p\"\nformat = \"csv\"\n", "format = \"csv\"");
   CHECK_THROWS_WITH(troupe::Config::parse(text + "[[data.sources]]\nname = \"q\"\nwieght = 1.0\n", "blend.toml"),

@@ -320,7 +320,7 @@ TEST_CASE("launch: the launcher exits with the status of the first child that fa
     Result r = launch({"--nprocs", "2", "--", "/nonexistent/troupe-launch-test", "x"}, s);
     INFO("stderr: " << r.err);
     CHECK(r.rc == 2);
-    CHECK(r.err.rfind("error: cannot run '/nonexistent/troupe-launch-test': no such executable file; pass", 0) == 0);
+    CHECK(r.err.rfind("error: cannot run '/nonexistent/troupe-launch-test': no such file; pass", 0) == 0);
     CHECK(r.err.find("launch: 2 processes") == std::string::npos);
   }
   SECTION("an executable file that exec still cannot run (a missing interpreter): 127") {

@@ -1,0 +1,142 @@
+// cli/outputs.cpp — the files a command writes (common.h): each output path checked before
+// anything is written (a folder that takes new files, room for it, not a link, a device or
+// another output's path), and written beside itself, then renamed.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint/disk.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/text.h"
+
+namespace fs = std::filesystem;
+
+namespace troupe::cli {
+
+void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  std::error_code ec;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      const auto& [a, fa] = outputs[i];
+      const auto& [b, fb] = outputs[j];
+      if (a.empty() || b.empty() || a == "-" || b == "-") continue;
+      TROUPE_USER_CHECK(fs::weakly_canonical(fs::absolute(a, ec), ec) != fs::weakly_canonical(fs::absolute(b, ec), ec))
+          << fa << " and " << fb << " are the same file (" << a << "): one would overwrite the other; pass two paths";
+    }
+}
+
+void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
+                        const std::vector<std::string>& dirs) {
+  if (out.empty() || out == "-") return;
+  std::error_code ec;
+  const fs::path o = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (const std::string& f : files)
+    if (!f.empty() && fs::weakly_canonical(fs::absolute(f, ec), ec) == o)
+      TROUPE_USER_FAIL() << option << " " << out << " is " << f
+                         << ", which this command reads or writes: writing it would destroy it; pass another path";
+  for (const std::string& d : dirs) {
+    if (d.empty()) continue;
+    const std::string root = fs::weakly_canonical(fs::absolute(d, ec), ec).string();
+    if (o.string().rfind(root + "/", 0) == 0 || o.string() == root)
+      TROUPE_USER_FAIL() << option << " " << out << " lies inside " << d
+                         << ", which this command reads or writes: writing there would damage it; pass a path outside";
+  }
+  refuse_inside_snapshot(out, option);
+  // a troupe run's records (its folder holds metrics.jsonl): plot, calibrate and --resume read them
+  const std::string name = o.filename().string();
+  if ((name == "config.toml" || name == "metrics.jsonl" || name == "train.log") &&
+      fs::exists(o.parent_path() / "metrics.jsonl", ec))
+    TROUPE_USER_FAIL() << option << " " << out << " is the " << name << " of the troupe run " << o.parent_path().string()
+                       << ": writing it would destroy that run's record (plot, calibrate and --resume read it); pass "
+                          "another path";
+}
+
+void check_output_file(const std::string& path, const std::string& option, uint64_t bytes) {
+  TROUPE_USER_CHECK(!path.empty()) << option << " is empty; pass a file path";
+  // '-' means standard output only where an option says so (simulate --dump): elsewhere it
+  // would be a file named '-' in the current folder, which nobody asking for '-' meant
+  TROUPE_USER_CHECK(path != "-") << option << " - : this option writes a file, not standard output; pass a file path "
+                                 << "(./- for a file named '-')";
+  TROUPE_USER_CHECK(path.back() != '/') << option << " " << path << " ends with '/', so it names a folder; pass a file "
+                                        << "path, e.g. " << path << "out";
+  check_cwd_exists(path, option);
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  // outputs are written to a temporary file renamed over the path: that would replace a
+  // link (say /dev/stdout) instead of writing where it points
+  if (fs::is_symlink(abs, ec)) {
+    // the end of the chain, not the next link (/dev/stdout -> /proc/self/fd/1 -> /dev/pts/0)
+    fs::path target = abs;  // followed hop by hop (a dangling link's target, a pipe's "pipe:[N]" included)
+    for (int hop = 0; hop < 40 && fs::is_symlink(target, ec); ++hop) {
+      const fs::path next = fs::read_symlink(target, ec);
+      if (ec) break;
+      target = next.is_absolute() ? next : target.parent_path() / next;
+    }
+    const bool regular = fs::is_regular_file(target, ec);
+    TROUPE_USER_FAIL() << option << " " << path << " is a symbolic link (to " << target.string() << "); "
+                       << (regular ? "pass that path, or another file"
+                                   : "troupe writes its outputs to files (written beside them, then renamed), not to "
+                                     "terminals, pipes or devices: pass a file path");
+  }
+  TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
+                                                << (abs / "out").string();
+  // file systems take names of at most 255 bytes, and the temporary file beside the output
+  // adds ".tmp-<pid>" to its name
+  const size_t name_bytes = abs.filename().string().size();
+  TROUPE_USER_CHECK(name_bytes <= 235) << option << ": the file name of " << path.substr(0, 60) << "... is " << name_bytes
+                                       << " bytes long; file systems take at most 255 and troupe writes NAME.tmp-<pid> "
+                                       << "beside it first: use a name of at most 235 bytes";
+  const fs::path dir = abs.parent_path();
+  TROUPE_USER_CHECK(fs::is_directory(dir, ec))
+      << "cannot write " << path << ": " << dir.string() << " "
+      << (fs::exists(dir, ec) ? "is a file, not a folder; pass an output path inside a folder (another "
+                              : std::string(missing_reason(dir.string())) + " create that folder or pass another ")
+      << option << " path" << (fs::exists(dir, ec) ? ")" : "");
+  // really try (root passes access() everywhere): a probe file beside it, removed at once
+  const std::string probe = (dir / (".troupe-probe-" + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const int err = errno;
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  // (ENOENT in a folder that exists: /proc, /sys take no new files, and troupe writes a file beside the output first)
+  TROUPE_USER_CHECK(fd >= 0 || err == EEXIST)
+      << "cannot write " << path << ": the folder " << dir.string() << " takes no new file ("
+      << (err == ENOENT ? "a virtual filesystem such as /proc or /sys" : std::strerror(err))
+      << "; troupe writes the output beside it first, then renames it); pass a writable " << option << " path";
+  TROUPE_USER_CHECK(!fs::exists(abs, ec) || fs::is_regular_file(abs, ec))
+      << option << " " << path << " exists and is not a regular file; pass another path";
+  const uint64_t free = free_space(dir.string());
+  TROUPE_USER_CHECK(free >= bytes) << "cannot write " << path << ": it needs about " << size_text(bytes)
+                                   << " but its filesystem has " << size_text(free)
+                                   << " free; free space there or pass another " << option << " path";
+}
+
+void write_output_file(const std::string& path, const std::string& text, const std::string& option) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  bool ok = false;
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    ok = out.good() && (out << text).good() && (out.close(), out.good());
+  }
+  const int err = errno;
+  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    const int code = err ? err : errno;
+    throw UserError(fmt::format("cannot write {} ({}); {} (the option {})", path, std::strerror(code),
+                                path_error_fix(code), option));
+  }
+}
+
+}  // namespace troupe::cli
