@@ -399,6 +399,35 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
                        << fs::read_symlink(p.dir, lec).string() << "); troupe writes its cache folders itself, not "
                        << "through links: remove the link, or point data.cache_dir at the folder you meant";
   set_paths(p, blend);
+  auto add_up = [&p] {
+    for (const PreparedSource& s : p.sources) {
+      p.train_docs += s.train_docs, p.val_docs += s.val_docs;
+      p.train_tokens += s.train_tokens, p.val_tokens += s.val_tokens;
+    }
+  };
+  auto summary = [&] {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "data: %zu source(s), %zu train docs -> %llu tokens, %zu val docs -> %llu tokens, vocab %d, "
+                  "unigram entropy %.4f nats/token",
+                  p.sources.size(), p.train_docs, static_cast<unsigned long long>(p.train_tokens), p.val_docs,
+                  static_cast<unsigned long long>(p.val_tokens), vocab_size, p.unigram_entropy);
+    say(line);
+  };
+  // A complete cache in a folder no process can change (a read-only dataset mount: EROFS even
+  // for root, or another user's folder) is checked and used without its lock, which it could
+  // not take: nobody prepares or rebuilds it there.
+  if (std::error_code rec; fs::exists(p.dir + "/meta.json", rec) && ::access(p.dir.c_str(), W_OK) != 0) {
+    const std::string problem = check_committed(p, key, vocab_size);
+    if (!problem.empty())
+      throw UserError("the data cache " + p.dir + " (read-only here) is damaged: " + problem +
+                      "; prepare it again where it can be written (data.cache_dir) and copy it back");
+    say("data: reusing " + p.dir + " (read-only: used without its lock)");
+    p.from_cache = true;
+    add_up();
+    summary();
+    return p;
+  }
   // The folder and those above it that are missing; a preparation stopped or failing removes
   // them again (datasets/cache_folder.h), and what it wrote: no empty cache/<hash>-v<V>/ stays.
   // a stop signal that came before this point (troupe train takes them before the guard
@@ -439,12 +468,6 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     throw;
   }
   phase = kReading;
-  auto add_up = [&p] {
-    for (const PreparedSource& s : p.sources) {
-      p.train_docs += s.train_docs, p.val_docs += s.val_docs;
-      p.train_tokens += s.train_tokens, p.val_tokens += s.val_tokens;
-    }
-  };
   if (fs::exists(p.dir + "/meta.json")) {
     const std::string problem = check_committed(p, key, vocab_size);
     // A committed cache whose files do not match its meta.json was damaged after it was
@@ -477,13 +500,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   }
   lock.reset();  // (removes .lock) and then the guard: a signal in between finds nothing to clean
   interrupt.reset();
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "data: %zu source(s), %zu train docs -> %llu tokens, %zu val docs -> %llu tokens, vocab %d, "
-                "unigram entropy %.4f nats/token",
-                p.sources.size(), p.train_docs, static_cast<unsigned long long>(p.train_tokens), p.val_docs,
-                static_cast<unsigned long long>(p.val_tokens), vocab_size, p.unigram_entropy);
-  say(line);
+  summary();
   return p;
 }
 

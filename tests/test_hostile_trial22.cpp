@@ -125,3 +125,27 @@ TEST_CASE("size_text picks the unit that shows a size, wide_encoding names UTF-1
   CHECK(std::string(wide_encoding("[model]\nn_layer = 2\n")).empty());
   CHECK(std::string(wide_encoding(std::string("\x7F" "ELF\0\0\0\0", 8))).empty());
 }
+
+TEST_CASE("a complete data cache on a read-only mount is used without its lock", "[cli][hostile][data]") {
+  Scratch s(kGroup, "rocache");
+  const std::string mnt = s.path("mnt"), t = "'" + troupe_bin() + "'";
+  const std::string common = " --config configs/tiny.toml --set data.cache_dir='" + mnt + "/c'";
+  const std::string body = t + " prepare" + common + " > '" + s.path("prep.log") + "' 2>&1\n" +
+                           "mount -o remount,ro '" + mnt + "'\n" +
+                           "if " + t + " train" + common + " --set train.steps=1 --set train.sample_tokens=0 --set "
+                           "train.eval_interval=0 --set train.eval_batches=1 --run-dir '" + s.path("run") + "' > /dev/null 2> '" +
+                           s.path("train.err") + "'; then echo 0; else echo $?; fi > '" + s.path("train.rc") + "'\n" +
+                           "if " + t + " prepare" + common + " --set data.val_fraction=0.2 > /dev/null 2> '" + s.path("other.err") +
+                           "'; then echo 0; else echo $?; fi > '" + s.path("other.rc") + "'";  // (the script runs under set -e)
+  std::string why;
+  if (!run_on_tmpfs(s, mnt, 8, body, &why)) {
+    SUCCEED("no mount namespace here (" << why << "): nothing to check");
+    return;
+  }
+  INFO(slurp(s.path("tmpfs.log")) << slurp(s.path("prep.log")) << slurp(s.path("train.err")));
+  CHECK(slurp(s.path("train.rc")) == "0\n");
+  CHECK(slurp(s.path("train.err")).find("read-only: used without its lock") != std::string::npos);
+  // another preparation (another key) on the read-only mount is refused, naming why
+  CHECK(slurp(s.path("other.rc")) == "2\n");
+  CHECK(slurp(s.path("other.err")).find("Read-only file system") != std::string::npos);
+}
