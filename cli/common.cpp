@@ -231,14 +231,17 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const long pid = recorded_pid(fd);
     ::close(fd);
-    throw UserError(what + " '" + dir + "' is in use by another troupe " + why_busy + "; wait for it" +
-                    (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) + " or " + fix);
+    throw UserError(in_use_by(what + " '" + dir + "'", why_busy, pid) + "; wait for it or " + fix);
   }
   // the holder's pid, for the message of the next one refused (the lock is the flock, not this)
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
   }  // a lock without its pid still locks
   return fd;  // held until the process exits
+}
+
+std::string in_use_by(const std::string& subject, const std::string& holder, long pid) {
+  return subject + " is in use by another troupe " + holder + (pid > 0 ? " (process " + std::to_string(pid) + ")" : "");
 }
 
 long folder_holder(const std::string& dir) {

@@ -73,6 +73,9 @@ int make_run_dir(const std::string& dir);
 // Whether another process holds dir's lock (lock_folder): its pid, -1 when it wrote none, 0
 // when no other process holds it (or dir has no .lock). Takes nothing.
 long folder_holder(const std::string& dir);
+// "<subject> is in use by another troupe <holder> (process <pid>)": the start of the sentence
+// that refuses a folder another process holds (pid from folder_holder; none shown when <= 0).
+std::string in_use_by(const std::string& subject, const std::string& holder, long pid);
 // Creates folder `dir` (a `what`, e.g. "checkpoint.dir") and takes its lock, DIR/.lock
 // (flock, held until the process exits); returns the lock's file descriptor. Throws
 // UserError when it cannot be created or another troupe `why_busy` holds it, ending the

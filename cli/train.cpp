@@ -237,8 +237,7 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
         state = std::make_shared<TrainState>(load_latest(ckpt_dir, c, &skipped));
       } catch (const UserError&) {  // a live run that has saved nothing yet: say that, not "no snapshot"
         if (const long pid = folder_holder(ckpt_dir); !follower && pid != 0)
-          throw UserError("checkpoint folder " + ckpt_dir + " is in use by another troupe run" +
-                          (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) +
+          throw UserError(in_use_by("checkpoint folder " + ckpt_dir, "run", pid) +
                           " that has saved no usable snapshot yet; wait for it to save one or to end, then resume");
         throw;
       }
@@ -256,8 +255,7 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
   } else if (!follower && restart == 0) {
     auto existing = list_snapshots(ckpt_dir);
     if (const long pid = existing.empty() ? 0 : folder_holder(ckpt_dir); pid != 0)  // a live run, not an earlier one
-      throw UserError("checkpoint directory " + ckpt_dir + " is in use by another troupe run" +
-                      (pid > 0 ? " (process " + std::to_string(pid) + ")" : std::string()) +
+      throw UserError(in_use_by("checkpoint directory " + ckpt_dir, "run", pid) +
                       "; wait for it to end (then continue it with --resume latest), or choose another checkpoint.dir");
     TROUPE_USER_CHECK(existing.empty())
         << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
