@@ -329,13 +329,10 @@ void check_option_values(CLI::App& app) {
                                     << " holds a control character (a newline, a tab or an escape); pass a plain value";
         // '~' reaches troupe only when quoted ('~/x', --run-dir=~/x): no shell expanded it, and a
         // folder named '~' would be made in the current directory
-        if (name != "--set" && name != "--title" && !r.empty() && r[0] == '~') {
-          const char* home = std::getenv("HOME");
+        if (name != "--set" && name != "--title" && !r.empty() && r[0] == '~')
           TROUPE_USER_FAIL() << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name) << " of troupe "
-                             << sub->get_name() << " is '" << printable(r, false, 120) << "', which starts with '~': "
-                             << "troupe does not expand it (the shell did not: it was quoted or after '='); write the "
-                             << "full path" << (r.rfind("~/", 0) == 0 ? ", e.g. " + std::string(home ? home : "$HOME") + r.substr(1) : "");
-        }
+                             << sub->get_name() << " is '" << printable(r, false, 120) << "', which starts with '~', "
+                             << tilde_refusal(r, "the shell did not: it was quoted or after '='");
         if (name == "--run-dir" || name == "--tensorboard" || name == "--title") continue;  // (an empty title is allowed)
         // a required one cannot be left out: its fix is a value, shown by its description
         TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)

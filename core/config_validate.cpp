@@ -263,14 +263,8 @@ void check_data(const DataConfig& data) {
 // would make a folder named '~' in the current directory (and `rm -rf ~` is one slip away).
 void check_no_tilde(const std::string& value, const std::string& key) {
   if (value.empty() || value[0] != '~') return;
-  const char* home = std::getenv("HOME");
-  const size_t slash = value.find('/');
-  const std::string rest = slash == std::string::npos ? std::string() : value.substr(slash);
-  TROUPE_USER_FAIL() << key << " = '" << printable(value, false, 120) << "' starts with '~', which troupe does not "
-                     << "expand (a shell does, but not inside quotes or a TOML file): it would name a folder '~' in "
-                     << "the current directory; write the full path"
-                     << (value.rfind("~/", 0) == 0 || value == "~" ? std::string(", e.g. ") + (home ? home : "$HOME") + rest
-                                                                      : std::string());
+  TROUPE_USER_FAIL() << key << " = '" << printable(value, false, 120) << "' starts with '~', "
+                     << tilde_refusal(value, "a shell does, but not inside quotes or a TOML file");
 }
 
 void check_paths(const Config& c) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 namespace troupe {
 namespace {
@@ -90,6 +91,16 @@ std::string size_text(uint64_t bytes) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.1f %s", v, unit[u]);
   return buf;
+}
+
+std::string tilde_refusal(std::string_view value, std::string_view why_unexpanded) {
+  const char* home = std::getenv("HOME");
+  const size_t slash = value.find('/');
+  const std::string rest = slash == std::string_view::npos ? std::string() : std::string(value.substr(slash));
+  const bool own = value == "~" || value.substr(0, 2) == "~/";  // (not ~user/x)
+  return "which troupe does not expand (" + std::string(why_unexpanded) +
+         "): it would name a folder '~' in the current directory; write the full path" +
+         (own ? std::string(", e.g. ") + (home ? home : "$HOME") + rest : std::string());
 }
 
 }  // namespace troupe

@@ -31,6 +31,11 @@ std::string parser_message(std::string_view what);
 // message can name the encoding and the `iconv -f <it> -t UTF-8` that converts it.
 const char* wide_encoding(std::string_view head);
 
+// The end of the sentence that refuses a path starting with '~' (troupe expands none, and a
+// folder named '~' would be made in the current directory): "which troupe does not expand
+// (<why no shell did>): write the full path, e.g. /root/x" (the example for "~" and "~/x").
+std::string tilde_refusal(std::string_view value, std::string_view why_unexpanded);
+
 // A byte count for a sentence, in the unit that shows it: "512 bytes", "8.0 KiB", "3.4 MiB",
 // "1.2 GiB" (binary units, one decimal).
 std::string size_text(uint64_t bytes);

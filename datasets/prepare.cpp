@@ -276,8 +276,8 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
   const std::string how = s.format == "jsonl" ? "one JSON object per line"
                           : s.format == "dir" ? "one file per document"
                                             : "documents separated by a blank line";
-  TROUPE_USER_FAIL() << "source '" << s.name << "' holds " << docs << " document(s) (" << how
-                     << "), but a train and a validation split need at least 2" << (cr.empty() ? "; add documents" : cr);
+  throw UserError("source '" + s.name + "' holds " + std::to_string(docs) + " document(s) (" + how +
+                  "), but a train and a validation split need at least 2" + (cr.empty() ? "; add documents" : cr));
 }
 
 // Pass 1 over every source, the tokenizer, pass 2; fills p (not its unigram entropy).

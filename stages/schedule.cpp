@@ -182,14 +182,19 @@ std::vector<Action> schedule_forward_only(int M, int V) {
 }
 
 std::string to_string(const Action& a) {
-  std::string s = std::string(1, (char)a.kind) + std::to_string(a.mb);
-  if (a.chunk) s += "c" + std::to_string(a.chunk);
+  // (appended in place: GCC 12's -Wrestrict misfires on string + string temporaries here)
+  std::string s(1, (char)a.kind);
+  s.append(std::to_string(a.mb));
+  if (a.chunk) s.append(1, 'c').append(std::to_string(a.chunk));
   return s;
 }
 
 std::string to_string(const std::vector<Action>& actions) {
   std::string s;
-  for (auto& a : actions) s += (s.empty() ? "" : " ") + to_string(a);
+  for (auto& a : actions) {
+    if (!s.empty()) s.push_back(' ');
+    s.append(to_string(a));
+  }
   return s;
 }
 
