@@ -212,19 +212,7 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   TROUPE_USER_CHECK(!builtin || o.schedule == "interleaved" || o.V == 1)
       << "--schedule " << o.schedule << " runs one chunk per stage; drop --chunks " << o.V
       << " or use --schedule interleaved";
-  Schedule s;
-  try {
-    s = make_schedule(o.schedule, o.P, o.M, o.V);
-  } catch (const UserError& e) {  // make_schedule names a training run's config keys: here they are flags
-    std::string m = e.what();
-    for (auto [key, flag] : {std::pair{"parallel.microbatches = ", "--microbatches "}, {"parallel.microbatches", "--microbatches"},
-                             {"parallel.chunks = ", "--chunks "}, {"parallel.chunks", "--chunks"},
-                             {"parallel.pp = ", "--stages "}, {"parallel.pp", "--stages"},
-                             {"use microbatches = ", "use --microbatches "}, {"schedule = \"1f1b\"", "--schedule 1f1b"},
-                             {"schedule = \"interleaved\"", "--schedule interleaved"}})
-      for (size_t at; (at = m.find(key)) != std::string::npos;) m.replace(at, std::strlen(key), flag);
-    throw UserError(m);
-  }
+  Schedule s = make_schedule(o.schedule, o.P, o.M, o.V, ScheduleNames::flags());  // (its errors name the flags)
   validate_schedule(s);
   // --dump writes the schedule and ends before the simulation: a trace or a picture asked for
   // beside it would be dropped without a word

@@ -13,10 +13,10 @@
 namespace troupe {
 namespace {
 
-void check_common(const char* name, int P, int M, int V) {
+void check_common(const char* name, int P, int M, int V, const ScheduleNames& names = {}) {
   TROUPE_USER_CHECK(P >= 1) << "schedule " << name << ": the number of stages must be >= 1 (got " << P << ")";
   TROUPE_USER_CHECK(M >= 1) << "schedule " << name << ": the number of microbatches must be >= 1 (got " << M << ")";
-  TROUPE_USER_CHECK(V >= 1) << "schedule " << name << ": parallel.chunks must be >= 1 (got " << V << ")";
+  TROUPE_USER_CHECK(V >= 1) << "schedule " << name << ": " << names.chunks << " must be >= 1 (got " << V << ")";
   check_schedule_size(std::string("schedule ") + name, P, M, V);
 }
 
@@ -59,14 +59,15 @@ Schedule schedule_1f1b(int P, int M) {
   return s;
 }
 
-Schedule schedule_interleaved(int P, int M, int V) {
-  check_common("interleaved", P, M, V);
+Schedule schedule_interleaved(int P, int M, int V, const ScheduleNames& names) {
+  check_common("interleaved", P, M, V, names);
   if (M % P != 0) {
     int lo = M / P * P, hi = lo + P;
-    TROUPE_USER_FAIL() << "schedule interleaved sends microbatches through the " << V
-                       << " chunks in groups of parallel.pp = " << P << ", so parallel.microbatches must be a multiple of "
-                       << P << " (got " << M << "); use microbatches = " << (lo > 0 ? std::to_string(lo) + " or " : "")
-                       << hi << ", or schedule = \"1f1b\"";
+    TROUPE_USER_FAIL() << "schedule interleaved sends microbatches through the " << V << " chunks in groups of "
+                       << names.set(names.stages, std::to_string(P)) << ", so " << names.microbatches
+                       << " must be a multiple of " << P << " (got " << M << "); use "
+                       << names.set(names.microbatches, (lo > 0 ? std::to_string(lo) + " or " : "") + std::to_string(hi))
+                       << ", or " << names.set(names.schedule, "1f1b");
   }
   Schedule s = make("interleaved", P, M, V);
   const int total = M * V, group = P * V;
@@ -152,25 +153,34 @@ void check_schedule_size(const std::string& what, int64_t P, int64_t M, int64_t 
       << "; use fewer stages or microbatches";
 }
 
-Schedule make_schedule(const std::string& name, int P, int M, int V) {
+std::string ScheduleNames::set(const std::string& name, const std::string& value) const {
+  if (name.rfind("--", 0) == 0) return name + " " + value;
+  return name + " = " + (name == schedule ? "\"" + value + "\"" : value);
+}
+
+Schedule make_schedule(const std::string& name, int P, int M, int V, const ScheduleNames& n) {
   if (name == "gpipe" || name == "1f1b" || name == "zb-h1") {
-    TROUPE_USER_CHECK(V == 1) << "schedule " << name << " runs one chunk per stage; set parallel.chunks = 1 or use "
-                              << "schedule = \"interleaved\" for " << V << " chunks";
+    TROUPE_USER_CHECK(V == 1) << "schedule " << name << " runs one chunk per stage; set " << n.set(n.chunks, "1")
+                              << " or use " << n.set(n.schedule, "interleaved") << " for " << V << " chunks";
     if (name == "gpipe") return schedule_gpipe(P, M);
     if (name == "1f1b") return schedule_1f1b(P, M);
     return schedule_zb_h1(P, M);
   }
-  if (name == "interleaved") return schedule_interleaved(P, M, V);
+  if (name == "interleaved") return schedule_interleaved(P, M, V, n);
   TROUPE_USER_CHECK(name.find('/') != std::string::npos || name.find('.') != std::string::npos)
       << "unknown schedule '" << name << "'; use gpipe, 1f1b, interleaved, zb-h1 or a path to a schedule file";
   Schedule s = read_schedule(name);
-  TROUPE_USER_CHECK(s.P == P) << "schedule file " << name << " has " << s.P << " rows (stages) but parallel.pp = " << P
-                              << "; set parallel.pp = " << s.P << ", or give the file one row per stage";
+  TROUPE_USER_CHECK(s.P == P) << "schedule file " << name << " has " << s.P << " rows (stages) but "
+                              << n.set(n.stages, std::to_string(P)) << "; set " << n.set(n.stages, std::to_string(s.P))
+                              << ", or give the file one row per stage";
   TROUPE_USER_CHECK(s.M == M) << "schedule file " << name << " uses " << s.M
-                              << (s.M == 1 ? " microbatch" : " microbatches") << " but parallel.microbatches = " << M << "; set parallel.microbatches = "
-                              << s.M << ", or write the file for " << M << " (F0..F" << M - 1 << " on every row)";
-  TROUPE_USER_CHECK(s.V == V) << "schedule file " << name << " uses " << s.V << " chunks but parallel.chunks = " << V
-                              << "; set parallel.chunks = " << s.V << ", or write the file for " << V << " chunks";
+                              << (s.M == 1 ? " microbatch" : " microbatches") << " but "
+                              << n.set(n.microbatches, std::to_string(M)) << "; set "
+                              << n.set(n.microbatches, std::to_string(s.M)) << ", or write the file for " << M << " (F0..F"
+                              << M - 1 << " on every row)";
+  TROUPE_USER_CHECK(s.V == V) << "schedule file " << name << " uses " << s.V << " chunks but "
+                              << n.set(n.chunks, std::to_string(V)) << "; set " << n.set(n.chunks, std::to_string(s.V))
+                              << ", or write the file for " << V << " chunks";
   return s;
 }
 

@@ -43,10 +43,22 @@ Schedule schedule_gpipe(int P, int M);
 // 1F1B (PipeDream-Flush; Narayanan et al. 2021): warmup = min(P-s-1, M) forwards, steady
 // one-forward-one-backward, cooldown backwards. V = 1. Peak in-flight <= P - s.
 Schedule schedule_1f1b(int P, int M);
+// The names a schedule's error messages give its parameters, and how they set one: a training
+// run's config keys (the default: `parallel.microbatches = 8`) or a command's flags
+// (simulate: `--microbatches 8`), so each message names what its reader types.
+struct ScheduleNames {
+  std::string stages = "parallel.pp", microbatches = "parallel.microbatches", chunks = "parallel.chunks",
+              schedule = "parallel.schedule";
+  // "parallel.pp = 4" / "--stages 4"; a schedule name quoted as TOML wants it ("\"1f1b\"")
+  std::string set(const std::string& name, const std::string& value) const;
+  // The names of simulate's flags.
+  static ScheduleNames flags() { return {"--stages", "--microbatches", "--chunks", "--schedule"}; }
+};
+
 // Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021 sec. 2.2) with V chunks per stage:
 // microbatches go through chunks in groups of P; requires M % P == 0 (else a UserError
 // says why and the nearest valid M). Bubble time is 1/V of 1F1B's.
-Schedule schedule_interleaved(int P, int M, int V);
+Schedule schedule_interleaved(int P, int M, int V, const ScheduleNames& names = {});
 // ZB-H1 (Qi et al. 2024): 1F1B with B split into B (input gradient) and W (weight
 // gradient), W's deferred to fill the bubbles, 1F1B's activation memory (at most P - s
 // microbatches between F and B). V = 1. With F = B = W costs its bubble is about a third
@@ -62,7 +74,8 @@ constexpr int64_t kMaxScheduleCells = 1 << 20;
 // Throws UserError when (P, M, V) is beyond the limits above; `what` names the schedule.
 void check_schedule_size(const std::string& what, int64_t P, int64_t M, int64_t V);
 // By name: gpipe | 1f1b | interleaved | zb-h1, or a path to a schedule file (read_schedule).
-Schedule make_schedule(const std::string& name_or_path, int P, int M, int V);
+// Errors name the parameters as `names` says.
+Schedule make_schedule(const std::string& name_or_path, int P, int M, int V, const ScheduleNames& names = {});
 // Forward only (evaluation, inference) for one stage with V chunks: F(m, c) in virtual-stage order.
 std::vector<Action> schedule_forward_only(int M, int V = 1);
 
