@@ -162,9 +162,9 @@ bool preparation_file(const std::string& name) {
   const auto ends_with = [&](const char* ext) {
     return base.size() > std::strlen(ext) && base.compare(base.size() - std::strlen(ext), std::string::npos, ext) == 0;
   };
-  for (const char* f : {"meta.json", "tokenizer.model", "report.json", "removed.jsonl"})
+  for (const char* f : cache_files::kFolderFiles)
     if (base == f) return true;
-  for (const char* ext : {".train.bin", ".val.bin", ".train.idx", ".val.idx", ".scratch"})
+  for (const char* ext : cache_files::kSourceSuffixes)
     if (ends_with(ext)) return true;
   if (tmp != std::string::npos)  // a temporary of a record or token file (older layouts' names too)
     for (const char* ext : {".bin", ".idx", ".json", ".jsonl", ".model", ".scratch"})
@@ -175,7 +175,7 @@ bool preparation_file(const std::string& name) {
 
 void remove_litter(const std::string& dir, const DataLogFn& log) {
   std::error_code ec;
-  fs::remove(dir + "/meta.json", ec);  // uncommit first: a crash below leaves no valid cache
+  fs::remove(dir + "/" + cache_files::kMeta, ec);  // uncommit first: a crash below leaves no valid cache
   std::vector<fs::path> old;
   std::string kept;  // what a preparation never writes (a user's files, a run put here): not ours to delete
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {

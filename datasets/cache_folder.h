@@ -17,6 +17,23 @@
 
 namespace troupe {
 
+// The files a preparation writes in its cache folder, the one list of them: those of the
+// folder (meta.json last, the commit), and per source <name><suffix>. A rebuild or a stopped
+// preparation removes these names (and their temporaries) only; anything else stays.
+namespace cache_files {
+inline constexpr const char* kMeta = "meta.json";
+inline constexpr const char* kTokenizer = "tokenizer.model";
+inline constexpr const char* kReport = "report.json";
+inline constexpr const char* kRemoved = "removed.jsonl";
+inline constexpr const char* kFolderFiles[] = {kMeta, kTokenizer, kReport, kRemoved};
+inline constexpr const char* kTrainBin = ".train.bin";
+inline constexpr const char* kValBin = ".val.bin";
+inline constexpr const char* kTrainIdx = ".train.idx";
+inline constexpr const char* kValIdx = ".val.idx";
+inline constexpr const char* kScratch = ".scratch";  // pass 1's cleaned text, gone at the commit
+inline constexpr const char* kSourceSuffixes[] = {kTrainBin, kValBin, kTrainIdx, kValIdx, kScratch};
+}  // namespace cache_files
+
 // Makes `dir` and the folders above it that are missing. Returns the outermost one it made
 // (absolute; "" when `dir` existed) and records it in <dir>/.made. Throws UserError naming
 // data.cache_dir when `dir` cannot be made.

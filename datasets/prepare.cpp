@@ -161,18 +161,19 @@ nlohmann::json cache_key(const DataConfig& cfg, int vocab_size, const std::vecto
 }
 
 void set_paths(PreparedData& p, const std::vector<DataSource>& blend) {
-  p.tokenizer_path = p.dir + "/tokenizer.model";
-  p.report_path = p.dir + "/report.json";
-  p.removed_path = p.dir + "/removed.jsonl";
+  using namespace cache_files;
+  p.tokenizer_path = p.dir + "/" + kTokenizer;
+  p.report_path = p.dir + "/" + kReport;
+  p.removed_path = p.dir + "/" + kRemoved;
   p.sources.clear();
   for (const DataSource& s : blend) {
     PreparedSource ps;
     ps.name = s.name;
     ps.weight = s.weight;
-    ps.train_path = p.dir + "/" + s.name + ".train.bin";
-    ps.val_path = p.dir + "/" + s.name + ".val.bin";
-    ps.train_idx = p.dir + "/" + s.name + ".train.idx";
-    ps.val_idx = p.dir + "/" + s.name + ".val.idx";
+    ps.train_path = p.dir + "/" + s.name + kTrainBin;
+    ps.val_path = p.dir + "/" + s.name + kValBin;
+    ps.train_idx = p.dir + "/" + s.name + kTrainIdx;
+    ps.val_idx = p.dir + "/" + s.name + kValIdx;
     p.sources.push_back(ps);
   }
 }
@@ -203,7 +204,7 @@ SourceReport source_report_from(const nlohmann::json& j) {
 std::string check_committed(PreparedData& p, const nlohmann::json& key, int vocab_size) {
   nlohmann::json meta;
   // a FIFO (or a device) in a file's place would block the read below with no deadline
-  std::vector<std::string> files = {p.dir + "/meta.json", p.tokenizer_path};
+  std::vector<std::string> files = {p.dir + "/" + cache_files::kMeta, p.tokenizer_path};
   for (const PreparedSource& s : p.sources) files.insert(files.end(), {s.train_path, s.val_path, s.train_idx, s.val_idx});
   for (const std::string& f : files) {
     std::error_code ec;
@@ -212,7 +213,7 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
       return fs::path(f).filename().string() + " is not a regular file (a FIFO, a device, a folder or a broken link)";
   }
   try {
-    std::ifstream in(p.dir + "/meta.json");
+    std::ifstream in(p.dir + "/" + cache_files::kMeta);
     meta = nlohmann::json::parse(in);
     if (meta.at("key") != key) return "meta.json was made from other inputs";
     const Tokenizer tok = Tokenizer::load(p.tokenizer_path);
@@ -291,7 +292,7 @@ void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>
   std::vector<uint64_t> n_train(blend.size());
   std::string removed;
   for (size_t i = 0; i < blend.size(); ++i) {
-    CleanOutput c = clean_source(blend[i], p.dir + "/" + blend[i].name + ".scratch", threads, rate, log);
+    CleanOutput c = clean_source(blend[i], p.dir + "/" + blend[i].name + cache_files::kScratch, threads, rate, log);
     const uint64_t n = c.report.docs_kept;
     if (c.report.docs_in < 2) few_documents(blend[i], c.report.docs_in);  // nothing to blame on the cleaning
     TROUPE_USER_CHECK(n >= 2) << "source '" << blend[i].name << "' keeps " << n << " document(s) after cleaning ("
@@ -320,7 +321,7 @@ void build(PreparedData& p, const DataConfig& cfg, const std::vector<DataSource>
   p.eot_id = tok.eot_id();
   for (size_t i = 0; i < blend.size(); ++i) {
     PreparedSource& s = p.sources[i];
-    const std::string scratch = p.dir + "/" + s.name + ".scratch";
+    const std::string scratch = p.dir + "/" + s.name + cache_files::kScratch;
     TokenFileWriter train(s.train_path, s.train_idx, vocab_size, tok.hash());
     TokenFileWriter val(s.val_path, s.val_idx, vocab_size, tok.hash());
     tokenize_scratch(tok, scratch, n_train[i], train, val, threads, s.name, log);
@@ -355,7 +356,7 @@ void commit(PreparedData& p, const nlohmann::json& key, const std::vector<std::s
                                {"eot_id", p.eot_id},
                                {"unigram_entropy", p.unigram_entropy},
                                {"sources", sources}};
-  write_file_atomic(p.dir + "/meta.json", meta.dump(2) + "\n");  // the commit
+  write_file_atomic(p.dir + "/" + cache_files::kMeta, meta.dump(2) + "\n");  // the commit
 }
 
 }  // namespace
@@ -417,7 +418,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   // A complete cache in a folder no process can change (a read-only dataset mount: EROFS even
   // for root, or another user's folder) is checked and used without its lock, which it could
   // not take: nobody prepares or rebuilds it there.
-  if (std::error_code rec; fs::exists(p.dir + "/meta.json", rec) && ::access(p.dir.c_str(), W_OK) != 0) {
+  if (std::error_code rec; fs::exists(p.dir + "/" + cache_files::kMeta, rec) && ::access(p.dir.c_str(), W_OK) != 0) {
     const std::string problem = check_committed(p, key, vocab_size);
     if (!problem.empty())
       throw UserError("the data cache " + p.dir + " (read-only here) is damaged: " + problem +
@@ -468,7 +469,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     throw;
   }
   phase = kReading;
-  if (fs::exists(p.dir + "/meta.json")) {
+  if (fs::exists(p.dir + "/" + cache_files::kMeta)) {
     const std::string problem = check_committed(p, key, vocab_size);
     // A committed cache whose files do not match its meta.json was damaged after it was
     // written: refuse (naming the file) rather than silently rewrite what is there.
