@@ -61,7 +61,7 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
         std::sort(p.files.begin(), p.files.end(), [](auto& a, auto& b) { return a.name < b.name; });
         write_manifest(p.tmp, p.info, p.files);
         p.bytes += fs::file_size(p.tmp + "/manifest.capnp");
-        commit_snapshot(p.tmp, d.dir);
+        d.kept_aside = commit_snapshot(p.tmp, d.dir);
         d.ok = true;
         d.superseded = set_aside_later_steps(p.ckpt_dir, k);
         d.deleted = apply_retention(p.ckpt_dir, keep_last, k);

@@ -84,7 +84,8 @@ class Coordinator {
   template <class Done, class Handler>
   void wait(Done done, const std::string& what, Handler on);
   // (fail_atom, stage, msg) while waiting for `what`: throws Error with the cause (a lost
-  // process) or the stage's message and the wait-for graph.
+  // process) or the stage's message and the wait-for graph; UserError for kFailUserInput
+  // (actors/messages.h).
   [[noreturn]] void on_fail(int stage, const std::string& msg, const std::string& what);
   // The deadline (`limit` seconds) passed: throws Error with the wait-for graph.
   [[noreturn]] void on_timeout(double limit, const std::string& what);

@@ -160,6 +160,10 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
     if (s.step == k) s.write_s = d.write_s, s.bytes = d.bytes, s.ok = d.ok, s.dir = d.dir, s.error = d.error;
   if (d.ok) {
     note_newest_snapshot(k, d.dir);  // what a forced stop names (core/stop_notice.h)
+    if (!d.kept_aside.empty())
+      spdlog::warn("{} held files that are not a snapshot's: moved to {} (kept) before the snapshot of step {} was "
+                   "written there; move it out of checkpoint.dir",
+                   d.dir, d.kept_aside, k);
     for (const auto& [from, to] : d.superseded)  // later steps of the line this run left (checkpoint/snapshot.h)
       if (!to.empty())
         spdlog::warn("snapshot {} is of a later step than this run's step {}: it belongs to the run this one left "

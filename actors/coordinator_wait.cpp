@@ -27,6 +27,7 @@ namespace troupe {
 // and the wait-for graph where it helps.
 void Coordinator::on_fail(int stage, const std::string& msg, const std::string& what) {
   if (stage == -2) throw Error(msg);  // a lost process (actors/cluster.h): the wait-for graph says nothing more
+  if (stage == kFailUserInput) throw UserError(msg);  // the sentence names the input and its fix
   if (cluster_ && !cluster_->failure().empty())  // a consequence of a lost process: name the cause
     throw Error(cluster_->failure() + " (then: " + msg + ")");
   std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;

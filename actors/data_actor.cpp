@@ -30,6 +30,8 @@ DataActor::behavior_type data_actor(DataActor::pointer self, JobContext ctx, std
               for (auto& f : firsts[d]) self->send(f, tokens_atom::value, k, m, TokenBlock{ib, Bm, T});
               for (auto& l : lasts[d]) self->send(l, targets_atom::value, k, m, TokenBlock{tb, Bm, T, dloss});
             }
+        } catch (const UserError& e) {  // the data's fault (a token file changed under the run): exit 2
+          self->send(coordinator, fail_atom::value, kFailUserInput, std::string(e.what()));
         } catch (const std::exception& e) {
           self->send(coordinator, fail_atom::value, -1, std::string("data actor: ") + e.what());
         }

@@ -112,6 +112,12 @@ struct SnapAck {
   double copy_s = 0;
 };
 
+// (fail_atom, kFailUserInput, sentence) to the coordinator: a failure that is the input's
+// fault, its sentence naming the input and the fix (a token file changed under the run):
+// the run stops with exit 2 and that sentence, no wait-for graph. (Stage numbers are >= 0;
+// -1 a failure of no stage, -2 a lost process.)
+constexpr int kFailUserInput = -3;
+
 // The writer's report of one snapshot.
 struct SnapDone {
   bool ok = false;
@@ -121,6 +127,7 @@ struct SnapDone {
   double write_s = 0;   // from the first shard to the manifest's rename
   std::vector<std::string> deleted;  // removed by retention
   std::vector<std::pair<std::string, std::string>> superseded;  // later steps set aside (set_aside_later_steps)
+  std::string kept_aside;  // a non-snapshot folder of the snapshot's name, renamed (commit_snapshot)
 };
 
 // The state an in-place recovery continues from (local messages only).

@@ -68,6 +68,21 @@ uint64_t largest_snapshot_file_bytes(const Config& c) {
   return largest;
 }
 
+namespace {
+bool writer_file_name(const std::string& f) {
+  return f.rfind("shard-", 0) == 0 || f.rfind("manifest.capnp", 0) == 0 || f.rfind("tokenizer.model", 0) == 0;
+}
+}  // namespace
+
+std::string non_snapshot_file(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string f = it->path().filename().string();
+    if (it->is_directory(ec) || !writer_file_name(f)) return f;
+  }
+  return "";
+}
+
 std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir, double before,
                                                      std::vector<std::string>* kept,
                                                      std::vector<std::pair<std::string, std::string>>* emptied) {
@@ -91,8 +106,7 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
     std::vector<fs::path> ours;
     for (fs::directory_iterator jt(it->path(), ec); !ec && jt != end; jt.increment(ec)) {
       const std::string f = jt->path().filename().string();
-      const bool writer_file = !jt->is_directory(ec) && (f.rfind("shard-", 0) == 0 || f.rfind("manifest.capnp", 0) == 0 ||
-                                                         f.rfind("tokenizer.model", 0) == 0);
+      const bool writer_file = !jt->is_directory(ec) && writer_file_name(f);
       if (writer_file) ours.push_back(jt->path());
       else if (foreign.empty()) foreign = f;
     }

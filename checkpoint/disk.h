@@ -26,6 +26,11 @@ uint64_t snapshot_bytes(const Config& c);
 // a file-size limit (ulimit -f) must allow. Not the tokenizer copy (its own size).
 uint64_t largest_snapshot_file_bytes(const Config& c);
 
+// The first entry of folder `dir` that no snapshot writer makes (anything but shard-*,
+// manifest.capnp and tokenizer.model files and their temporaries: a user's file, a
+// subfolder), or "" when it holds only those (or cannot be read).
+std::string non_snapshot_file(const std::string& dir);
+
 // The unfinished snapshot folders (step-<k>.tmp-<pid>) in ckpt_dir that were last changed
 // before `before` (unix seconds) by a writer that no longer runs on this host: they are
 // removed and their names returned. Only the files a snapshot writer makes go (shard-*,

@@ -106,9 +106,12 @@ FileEntry write_shard_file(const std::string& dir, const ShardData& s);
 void write_manifest(const std::string& dir, const ManifestInfo& info, const std::vector<FileEntry>& files);
 
 // Makes the snapshot written (manifest included) in tmp_dir the complete snapshot
-// final_dir: an existing one there is removed first (its manifest before anything else),
-// then tmp_dir is renamed and the parent directory fsynced. Errors: Error naming the path.
-void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir);
+// final_dir: an existing snapshot there (or a half-deleted one: snapshot files only) is
+// removed first (its manifest before anything else), then tmp_dir is renamed and the parent
+// directory fsynced. A folder there that is no snapshot and holds anything else (a user's
+// files) is renamed to <final_dir>.kept (.2, ...), never deleted: returns that path ("" when
+// none). Errors: Error naming the path.
+std::string commit_snapshot(const std::string& tmp_dir, const std::string& final_dir);
 
 // The bytes of dir/manifest.capnp's Cap'n Proto message, after checking the file's trailer
 // ("TRPMANI1" + crc32 of the message). Throws UserError naming the file (missing, damaged).

@@ -1,6 +1,7 @@
 // checkpoint/snapshot_write.cpp — writing a snapshot (checkpoint/snapshot.h): the tokenizer
 // copy, one shard file per worker, the manifest written last and atomically, and the commit
 // of the finished folder. Every failure is an Error naming the path.
+#include "checkpoint/disk.h"
 #include "checkpoint/snapshot.h"
 
 #include <capnp/message.h>
@@ -179,8 +180,19 @@ void write_manifest(const std::string& dir, const ManifestInfo& info, const std:
   fsync_dir(dir);
 }
 
-void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir) {
+std::string commit_snapshot(const std::string& tmp_dir, const std::string& final_dir) {
   std::error_code ec;
+  std::string kept;
+  // a folder of that name that is no snapshot and holds a user's files (made during the run:
+  // one there at the start is refused) is renamed aside, never deleted
+  if (fs::exists(final_dir, ec) && !fs::exists(fs::path(final_dir) / kManifest, ec) &&
+      !non_snapshot_file(final_dir).empty()) {
+    kept = final_dir + ".kept";
+    for (int n = 2; fs::exists(fs::symlink_status(kept, ec)) && n < 1000; ++n) kept = final_dir + ".kept." + std::to_string(n);
+    if (::rename(final_dir.c_str(), kept.c_str()) != 0)
+      throw Error("cannot move " + final_dir + " (not a snapshot: it holds " + non_snapshot_file(final_dir) +
+                  ") out of the way of the snapshot: " + errno_text() + "; move it out of checkpoint.dir");
+  }
   if (fs::exists(final_dir, ec)) {
     fs::remove(fs::path(final_dir) / kManifest, ec);
     fs::remove_all(final_dir, ec);
@@ -189,6 +201,7 @@ void commit_snapshot(const std::string& tmp_dir, const std::string& final_dir) {
   if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
     throw Error("cannot rename " + tmp_dir + " to " + final_dir + ": " + errno_text());
   fsync_dir(fs::path(final_dir).parent_path().string());
+  return kept;
 }
 
 }  // namespace troupe

@@ -171,6 +171,20 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
           << ": snapshots, their lock and retention do not belong among a run's data; choose a folder for snapshots alone";
     }
   }
+  // a step-<k> folder that is no snapshot (no manifest) and holds a user's files: the snapshot
+  // of step k would take its place (one holding only snapshot files is a half-deleted snapshot)
+  for (fs::directory_iterator it(ckpt_dir, ec), end; !ckpt_dir.empty() && !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos ||
+        !it->is_directory(ec) || fs::exists(it->path() / "manifest.capnp", ec))
+      continue;
+    const std::string foreign = non_snapshot_file(it->path().string());
+    TROUPE_USER_CHECK(foreign.empty())
+        << "checkpoint folder " << ckpt_dir << " holds " << n << "/, which is not a snapshot (no manifest.capnp) and "
+        << "holds " << foreign << ": this run's snapshot of that step would take its place; move it out of "
+        << (c.checkpoint.dir.empty() ? "the run's checkpoints folder" : "checkpoint.dir");
+  }
+  ec.clear();
   const std::string& tb = c.train.tensorboard_dir;
   TROUPE_USER_CHECK(tb.empty() || list_snapshots(tb).empty())
       << "--tensorboard (train.tensorboard_dir) '" << tb << "' holds snapshots (step-<k> folders): it is a run's "

@@ -2,7 +2,6 @@
 #include "datasets/token_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "datasets/corpus.h"
@@ -73,37 +73,20 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens, 
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
   // O_NONBLOCK: a FIFO in its place must not block the open until a writer comes
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  TROUPE_USER_CHECK(fd >= 0) << "cannot open token file '" << path << "': " << std::strerror(errno)
-                             << "; " << fix_for(path);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    TROUPE_USER_CHECK(false) << "cannot stat token file '" << path << "': " << std::strerror(err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    TROUPE_USER_CHECK(false) << "token file '" << path << "' is not a regular file (a FIFO, a device or a folder); "
-                             << fix_for(path);
-  }
-  const auto file_bytes = static_cast<uint64_t>(st.st_size);
-  if (file_bytes < sizeof(Header)) {
-    ::close(fd);
-    TROUPE_USER_CHECK(false) << "token file '" << path << "' is truncated (" << file_bytes
-                             << " bytes, shorter than its 64-byte header); " << fix_for(path);
-  }
-  map_bytes_ = static_cast<size_t>(file_bytes);
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
-  const int map_err = errno;
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    TROUPE_USER_CHECK(false) << "cannot map token file '" << path << "': " << std::strerror(map_err);
-  }
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  TROUPE_USER_CHECK(fd_ >= 0) << "cannot open token file '" << path << "': " << std::strerror(errno)
+                              << "; " << fix_for(path);
   try {
+    struct stat st {};
+    TROUPE_USER_CHECK(::fstat(fd_, &st) == 0) << "cannot stat token file '" << path << "': " << std::strerror(errno);
+    TROUPE_USER_CHECK(S_ISREG(st.st_mode)) << "token file '" << path
+                                           << "' is not a regular file (a FIFO, a device or a folder); " << fix_for(path);
+    const auto file_bytes = static_cast<uint64_t>(st.st_size);
+    TROUPE_USER_CHECK(file_bytes >= sizeof(Header))
+        << "token file '" << path << "' is truncated (" << file_bytes << " bytes, shorter than its 64-byte header); "
+        << fix_for(path);
     Header h;
-    std::memcpy(&h, map_, sizeof h);
+    read_bytes(0, sizeof h, &h);
     TROUPE_USER_CHECK(std::memcmp(h.magic, kTokenFileMagic, sizeof h.magic) == 0)
         << "'" << path << "' is not a troupe token file (bad magic); " << fix_for(path);
     TROUPE_USER_CHECK(h.version == kTokenFileVersion)
@@ -123,11 +106,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     count_ = h.count;
     tokenizer_hash_ = h.tokenizer_hash;
     vocab_size_ = static_cast<int>(h.vocab_size);
-    const auto* data = static_cast<const char*>(map_) + sizeof h;
-    u16_ = reinterpret_cast<const uint16_t*>(data);
-    u32_ = reinterpret_cast<const uint32_t*>(data);
   } catch (...) {
-    unmap();
+    close_file();
     throw;
   }
 }
@@ -136,12 +116,9 @@ TokenFile::TokenFile(TokenFile&& o) noexcept { *this = std::move(o); }
 
 TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
   if (this != &o) {
-    unmap();
+    close_file();
     path_ = std::move(o.path_);
-    map_ = std::exchange(o.map_, nullptr);
-    map_bytes_ = std::exchange(o.map_bytes_, 0);
-    u16_ = std::exchange(o.u16_, nullptr);
-    u32_ = std::exchange(o.u32_, nullptr);
+    fd_ = std::exchange(o.fd_, -1);
     dtype_ = o.dtype_;
     count_ = std::exchange(o.count_, 0);
     tokenizer_hash_ = o.tokenizer_hash_;
@@ -150,23 +127,68 @@ TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
   return *this;
 }
 
-TokenFile::~TokenFile() { unmap(); }
+TokenFile::~TokenFile() { close_file(); }
 
-void TokenFile::unmap() noexcept {
-  if (map_ != nullptr) ::munmap(map_, map_bytes_);
-  map_ = nullptr;
-  map_bytes_ = 0;
+void TokenFile::close_file() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void TokenFile::read_bytes(uint64_t offset, size_t n, void* dst) const {
+  auto* p = static_cast<char*>(dst);
+  for (size_t done = 0; done < n;) {
+    const ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    TROUPE_USER_CHECK(r >= 0) << "cannot read token file '" << path_ << "': " << std::strerror(errno) << "; "
+                              << fix_for(path_);
+    // the file ends early: it was truncated or rewritten in place after it was opened and checked
+    TROUPE_USER_CHECK(r > 0) << "token file '" << path_ << "' changed while in use: it now ends before byte "
+                             << offset + n << " of the " << kTokenFileHeaderBytes + count_ * elem_bytes()
+                             << " its header promised (truncated or rewritten after this process opened it); a data "
+                             << "cache must not change under a run: " << fix_for(path_)
+                             << ", then continue with --resume latest";
+    done += static_cast<size_t>(r);
+  }
+}
+
+template <class F>
+void TokenFile::for_blocks(uint64_t start, uint64_t n, F&& fn) const {
+  constexpr uint64_t kBlock = 1 << 18;  // tokens a pread (a multiple of 8 bytes for either dtype)
+  thread_local std::vector<unsigned char> buf;  // (a loader's windows: no allocation per read)
+  buf.resize(static_cast<size_t>(std::min(n, kBlock) * elem_bytes()));
+  for (uint64_t i = 0; i < n; i += kBlock) {
+    const uint64_t k = std::min(kBlock, n - i);
+    read_bytes(kTokenFileHeaderBytes + (start + i) * elem_bytes(), static_cast<size_t>(k * elem_bytes()), buf.data());
+    fn(buf.data(), start + i, k);
+  }
 }
 
 void TokenFile::read(uint64_t start, uint64_t n, int32_t* out) const {
   TROUPE_CHECK(start <= count_ && n <= count_ - start)
       << "reading tokens [" << start << ", " << start + n << ") of '" << path_ << "' which has "
       << count_;
-  if (dtype_ == TokenDType::u16) {
-    for (uint64_t i = 0; i < n; ++i) out[i] = u16_[start + i];
-  } else {
-    for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(u32_[start + i]);
-  }
+  for_blocks(start, n, [&](const unsigned char* b, uint64_t first, uint64_t k) {
+    int32_t* o = out + (first - start);
+    if (dtype_ == TokenDType::u16) {
+      for (uint64_t i = 0; i < k; ++i) {
+        uint16_t v;
+        std::memcpy(&v, b + 2 * i, 2);
+        o[i] = v;
+      }
+    } else {
+      for (uint64_t i = 0; i < k; ++i) {
+        uint32_t v;
+        std::memcpy(&v, b + 4 * i, 4);
+        o[i] = static_cast<int32_t>(v);
+      }
+    }
+  });
+}
+
+int32_t TokenFile::operator[](uint64_t i) const {
+  int32_t t = 0;
+  read(i, 1, &t);
+  return t;
 }
 
 std::vector<int32_t> TokenFile::to_vector() const {
@@ -177,47 +199,53 @@ std::vector<int32_t> TokenFile::to_vector() const {
 
 std::vector<uint64_t> TokenFile::counts(int vocab_size) const {
   std::vector<uint64_t> c(static_cast<size_t>(vocab_size), 0);
-  for (uint64_t i = 0; i < count_; ++i) {
-    const auto t = static_cast<uint32_t>((*this)[i]);
-    TROUPE_CHECK(t < c.size()) << "token " << t << " at index " << i << " of '" << path_
-                               << "' outside the vocabulary " << vocab_size;
-    ++c[t];
+  std::vector<int32_t> ids;
+  for (uint64_t at = 0; at < count_; at += 1 << 20) {
+    ids.resize(static_cast<size_t>(std::min<uint64_t>(1 << 20, count_ - at)));
+    read(at, ids.size(), ids.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto t = static_cast<uint32_t>(ids[i]);
+      TROUPE_CHECK(t < c.size()) << "token " << t << " at index " << at + i << " of '" << path_
+                                 << "' outside the vocabulary " << vocab_size;
+      ++c[t];
+    }
   }
   return c;
 }
 
 uint64_t TokenFile::checksum() const {
-  const auto* p = static_cast<const unsigned char*>(map_) + kTokenFileHeaderBytes;
-  const uint64_t n = count_ * (dtype_ == TokenDType::u16 ? 2 : 4);
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ n, i = 0;
-  for (; i + 8 <= n; i += 8) {  // 8 bytes a step: about as fast as reading the file
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  const uint64_t n = count_ * elem_bytes();
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  // 8 bytes a step over the token bytes in file order (blocks are whole 8-byte words but the last)
+  for_blocks(0, count_, [&](const unsigned char* p, uint64_t, uint64_t k) {
+    const uint64_t bytes = k * elem_bytes();
+    uint64_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
+    for (; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  });
   return h ^ (h >> 29);
 }
 
 void TokenFile::validate(int vocab_size) const {
   const auto v = static_cast<uint64_t>(vocab_size);
-  uint64_t max_id = 0;  // fast pass (vectorises); locate the culprit only when needed
-  if (dtype_ == TokenDType::u16) {
-    uint16_t m = 0;
-    for (uint64_t i = 0; i < count_; ++i) m = std::max(m, u16_[i]);
-    max_id = m;
-  } else {
-    uint32_t m = 0;
-    for (uint64_t i = 0; i < count_; ++i) m = std::max(m, u32_[i]);
-    max_id = m;
-  }
-  if (count_ == 0 || max_id < v) return;
-  for (uint64_t i = 0; i < count_; ++i) {
-    const auto t = static_cast<uint64_t>(static_cast<uint32_t>((*this)[i]));
-    TROUPE_USER_CHECK(t < v) << "token file '" << path_ << "' holds token id " << t << " at index "
-                             << i << ", outside the vocabulary of " << vocab_size
-                             << " (written by another tokenizer, or corrupt); " << fix_for(path_);
+  std::vector<int32_t> ids;
+  for (uint64_t at = 0; at < count_; at += 1 << 20) {
+    ids.resize(static_cast<size_t>(std::min<uint64_t>(1 << 20, count_ - at)));
+    read(at, ids.size(), ids.data());
+    uint32_t m = 0;  // fast pass (vectorises); locate the culprit only when needed
+    for (int32_t t : ids) m = std::max(m, static_cast<uint32_t>(t));
+    if (m < v) continue;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto t = static_cast<uint64_t>(static_cast<uint32_t>(ids[i]));
+      TROUPE_USER_CHECK(t < v) << "token file '" << path_ << "' holds token id " << t << " at index "
+                               << at + i << ", outside the vocabulary of " << vocab_size
+                               << " (written by another tokenizer, or corrupt); " << fix_for(path_);
+    }
   }
 }
 

@@ -92,13 +92,14 @@ class TokenFileWriter {
   bool committed_ = false;
 };
 
-// A token file, memory-mapped read-only. Move-only; unmaps on destruction. Reads are
-// thread-safe.
+// A token file, read with pread (not mapped: a file truncated under a mapping ends the process
+// with SIGBUS; a short read is an error that names it). Move-only; closes on destruction.
+// Reads are thread-safe.
 class TokenFile {
  public:
-  // Opens and maps `path`, checks magic, version, dtype and that the size matches the
-  // header's count. Errors (UserError naming the file and the fix, "delete <folder> to
-  // re-tokenize"): missing file, truncated file, bad magic, unknown version or dtype.
+  // Opens `path`, checks magic, version, dtype and that the size matches the header's count.
+  // Errors (UserError naming the file and the fix, "delete <folder> to re-tokenize"): missing
+  // file, truncated file, bad magic, unknown version or dtype.
   explicit TokenFile(const std::string& path);
   TokenFile(TokenFile&& other) noexcept;
   TokenFile& operator=(TokenFile&& other) noexcept;
@@ -108,11 +109,11 @@ class TokenFile {
 
   // Number of tokens.
   uint64_t size() const { return count_; }
-  // Token i (no bounds check; i < size()).
-  int32_t operator[](uint64_t i) const {
-    return dtype_ == TokenDType::u16 ? static_cast<int32_t>(u16_[i]) : static_cast<int32_t>(u32_[i]);
-  }
-  // Copies tokens [start, start + n) into out (n tokens). Errors: Error when out of range.
+  // Token i (i < size(); a read of its own: for tests, not loops).
+  int32_t operator[](uint64_t i) const;
+  // Copies tokens [start, start + n) into out (n tokens). Errors: Error when out of range;
+  // UserError when the file no longer holds them (truncated or rewritten since it was opened:
+  // a data cache changed under a run) or cannot be read, naming the file and the fix.
   void read(uint64_t start, uint64_t n, int32_t* out) const;
   // All tokens as int32 (count tokens; memory 4 bytes per token).
   std::vector<int32_t> to_vector() const;
@@ -136,12 +137,15 @@ class TokenFile {
   const std::string& path() const { return path_; }
 
  private:
-  void unmap() noexcept;
+  void close_file() noexcept;
+  uint64_t elem_bytes() const { return dtype_ == TokenDType::u16 ? 2 : 4; }
+  // n bytes at `offset` of the file into dst (pread, whole). Errors: UserError as read().
+  void read_bytes(uint64_t offset, size_t n, void* dst) const;
+  // fn(token bytes, first token, tokens) over [start, start + n) in blocks of 256 Ki tokens.
+  template <class F>
+  void for_blocks(uint64_t start, uint64_t n, F&& fn) const;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
-  const uint16_t* u16_ = nullptr;
-  const uint32_t* u32_ = nullptr;
+  int fd_ = -1;
   TokenDType dtype_ = TokenDType::u16;
   uint64_t count_ = 0;
   uint64_t tokenizer_hash_ = 0;
