@@ -116,7 +116,9 @@ class Coordinator {
   void wait_snapshots();
 
   // --- results (coordinator_results.cpp)
-  // The validation loss (nats/token): of one split, or the mean of every source's.
+  // The validation loss (nats/token): of one split, or the mean of every source's. Batches go
+  // out in windows (a few per stage in flight, not train.eval_batches at once), and a stop
+  // signal ends the pass at the next window: then NaN, after the batches in flight finish.
   double evaluate();
   // n tokens sampled after the prompt (temperature, top-k); fills res.sample_ids and
   // res.prompt_logits; returns the decoded text ("" without a decoder).

@@ -32,14 +32,30 @@ double Coordinator::evaluate() {
   const int S = std::max<int>(1, (int)ctx_.val_sources.size());
   val_source_losses_.clear();
   double sum = 0;
+  // a window of batches in flight keeps every stage busy (forward-only: P suffice; 4 per
+  // stage) while a signal is noticed within one window, and memory holds one window's tokens
+  const int window = std::max(16, 4 * plan_.P);
   for (int s = 0; s < S; ++s) {
-    for (int j = 0; j < nb; ++j) {
-      int64_t k = -(++eval_counter_);
-      for (auto& da : a_.datas) (*self_)->send(da, batch_atom::value, k, 1 + s, (int64_t)j);
-      for (auto& w : a_.workers) (*self_)->send(w, step_atom::value, k, 1, scaler_ ? scaler_->scale() : 1.0);
+    double loss_sum = 0, tokens = 0;
+    for (int j0 = 0; j0 < nb; j0 += window) {
+      if (stop_signal() != 0) {
+        if (!ctx_.quiet)
+          spdlog::info("signal {}: validation stopped after {} of {} batches{}; no val loss is recorded", stop_signal(),
+                       (int64_t)s * nb + j0, (int64_t)S * nb, S > 1 ? " (of every source)" : "");
+        val_source_losses_.clear();
+        return NAN;
+      }
+      const int n = std::min(window, nb - j0);
+      for (int j = j0; j < j0 + n; ++j) {
+        int64_t k = -(++eval_counter_);
+        for (auto& da : a_.datas) (*self_)->send(da, batch_atom::value, k, 1 + s, (int64_t)j);
+        for (auto& w : a_.workers) (*self_)->send(w, step_atom::value, k, 1, scaler_ ? scaler_->scale() : 1.0);
+      }
+      auto total = collect_done(0, "validation", n * plan_.P * plan_.TP * plan_.DP);
+      loss_sum += total.loss_sum;
+      tokens += (double)total.tokens;
     }
-    auto total = collect_done(0, "validation", nb * plan_.P * plan_.TP * plan_.DP);
-    val_source_losses_.push_back(total.loss_sum / (double)total.tokens);
+    val_source_losses_.push_back(loss_sum / tokens);
     sum += val_source_losses_.back();
   }
   return S == 1 ? val_source_losses_[0] : sum / S;

@@ -307,6 +307,7 @@ void Coordinator::log_first_step(int64_t k) {
 void Coordinator::evaluate_and_log(int64_t k, MetricsLog& metrics, JobResult& res) {
   const int steps = cfg_.train.steps;
   double vl = evaluate();
+  if (std::isnan(vl) && stop_signal() != 0) return;  // stopped by a signal (said): the step's snapshot comes next
   res.val_losses.emplace_back(k, vl);
   if (!ctx_.quiet)
     spdlog::info("step {:>5}/{} | val loss {:.4f} | unigram entropy {:.4f} | {:+.4f} nats vs unigram", k, steps, vl,

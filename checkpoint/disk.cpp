@@ -25,6 +25,16 @@ uint64_t free_space(const std::string& path) {
   return (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
 }
 
+uint64_t free_inodes(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  struct statvfs v {};
+  // f_files 0: a filesystem that makes inodes as it goes (btrfs, some FUSE): no count to run out of
+  if (p.empty() || ::statvfs(p.c_str(), &v) != 0 || v.f_files == 0) return UINT64_MAX;
+  return (uint64_t)v.f_favail;
+}
+
 uint64_t snapshot_bytes(const Config& c) {
   const GPTConfig g = GPTConfig::from(c.model);
   const bool split = c.parallel.pp * c.parallel.chunks > 1;

@@ -13,6 +13,10 @@ namespace troupe {
 // Bytes free to an unprivileged user (statvfs f_bavail) on the filesystem holding `path`,
 // or its nearest existing parent; UINT64_MAX when that cannot be read.
 uint64_t free_space(const std::string& path);
+// Files (inodes) that can still be created on the filesystem holding `path` (or its nearest
+// existing ancestor): statvfs f_favail; UINT64_MAX when unknown or unlimited (f_files = 0).
+// A filesystem can have bytes free and no inode left (many small files): every new file fails.
+uint64_t free_inodes(const std::string& path);
 
 // About how many bytes one snapshot of this config takes on disk (a little more than it
 // does): parameters and both AdamW moments in fp32, plus fp32 master weights in mixed

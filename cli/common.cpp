@@ -169,6 +169,13 @@ void check_room(const std::string& existing, const std::string& dir, const std::
   TROUPE_USER_CHECK(room >= kMinFree) << what << " '" << dir << "' is on a filesystem with " << room / 1024
                                       << " KiB free; free some space or pass " << flag
                                       << " with a folder on another filesystem";
+  // its files (config.toml, train.log, metrics.jsonl, .lock, checkpoints/, temporaries) need inodes too
+  constexpr uint64_t kMinInodes = 16;
+  const uint64_t inodes = free_inodes(existing);
+  TROUPE_USER_CHECK(inodes >= kMinInodes)
+      << what << " '" << dir << "' is on a filesystem with " << inodes << " free inodes (files it can still "
+      << "create; bytes are free, files are not): a run makes at least " << kMinInodes << "; remove files there or pass "
+      << flag << " with a folder on another filesystem";
 }
 
 void check_cwd_exists(const std::string& path, const std::string& flag) {
@@ -323,9 +330,13 @@ std::string save_config(const Config& c, const std::string& dir) {
   }
   std::string tmp = path + ".tmp";
   {
+    errno = 0;
     std::ofstream out(tmp);
     out << text;
-    TROUPE_USER_CHECK(out.good()) << "cannot write " << tmp << "; pass --run-dir with a writable folder";
+    out.flush();
+    const int err = errno;
+    TROUPE_USER_CHECK(out.good()) << "cannot write " << tmp << " (" << (err ? std::strerror(err) : "a write error")
+                                  << "); pass --run-dir with a folder on a filesystem with room for files";
   }
   fs::rename(tmp, path);
   return path;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -38,11 +39,21 @@ struct RunCurves {
   int64_t bad_lines = 0, first_bad_line = 0;  // lines skipped: not JSON objects, or a step that is not a whole number
   std::string first_bad_why;                   // what is wrong with the first, as a clause ("is not a JSON object ...")
   int64_t runs = 1, first_line = 1;            // fresh runs in the file; where the last (drawn) one starts
+  int64_t beyond = 0;                          // values left out: beyond what gnuplot scales (|x| > 1e300, < 1e-300)
+  std::string first_beyond;                    // the first, as "loss 1e+308 at step 1"
 };
 
-std::string num(const nlohmann::json& j, const char* key, double scale = 1) {
+// j[key] x scale for gnuplot's data block, "NaN" (a gap) when absent or not a number. A
+// value gnuplot cannot scale an axis to (|x| above 1e300 or a nonzero one below 1e-300: its
+// axis arithmetic overflows) is a gap too, counted in rc.
+std::string num(const nlohmann::json& j, const char* key, int64_t step, RunCurves& rc, double scale = 1) {
   if (!j.contains(key) || !j[key].is_number()) return "NaN";
-  return fmt::format("{}", j[key].get<double>() * scale);
+  const double v = j[key].get<double>() * scale, a = std::fabs(v);
+  if (std::isfinite(v) && (a > 1e300 || (a != 0 && a < 1e-300))) {
+    if (rc.beyond++ == 0) rc.first_beyond = fmt::format("{} {} at step {}", key, v, step);
+    return "NaN";
+  }
+  return fmt::format("{}", v);
 }
 
 // Batch tokens per step from the run's saved config (B x T), 0 when unknown.
@@ -115,8 +126,8 @@ RunCurves read_run(const std::string& run_dir) {
     const std::string tokens = fmt::format("{}", k * tps);
     if (j.contains("loss")) {
       ++rc.step_records;
-      const std::string cols[] = {num(j, "loss"), num(j, "lr"), num(j, "grad_norm"), num(j, "tokens_per_s"),
-                                  num(j, "mfu", 100)};
+      const std::string cols[] = {num(j, "loss", k, rc), num(j, "lr", k, rc), num(j, "grad_norm", k, rc),
+                                  num(j, "tokens_per_s", k, rc), num(j, "mfu", k, rc, 100)};
       rc.train += fmt::format("{} {}", k, tokens);
       for (int c = 0; c < 5; ++c) {
         rc.train += " " + cols[c];
@@ -124,7 +135,7 @@ RunCurves read_run(const std::string& run_dir) {
       }
       rc.train += "\n";
     } else if (j.contains("val_loss")) {
-      const std::string v = num(j, "val_loss");
+      const std::string v = num(j, "val_loss", k, rc);
       rc.has_val = rc.has_val || v != "NaN";
       rc.val += fmt::format("{} {} {}\n", k, tokens, v);
     }
@@ -223,6 +234,9 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   gp += panel(rc, 6, "throughput (tokens/s)");
   gp += panel(rc, 7, "MFU (%, against the measured fp32 peak)");
   gp += "unset multiplot\n";
+  if (rc.beyond > 0)
+    std::cerr << "warning: " << run_dir << "/metrics.jsonl holds " << rc.beyond << " value(s) beyond what gnuplot can "
+              << "scale an axis to (the first: " << rc.first_beyond << "); they are left out of the plot" << std::endl;
   if (!rc.has[3] && !rc.has_val)
     std::cerr << "warning: " << run_dir << "/metrics.jsonl holds no finite loss (each is null: the run diverged, or "
               << "not a number); the loss panels say so" << std::endl;

@@ -254,6 +254,12 @@ void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
         << " KiB (snapshots every checkpoint.interval steps and on a stop signal would fail); raise it (ulimit -f "
            "unlimited)";
   }
+  // one file per worker (its shard), the manifest, the tokenizer copy, their temporaries, the folder
+  const uint64_t files = (uint64_t)c.parallel.pp * c.parallel.tp * c.parallel.dp + 8, inodes = free_inodes(ckpt_dir);
+  TROUPE_USER_CHECK(inodes >= files)
+      << "the filesystem of checkpoint.dir " << ckpt_dir << " has " << inodes << " free inodes (files it can still "
+      << "create; bytes are free, files are not) but one snapshot makes about " << files << " files; remove files "
+      << "there or set checkpoint.dir to a folder on another filesystem";
   if (free == UINT64_MAX) return;
   auto mib = [](uint64_t b) { return fmt::format("{:.1f} MiB", b / 1048576.0); };
   TROUPE_USER_CHECK(free >= need)
@@ -347,6 +353,10 @@ void check_before_writing(const Config& c, const LaunchEnv& launch, bool followe
   if (c.train.threads > 0 && c.train.threads < workers)
     spdlog::warn("train.threads = {} is fewer than the {} stage workers: each still gets 1 thread ({} in all)",
                  c.train.threads, workers, workers);
+  // (Megatron-LM turns it off the same way, with a warning: there is no TP group to shard over)
+  if (c.parallel.sequence_parallel && c.parallel.tp == 1 && !follower)
+    spdlog::warn("parallel.sequence_parallel = true does nothing with parallel.tp = 1 (it shards the layernorm and "
+                 "dropout activations over the TP group); set parallel.tp > 1 to use it, or leave it out");
   check_thread_limit(c, launch);
   check_device(c);
 }

@@ -6,6 +6,7 @@
 // during a long final validation, plot's advice for extreme losses.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -62,4 +63,63 @@ TEST_CASE("a step-k folder of a user's files in checkpoint.dir is refused at the
   CHECK(kept == s.path("late/step-00000002.kept"));
   CHECK(slurp(s.path("late/step-00000002.kept/mine.txt")) == "mine\n");
   CHECK(fs::is_directory(s.path("late/step-00000002")));
+}
+
+TEST_CASE("a filesystem with bytes free but no inodes is refused before the run, naming inodes", "[cli][hostile]") {
+  Scratch s(kGroup, "inodes");
+  const std::string mnt = s.path("mnt"), t = "'" + troupe_bin() + "'";
+  const std::string common = " --config configs/tiny.toml --set train.steps=2 --set checkpoint.interval=1 --set "
+                             "train.sample_tokens=0 --set data.cache_dir='" + s.path("c") + "'";
+  const std::string body = "mount -o remount,nr_inodes=6 '" + mnt + "'\n" +
+                           "if " + t + " train" + common + " --run-dir '" + mnt + "/run' > /dev/null 2> '" + s.path("a.err") +
+                           "'; then echo 0; else echo $?; fi > '" + s.path("a.rc") + "'\n" +
+                           "if " + t + " train" + common + " --run-dir '" + s.path("run") + "' --set checkpoint.dir='" + mnt +
+                           "/ck' > /dev/null 2> '" + s.path("b.err") + "'; then echo 0; else echo $?; fi > '" + s.path("b.rc") + "'\n" +
+                           "ls -A '" + mnt + "' > '" + s.path("ls.txt") + "'";
+  std::string why;
+  if (!run_on_tmpfs(s, mnt, 64, body, &why)) {
+    SUCCEED("no mount namespace here (" << why << "): nothing to check");
+    return;
+  }
+  INFO(slurp(s.path("tmpfs.log")) << slurp(s.path("a.err")) << slurp(s.path("b.err")));
+  CHECK(slurp(s.path("a.rc")) == "2\n");
+  CHECK(slurp(s.path("a.err")).find("free inodes") != std::string::npos);
+  CHECK(slurp(s.path("b.rc")) == "2\n");
+  CHECK(slurp(s.path("b.err")).find("free inodes") != std::string::npos);
+  CHECK(slurp(s.path("ls.txt")).empty());  // nothing written there
+}
+
+TEST_CASE("a stop signal during a long validation ends it at once and saves the step", "[cli][hostile][checkpoint]") {
+  Scratch s(kGroup, "evalstop");
+  const auto t0 = std::chrono::steady_clock::now();
+  const Run r = run_and_signal(s, "train --config configs/tiny.toml --set train.steps=3 --set train.sample_tokens=0 "
+                                  "--set train.eval_batches=100000 --set data.cache_dir='" + s.path("c") +
+                                  "' --run-dir '" + s.path("run") + "'",
+                               "step +3/3 \\\\| loss", "sleep 0.5; kill -TERM $p");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("validation stopped after") != std::string::npos);
+  CHECK(fs::exists(s.path("run/checkpoints/step-00000003/manifest.capnp")));
+  CHECK(took < 60);  // (100000 batches would take many minutes)
+}
+
+TEST_CASE("plot leaves out values gnuplot cannot scale, naming them, and sequence parallelism without TP is warned about",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "misc");
+  fs::create_directories(s.path("p"));
+  s.write("p/metrics.jsonl", "{\"step\":1,\"loss\":1e308,\"lr\":0.001}\n{\"step\":2,\"loss\":-1e308,\"lr\":0.001}\n"
+                             "{\"step\":3,\"loss\":5e-324,\"lr\":0.001}\n{\"step\":4,\"loss\":2.5,\"lr\":0.001}\n");
+  Run r = run_troupe("plot '" + s.path("p") + "'", s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("3 value(s) beyond what gnuplot can scale an axis to (the first: loss 1e+308 at step 1)") !=
+        std::string::npos);
+  CHECK(fs::file_size(s.path("p/plot.png")) > 0);
+  r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 --set "
+                 "parallel.sequence_parallel=true --set data.cache_dir='" + s.path("c") + "' --run-dir '" + s.path("run") + "'",
+                 s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("parallel.sequence_parallel = true does nothing with parallel.tp = 1") != std::string::npos);
 }
