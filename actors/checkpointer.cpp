@@ -61,6 +61,8 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
         std::sort(p.files.begin(), p.files.end(), [](auto& a, auto& b) { return a.name < b.name; });
         write_manifest(p.tmp, p.info, p.files);
         p.bytes += fs::file_size(p.tmp + "/manifest.capnp");
+        // a forced stop emptying the folder meanwhile (a second signal): no rename of what it left
+        if (!claim_partial_dir(p.tmp)) throw Error("stopped while the snapshot was being written");
         d.kept_aside = commit_snapshot(p.tmp, d.dir);
         d.ok = true;
         d.superseded = set_aside_later_steps(p.ckpt_dir, k);

@@ -14,6 +14,7 @@
 
 #include "actors/coordinator.h"
 #include "checkpoint/disk.h"
+#include "checkpoint/snapshot.h"
 #include "core/error.h"
 #include "core/events.h"
 #include "stages/diagnosis.h"
@@ -27,7 +28,15 @@ namespace troupe {
 // and the wait-for graph where it helps.
 void Coordinator::on_fail(int stage, const std::string& msg, const std::string& what) {
   if (stage == -2) throw Error(msg);  // a lost process (actors/cluster.h): the wait-for graph says nothing more
-  if (stage == kFailUserInput) throw UserError(msg);  // the sentence names the input and its fix
+  if (stage == kFailUserInput) {  // the sentence names the input and its fix; then where to continue from
+    const auto snaps = ctx_.checkpoint_dir.empty() ? std::vector<std::pair<int64_t, std::string>>()
+                                                   : list_snapshots(ctx_.checkpoint_dir);
+    throw UserError(msg + (snaps.empty() ? std::string("; no snapshot of this run is on disk, so its steps so far are "
+                                                       "lost: start it again once the input is fixed")
+                                         : "; then continue from the newest snapshot, " + snaps.back().second +
+                                               " (step " + std::to_string(snaps.back().first) +
+                                               "), with --resume latest"));
+  }
   if (cluster_ && !cluster_->failure().empty())  // a consequence of a lost process: name the cause
     throw Error(cluster_->failure() + " (then: " + msg + ")");
   std::string head = stage >= 0 ? "stage " + std::to_string(stage) + " failed: " + msg : msg;

@@ -93,6 +93,22 @@ std::string non_snapshot_file(const std::string& dir) {
   return "";
 }
 
+std::vector<std::string> remove_half_deleted_snapshots(const std::string& ckpt_dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos ||
+        it->is_symlink(ec) || !it->is_directory(ec) || fs::exists(it->path() / "manifest.capnp", ec) ||
+        !non_snapshot_file(it->path().string()).empty())
+      continue;
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+    if (!rm) removed.push_back(it->path().string());
+  }
+  return removed;
+}
+
 std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir, double before,
                                                      std::vector<std::string>* kept,
                                                      std::vector<std::pair<std::string, std::string>>* emptied) {

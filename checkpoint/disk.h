@@ -35,6 +35,12 @@ uint64_t largest_snapshot_file_bytes(const Config& c);
 // subfolder), or "" when it holds only those (or cannot be read).
 std::string non_snapshot_file(const std::string& dir);
 
+// The step-<k> folders in ckpt_dir without a manifest that hold only snapshot files: a
+// snapshot half-deleted by retention or a replacement when its process was killed (the
+// manifest goes first, so it is never taken for a snapshot). Removed; their paths returned.
+// One that holds anything else stays (a run refuses it at the start, naming the file).
+std::vector<std::string> remove_half_deleted_snapshots(const std::string& ckpt_dir);
+
 // The unfinished snapshot folders (step-<k>.tmp-<pid>) in ckpt_dir that were last changed
 // before `before` (unix seconds) by a writer that no longer runs on this host: they are
 // removed and their names returned. Only the files a snapshot writer makes go (shard-*,

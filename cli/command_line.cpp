@@ -37,7 +37,9 @@ const CLI::Validator kWholeNumberInRange(
       errno = 0;
       char* end = nullptr;
       (void)std::strtoll(s.c_str(), &end, 0);
-      return errno == ERANGE ? "'" + s.substr(0, 40) + "' is out of range for a whole number" : std::string();
+      return errno == ERANGE ? "'" + s.substr(0, 40) + "' is out of range: a whole number here is at most "
+                                   "9223372036854775807 (2^63 - 1)"
+                             : std::string();
     },
     "INT");
 
@@ -184,7 +186,7 @@ void add_tool_commands(CommandLine& cl) {
   gen->add_option("--tokens", go.tokens, "tokens to generate, 1 to 100000 (default 64)")->check(kWholeNumberInRange);
   gen->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)");
   gen->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number, 0 = all (default 40)")->check(kWholeNumberInRange);
-  gen->add_option("--seed", go.seed, "sampling seed, a whole number >= 0 (default 1)")->check(kWholeNumberInRange);
+  gen->add_option("--seed", go.seed, "sampling seed, a whole number from 0 to 2^63 - 1 (default 1)")->check(kWholeNumberInRange);
   gen->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
   PlanCommand& pc = cl.pc;
   cl.plan = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");

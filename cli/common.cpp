@@ -191,6 +191,10 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
   check_cwd_exists(dir, flag);
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
+  // a link to nothing: "exists" is false, yet creating the folder fails (File exists)
+  if (fs::is_symlink(p, ec) && !fs::exists(p, ec))
+    TROUPE_USER_FAIL() << what << " '" << dir << "' " << missing_reason(dir) << " create the folder it points to ("
+                       << fs::read_symlink(p, ec).string() << "), or pass " << flag << " with another folder";
   if (fs::exists(p, ec)) {
     TROUPE_USER_CHECK(fs::is_directory(p, ec)) << what << " '" << dir
                                                << "' exists and is not a directory; pass " << flag << " with a folder";

@@ -324,6 +324,9 @@ void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
   std::vector<std::pair<std::string, std::string>> emptied;
   for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept, &emptied))
     spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
+  for (auto& d : remove_half_deleted_snapshots(ckpt_dir))
+    spdlog::warn("removed {}: a snapshot half-deleted (no manifest) when its run was killed while replacing or "
+                 "retiring it", d);
   for (auto& [d, file] : emptied)
     spdlog::warn("removed the snapshot files of {} (a killed writer's); kept the folder: it holds {}, which no snapshot "
                  "writer makes (move it out of checkpoint.dir)", d, file);
@@ -497,7 +500,7 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
   ctx.memory = std::make_shared<MemoryStore>();
   ctx.recovering = in_place && restart > 0;
   ctx.generation = restart;
-  if (const char* ft = std::getenv("TROUPE_FAILURE_TIME"); ft && restart > 0) ctx.failure_time = std::atof(ft);
+  if (const double ft = launch_env_failure_time(); ft > 0 && restart > 0) ctx.failure_time = ft;
   ctx.recovery_ckpt_dir = p.ckpt_dir;
   // what a forced stop names (core/stop_notice.h): the newest snapshot, this start's recovery
   note_saves_snapshots(!follower && !p.ckpt_dir.empty());
@@ -561,12 +564,13 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   RunPaths paths = resolve_run_paths(c, run_dir_opt, resume_opt, follower, config_path);
   // fault.policy = restart: troupe launch starts the job again after a lost process
   // (TROUPE_RESTART_COUNT > 0); it continues from the newest complete snapshot, if any.
-  const int restart = launch.world > 1 && std::getenv("TROUPE_RESTART_COUNT")
-                          ? std::atoi(std::getenv("TROUPE_RESTART_COUNT")) : 0;
+  const int restart_env = launch_env_int("TROUPE_RESTART_COUNT", 0, 1 << 20, 0);  // (checked even in a 1-process run)
+  const int restart = launch.world > 1 ? restart_env : 0;
+  (void)launch_env_failure_time();  // checked here, before anything is written (read again for the context)
   // troupe launch --respawn process (its default): only a lost process is started again;
   // the others recover in place, and all agree at join on the state to continue from
-  const char* respawn = std::getenv("TROUPE_RESPAWN");
-  const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn && std::string(respawn) == "process";
+  const std::string respawn = launch_env_respawn();  // (checked even in a 1-process run)
+  const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn == "process";
   const std::string resume = resume_after_restart(c, launch, paths.ckpt_dir, restart, in_place, resume_opt);
   check_memory(c, !resume.empty());  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
   std::shared_ptr<TrainState> state = naming_option(

@@ -70,8 +70,16 @@ void log_event(const std::string& name, nlohmann::json fields) {
     });
     return;
   }
-  [[maybe_unused]] ssize_t w = ::write(fd, line.data(), line.size());
+  const ssize_t w = ::write(fd, line.data(), line.size());
+  const int err = errno;
   ::close(fd);
+  if (w != (ssize_t)line.size()) {  // a full disk, a file-size limit: said once, the job goes on
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "warning: cannot write to TROUPE_EVENT_LOG=%s (%s); events from here on are lost\n", path,
+                   w < 0 ? std::strerror(err) : "a short write: its filesystem is full");
+    });
+  }
 }
 
 }  // namespace troupe

@@ -71,7 +71,8 @@ bool left_ignored(int sig) {
 }
 
 namespace {
-// note_partial_dir's table: state 0 free, 1 being written, 2 holds a path
+// note_partial_dir's table: state 0 free, 1 being written, 2 holds a path, 3 claimed by its
+// writer for the rename (not removed), 4 being removed
 constexpr int kPartialSlots = 8;
 struct PartialSlot {
   std::atomic<int> state{0};
@@ -119,12 +120,23 @@ void note_partial_dir(const std::string& path) {
 
 void forget_partial_dir(const std::string& path) {
   for (auto& slot : g_partial) {
-    int held = 2;
-    if (slot.state.load() == 2 && path == slot.path && slot.state.compare_exchange_strong(held, 1)) {
-      slot.path[0] = 0;
-      slot.state.store(0);
+    for (int held : {2, 3, 4}) {  // (4: a cleanup that ran; the process was ending)
+      if (slot.state.load() == held && path == slot.path && slot.state.compare_exchange_strong(held, 1)) {
+        slot.path[0] = 0;
+        slot.state.store(0);
+      }
     }
   }
+}
+
+bool claim_partial_dir(const std::string& path) {
+  for (auto& slot : g_partial) {
+    const int st = slot.state.load();
+    if ((st != 2 && st != 4) || path != slot.path) continue;
+    int held = 2;
+    return slot.state.compare_exchange_strong(held, 3);  // fails only against a remover (4)
+  }
+  return true;
 }
 
 bool partial_dirs_noted() noexcept {
@@ -135,10 +147,12 @@ bool partial_dirs_noted() noexcept {
 
 void remove_partial_dirs() noexcept {
   const int saved = errno;
-  for (auto& slot : g_partial)
-    if (slot.state.load() == 2)
+  for (auto& slot : g_partial) {
+    int held = 2;  // (a folder its writer claimed for the rename is left to it: 3)
+    if (slot.state.compare_exchange_strong(held, 4))
       for (int attempt = 0; attempt < 3 && !remove_flat_dir(slot.path); ++attempt) {
       }
+  }
   errno = saved;
 }
 

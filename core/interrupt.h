@@ -37,6 +37,12 @@ bool left_ignored(int sig);
 // At most 8 at a time (more are not noted); paths longer than 4095 bytes are not noted.
 void note_partial_dir(const std::string& path);
 void forget_partial_dir(const std::string& path);
+// The writer is about to rename the noted folder `path` into a complete snapshot: from now
+// on remove_partial_dirs leaves it alone (it unlinks through a handle on the folder, which
+// would follow it past the rename and empty the snapshot). False when remove_partial_dirs
+// has already begun on it (the process is ending): then the writer must not rename it.
+// True for a path that is not noted. forget_partial_dir ends the claim.
+bool claim_partial_dir(const std::string& path);
 // Whether a folder is noted now (a snapshot being written: its writer has not renamed or
 // removed it yet). Async-signal-safe.
 bool partial_dirs_noted() noexcept;

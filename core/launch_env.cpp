@@ -1,5 +1,6 @@
 #include "core/launch_env.h"
 #include <cstring>
+#include <string>
 #include <cctype>
 #include <algorithm>
 
@@ -71,6 +72,33 @@ void refuse_ipv6_host(const std::string& host, const std::string& what) {
   TROUPE_USER_CHECK(host.find_first_of(":[]") == std::string::npos)
       << what << " names the IPv6 address " << host << "; troupe's coordinator and data plane use IPv4 only: use an "
       << "IPv4 address (e.g. 127.0.0.1) or a host name that resolves to one";
+}
+
+int launch_env_int(const char* name, int lo, int hi, int if_unset) {
+  const char* v = std::getenv(name);
+  return v ? parse_int(name, v, lo, hi) : if_unset;
+}
+
+std::string launch_env_respawn() {
+  const char* v = std::getenv("TROUPE_RESPAWN");
+  if (!v) return "";
+  const std::string s = v;
+  TROUPE_USER_CHECK(s == "process" || s == "job")
+      << "environment variable TROUPE_RESPAWN='" << s << "' must be process or job (troupe launch --respawn sets it); "
+      << "fix or unset it";
+  return s;
+}
+
+double launch_env_failure_time() {
+  const char* v = std::getenv("TROUPE_FAILURE_TIME");
+  if (!v) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const double t = std::strtod(v, &end);
+  TROUPE_USER_CHECK(end != v && *end == '\0' && errno == 0 && t >= 0 && t < 1e12)
+      << "environment variable TROUPE_FAILURE_TIME='" << v << "' must be unix seconds, a number >= 0 (troupe launch "
+      << "sets it); fix or unset it";
+  return t;
 }
 
 }  // namespace troupe

@@ -28,4 +28,13 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get = n
 // host ("http://10.0.0.1"). `what` names where it came from ("TROUPE_COORDINATOR", "--coordinator").
 void refuse_ipv6_host(const std::string& host, const std::string& what);
 
+// Variables troupe launch sets for its children, checked where read (a hand-started process
+// may set them): each throws UserError naming the variable, its value and what it takes.
+// TROUPE_RESTART_COUNT and the like: an integer in [lo, hi]; `if_unset` when absent.
+int launch_env_int(const char* name, int lo, int hi, int if_unset);
+// TROUPE_RESPAWN: "process" or "job"; "" when absent.
+std::string launch_env_respawn();
+// TROUPE_FAILURE_TIME: unix seconds, a finite number >= 0; 0 when absent.
+double launch_env_failure_time();
+
 }  // namespace troupe

@@ -106,12 +106,13 @@ double best_rate(Loop loop, int trials, double seconds) {
 
 std::string cache_path() {
   namespace fs = std::filesystem;
+  std::error_code ec;  // (every check takes one: an unreadable HOME is no cache, never an exception)
   fs::path dir;
   if (const char* d = std::getenv("TROUPE_CACHE_DIR"); d && *d) dir = d;
   // (a relative XDG_CACHE_HOME is to be ignored, says the XDG spec: it would make a folder in the cwd)
   else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && x[0] == '/') dir = fs::path(x) / "troupe";
   // a HOME that does not exist (a system user's /nonexistent) is no place to create folders in
-  else if (const char* h = std::getenv("HOME"); h && *h && fs::is_directory(h)) dir = fs::path(h) / ".cache" / "troupe";
+  else if (const char* h = std::getenv("HOME"); h && *h && fs::is_directory(h, ec)) dir = fs::path(h) / ".cache" / "troupe";
   else return "";
   return (dir / "peak.json").string();
 }
@@ -159,8 +160,8 @@ void write_cache(const std::string& path, const nlohmann::json& j) {
   const auto warn = [&](const std::string& why) { warn_cache(path, why); };
   if (!not_a_file(path).empty()) return;  // named by read_cache; not replaced
   fs::create_directories(fs::path(path).parent_path(), ec);
-  if (!fs::is_directory(fs::path(path).parent_path()))
-    return warn(fs::path(path).parent_path().string() + " is not a folder");
+  if (std::error_code dec; !fs::is_directory(fs::path(path).parent_path(), dec))
+    return warn(fs::path(path).parent_path().string() + (dec ? ": " + dec.message() : std::string(" is not a folder")));
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   {
     std::ofstream out(tmp);
@@ -227,7 +228,11 @@ double per_core(const CpuInfo& cpu, Loop loop, const std::string& kind, std::str
   *source = (cached <= 0 ? "measured" : measured > cached ? "measured, cache raised" : "cached") + replaced;
   if (!path.empty() && (rate > cached || !replaced.empty())) {
     cache[key] = rate;
-    write_cache(path, cache);
+    try {
+      write_cache(path, cache);
+    } catch (const std::exception& e) {  // (a CPU name that is not UTF-8, say): the cache is optional
+      warn_cache(path, e.what());
+    }
   }
   return rate;
 }

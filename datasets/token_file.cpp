@@ -145,8 +145,7 @@ void TokenFile::read_bytes(uint64_t offset, size_t n, void* dst) const {
     TROUPE_USER_CHECK(r > 0) << "token file '" << path_ << "' changed while in use: it now ends before byte "
                              << offset + n << " of the " << kTokenFileHeaderBytes + count_ * elem_bytes()
                              << " its header promised (truncated or rewritten after this process opened it); a data "
-                             << "cache must not change under a run: " << fix_for(path_)
-                             << ", then continue with --resume latest";
+                             << "cache must not change under a run: " << fix_for(path_);
     done += static_cast<size_t>(r);
   }
 }

@@ -31,7 +31,7 @@ TEST_CASE("a token file truncated under a run stops it with exit 2 naming the fi
   const Run r = run_and_signal(s, "train --config configs/tiny.toml --set train.steps=100000 --set train.eval_interval=0 "
                                   "--set data.cache_dir='" + s.path("c") + "' --run-dir '" + s.path("run") + "'",
                                "step +3/", "truncate -s 1000 '" + bin + "'");
-  expect_user_error(r, {"corpus.train.bin' changed while in use", "delete", "--resume latest"});
+  expect_user_error(r, {"corpus.train.bin' changed while in use", "delete", "no snapshot of this run is on disk"});
   CHECK(r.err.find("wait-for graph") == std::string::npos);
 }
 
