@@ -76,7 +76,7 @@ class BatchLoader {
 // resuming at step k gives bitwise the batches of the uninterrupted run, for any thread,
 // process or data-parallel layout. With one source the batches are BatchLoader's.
 // Validation: batch b of source s = BatchLoader's val batch b over that source's val file.
-// Token files are memory-mapped: no corpus is ever read into memory.
+// Token files are read with pread, a window per sample: no corpus is ever read into memory.
 class BlendLoader {
  public:
   struct Source {
