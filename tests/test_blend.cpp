@@ -292,7 +292,7 @@ TEST_CASE("prepare: a blend of text, jsonl and dir sources, cleaned, reported, i
   CHECK(tok.piece(3) == "<|bot|>");
   CHECK(tok.encode("<|bot|>") == std::vector<int32_t>{3});
   // byte-for-byte round trip with special tokens in the vocabulary
-  for (const std::string t : {std::string("<|user|> hi\n\n\t  x \xF0\x9F\x98\x80 \xE6\xBC\xA2\xE5\xAD\x97<|bot|>"), std::string("  \t\n\n lead"),
+  for (const std::string& t : {std::string("<|user|> hi\n\n\t  x \xF0\x9F\x98\x80 \xE6\xBC\xA2\xE5\xAD\x97<|bot|>"), std::string("  \t\n\n lead"),
                               std::string("caf\xC3\xA9\r\n\xE2\x96\x81<|user")})
     CHECK(tok.decode(tok.encode(t)) == t);
   const auto a_train = decode_docs(tok, p.sources[0].train_path, p.sources[0].train_idx);
