@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/launch_env.h"
 #include "stages/stage.h"
 
 namespace troupe {
@@ -85,8 +86,7 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   // launch sets TROUPE_LOCAL_WORLD_SIZE)
   plan.cores = cfg.train.threads > 0 ? cfg.train.threads : (int)std::max(1u, in.hardware_threads);
   if (plan.multi && cfg.train.threads <= 0)
-    if (const char* lw = get("TROUPE_LOCAL_WORLD_SIZE"); lw && std::atoi(lw) > 0)
-      plan.cores = std::max(1, plan.cores / std::atoi(lw));
+    plan.cores = std::max(1, plan.cores / launch_local_world_size(get));
   plan.per_worker = std::max(1, plan.cores / (int)plan.local_ranks().size());
   auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, plan.P, plan.M, plan.V));
   validate_schedule(*sched);

@@ -358,11 +358,21 @@ bool resume_may_differ(const std::string& key) {
          run_options.count(key) > 0;
 }
 
+void check_snapshot_readable(const std::string& dir) {
+  if (::access(dir.c_str(), R_OK | X_OK) == 0) return;
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) return;  // named by the callers' own checks
+  TROUPE_USER_FAIL() << "cannot read snapshot directory " << dir << " (" << std::strerror(err) << "); "
+                     << path_error_fix(err) << " (a snapshot is read by the user who runs troupe: that user needs "
+                     << "read and search permission on it, e.g. chmod -R a+rX " << dir << ", or copy it)";
+}
+
 std::vector<char> read_manifest(const std::string& dir) {
   const std::string mpath = dir + "/" + kManifest;
   TROUPE_USER_CHECK(fs::is_directory(dir)) << "snapshot directory " << dir
                                            << (fs::exists(dir) ? " is not a directory;" : " " + missing_reason(dir))
                                            << " pass a snapshot directory (checkpoint.dir/step-<k>) or 'latest' to --resume";
+  check_snapshot_readable(dir);
   std::error_code ec;
   if (!fs::is_regular_file(mpath, ec)) {
     TROUPE_USER_CHECK(!fs::exists(mpath, ec))

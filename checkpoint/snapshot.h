@@ -113,8 +113,14 @@ void write_manifest(const std::string& dir, const ManifestInfo& info, const std:
 // none). Errors: Error naming the path.
 std::string commit_snapshot(const std::string& tmp_dir, const std::string& final_dir);
 
+// Throws UserError naming dir, the reason (Permission denied, ...) and the fix when this
+// process cannot list and enter the folder `dir` (access(2) R_OK | X_OK): a folder it cannot
+// read is not called incomplete. Does nothing for a readable folder.
+void check_snapshot_readable(const std::string& dir);
+
 // The bytes of dir/manifest.capnp's Cap'n Proto message, after checking the file's trailer
-// ("TRPMANI1" + crc32 of the message). Throws UserError naming the file (missing, damaged).
+// ("TRPMANI1" + crc32 of the message). Throws UserError naming the file (missing, damaged,
+// unreadable).
 std::vector<char> read_manifest(const std::string& dir);
 
 // Reads and checks a snapshot for the run configured by cfg: the manifest parses; the

@@ -72,8 +72,21 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   std::string why;
   if (skipped)
     for (size_t i = 0; i < skipped->size() && i < 3; ++i) why += (i ? "; " : ": ") + (*skipped)[i];
-  throw UserError("no usable snapshot in " + ckpt_dir +
-                  (all.empty() ? std::string(" (none is complete)") : " (every one was refused" + why + ")") +
+  if (all.empty()) {
+    std::error_code ec;
+    bool steps = false;  // step-<k> folders, none complete
+    if (!fs::exists(fs::symlink_status(ckpt_dir, ec)))
+      why = " (the folder does not exist: no run has saved a snapshot there)";
+    else {
+      check_snapshot_readable(ckpt_dir);  // Permission denied is said as such
+      for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end && !steps; it.increment(ec))
+        steps = it->path().filename().string().rfind("step-", 0) == 0;
+      why = steps ? " (none is complete: each step-<k> folder lacks its manifest)" : " (it holds no snapshot)";
+    }
+  } else {
+    why = " (every one was refused" + why + ")";
+  }
+  throw UserError("no usable snapshot in " + ckpt_dir + why +
                   "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
 }
 

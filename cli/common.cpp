@@ -456,6 +456,12 @@ void setup_logging(const std::string& run_dir) {
 }
 
 PreparedData prepare(const Config& c) {
+  // an allocation that fails here is the data step's (a huge document, the tokenizer's sample),
+  // not the model's: batch size and parallel layout do not help
+  OutOfMemoryFixesScope oom("split very long documents (the data step holds each document whole, several times "
+                            "over, while it cleans and tokenizes it), lower data.tokenizer_sample_mb or "
+                            "data.threads, or prepare the data on a machine with more memory (troupe prepare), "
+                            "then train");
   return prepare_data(c.data, c.model.vocab_size, [](const std::string& s) { spdlog::info("{}", s); });
 }
 

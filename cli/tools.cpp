@@ -59,6 +59,7 @@ void check_snapshot_arg(const std::string& dir) {
                                             "runs/<run>/checkpoints/step-<k> (checkpoint.dir/step-<k>)";
   TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << dir << " is not a directory; pass a snapshot directory, e.g. "
                                                   "runs/<run>/checkpoints/step-<k>";
+  check_snapshot_readable(dir);
   if (fs::is_regular_file(fs::path(dir) / "manifest.capnp", ec)) return;
   TROUPE_USER_CHECK(!fs::exists(fs::path(dir) / "manifest.capnp", ec))
       << dir << "/manifest.capnp is not a regular file, so " << dir

@@ -20,6 +20,7 @@
 
 #include "checkpoint/disk.h"
 #include "checkpoint/snapshot.h"
+#include "core/launch_env.h"
 #include "cli/common.h"
 #include "cli/figures.h"
 #include "core/error.h"
@@ -123,8 +124,7 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
   rlimit np{};
   if (::geteuid() == 0 || ::getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY) return;
   long local = 1;
-  if (const char* lw = std::getenv("TROUPE_LOCAL_WORLD_SIZE"); launch.world > 1 && lw && std::atol(lw) > 0)
-    local = std::min<long>(std::atol(lw), launch.world);
+  if (launch.world > 1) local = std::min<long>(launch_local_world_size(), launch.world);
   const long cores = usable_cores();
   const long budget = c.train.threads > 0 ? c.train.threads : std::max(1L, cores / local);
   const long need = local * (2 * budget + kOwnThreads);

@@ -207,7 +207,16 @@ void check_optim(const OptimConfig& o) {
   TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps must be >= 0";
   TROUPE_USER_CHECK(o.lr_decay_steps > o.warmup_steps)
       << "optim.lr_decay_steps = " << o.lr_decay_steps << " must exceed optim.warmup_steps = " << o.warmup_steps;
-  TROUPE_USER_CHECK(o.weight_decay >= 0) << "optim.weight_decay = " << fmt::format("{}", o.weight_decay) << " must be >= 0 (0 turns it off)";
+  TROUPE_USER_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay))
+      << "optim.weight_decay = " << fmt::format("{}", o.weight_decay)
+      << " must be a finite number >= 0 (0 turns it off; GPT-2 and Megatron-LM use 0.1 or 0.01)";
+  // AdamW's decoupled decay (Loshchilov & Hutter 2019, Alg. 2 line 12) scales each weight by
+  // 1 - lr * weight_decay per step: at 1 or more it zeroes or flips every weight at once
+  TROUPE_USER_CHECK(o.lr * o.weight_decay < 1)
+      << "optim.weight_decay = " << fmt::format("{}", o.weight_decay) << " with optim.lr = " << fmt::format("{}", o.lr)
+      << " would scale every weight by 1 - lr * weight_decay = " << fmt::format("{}", 1 - o.lr * o.weight_decay)
+      << " each step; set optim.weight_decay below 1 / optim.lr = " << fmt::format("{}", 1 / o.lr)
+      << " (0.1 is usual)";
   TROUPE_USER_CHECK(o.grad_clip >= 0 && std::isfinite(o.grad_clip))
       << "optim.grad_clip = " << fmt::format("{}", o.grad_clip) << " must be a finite number >= 0 (0 disables clipping)";
   TROUPE_USER_CHECK(o.beta1 >= 0 && o.beta1 < 1)

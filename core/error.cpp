@@ -13,6 +13,7 @@
 #include <new>
 #include <tuple>
 #include <typeinfo>
+#include <utility>
 
 namespace troupe {
 
@@ -43,6 +44,13 @@ std::vector<MemoryLimit> memory_limits() {
 }
 
 void set_out_of_memory_fixes(std::string fixes) { g_oom_fixes = std::move(fixes); }
+
+OutOfMemoryFixesScope::OutOfMemoryFixesScope(std::string fixes)
+    : previous_(std::exchange(g_oom_fixes, std::move(fixes))), exceptions_(std::uncaught_exceptions()) {}
+
+OutOfMemoryFixesScope::~OutOfMemoryFixesScope() {
+  if (std::uncaught_exceptions() == exceptions_) g_oom_fixes = std::move(previous_);
+}
 
 bool is_out_of_memory_sentence(const std::string& sentence) {
   for (const char* head : {"out of memory (", "optimizer: out of memory ("})

@@ -37,6 +37,19 @@ std::string describe_exception(const std::exception& e);
 // e.g. generate's fixes instead of training's); empty: training's fixes. Not thread-safe to
 // set while another thread reads it: set it before any worker starts.
 void set_out_of_memory_fixes(std::string fixes);
+// Sets the fixes for one phase of a command (e.g. train's data step) and puts the command's
+// back when the phase ends without an exception (an exception's sentence keeps the phase's).
+class OutOfMemoryFixesScope {
+ public:
+  explicit OutOfMemoryFixesScope(std::string fixes);
+  ~OutOfMemoryFixesScope();
+  OutOfMemoryFixesScope(const OutOfMemoryFixesScope&) = delete;
+  OutOfMemoryFixesScope& operator=(const OutOfMemoryFixesScope&) = delete;
+
+ private:
+  std::string previous_;
+  int exceptions_;
+};
 // Whether `sentence` (describe_exception's, perhaps after an actor's "optimizer: " prefix)
 // reports an allocation that failed: a resource limit the user sets, so exit 2, not a fault.
 bool is_out_of_memory_sentence(const std::string& sentence);

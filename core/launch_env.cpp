@@ -74,9 +74,13 @@ void refuse_ipv6_host(const std::string& host, const std::string& what) {
       << "IPv4 address (e.g. 127.0.0.1) or a host name that resolves to one";
 }
 
-int launch_env_int(const char* name, int lo, int hi, int if_unset) {
-  const char* v = std::getenv(name);
+int launch_env_int(const char* name, int lo, int hi, int if_unset, const std::function<const char*(const char*)>& get) {
+  const char* v = get ? get(name) : std::getenv(name);
   return v ? parse_int(name, v, lo, hi) : if_unset;
+}
+
+int launch_local_world_size(const std::function<const char*(const char*)>& get) {
+  return launch_env_int("TROUPE_LOCAL_WORLD_SIZE", 1, 1 << 20, 1, get);
 }
 
 std::string launch_env_respawn() {

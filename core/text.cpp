@@ -22,6 +22,24 @@ size_t utf8_len(std::string_view s, size_t i) {
   if (cp >= 0x80 && cp <= 0x9F) return 0;  // C1 controls (a terminal's CSI is U+009B)
   return n;
 }
+
+// The code point of the valid sequence of n bytes at s[i].
+uint32_t code_point(std::string_view s, size_t i, size_t n) {
+  const auto c = (uint8_t)s[i];
+  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | ((uint8_t)s[i + k] & 0x3F);
+  return cp;
+}
+
+// Characters that show nothing, or reorder what follows, on a terminal (Unicode format
+// characters, category Cf, and the line/paragraph separators): a value holding one would
+// read as another ("cannot read cell 'F0'" about F<U+200B>0; the Trojan Source bidi
+// overrides, CVE-2021-42574).
+bool invisible(uint32_t cp) {
+  return cp == 0xAD || cp == 0x61C || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) ||
+         (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206F) ||
+         cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB) || (cp >= 0xE0000 && cp <= 0xE007F);
+}
 }  // namespace
 
 std::string printable(std::string_view s, bool keep_newlines, size_t max_bytes) {
@@ -35,6 +53,10 @@ std::string printable(std::string_view s, bool keep_newlines, size_t max_bytes) 
       piece.assign(1, (char)c);
     } else if (n == 1 && keep_newlines && (c == '\n' || c == '\t')) {
       piece.assign(1, (char)c);
+    } else if (n > 1 && invisible(code_point(s, i, n))) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\u{%04X}", (unsigned)code_point(s, i, n));
+      piece = buf;
     } else if (n > 1) {
       piece.assign(s.substr(i, n));
     } else {

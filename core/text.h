@@ -10,7 +10,9 @@ namespace troupe {
 
 // `s` with every byte a terminal could act on written as \xNN: C0 controls (except
 // newline and tab when keep_newlines), DEL, C1 controls (U+0080..U+009F) and bytes
-// that are not valid UTF-8. Valid printable UTF-8 passes unchanged. When the result
+// that are not valid UTF-8; characters a terminal shows as nothing or that reorder the line
+// (format characters such as U+200B, U+FEFF, the bidi controls U+202A..U+202E and U+2066..
+// U+2069; U+2028/U+2029) as \u{XXXX}. Other valid UTF-8 passes unchanged. When the result
 // would exceed max_bytes, it is cut at a character boundary and "..." is appended.
 std::string printable(std::string_view s, bool keep_newlines = true, size_t max_bytes = std::string::npos);
 

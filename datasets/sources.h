@@ -9,6 +9,8 @@
 //          (fnmatch, '*' also matches '/'), in byte order of the relative paths; one file is
 //          one document (trailing whitespace removed)
 // A reader holds one document in memory at a time (plus a line), whatever the source's size.
+// A document (a text document, a JSONL line, a dir file) of more than kMaxDocumentBytes is
+// refused, naming the file and line: the data step could not clean and tokenize it in memory.
 // Invalid UTF-8 is handled by the source's policy before a document is handed out, so what
 // a reader returns is always valid UTF-8.
 #pragma once
@@ -21,6 +23,9 @@
 #include "datasets/corpus.h"
 
 namespace troupe {
+
+// The most bytes one document may hold (256 MiB; a 2048-token sample is about 8 KB).
+inline constexpr uint64_t kMaxDocumentBytes = 256ull << 20;
 
 struct RawDoc {
   std::string text;
@@ -36,7 +41,8 @@ class DocReader {
   virtual ~DocReader() = default;
   // The next document into `d`; false at the end. Errors (UserError naming the source, file
   // and line, and the fix): invalid UTF-8 under utf8 = "refuse"; a JSONL line that is not a
-  // JSON object or lacks the string field.
+  // JSON object or lacks the string field; a document over kMaxDocumentBytes; a read error;
+  // a file whose size changed while it was read.
   virtual bool next(RawDoc& d) = 0;
   // Bytes of input consumed so far, and the total (for progress).
   uint64_t bytes_read() const { return bytes_read_; }
@@ -58,7 +64,9 @@ uint64_t source_bytes(const DataSource& source);
 
 // FNV-1a 64 over the source's input: its file bytes, or for a dir each matching file's
 // relative path and bytes, in order. `log`: hash_file's progress lines. Errors: as
-// DocReader::open, and hash_file's.
+// DocReader::open, and hash_file's; before hashing, as DocReader::next would at once: a
+// text or jsonl file whose first MiB is compressed, UTF-16/32 or binary, a dir file over
+// kMaxDocumentBytes.
 uint64_t source_fingerprint(const DataSource& source, const DataLogFn& log = nullptr);
 
 }  // namespace troupe

@@ -51,16 +51,21 @@ class DocSentenceIterator : public sentencepiece::SentenceIterator {
         pos_ = 0;
         continue;
       }
-      size_t eol = d.find('\n', pos_);
-      if (eol == std::string::npos) eol = d.size();
-      if (eol == pos_) {  // empty line
+      // only the next K + 1 bytes are searched (a whole-line find or rfind per sentence is
+      // quadratic in a long line)
+      const std::string_view rest = std::string_view(d).substr(pos_);
+      const size_t nl = rest.substr(0, K + 1).find('\n');
+      if (nl == 0) {  // empty line
         ++pos_;
         continue;
       }
+      const size_t eol = nl != std::string_view::npos ? pos_ + nl : rest.size() <= K ? d.size() : std::string::npos;
       size_t cut = eol;
-      if (eol - pos_ > K) {
-        cut = d.rfind(' ', pos_ + K);
-        if (cut == std::string::npos || cut <= pos_ + K / 2) {
+      if (eol == std::string::npos) {  // a line longer than K: cut at the last space of the window's second half
+        const size_t space = rest.substr(K / 2 + 1, K / 2).rfind(' ');
+        if (space != std::string_view::npos) {
+          cut = pos_ + K / 2 + 1 + space;
+        } else {
           cut = pos_ + K;
           while ((static_cast<unsigned char>(d[cut]) & 0xC0) == 0x80) --cut;
         }
@@ -324,12 +329,32 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   return out;
 }
 
+namespace {
+// `s` in pieces of at most `max` bytes, each cut before a space in its second half when there
+// is one, else at a UTF-8 character boundary; a shorter `s` is one piece. SentencePiece's
+// BPE holds about 75 bytes per input byte while it encodes: a 200 MB word would take 15 GB.
+template <class Fn>
+void for_each_bounded_piece(std::string_view s, size_t max, Fn&& fn) {
+  while (s.size() > max) {
+    size_t cut = s.substr(max / 2 + 1, max / 2).rfind(' ');
+    cut = cut == std::string_view::npos ? max : max / 2 + 1 + cut;
+    while (cut > 1 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    fn(s.substr(0, cut));
+    s.remove_prefix(cut);
+  }
+  if (!s.empty()) fn(s);
+}
+}  // namespace
+
 void Tokenizer::encode_segment(std::string_view seg, std::vector<int32_t>& out) const {
   std::vector<int> ids;
-  if (!word_local_) {
-    const auto status = sp_->Encode(seg, &ids);
+  const auto sp_encode = [&](std::string_view piece) {
+    const auto status = sp_->Encode(piece, &ids);
     TROUPE_CHECK(status.ok()) << "SentencePiece encode failed: " << status.ToString();
     out.insert(out.end(), ids.begin(), ids.end());
+  };
+  if (!word_local_) {
+    for_each_bounded_piece(seg, kMaxEncodeBytes, sp_encode);
     return;
   }
   struct WordCache {
@@ -345,7 +370,13 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<int32_t>& out) 
   for (size_t b = 0; b < seg.size();) {
     size_t e = seg.find(' ', b + 1);
     if (e == std::string_view::npos) e = seg.size();
-    key.assign(seg.substr(b, e - b));
+    const std::string_view word = seg.substr(b, e - b);
+    b = e;
+    if (word.size() > kMaxCachedWordBytes) {  // rare, and seldom seen twice: not cached
+      for_each_bounded_piece(word, kMaxTrainSentenceBytes, sp_encode);
+      continue;
+    }
+    key.assign(word);
     auto it = cache.ids.find(key);
     if (it == cache.ids.end()) {
       const auto status = sp_->Encode(key, &ids);
@@ -353,7 +384,6 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<int32_t>& out) 
       it = cache.ids.emplace(key, std::vector<int32_t>(ids.begin(), ids.end())).first;
     }
     out.insert(out.end(), it->second.begin(), it->second.end());
-    b = e;
   }
 }
 

@@ -39,6 +39,14 @@ class Tokenizer {
   // (or at a character boundary) into pieces of at most this size, so that SentencePiece,
   // which silently skips sentences longer than its max_sentence_length, sees all the text.
   static constexpr size_t kMaxTrainSentenceBytes = 8192;
+  // encode() bounds what SentencePiece sees at once (its BPE holds ~75 bytes per input byte:
+  // a 200 MB word would take 15 GB): a word longer than kMaxTrainSentenceBytes, the longest
+  // piece of text the tokenizer trained on, is encoded in pieces of at most that size
+  // (cut at a character boundary); a model whose pieces may span spaces encodes a text in
+  // pieces of at most kMaxEncodeBytes, cut before a space when one is near the bound.
+  static constexpr size_t kMaxEncodeBytes = 1u << 20;
+  // Words up to this many bytes go through encode()'s per-thread word cache.
+  static constexpr size_t kMaxCachedWordBytes = 256;
 
   // Trains a BPE model of exactly `vocab_size` pieces on `train_docs` and writes it to
   // `<model_prefix>.model` (atomically; the folder is created). Deterministic for the same
@@ -71,6 +79,8 @@ class Tokenizer {
   // encoded word by word (a word = a space and the non-space bytes after it) through a
   // per-thread cache of word -> ids: the same ids as SentencePiece's Encode of the whole
   // text (tested), several times faster on real text, as Hugging Face tokenizers' word cache.
+  // Only a word longer than kMaxTrainSentenceBytes (or, for other models, a text longer than
+  // kMaxEncodeBytes) is encoded in pieces (see there), so memory stays bounded.
   // Errors: UserError when text is not valid UTF-8 (names the byte offset).
   std::vector<int32_t> encode(std::string_view text) const;
 

@@ -67,6 +67,27 @@ inline Run run_troupe(const std::string& args, const Scratch& s, int timeout_s =
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err)};
 }
 
+// Whether the user nobody can run the troupe binary here (root runs the tests; a binary
+// under a folder only root may enter cannot be run by nobody): tests of what another user
+// sees skip, saying so, when it cannot.
+inline bool nobody_can_run() {
+  const std::string probe = "su nobody -s /bin/sh -c 'test -x \"" + troupe_bin() + "\"' > /dev/null 2>&1";
+  return std::system(probe.c_str()) == 0;
+}
+
+// run_troupe as the user nobody (check nobody_can_run first), after the shell words in
+// `prefix` (e.g. "TROUPE_CACHE_DIR=/x").
+inline Run run_troupe_as_nobody(const std::string& args, const Scratch& s, int timeout_s = 120,
+                                const std::string& prefix = "") {
+  const std::string err = s.path("stderr.txt");
+  std::filesystem::remove(err);
+  const std::string cmd = "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && su nobody -s /bin/sh -c '" + prefix +
+                          " timeout " + std::to_string(timeout_s) + " \"" + troupe_bin() + "\" " + args +
+                          "' > /dev/null 2> '" + err + "'";
+  const int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err)};
+}
+
 // Exit 2 and exactly one "error:" line, containing every `needle`.
 inline void expect_user_error(const Run& r, std::initializer_list<const char*> needles) {
   INFO("stderr: " << r.err);

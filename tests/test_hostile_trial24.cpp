@@ -72,17 +72,14 @@ TEST_CASE("TROUPE_* variables a launch sets are checked, and whole numbers past 
 
 TEST_CASE("a peak cache folder this user cannot read is warned about, the run goes on", "[cli][hostile]") {
   Scratch s(kGroup, "peakperm");
-  const std::string probe = "su nobody -s /bin/sh -c 'test -x \"" + troupe_bin() + "\"' > /dev/null 2>&1";
   fs::create_directories(s.path("locked/x"));
   fs::permissions(s.path("locked"), fs::perms::owner_all);
-  if (shell_status(probe) != 0) {
+  if (!nobody_can_run()) {
     SUCCEED("no user nobody who can run the binary here: nothing to check");
     return;
   }
-  const int rc = shell_status("cd '" + std::string(TROUPE_SOURCE_DIR) + "' && su nobody -s /bin/sh -c 'TROUPE_CACHE_DIR=" +
-                              s.path("locked/x") + " timeout 60 \"" + troupe_bin() +
-                              "\" plan --config configs/tiny.toml --set cluster.gpu=cpu' > /dev/null 2> '" + s.path("err") + "'");
-  const Run r{rc, slurp(s.path("err"))};
+  const Run r = run_troupe_as_nobody("plan --config configs/tiny.toml --set cluster.gpu=cpu", s, 60,
+                                     "TROUPE_CACHE_DIR=" + s.path("locked/x"));
   INFO(r.err);
   CHECK(r.rc == 0);
   CHECK(r.err.find("cannot write the peak cache") != std::string::npos);

@@ -79,6 +79,10 @@ TEST_CASE("threads = 0 takes the hardware's cores, split between the processes o
   CHECK(two.local_ranks() == two.placement[1]);
   CHECK(two.is_local(two.placement[1][0]));
   CHECK_FALSE(two.is_local(two.placement[0][0]));
+  // a hand-set TROUPE_LOCAL_WORLD_SIZE that is not a count is refused, naming it
+  for (const char* bad : {"abc", "0", "-2", "2x", "99999999999"})
+    CHECK_THROWS_WITH(make_job_plan(c, inputs(1, 2, {{"TROUPE_LOCAL_WORLD_SIZE", bad}})),
+                      Catch::Contains(std::string("TROUPE_LOCAL_WORLD_SIZE='") + bad + "' must be an integer in [1, "));
   // an explicit train.threads is per process, whatever the host holds
   c.train.threads = 6;
   CHECK(make_job_plan(c, inputs(1, 2, {{"TROUPE_LOCAL_WORLD_SIZE", "2"}})).cores == 6);
@@ -95,7 +99,7 @@ TEST_CASE("the kill switch fires only in the named process on its first start", 
   CHECK(p.faults.kill_phase == 'B');
   CHECK(make_job_plan(c, inputs(0, 2, kill)).faults.kill_step == -1);  // another process
   auto restarted = kill;
-  restarted["TROUPE_RESTART_COUNT"] = "1";
+  restarted.insert_or_assign("TROUPE_RESTART_COUNT", std::string(1, '1'));  // (operator= of "1": GCC 12 -Wrestrict misfires)
   CHECK(make_job_plan(c, inputs(1, 2, restarted)).faults.kill_step == -1);
   PlanInputs later = inputs(1, 2, kill);
   later.generation = 1;  // recovered in place once already
