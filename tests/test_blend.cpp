@@ -376,6 +376,41 @@ TEST_CASE("tokenizer: word-by-word encoding (cached) gives SentencePiece's ids f
     }
 }
 
+TEST_CASE("tokenizer: a word past 8 KiB is encoded in 8 KiB pieces, exactly and in bounded memory", "[datasets][blend]") {
+  Scratch s("blend", "longword");
+  const auto docs = troupe::read_corpus(kTiny);
+  troupe::Tokenizer::train(docs, 700, s.path("tok"));
+  const auto tok = troupe::Tokenizer::load(s.path("tok.model"));
+  sentencepiece::SentencePieceProcessor sp;
+  REQUIRE(sp.Load(s.path("tok.model")).ok());
+  constexpr size_t K = troupe::Tokenizer::kMaxTrainSentenceBytes;
+  // 100 KB without a space, multi-byte characters across the 8 KiB cuts, between two words
+  std::string word;
+  while (word.size() < 100000) word += "ab\xC3\xA9\xE6\xBC\xA2" "c";
+  const std::string text = "before " + word + " after";
+  const auto got = tok.encode(text);
+  CHECK(tok.decode(got) == text);
+  // SentencePiece's own ids for each word, the long one (" " + word, as encode splits words)
+  // cut at the last character boundary at or before each K bytes
+  std::vector<std::string> pieces = {"before"};
+  std::string_view rest = std::string_view(text).substr(6, word.size() + 1);
+  while (rest.size() > K) {
+    size_t cut = K;
+    while ((static_cast<unsigned char>(rest[cut]) & 0xC0) == 0x80) --cut;
+    pieces.emplace_back(rest.substr(0, cut));
+    rest.remove_prefix(cut);
+  }
+  pieces.emplace_back(rest);
+  pieces.emplace_back(" after");
+  CHECK(pieces.size() > 10);
+  std::vector<int> want, ids;
+  for (const auto& p : pieces) {
+    REQUIRE(sp.Encode(p, &ids).ok());
+    want.insert(want.end(), ids.begin(), ids.end());
+  }
+  CHECK(std::vector<int>(got.begin(), got.end()) == want);
+}
+
 // ---------------------------------------------------------------- loader
 
 TEST_CASE("blend loader: weighted, deterministic per (seed, step), one source = BatchLoader", "[datasets][blend]") {
