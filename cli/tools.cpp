@@ -34,6 +34,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/text.h"
 #include "datasets/corpus.h"
 #include "datasets/loader.h"
 #include "datasets/prepare.h"
@@ -253,6 +254,11 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs f=%g b=%g w=%g p2p=%g%s\n",
               s.name.c_str(), s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, s.split_backward ? " (B = b-w, W = w)" : "");
   std::printf("makespan %.6g time units; bubble overall %.6g\n", r.makespan, r.bubble_overall);
+  if (const std::string d = p2p_order_disagreement(s); d.empty())
+    std::printf("p2p order: every pair of neighbouring stages agrees (an in-order transport such as NCCL can run it)\n");
+  else
+    std::printf("p2p order: %s (the CPU data plane matches messages by microbatch and chunk and runs it; an "
+                "in-order transport such as NCCL could not)\n", printable(d, false).c_str());
   std::printf("%-6s %10s %10s %14s %16s\n", "stage", "busy", "bubble", "peak in-flight", "peak act. bytes");
   for (int st = 0; st < s.P; ++st) {
     double layers = 0;

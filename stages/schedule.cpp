@@ -302,6 +302,58 @@ void validate_schedule(const Schedule& sc) {
   }
 }
 
+namespace {
+// One pipeline message between two physical stages: an activation ('A') or an output
+// gradient ('G') of microbatch mb, from virtual stage `from`.
+struct P2pMessage {
+  char kind;
+  int mb, from;
+  bool operator==(const P2pMessage&) const = default;
+};
+
+std::string describe(const P2pMessage& m, int P) {
+  return std::string(m.kind == 'A' ? "the activation" : "the output gradient") + " of microbatch " +
+         std::to_string(m.mb) + " (chunk " + std::to_string(m.from / P) + ")";
+}
+}  // namespace
+
+std::string p2p_order_disagreement(const Schedule& sc) {
+  const int P = sc.P, PV = sc.P * sc.V;
+  // per ordered pair (a -> b), a's sends in a's list order and b's receives in b's list order
+  std::map<std::pair<int, int>, std::vector<P2pMessage>> sent, received;
+  for (int s = 0; s < P; ++s)
+    for (const Action& a : sc.stages[s]) {
+      const int v = a.chunk * P + s;
+      if (a.kind == Action::F) {
+        if (v + 1 < PV) sent[{s, (v + 1) % P}].push_back({'A', a.mb, v});
+        if (v > 0) received[{(v - 1) % P, s}].push_back({'A', a.mb, v - 1});
+      } else if (a.kind == Action::B) {
+        if (v > 0) sent[{s, (v - 1) % P}].push_back({'G', a.mb, v});
+        if (v + 1 < PV) received[{(v + 1) % P, s}].push_back({'G', a.mb, v + 1});
+      }
+    }
+  for (const auto& [pair, out] : sent) {
+    const auto [a, b] = pair;
+    if (a == b) continue;  // a stage's chunk to its own next chunk: no transport
+    const std::vector<P2pMessage>& in = received[pair];
+    for (size_t i = 0; i < out.size() && i < in.size(); ++i)
+      if (!(out[i] == in[i]))
+        return "stage " + std::to_string(a) + "'s message " + std::to_string(i + 1) + " to stage " + std::to_string(b) +
+               " is " + describe(out[i], P) + ", but stage " + std::to_string(b) + " awaits " + describe(in[i], P) +
+               " as its message " + std::to_string(i + 1) + " from stage " + std::to_string(a);
+  }
+  return "";
+}
+
+void validate_p2p_order(const Schedule& sc, const std::string& why) {
+  const std::string d = p2p_order_disagreement(sc);
+  TROUPE_USER_CHECK(d.empty()) << "schedule " << sc.name << " cannot run " << why << ": " << d
+                               << "; a transport that matches sends and receives in order per pair of ranks (NCCL) "
+                               << "would pair the wrong tensors or wait forever. Reorder the lists so that each "
+                               << "stage receives from a neighbour in the order that neighbour sends (as the built-in "
+                               << "schedules do)";
+}
+
 std::string format_schedule(const Schedule& s) {
   std::ostringstream os;
   os << "# troupe pipeline schedule v1: " << s.name << ", stages P=" << s.P << ", microbatches M=" << s.M

@@ -85,7 +85,19 @@ std::vector<Action> schedule_forward_only(int M, int V = 1);
 // UserError naming the stage, the action and the dependency that fails.
 void validate_schedule(const Schedule& s);
 
-// Text/CSV format: one row per stage, one action per cell, cells "F3" (chunk 0) or
+// Whether neighbouring stages agree on the order of their messages: for every ordered pair
+// of physical stages (a, b), the activations and output gradients a sends to b, in the
+// order of a's list, must be the ones b awaits from a, in the order of b's list. NCCL (and
+// any transport that matches a pair's sends and receives in order, not by tag) needs it; the
+// CPU data plane matches by (microbatch, chunk) and does not. Returns "" when they agree,
+// else a sentence naming the first pair, position and the two messages. Assumes
+// validate_schedule passed.
+std::string p2p_order_disagreement(const Schedule& s);
+// Throws UserError (the sentence above, `why` naming what needs the order, e.g. "over
+// NCCL", and the fix) when p2p_order_disagreement is not "".
+void validate_p2p_order(const Schedule& s, const std::string& why);
+
+// Text/CSV format: one row per stage// Text/CSV format: one row per stage, one action per cell, cells "F3" (chunk 0) or
 // "F3c1" (chunk 1), separated by commas; lines starting with '#' are comments.
 std::string format_schedule(const Schedule& s);
 // Reads that format; P from the rows, M and V from the actions (or throws UserError

@@ -148,3 +148,36 @@ TEST_CASE("unreadable schedule files and configurations a schedule cannot serve 
   CHECK_THROWS_AS(parse_costs("f=1,q=2"), UserError);
   CHECK(parse_costs("f=2,b=4").w == 2);
 }
+
+TEST_CASE("p2p order: every built-in schedule's neighbours agree, a swapped list is named", "[schedule]") {
+  for (const Schedule& s : builtins_grid()) {
+    INFO(s.name << " P=" << s.P << " M=" << s.M << " V=" << s.V);
+    CHECK(p2p_order_disagreement(s).empty());
+  }
+  // valid (no deadlock on a transport that matches by tag), but stage 1 takes microbatch 1 first
+  const Schedule swapped = parse_schedule("F0,F1,B0,B1\nF1,F0,B1,B0", "swapped");
+  validate_schedule(swapped);
+  CHECK(p2p_order_disagreement(swapped) ==
+        "stage 0's message 1 to stage 1 is the activation of microbatch 0 (chunk 0), but stage 1 awaits the "
+        "activation of microbatch 1 (chunk 0) as its message 1 from stage 0");
+  CHECK_THROWS_WITH(validate_p2p_order(swapped, "over NCCL"),
+                    Catch::Contains("schedule swapped cannot run over NCCL: stage 0's message 1") &&
+                        Catch::Contains("Reorder the lists"));
+  // gradients: stage 1 sends B1 before B0, stage 0 awaits B0 first
+  const Schedule grads = parse_schedule("F0,F1,B0,B1\nF0,F1,B1,B0", "grads");
+  validate_schedule(grads);
+  CHECK(p2p_order_disagreement(grads).find("stage 1's message 1 to stage 0 is the output gradient of microbatch 1") == 0);
+  // interleaved: a pair carries several chunks' messages (and the last stage's chunk 0 wraps to stage 0's chunk 1)
+  Schedule inter = schedule_interleaved(2, 2, 2);
+  CHECK(p2p_order_disagreement(inter).empty());
+  std::vector<Action>& s0 = inter.stages[0];
+  const auto f0c1 = std::find(s0.begin(), s0.end(), Action{Action::F, 0, 1});
+  const auto f1c1 = std::find(s0.begin(), s0.end(), Action{Action::F, 1, 1});
+  REQUIRE((f0c1 != s0.end() && f1c1 != s0.end()));
+  std::iter_swap(f0c1, f1c1);
+  validate_schedule(inter);
+  INFO(p2p_order_disagreement(inter));
+  // stage 0 now sends microbatch 1's chunk-1 activation to stage 1 before microbatch 0's
+  CHECK(p2p_order_disagreement(inter).find("is the activation of microbatch 1 (chunk 1), but stage 1 awaits the "
+                                           "activation of microbatch 0 (chunk 1)") != std::string::npos);
+}
