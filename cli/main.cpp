@@ -6,6 +6,7 @@
 //   troupe plot     RUN_DIR [--out FILE.png]       a run's curves (cli/plot.cpp)
 //   troupe plan     --config FILE [--search KEYS]  memory and iteration time on a cluster (cli/plan.cpp)
 // Exit codes: 0 success, 2 bad input (config, corpus, paths, layout), 1 any other failure.
+#include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <strings.h>
@@ -333,7 +334,19 @@ void size_thread_stacks() {
   ::pthread_attr_destroy(&a);
 }
 
+// glibc unwinds through its own C frames that have cleanups (pthread_once, which oneDNN's
+// JIT initialisation runs under) with a personality routine that loads its own link to
+// libgcc_s.so.1 on first use. Under a tight `ulimit -v` that first load can fail exactly
+// when a std::bad_alloc is in flight, and glibc then aborts ("libgcc_s.so.1 must be
+// installed for unwinding to work") instead of letting troupe say "out of memory". One
+// backtrace() at start makes glibc load that link while memory is there.
+void link_unwinder() {
+  void* frame[1];
+  (void)::backtrace(frame, 1);
+}
+
 int main(int argc, char** argv) {
+  link_unwinder();
   size_thread_stacks();  // before the first thread
   bound_openmp_spinning(argv);
   if (int rc = check_process_limits(); rc != 0) return rc;
