@@ -84,9 +84,10 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   if (plan.multi) plan.placement = place(plan.topo, in.launch.world, p.placement);
   // the thread budget is per process; processes sharing a host split its cores (troupe
   // launch sets TROUPE_LOCAL_WORLD_SIZE)
+  // (read, and so checked, even when train.threads sets the budget)
+  const int local = plan.multi ? launch_local_world_size(in.launch.world, get) : 1;
   plan.cores = cfg.train.threads > 0 ? cfg.train.threads : (int)std::max(1u, in.hardware_threads);
-  if (plan.multi && cfg.train.threads <= 0)
-    plan.cores = std::max(1, plan.cores / launch_local_world_size(get));
+  if (plan.multi && cfg.train.threads <= 0) plan.cores = std::max(1, plan.cores / local);
   plan.per_worker = std::max(1, plan.cores / (int)plan.local_ranks().size());
   auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, plan.P, plan.M, plan.V));
   validate_schedule(*sched);

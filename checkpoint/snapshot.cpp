@@ -17,6 +17,7 @@
 
 #include "checkpoint/snapshot_format.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "core/interrupt.h"
 #include "core/job_error.h"
 #include "model/gpt.h"
@@ -389,7 +390,7 @@ std::vector<char> read_manifest(const std::string& dir) {
       const std::string what = run_dir ? " is a run directory (it holds checkpoints/ and config.toml)"
                                        : " is a folder of snapshots (it holds step-<k> folders)";
       // its run directory, for --run-dir: the folder above checkpoints/
-      const fs::path canon = fs::weakly_canonical(fs::absolute(folder, ec), ec);
+      const fs::path canon = resolved_path(folder);
       const std::string latest =
           run_dir ? "--run-dir " + dir + " --resume latest"
           : canon.filename() == "checkpoints" && fs::exists(canon.parent_path() / "config.toml", ec)

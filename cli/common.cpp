@@ -40,6 +40,7 @@
 #include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "core/events.h"
 #include "core/job_error.h"
 #include "core/text.h"
@@ -99,8 +100,7 @@ bool is_step_folder_name(const std::string& n) {
 std::string snapshot_around(const std::string& path) {
   if (path.empty()) return "";
   std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  if (ec) return "";
+  const fs::path p = resolved_path(path);
   for (fs::path q = p; !q.empty(); q = q.parent_path()) {
     // any kind of file of the manifest's name (a FIFO, a link): the folder is a snapshot, perhaps a damaged one
     if (fs::exists(fs::symlink_status(q / "manifest.capnp", ec))) return q.string();
@@ -117,7 +117,7 @@ void refuse_inside_snapshot(const std::string& path, const std::string& option) 
   const std::string snap = snapshot_around(path);
   if (snap.empty()) return;
   std::error_code ec;
-  const bool is = fs::weakly_canonical(fs::absolute(path, ec), ec).string() == snap;
+  const bool is = resolved_path(path).string() == snap;
   TROUPE_USER_FAIL() << option << " '" << path << "' " << (is ? "is" : "lies inside") << " the snapshot " << snap
                      << ": writing there would damage it, and the retention of the run that made it would delete "
                         "what was written; pass a path outside it";
@@ -232,6 +232,9 @@ long recorded_pid(int fd) {
 int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy,
                 const std::string& fix) {
   std::error_code ec;
+  const std::string link = broken_link_on(dir);
+  TROUPE_USER_CHECK(link.empty()) << "cannot create " << what << " '" << dir << "': " << link << " try again; or "
+                                  << fix;
   fs::create_directories(dir, ec);
   TROUPE_USER_CHECK(!ec && fs::is_directory(dir))
       << "cannot create " << what << " '" << dir << "' (" << (ec ? ec.message() : "not a directory") << "); " << fix;
@@ -295,7 +298,7 @@ void check_record_files(const std::string& dir) {
       << "move it aside or pass another --run-dir";
   // a folder of snapshots (a run's checkpoints/) is not a run directory: a fresh run would
   // mix its records and snapshots into another run's
-  const fs::path canon = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  const fs::path canon = resolved_path(dir);
   const bool a_runs_checkpoints = canon.filename() == "checkpoints" && fs::exists(canon.parent_path() / "config.toml", ec);
   if (a_runs_checkpoints || !fs::exists(fs::path(dir) / "config.toml", ec)) {
     const auto snaps = list_snapshots(dir);

@@ -15,6 +15,7 @@
 #include "checkpoint/disk.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "core/text.h"
 
 namespace fs = std::filesystem;
@@ -28,7 +29,7 @@ void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>&
       const auto& [a, fa] = outputs[i];
       const auto& [b, fb] = outputs[j];
       if (a.empty() || b.empty() || a == "-" || b == "-") continue;
-      TROUPE_USER_CHECK(fs::weakly_canonical(fs::absolute(a, ec), ec) != fs::weakly_canonical(fs::absolute(b, ec), ec))
+      TROUPE_USER_CHECK(resolved_path(a) != resolved_path(b))
           << fa << " and " << fb << " are the same file (" << a << "): one would overwrite the other; pass two paths";
     }
 }
@@ -37,14 +38,14 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
                         const std::vector<std::string>& dirs) {
   if (out.empty() || out == "-") return;
   std::error_code ec;
-  const fs::path o = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  const fs::path o = resolved_path(out);
   for (const std::string& f : files)
-    if (!f.empty() && fs::weakly_canonical(fs::absolute(f, ec), ec) == o)
+    if (!f.empty() && resolved_path(f) == o)
       TROUPE_USER_FAIL() << option << " " << out << " is " << f
                          << ", which this command reads or writes: writing it would destroy it; pass another path";
   for (const std::string& d : dirs) {
     if (d.empty()) continue;
-    const std::string root = fs::weakly_canonical(fs::absolute(d, ec), ec).string();
+    const std::string root = resolved_path(d).string();
     if (o.string().rfind(root + "/", 0) == 0 || o.string() == root)
       TROUPE_USER_FAIL() << option << " " << out << " lies inside " << d
                          << ", which this command reads or writes: writing there would damage it; pass a path outside";

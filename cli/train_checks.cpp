@@ -24,6 +24,7 @@
 #include "cli/common.h"
 #include "cli/figures.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "core/peak.h"
 #include "kernels/gemm_libs.h"
 #include "stages/schedule.h"
@@ -124,7 +125,7 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
   rlimit np{};
   if (::geteuid() == 0 || ::getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY) return;
   long local = 1;
-  if (launch.world > 1) local = std::min<long>(launch_local_world_size(), launch.world);
+  if (launch.world > 1) local = launch_local_world_size(launch.world);
   const long cores = usable_cores();
   const long budget = c.train.threads > 0 ? c.train.threads : std::max(1L, cores / local);
   const long need = local * (2 * budget + kOwnThreads);
@@ -141,7 +142,7 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
 void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,
                         const std::string& config_path) {
   std::error_code ec;
-  const auto canon = [&](const std::string& d) { return fs::weakly_canonical(fs::absolute(d, ec), ec); };
+  const auto canon = [&](const std::string& d) { return resolved_path(d); };
   std::vector<std::string> inputs = {config_path, c.data.corpus, c.data.tokenizer};
   for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
   const auto what = [&](const std::string& in) { return in == config_path ? "config file " : "input "; };
@@ -192,6 +193,9 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
 }
 
 void check_checkpoint_dir(const std::string& ckpt_dir) {
+  const std::string link = broken_link_on(ckpt_dir);
+  TROUPE_USER_CHECK(link.empty()) << "checkpoint.dir = '" << ckpt_dir << "' cannot be created: " << link
+                                  << " try again, or set checkpoint.dir to another folder";
   fs::path p = fs::absolute(ckpt_dir);
   while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
   TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)

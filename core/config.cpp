@@ -98,11 +98,16 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     // digits TOML would not take (past 64 bits) are still an integer: out of range, not "not one"
     const bool digits = typed && !typed->empty() &&
                         typed->find_first_not_of("0123456789", (*typed)[0] == '-' || (*typed)[0] == '+') == std::string::npos;
+    const size_t first = typed && !typed->empty() && ((*typed)[0] == '-' || (*typed)[0] == '+') ? 1 : 0;
+    if (digits && typed->size() > first + 1 && (*typed)[first] == '0')
+      bad("an integer without leading zeros (TOML does not allow them; 02 is written 2)");
     if (!v.is_integer() || !x) bad(digits ? "an integer in 32-bit range" : "an integer");
     if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer in 32-bit range");
     **p = static_cast<int>(*x);
   } else if (auto* p = std::get_if<uint64_t*>(&r)) {
     auto x = v.value<int64_t>();
+    if (typed && typed->size() > 1 && (*typed)[0] == '0' && typed->find_first_not_of("0123456789") == std::string::npos)
+      bad("a non-negative integer without leading zeros (TOML does not allow them; 02 is written 2)");
     if (!v.is_integer() || !x || *x < 0) bad("a non-negative integer");
     **p = static_cast<uint64_t>(*x);
   } else if (auto* p = std::get_if<double*>(&r)) {

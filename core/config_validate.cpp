@@ -214,7 +214,7 @@ void check_optim(const OptimConfig& o) {
   // 1 - lr * weight_decay per step: at 1 or more it zeroes or flips every weight at once
   TROUPE_USER_CHECK(o.lr * o.weight_decay < 1)
       << "optim.weight_decay = " << fmt::format("{}", o.weight_decay) << " with optim.lr = " << fmt::format("{}", o.lr)
-      << " would scale every weight by 1 - lr * weight_decay = " << fmt::format("{}", 1 - o.lr * o.weight_decay)
+      << " would scale every weight by 1 - lr * weight_decay = " << fmt::format("{:.6g}", std::abs(1 - o.lr * o.weight_decay) < 1e-12 ? 0.0 : 1 - o.lr * o.weight_decay)
       << " each step; set optim.weight_decay below 1 / optim.lr = " << fmt::format("{}", 1 / o.lr)
       << " (0.1 is usual)";
   TROUPE_USER_CHECK(o.grad_clip >= 0 && std::isfinite(o.grad_clip))

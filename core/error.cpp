@@ -89,6 +89,28 @@ std::string missing_reason(const std::string& path) {
   return "does not exist;";
 }
 
+std::string broken_link_on(const std::string& path) {
+  if (path.empty()) return "";
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  for (;;) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && ::stat(p.c_str(), &st) != 0 &&
+        (errno == ENOENT || errno == ELOOP))
+    {
+      std::string out = "'";  // (piece by piece: GCC 12's -Wrestrict misfires on "'" + string)
+      out += p;
+      out += "' ";
+      out += missing_reason(p);
+      return out;
+    }
+    const size_t slash = p.find_last_of('/');
+    if (slash == std::string::npos || slash == 0) return "";
+    p.resize(slash);
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+  }
+}
+
 std::string describe_filesystem_error(const std::filesystem::filesystem_error& e) {
   std::string paths = "'";  // (appended piece by piece: GCC 12's -Wrestrict misfires on "'" + string)
   paths += e.path1().string();

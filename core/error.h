@@ -85,6 +85,13 @@ const char* path_error_fix(int err);
 // dangling link missing though `ls` shows it. Never throws.
 std::string missing_reason(const std::string& path);
 
+// The first symbolic link to nothing (or loop of links) on `path` or one of its parent
+// folders, as "'L' is a symbolic link to nothing (it points to 'T', ...); fix or remove the
+// link, and" (missing_reason's clause after the quoted link); "" when there is none. For a
+// folder about to be created: mkdir through such a link fails with EEXIST ("File exists"),
+// which names neither the link nor the fix. Never throws.
+std::string broken_link_on(const std::string& path);
+
 namespace detail {
 // Collects the streamed context, throws on destruction (the macro's temporary ends at
 // the end of the full expression). Destructor is noexcept(false) on purpose.

@@ -79,8 +79,13 @@ int launch_env_int(const char* name, int lo, int hi, int if_unset, const std::fu
   return v ? parse_int(name, v, lo, hi) : if_unset;
 }
 
-int launch_local_world_size(const std::function<const char*(const char*)>& get) {
-  return launch_env_int("TROUPE_LOCAL_WORLD_SIZE", 1, 1 << 20, 1, get);
+int launch_local_world_size(int world, const std::function<const char*(const char*)>& get) {
+  const int local = launch_env_int("TROUPE_LOCAL_WORLD_SIZE", 1, 1 << 20, 1, get);
+  TROUPE_USER_CHECK(local <= std::max(1, world))
+      << "environment variable TROUPE_LOCAL_WORLD_SIZE='" << local << "' is more than the job's " << world
+      << " process" << (world == 1 ? "" : "es") << " (TROUPE_WORLD_SIZE); it counts the processes on this host "
+      << "(troupe launch sets it): fix or unset it";
+  return local;
 }
 
 std::string launch_env_respawn() {

@@ -34,9 +34,9 @@ void refuse_ipv6_host(const std::string& host, const std::string& what);
 // `get` reads a variable (nullptr when unset); std::getenv by default.
 int launch_env_int(const char* name, int lo, int hi, int if_unset,
                    const std::function<const char*(const char*)>& get = nullptr);
-// TROUPE_LOCAL_WORLD_SIZE (processes sharing this host's cores): an integer in [1, 2^20];
-// 1 when absent.
-int launch_local_world_size(const std::function<const char*(const char*)>& get = nullptr);
+// TROUPE_LOCAL_WORLD_SIZE (processes sharing this host's cores): an integer in [1, world],
+// `world` the job's processes (TROUPE_WORLD_SIZE); 1 when absent. UserError otherwise.
+int launch_local_world_size(int world, const std::function<const char*(const char*)>& get = nullptr);
 // TROUPE_RESPAWN: "process" or "job"; "" when absent.
 std::string launch_env_respawn();
 // TROUPE_FAILURE_TIME: unix seconds, a finite number >= 0; 0 when absent.

@@ -87,6 +87,9 @@ std::vector<std::string> read_tfrecords(const std::string& path) {
 
 void create_event_dir(const std::string& dir) {
   std::error_code ec;
+  const std::string link = broken_link_on(dir);
+  TROUPE_USER_CHECK(link.empty()) << "cannot create the TensorBoard directory " << dir << ": " << link
+                                  << " try again, or pass another --tensorboard DIR";
   std::filesystem::create_directories(dir, ec);
   TROUPE_USER_CHECK(!ec && std::filesystem::is_directory(dir))
       << "cannot create the TensorBoard directory " << dir << " (" << ec.message()

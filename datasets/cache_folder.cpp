@@ -90,6 +90,9 @@ std::string make_cache_folder(const std::string& dir) {
   for (fs::path q = want; !q.empty() && !fs::exists(fs::symlink_status(q, ec)) && q != q.parent_path();
        q = q.parent_path())
     made = q;
+  const std::string link = broken_link_on(dir);
+  TROUPE_USER_CHECK(link.empty()) << "cannot create the data cache folder '" << dir << "': " << link
+                                  << " try again, or set data.cache_dir to another folder";
   fs::create_directories(want, ec);
   TROUPE_USER_CHECK(!ec && fs::is_directory(want))
       << "cannot create the data cache folder '" << dir << "': " << ec.message() << "; " << path_error_fix(ec.value())

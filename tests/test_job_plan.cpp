@@ -83,8 +83,13 @@ TEST_CASE("threads = 0 takes the hardware's cores, split between the processes o
   for (const char* bad : {"abc", "0", "-2", "2x", "99999999999"})
     CHECK_THROWS_WITH(make_job_plan(c, inputs(1, 2, {{"TROUPE_LOCAL_WORLD_SIZE", bad}})),
                       Catch::Contains(std::string("TROUPE_LOCAL_WORLD_SIZE='") + bad + "' must be an integer in [1, "));
+  // more processes on this host than in the job is refused, naming TROUPE_WORLD_SIZE
+  CHECK_THROWS_WITH(make_job_plan(c, inputs(1, 2, {{"TROUPE_LOCAL_WORLD_SIZE", "3"}})),
+                    Catch::Contains("TROUPE_LOCAL_WORLD_SIZE='3' is more than the job's 2 processes (TROUPE_WORLD_SIZE)"));
   // an explicit train.threads is per process, whatever the host holds
   c.train.threads = 6;
+  CHECK_THROWS_WITH(make_job_plan(c, inputs(1, 2, {{"TROUPE_LOCAL_WORLD_SIZE", "3"}})),
+                    Catch::Contains("is more than the job's 2 processes"));
   CHECK(make_job_plan(c, inputs(1, 2, {{"TROUPE_LOCAL_WORLD_SIZE", "2"}})).cores == 6);
 }
 

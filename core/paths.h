@@ -1,0 +1,16 @@
+// core/paths.h — one answer to "which file is this path", for comparing paths a user gave.
+#pragma once
+#include <filesystem>
+#include <string>
+
+namespace troupe {
+
+// `path` made absolute (against the current directory) with its symbolic links resolved as
+// far as they exist (std::filesystem::weakly_canonical). Where that fails — a loop of links,
+// a folder this user cannot enter, the current directory deleted — the absolute path with
+// "." and ".." folded (lexically_normal), never an empty path: compared with another path's
+// resolution, an empty one would seem to lie inside every folder. "" gives "". Never throws
+// (an allocation failure aside).
+std::filesystem::path resolved_path(const std::string& path);
+
+}  // namespace troupe
