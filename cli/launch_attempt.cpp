@@ -73,6 +73,46 @@ double backoff_delay(int quick_losses, double max_s) {
 
 namespace {
 
+// The processes below `root` (its children, theirs, ...), from /proc/<pid>/stat's parent
+// field; none when /proc cannot be read.
+std::vector<pid_t> descendants(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> parent_of;  // (pid, ppid)
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(it->path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    const size_t close = line.rfind(')');  // the command name may hold spaces and ')'
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) == 2)
+      parent_of.emplace_back((pid_t)std::atol(name.c_str()), (pid_t)ppid);
+  }
+  std::vector<pid_t> out, frontier = {root};
+  while (!frontier.empty()) {
+    std::vector<pid_t> next;
+    for (const auto& [pid, ppid] : parent_of)
+      if (std::find(frontier.begin(), frontier.end(), ppid) != frontier.end() &&
+          std::find(out.begin(), out.end(), pid) == out.end() && pid != root)
+        next.push_back(pid);
+    out.insert(out.end(), next.begin(), next.end());
+    frontier = std::move(next);
+  }
+  return out;
+}
+
+// SIGKILL to `pid` and every process below it (a `sh -c` child's own children would
+// otherwise outlive it, reparented, holding ports and files). The tree is read first: once
+// `pid` dies its children are no longer its.
+void kill_tree(pid_t pid) {
+  const std::vector<pid_t> below = descendants(pid);
+  ::kill(pid, SIGKILL);
+  for (pid_t q : below) ::kill(q, SIGKILL);
+}
+
 // In the child, between fork and exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(pid_t launcher, const sigset_t& mask, char** argv, char** envp) {
   // SIGKILL when the launcher dies (the forking thread: the launcher has only one). If it
@@ -268,7 +308,7 @@ class AttemptRun {
     int killed = 0;
     for (int q = 0; q < N_; ++q) {
       if (!pid_[q]) continue;
-      ::kill(pid_[q], SIGKILL);
+      kill_tree(pid_[q]);
       int st;
       while (::waitpid(pid_[q], &st, 0) < 0 && errno == EINTR) {
       }
@@ -437,7 +477,7 @@ class AttemptRun {
   void kill_stragglers() {
     for (int r = 0; r < N_; ++r) {
       if (!pid_[r]) continue;
-      ::kill(pid_[r], SIGKILL);
+      kill_tree(pid_[r]);
       grace_killed_[r] = true;
       say("launch: killed process " + std::to_string(r) + " (pid " + std::to_string(pid_[r]) +
           ") after the grace period");

@@ -360,6 +360,25 @@ TEST_CASE("launch: stragglers are SIGKILLed after the grace period", "[launch]")
   CHECK(all_gone(guard.pids, 0));  // reaped by the launcher before it returned
 }
 
+TEST_CASE("launch: the grace period's SIGKILL reaches what a straggler started too", "[launch]") {
+  Scratch s("gracetree");
+  // rank 1 is a shell that started a background job of its own and waits: killing the shell
+  // alone would leave the job running, reparented
+  Launcher l({"--nprocs", "2", "--grace", "1", "--", "/bin/sh", "-c",
+              R"(if [ "$TROUPE_RANK" = 0 ]; then exit 1; fi; sleep 100 & echo $! > "$1/pid.bg"; echo $$ > "$1/pid.1"; wait)",
+              "sh", s.dir.string()},
+             s);
+  KillOnExit guard;
+  const bool started = wait_files({s.path("pid.1"), s.path("pid.bg")}, 5);
+  if (started) guard.pids = {read_pids(s, 1, 2)[0], (pid_t)std::atoi(slurp(s.path("pid.bg")).c_str())};
+  const int rc = l.wait(6);
+  INFO("stderr: " << l.err());
+  REQUIRE(started);
+  CHECK(rc == 1);
+  CHECK(l.err().find("launch: killed process 1") != std::string::npos);
+  CHECK(all_gone(guard.pids, 2));  // the shell and its background sleep
+}
+
 TEST_CASE("launch: SIGTERM, SIGINT and SIGUSR1 to the launcher reach every child", "[launch]") {
   for (const char* name : {"TERM", "INT", "USR1"}) {
     const int sig = std::string(name) == "TERM" ? SIGTERM : std::string(name) == "INT" ? SIGINT : SIGUSR1;
