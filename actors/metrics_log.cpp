@@ -69,7 +69,7 @@ MetricsLog::MetricsLog(const std::string& run_dir, const std::string& tensorboar
 MetricsLog::~MetricsLog() {
   if (lost_lines_ > 0 || lost_events_ > 0)
     spdlog::warn("warning: {} metrics.jsonl line(s) and {} TensorBoard event(s) of this run could not be written (disk full); "
-                 "the files hold every other record whole",
+                 "those two hold every other record whole",
                  lost_lines_, lost_events_);
 }
 

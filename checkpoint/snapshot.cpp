@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "checkpoint/snapshot_format.h"
 #include "core/error.h"
@@ -77,6 +79,9 @@ std::vector<char> read_all(const std::string& path, uint32_t* crc_out = nullptr)
   std::vector<char> buf;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   const int err = errno;
+  // gone between its listing and this open, with its manifest: retention deleting the snapshot
+  if (fd < 0 && err == ENOENT && !fs::exists(fs::path(path).parent_path() / kManifest))
+    refuse_if_snapshot_removed(fs::path(path).parent_path().string(), 1.0);
   TROUPE_USER_CHECK(fd >= 0) << "cannot open " << path << ": " << errno_text() << "; "
                              << (err == ENOENT ? "the snapshot is incomplete: pass another one" : path_error_fix(err));
   struct stat st {};
@@ -261,6 +266,41 @@ void check_same_model(const std::string& dir, const Manifest& mf, const std::vec
       << "snapshot " << dir << " holds another model: " << tinfo.size() << " tensors, this model has " << specs.size();
 }
 
+// Whether `buf` is a whole shard file by its own structure and per-record checksums (the
+// magic, the header, every record in range with its data's crc32, nothing after the last):
+// a shard that fails the manifest's checksum yet passes this is intact, and the manifest (or
+// the file) came from another snapshot.
+bool shard_whole(const std::vector<char>& buf) {
+  size_t at = 0;
+  auto take = [&](void* out, size_t n) {
+    if (buf.size() - at < n) return false;
+    std::memcpy(out, buf.data() + at, n);
+    at += n;
+    return true;
+  };
+  char magic[8];
+  uint32_t format = 0;
+  int32_t ranks[3];
+  uint64_t nrec = 0;
+  if (!take(magic, 8) || std::memcmp(magic, kShardMagic, 8) != 0 || !take(&format, 4) || format != kFormat ||
+      !take(ranks, sizeof ranks) || !take(&nrec, 8))
+    return false;
+  for (uint64_t r = 0; r < nrec; ++r) {
+    uint32_t nlen = 0, dcrc = 0;
+    if (!take(&nlen, 4) || buf.size() - at < nlen) return false;
+    at += nlen;
+    uint8_t field = 0;
+    int32_t tp = 0;
+    int64_t offset = 0, local = 0, count = 0;
+    if (!take(&field, 1) || !take(&tp, 4) || !take(&offset, 8) || !take(&local, 8) || !take(&count, 8) ||
+        !take(&dcrc, 4) || count < 0 || (uint64_t)count > (buf.size() - at) / sizeof(float))
+      return false;
+    if (crc(0, buf.data() + at, (size_t)count * sizeof(float)) != dcrc) return false;
+    at += (size_t)count * sizeof(float);
+  }
+  return at == buf.size();
+}
+
 // The bytes of the file `f` the manifest lists, at `path` in snapshot `dir`, after checking
 // its name, its size and its crc32 against the manifest's. UserError naming the file.
 std::vector<char> read_listed_file(const std::string& dir, const std::string& path, const FileEntry& f) {
@@ -269,10 +309,8 @@ std::vector<char> read_listed_file(const std::string& dir, const std::string& pa
                     (f.name.rfind("shard-", 0) == 0 || f.name == "tokenizer.model"))
       << "snapshot manifest " << mpath << " names an unexpected file '" << f.name << "'";
   std::error_code ec;
-  // the whole snapshot gone while it was read: a live run's checkpoint.keep_last retention, not damage
-  TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec)) || fs::exists(mpath, ec))
-      << "snapshot " << dir << " was removed while it was being read (a running troupe run's checkpoint.keep_last "
-      << "retention?); copy the snapshot elsewhere first, or read it once that run has ended";
+  // the whole snapshot going while it was read: a live run's checkpoint.keep_last retention, not damage
+  if (!fs::exists(fs::symlink_status(path, ec)) && !fs::exists(mpath, ec)) refuse_if_snapshot_removed(dir, 1.0);
   const char* kind = f.name == "tokenizer.model" ? "file" : "shard file";  // the tokenizer is no shard
   TROUPE_USER_CHECK(fs::exists(fs::symlink_status(path, ec))) << "snapshot " << dir << " is missing its " << kind
                                                                << " " << f.name << "; use another snapshot";
@@ -284,6 +322,10 @@ std::vector<char> read_listed_file(const std::string& dir, const std::string& pa
                                      << f.bytes << " (truncated or replaced); use another snapshot";
   uint32_t c = 0;
   auto buf = read_all(path, &c);
+  TROUPE_USER_CHECK(c == f.crc32 || f.name == "tokenizer.model" || !shard_whole(buf))
+      << "snapshot shard file " << path << " does not match its manifest: the shard is whole by its own per-tensor "
+      << "checksums, but the manifest's checksum is of other bytes, so " << mpath << " or this file comes from another "
+      << "snapshot (copied or swapped); use the snapshot as its run wrote it, or another one";
   TROUPE_USER_CHECK(c == f.crc32)
       << "snapshot " << kind << " " << path << " fails its checksum (the data is damaged); use another snapshot";
   return buf;
@@ -359,6 +401,15 @@ bool resume_may_differ(const std::string& key) {
          run_options.count(key) > 0;
 }
 
+void refuse_if_snapshot_removed(const std::string& dir, double wait_s) {
+  std::error_code ec;
+  const auto gone = [&] { return !fs::exists(fs::symlink_status(dir, ec)); };
+  for (int i = 0; i < (int)(wait_s / 0.05) && !gone(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  TROUPE_USER_CHECK(!gone()) << "snapshot " << dir << " was removed while it was being read (a running troupe run's "
+                             << "checkpoint.keep_last retention?); copy the snapshot elsewhere first, or read it once "
+                             << "that run has ended";
+}
+
 void check_snapshot_readable(const std::string& dir) {
   if (::access(dir.c_str(), R_OK | X_OK) == 0) return;
   const int err = errno;
@@ -402,6 +453,9 @@ std::vector<char> read_manifest(const std::string& dir) {
       TROUPE_USER_FAIL() << dir << what << ", not a snapshot; pass its newest complete snapshot, --resume "
                          << snaps.back().second << ", or " << latest;
     }
+    if (fs::path(dir).lexically_normal().filename().string().rfind("step-", 0) == 0 ||
+        fs::path(dir).lexically_normal().parent_path().filename().string().rfind("step-", 0) == 0)
+      refuse_if_snapshot_removed(dir, 1.0);  // retention deleting it (manifest first), not an interrupted save
     TROUPE_USER_FAIL() << "snapshot " << dir << " has no " << kManifest << " (it is incomplete: a save was interrupted, "
                        << "or it is another folder); use an older snapshot (train --resume latest picks the newest "
                        << "complete one)";

@@ -118,6 +118,14 @@ std::string commit_snapshot(const std::string& tmp_dir, const std::string& final
 // read is not called incomplete. Does nothing for a readable folder.
 void check_snapshot_readable(const std::string& dir);
 
+// Throws UserError "snapshot DIR was removed while it was being read (a running troupe run's
+// checkpoint.keep_last retention?) ..." when `dir` is gone, or (wait_s > 0) goes within
+// wait_s seconds, polled every 50 ms: retention deletes a snapshot's manifest, then its
+// files, then the folder, so a reader that finds a file missing, the manifest missing or the
+// folder empty may be watching that deletion rather than an interrupted save. Returns when
+// the folder stays.
+void refuse_if_snapshot_removed(const std::string& dir, double wait_s = 0);
+
 // The bytes of dir/manifest.capnp's Cap'n Proto message, after checking the file's trailer
 // ("TRPMANI1" + crc32 of the message). Throws UserError naming the file (missing, damaged,
 // unreadable).

@@ -1,5 +1,4 @@
 // cli/common.cpp — see common.h.
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <tuple>
@@ -32,6 +31,7 @@
 #include <thread>
 
 #include "actors/cluster.h"
+#include "core/line_file_sink.h"
 #include "actors/job.h"
 #include "checkpoint/disk.h"
 #include "checkpoint/export.h"
@@ -62,6 +62,14 @@ std::string trace_path_;
 std::string trace_png_;
 std::string log_prefix_;
 std::shared_ptr<spdlog::logger> file_log_;
+std::shared_ptr<LineFileSink> train_log_sink_;
+
+void report_train_log_losses() {
+  if (!train_log_sink_ || train_log_sink_->lost_lines() == 0) return;
+  std::fprintf(stderr, "%swarning: %lld line(s) of the log could not be written to train.log (disk full); it holds "
+                       "every other line whole, and the console had them all\n",
+               log_prefix_.c_str(), (long long)train_log_sink_->lost_lines());
+}
 
 std::string launch_errdir() { return job_error_dir(); }
 
@@ -433,7 +441,8 @@ void setup_logging(const std::string& run_dir) {
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   std::vector<spdlog::sink_ptr> sinks{console};
   if (!run_dir.empty()) {
-    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_dir + "/train.log");
+    auto file = std::make_shared<LineFileSink>(run_dir + "/train.log");
+    train_log_sink_ = file;
     sinks.push_back(file);
     file_log_ = std::make_shared<spdlog::logger>("troupe-file", file);
     file_log_->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
@@ -441,8 +450,9 @@ void setup_logging(const std::string& run_dir) {
   }
   auto logger = std::make_shared<spdlog::logger>("troupe", sinks.begin(), sinks.end());
   if (!run_dir.empty()) {
-    // train.log on a disk that fills up: one sentence on the console, not spdlog's
-    // "[*** LOG ERROR ***]" per line; the console sink still gets every message
+    // any other failure of train.log's logger: one sentence on the console, not spdlog's
+    // "[*** LOG ERROR ***]" per line (a full disk is LineFileSink's own warning); the
+    // console sink still gets every message
     auto once = std::make_shared<std::atomic<bool>>(false);
     auto on_error = [once, run_dir, path = run_dir + "/train.log"](const std::string& why) {
       if (once->exchange(true)) return;

@@ -20,7 +20,10 @@ namespace troupe::cli {
 extern std::string trace_path_;  // train --trace FILE.json
 extern std::string trace_png_;   // train --trace-png FILE.png (the measured timeline of the last step)
 extern std::string log_prefix_;  // "[process r] " in a job of several processes
-extern std::shared_ptr<spdlog::logger> file_log_;  // train.log only (errors: the console gets them from main)
+extern std::shared_ptr<spdlog::logger> file_log_;
+// After a run: one warning on standard error when lines of train.log could not be written
+// (core/line_file_sink.h counts them); nothing otherwise.
+void report_train_log_losses();  // train.log only (errors: the console gets them from main)
 
 // One "error: <text>" report on stderr in a single write(2), so the lines of several
 // processes sharing a terminal do not interleave. Inside troupe launch only the job's first

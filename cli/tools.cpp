@@ -58,24 +58,18 @@ void check_snapshot_arg(const std::string& dir) {
   TROUPE_USER_CHECK(fs::exists(dir, ec)) << "snapshot directory " << dir << " " << missing_reason(dir)
                                          << " pass a snapshot of a run, e.g. "
                                             "runs/<run>/checkpoints/step-<k> (checkpoint.dir/step-<k>)";
-  // a live run's checkpoint.keep_last deletes a snapshot manifest first, then the rest: seen
-  // between the two, the folder is about to vanish (waited for up to a second)
-  const auto refuse_if_removed = [&](bool wait) {
-    for (int i = 0; i < (wait ? 20 : 1) && fs::exists(fs::symlink_status(dir, ec)); ++i)
-      if (wait) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    TROUPE_USER_CHECK(fs::exists(fs::symlink_status(dir, ec)))
-        << "snapshot " << dir << " was removed while it was being read (a running troupe run's checkpoint.keep_last "
-        << "retention?); copy the snapshot elsewhere first, or read it once that run has ended";
-  };
-  if (!fs::is_directory(dir, ec)) refuse_if_removed(false);
+  // a live run's checkpoint.keep_last deletes a snapshot's manifest, then its files, then the
+  // folder: a step-<k> folder seen without its manifest may be one about to vanish (waited
+  // for up to a second before it is called incomplete or empty)
+  fs::path norm = fs::path(dir).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();  // "…/step-4/"
+  const bool step_folder = norm.filename().string().rfind("step-", 0) == 0;
+  if (!fs::is_directory(dir, ec)) refuse_if_snapshot_removed(dir);
   TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << dir << " is not a directory; pass a snapshot directory, e.g. "
                                                   "runs/<run>/checkpoints/step-<k>";
   check_snapshot_readable(dir);
   if (fs::is_regular_file(fs::path(dir) / "manifest.capnp", ec)) return;
-  bool shards = false;  // what retention leaves between its two deletions
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && !shards; it.increment(ec))
-    shards = it->path().filename().string().rfind("shard-", 0) == 0;
-  refuse_if_removed(shards);
+  if (step_folder) refuse_if_snapshot_removed(dir, 1.0);
   TROUPE_USER_CHECK(!fs::exists(fs::path(dir) / "manifest.capnp", ec))
       << dir << "/manifest.capnp is not a regular file, so " << dir
       << " is not a snapshot troupe wrote; pass a finished one, e.g. runs/<run>/checkpoints/step-<k>";

@@ -587,7 +587,9 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   if (!follower) log_restart(c, ctx, launch.rank, restart);
   JobResult r;
   if (int rc = run_with_recovery(c, ctx, launch, in_place, restart, paths.ckpt_dir, r); rc != 0) return rc;
-  return report_result(c, r, paths.ckpt_dir, state.get(), data.d.unigram_entropy);
+  const int rc = report_result(c, r, paths.ckpt_dir, state.get(), data.d.unigram_entropy);
+  report_train_log_losses();
+  return rc;
 }
 
 }  // namespace troupe::cli

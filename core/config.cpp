@@ -73,6 +73,13 @@ std::string example(const Ref& r) {
   return std::to_string(*std::get<uint64_t*>(r));
 }
 
+// Whether a number as typed has a leading zero TOML refuses ("02", "-007", "02e-3", "00.5";
+// not "0", "0.5", "0e3" or "0x1F").
+bool leading_zero(const std::string& s) {
+  const size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  return s.size() > i + 1 && s[i] == '0' && std::isdigit((unsigned char)s[i + 1]);
+}
+
 // Assigns a TOML value to a key, checking its type. `typed`: the text the user wrote (--set),
 // quoted in a refusal instead of the parsed value (1e9 is not "1000000000.0" to its writer).
 void assign(Config& c, const Key& k, const toml::node& v, const std::string& where, const std::string* typed = nullptr) {
@@ -98,19 +105,20 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     // digits TOML would not take (past 64 bits) are still an integer: out of range, not "not one"
     const bool digits = typed && !typed->empty() &&
                         typed->find_first_not_of("0123456789", (*typed)[0] == '-' || (*typed)[0] == '+') == std::string::npos;
-    const size_t first = typed && !typed->empty() && ((*typed)[0] == '-' || (*typed)[0] == '+') ? 1 : 0;
-    if (digits && typed->size() > first + 1 && (*typed)[first] == '0')
-      bad("an integer without leading zeros (TOML does not allow them; 02 is written 2)");
+    if (digits && leading_zero(*typed)) bad("an integer without leading zeros (TOML does not allow them: 02 is written 2)");
     if (!v.is_integer() || !x) bad(digits ? "an integer in 32-bit range" : "an integer");
     if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer in 32-bit range");
     **p = static_cast<int>(*x);
   } else if (auto* p = std::get_if<uint64_t*>(&r)) {
     auto x = v.value<int64_t>();
-    if (typed && typed->size() > 1 && (*typed)[0] == '0' && typed->find_first_not_of("0123456789") == std::string::npos)
-      bad("a non-negative integer without leading zeros (TOML does not allow them; 02 is written 2)");
+    const bool digits = typed && !typed->empty() && typed->find_first_not_of("0123456789", (*typed)[0] == '+') == std::string::npos;
+    if (digits && leading_zero(*typed)) bad("a non-negative integer without leading zeros (TOML does not allow them: 02 is written 2)");
+    // digits TOML would not take (past 64 bits) are an integer too large, not "not one"
+    if (digits && (!v.is_integer() || !x)) bad("a non-negative integer at most 9223372036854775807 (TOML's integers are 64-bit)");
     if (!v.is_integer() || !x || *x < 0) bad("a non-negative integer");
     **p = static_cast<uint64_t>(*x);
   } else if (auto* p = std::get_if<double*>(&r)) {
+    if (typed && leading_zero(*typed)) bad("a number without leading zeros (TOML does not allow them: 02e-3 is written 2e-3)");
     if (!v.is_number()) bad("a number");
     **p = *v.value<double>();
   } else if (auto* p = std::get_if<std::string*>(&r)) {
@@ -252,7 +260,16 @@ Config Config::load(const std::string& path) {
   TROUPE_USER_CHECK(text.str().find('\0') == std::string::npos)
       << "config file '" << path << "' is not text (it holds NUL bytes: a binary file?); pass a TOML config to --config "
       << "(e.g. configs/sotu.toml)";
-  return parse(text.str(), path);
+  Config c = parse(text.str(), path);
+  // an empty file (or comments, or bare [section] headers) would train the default job
+  // without a word: the wrong file, or one cut short
+  bool any = false;
+  for (auto&& [sec, node] : toml::parse(text.str(), path))
+    any = any || !node.is_table() || !node.as_table()->empty();
+  TROUPE_USER_CHECK(any) << "config file '" << path << "' sets no key (it is empty, or holds only comments or section "
+                         << "headers); pass the config you meant, or copy configs/sotu.toml (the default job) or "
+                         << "configs/tiny.toml and edit it";
+  return c;
 }
 
 namespace {
