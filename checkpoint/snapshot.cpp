@@ -499,7 +499,10 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
   for (const auto& f : mf.files) {
     const std::string path = dir + "/" + f.name;
     const std::vector<char> buf = read_listed_file(dir, path, f);
-    if (f.name == "tokenizer.model") continue;  // checked (size, crc); read by troupe generate
+    if (f.name == "tokenizer.model") {  // checked (size, crc); kept for troupe generate (read once, here:
+      st.tokenizer_model.assign(buf.begin(), buf.end());  // retention may delete the folder afterwards)
+      continue;
+    }
     read_shard(buf, path, specs, spec_index, g_saved, mf.TP, locals);
     stop_point(path);
   }

@@ -68,6 +68,7 @@ struct TrainState {
   std::map<std::string, LogicalTensor> tensors;
   std::string dir;          // where it was loaded from
   std::string tokenizer_hash;  // of the run that saved it ("" if none recorded)
+  std::string tokenizer_model;  // the bytes of its tokenizer.model, checked against the manifest ("" if not listed)
 };
 
 // What the manifest records besides the files (filled by the coordinator).

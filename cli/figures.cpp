@@ -29,10 +29,13 @@ namespace fs = std::filesystem;
 namespace troupe::cli {
 
 std::string gp_quote(const std::string& text) {
+  // single-quoted pieces (no backquote or macro substitution inside them), each ' between
+  // them as the string "'" joined with gnuplot's . operator: gnuplot misread a doubled ''
+  // at the start of a single-quoted string (the title "'best' run" failed)
   std::string out = "'";
   for (char ch : text) {
-    if (ch == '\'') out += '\'';
-    out += ch;
+    if (ch == '\'') out += "'.\"'\".'";
+    else out += ch;
   }
   return out + "'";
 }
@@ -127,13 +130,19 @@ void render_png(const std::string& script, const std::string& out, const std::st
   {
     std::ifstream ef(err_path);
     std::string line;
-    while (reason.empty() && std::getline(ef, line)) {
+    // its error ("line 0: ...") rather than the echoed script line before it
+    std::string first, error;
+    while (error.empty() && std::getline(ef, line)) {
+      std::string text;
       for (char ch : line)
-        if ((unsigned char)ch >= 0x20 && (unsigned char)ch < 0x7f) reason += ch;
-      while (!reason.empty() && (reason.back() == ' ' || reason.front() == ' '))
-        reason.erase(reason.back() == ' ' ? reason.size() - 1 : 0, 1);
-      if (reason.find_first_not_of("^ ") == std::string::npos) reason.clear();
+        if ((unsigned char)ch >= 0x20 && (unsigned char)ch < 0x7f) text += ch;
+      while (!text.empty() && (text.back() == ' ' || text.front() == ' '))
+        text.erase(text.back() == ' ' ? text.size() - 1 : 0, 1);
+      if (text.find_first_not_of("^ ") == std::string::npos) continue;
+      if (first.empty()) first = text;
+      if (text.rfind("line ", 0) == 0 || text.find(", line ") != std::string::npos) error = text;
     }
+    reason = error.empty() ? first : error;
     // gnuplot names its script by the temporary path troupe made: that path helps nobody
     if (const size_t at = reason.find(script_path); at != std::string::npos)
       reason.replace(at == 0 ? 0 : at - 1, script_path.size() + (at == 0 ? 0 : 2), "troupe's gnuplot script");
@@ -162,9 +171,15 @@ void render_png(const std::string& script, const std::string& out, const std::st
                                   : empty         ? std::string("it wrote an empty picture")
                                                   : std::string("its picture was cut short, as when the disk fills"),
                                   option));
-    throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); the figure is beyond what gnuplot draws here: "
-                                "draw a smaller one ({}), or leave out {}",
-                                out, reason, smaller, option));
+    // the size advice only when gnuplot's complaint is about size
+    if (reason.find("memory") != std::string::npos || reason.find("too many") != std::string::npos ||
+        reason.find("too large") != std::string::npos || reason.find("too big") != std::string::npos)
+      throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); the figure is beyond what gnuplot draws here: "
+                                  "draw a smaller one ({}), or leave out {}",
+                                  out, reason, smaller, option));
+    throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); troupe's gnuplot script failed on this "
+                                "gnuplot: leave out {}, and report the message",
+                                out, reason, option));
   }
   fs::rename(tmp, out, ec);
   if (ec) {

@@ -7,7 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +62,26 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
                        << ": writing it would destroy that run's record (plot, calibrate and --resume read it); pass "
                           "another path";
 }
+
+namespace {
+// Removes `path`.tmp-<pid> files whose writer (process pid) is gone — a troupe command killed
+// (SIGKILL) while it wrote `path` — naming each on standard error; a live writer's file stays.
+void remove_dead_writers_files(const fs::path& abs) {
+  std::error_code ec;
+  const std::string stem = abs.filename().string() + ".tmp-";
+  for (fs::directory_iterator it(abs.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= stem.size() || name.compare(0, stem.size(), stem) != 0) continue;
+    const std::string pid = name.substr(stem.size());
+    if (pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill((pid_t)std::stol(pid), 0) == 0 || errno != ESRCH || !it->is_regular_file(ec)) continue;
+    std::error_code rm;
+    if (fs::remove(it->path(), rm))
+      std::fprintf(stderr, "note: removed %s, left by a troupe command (process %s) that was killed while it wrote %s\n",
+                   it->path().c_str(), pid.c_str(), abs.c_str());
+  }
+}
+}  // namespace
 
 void check_output_file(const std::string& path, const std::string& option, uint64_t bytes) {
   TROUPE_USER_CHECK(!path.empty()) << option << " is empty; pass a file path";
@@ -116,6 +139,7 @@ void check_output_file(const std::string& path, const std::string& option, uint6
       << "; troupe writes the output beside it first, then renames it); pass a writable " << option << " path";
   TROUPE_USER_CHECK(!fs::exists(abs, ec) || fs::is_regular_file(abs, ec))
       << option << " " << path << " exists and is not a regular file; pass another path";
+  remove_dead_writers_files(abs);  // (before the free space is counted: they hold some)
   const uint64_t free = free_space(dir.string());
   TROUPE_USER_CHECK(free >= bytes) << "cannot write " << path << ": it needs about " << size_text(bytes)
                                    << " but its filesystem has " << size_text(free)

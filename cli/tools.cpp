@@ -162,10 +162,12 @@ int cmd_generate(const GenerateOptions& o) {
   // already values of that type): the logits match the exported model run in fp32
   c.train.precision = "fp32";
   setup_logging("");
-  // the snapshot's own copy of the tokenizer; older snapshots: the run's data cache
+  // the snapshot's own copy of the tokenizer, read with it; older snapshots (whose manifest
+  // lists none): the run's data cache
   std::string tok_path = o.dir + "/tokenizer.model";
-  if (!fs::exists(tok_path)) tok_path = prepare(c).tokenizer_path;
-  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(tok_path));
+  if (st->tokenizer_model.empty()) tok_path = prepare(c).tokenizer_path;
+  auto tok = std::make_shared<Tokenizer>(st->tokenizer_model.empty() ? Tokenizer::load(tok_path)
+                                                                     : Tokenizer::from_bytes(st->tokenizer_model, tok_path));
   TROUPE_USER_CHECK(st->tokenizer_hash.empty() || st->tokenizer_hash == std::to_string(tok->hash()))
       << "snapshot " << o.dir << " was trained with another tokenizer than " << tok_path << " (hash "
       << st->tokenizer_hash << " vs " << tok->hash() << "); keep the run's corpus and data.cache_dir";

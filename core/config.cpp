@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 #include <variant>
 
@@ -80,11 +81,30 @@ bool leading_zero(const std::string& s) {
   return s.size() > i + 1 && s[i] == '0' && std::isdigit((unsigned char)s[i + 1]);
 }
 
+// The number as typed with its leading zeros dropped ("-007" -> "-7", "00.5" -> "0.5").
+std::string without_leading_zeros(const std::string& s) {
+  const size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  size_t j = i;
+  while (j + 1 < s.size() && s[j] == '0' && std::isdigit((unsigned char)s[j + 1])) ++j;
+  return s.substr(0, i) + s.substr(j);
+}
+
+// Whether `s` is written as an integer TOML knows: decimal digits with an optional sign, or
+// 0x / 0o / 0b and that base's digits (underscores between digits allowed) — an integer even
+// when it is too large for TOML's 64 bits.
+bool integer_text(const std::string& s) {
+  const bool based = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'o' || s[1] == 'b');
+  const size_t i = based ? 2 : !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  const char* ok = !based ? "0123456789_" : s[1] == 'x' ? "0123456789abcdefABCDEF_" : s[1] == 'o' ? "01234567_" : "01_";
+  return s.size() > i && s.find_first_not_of(ok, i) == std::string::npos && s[i] != '_' && s.back() != '_' &&
+         s.find("__") == std::string::npos;
+}
+
 // Assigns a TOML value to a key, checking its type. `typed`: the text the user wrote (--set),
 // quoted in a refusal instead of the parsed value (1e9 is not "1000000000.0" to its writer).
 void assign(Config& c, const Key& k, const toml::node& v, const std::string& where, const std::string* typed = nullptr) {
   Ref r = k.ref(c);
-  auto bad = [&](const char* want) {  // the value quoted on one short line (an array could be 100,000 lines)
+  auto bad = [&](const std::string& want) {  // the value quoted on one short line (an array could be 100,000 lines)
     std::string got;
     if (typed) {
       got = "'" + printable(*typed, false, 80) + "'";
@@ -103,22 +123,26 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
   if (auto* p = std::get_if<int*>(&r)) {
     auto x = v.value<int64_t>();
     // digits TOML would not take (past 64 bits) are still an integer: out of range, not "not one"
-    const bool digits = typed && !typed->empty() &&
-                        typed->find_first_not_of("0123456789", (*typed)[0] == '-' || (*typed)[0] == '+') == std::string::npos;
-    if (digits && leading_zero(*typed)) bad("an integer without leading zeros (TOML does not allow them: 02 is written 2)");
+    const bool digits = typed && integer_text(*typed);
+    if (digits && leading_zero(*typed))
+      bad("an integer without leading zeros (TOML does not allow them: write " + without_leading_zeros(*typed) + ")");
     if (!v.is_integer() || !x) bad(digits ? "an integer in 32-bit range" : "an integer");
     if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer in 32-bit range");
     **p = static_cast<int>(*x);
   } else if (auto* p = std::get_if<uint64_t*>(&r)) {
     auto x = v.value<int64_t>();
-    const bool digits = typed && !typed->empty() && typed->find_first_not_of("0123456789", (*typed)[0] == '+') == std::string::npos;
-    if (digits && leading_zero(*typed)) bad("a non-negative integer without leading zeros (TOML does not allow them: 02 is written 2)");
+    const bool digits = typed && integer_text(*typed) && (*typed)[0] != '-';
+    if (digits && leading_zero(*typed))
+      bad("a non-negative integer without leading zeros (TOML does not allow them: write " + without_leading_zeros(*typed) +
+          ")");
     // digits TOML would not take (past 64 bits) are an integer too large, not "not one"
-    if (digits && (!v.is_integer() || !x)) bad("a non-negative integer at most 9223372036854775807 (TOML's integers are 64-bit)");
+    if (digits && (!v.is_integer() || !x))
+      bad("a non-negative integer at most 9223372036854775807 = 0x7FFFFFFFFFFFFFFF (TOML's integers are 64-bit)");
     if (!v.is_integer() || !x || *x < 0) bad("a non-negative integer");
     **p = static_cast<uint64_t>(*x);
   } else if (auto* p = std::get_if<double*>(&r)) {
-    if (typed && leading_zero(*typed)) bad("a number without leading zeros (TOML does not allow them: 02e-3 is written 2e-3)");
+    if (typed && leading_zero(*typed))
+      bad("a number without leading zeros (TOML does not allow them: write " + without_leading_zeros(*typed) + ")");
     if (!v.is_number()) bad("a number");
     **p = *v.value<double>();
   } else if (auto* p = std::get_if<std::string*>(&r)) {
@@ -260,6 +284,12 @@ Config Config::load(const std::string& path) {
   TROUPE_USER_CHECK(text.str().find('\0') == std::string::npos)
       << "config file '" << path << "' is not text (it holds NUL bytes: a binary file?); pass a TOML config to --config "
       << "(e.g. configs/sotu.toml)";
+  // a JSON file (generate --logits-out, a metrics line): named before TOML's checks misread it
+  // (its numbers' dots as key parts). nlohmann's parser keeps its own stack: no recursion.
+  if (const size_t first = text.str().find_first_not_of(" \t\r\n"); first != std::string::npos &&
+      (text.str()[first] == '{' || text.str()[first] == '[') && nlohmann::json::accept(text.str()))
+    TROUPE_USER_FAIL() << "config file '" << path << "' is JSON, not TOML; pass a TOML config to --config (e.g. "
+                       << "configs/sotu.toml: [section] headers, then key = value lines)";
   Config c = parse(text.str(), path);
   // an empty file (or comments, or bare [section] headers) would train the default job
   // without a word: the wrong file, or one cut short

@@ -229,7 +229,11 @@ uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
 
 uint64_t hash_file(const std::string& path, const DataLogFn& log, double every_s) {
   std::ifstream in(path, std::ios::binary);
-  TROUPE_USER_CHECK(in.good()) << "cannot open '" << path << "' to hash it: " << std::strerror(errno);
+  const int err = errno;
+  TROUPE_USER_CHECK(in.good()) << "cannot open '" << path << "' to hash it (" << std::strerror(err) << "); "
+                               << (err == EACCES ? "give the user who runs troupe read permission on it (chmod a+r), or "
+                                                   "copy it somewhere it can be read"
+                                                 : path_error_fix(err));
   std::error_code ec;
   const uint64_t total = std::filesystem::file_size(path, ec);
   const auto t0 = std::chrono::steady_clock::now();

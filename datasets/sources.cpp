@@ -68,6 +68,11 @@ void check_path(const DataSource& s) {
         << (fs::is_directory(s.path, ec) ? "a folder: data.corpus takes one text file; for a folder write a [[data.sources]] table with format = \"dir\""
                                           : "a device, a FIFO or a socket: point it at a text file")
         << ")";
+  // a file or folder this user may not read (root passes access() on anything)
+  if (::access(s.path.c_str(), s.format == "dir" ? R_OK | X_OK : R_OK) != 0 && errno == EACCES)
+    TROUPE_USER_FAIL() << src_name(s) << ": cannot read '" << s.path << "' (" << std::strerror(EACCES)
+                       << "); give the user who runs troupe read permission on it (chmod " << (s.format == "dir" ? "-R a+rX" : "a+r")
+                       << " '" << s.path << "') or copy it somewhere it can be read";
 }
 
 // Refuses (UserError naming the line and the fix) text that is no UTF-8 text at all: a

@@ -242,7 +242,10 @@ void Tokenizer::train(const std::vector<std::string>& train_docs, int vocab_size
 
 Tokenizer Tokenizer::load(const std::string& path) {
   // SentencePiece models are a few MiB; protobuf cannot parse 2 GiB (it aborted the process)
-  const std::string bytes = read_file_bytes(path, "tokenizer model", 256ull << 20);
+  return from_bytes(read_file_bytes(path, "tokenizer model", 256ull << 20), path);
+}
+
+Tokenizer Tokenizer::from_bytes(const std::string& bytes, const std::string& path) {
   Tokenizer t;
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = t.sp_->LoadFromSerializedProto(bytes);

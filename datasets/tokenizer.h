@@ -68,6 +68,9 @@ class Tokenizer {
   // pieces <0x00>..<0xFF> (round trip would not be exact) or without an end-of-text
   // (eos) piece.
   static Tokenizer load(const std::string& path);
+  // The same from the model's bytes (a snapshot's tokenizer.model, read and checked with the
+  // snapshot); `path` names it in errors.
+  static Tokenizer from_bytes(const std::string& bytes, const std::string& path);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
