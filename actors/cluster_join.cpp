@@ -235,7 +235,12 @@ caf::actor reach_hub(Cluster::Impl& im, const JoinWait& w) {
     const std::string last_error = im.sys->render(h.error());
     if (last_error.find("malformed_basp_message") != std::string::npos || Clock::now() > w.deadline) {
       // something answered with other bytes, or nothing answered in time: say what is there
-      const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
+      Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
+      // a server that greets each connection once (a one-shot listener) is silent to the probe
+      // after CAF's own connection got its bytes: say what CAF saw
+      if (p.result == ProbeResult::kSilent && last_error.find("malformed_basp_message") != std::string::npos)
+        p.detail = "it answered this process's connection with bytes that are not a troupe greeting (CAF: malformed "
+                   "BASP message), and a second connection got nothing";
       if (p.result == ProbeResult::kForeign || p.result == ProbeResult::kSilent)
         throw UserError(not_a_coordinator(im, p));
       if (p.result == ProbeResult::kNoListener && Clock::now() > w.deadline) throw UserError(nothing_answered(im, p));

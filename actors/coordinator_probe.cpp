@@ -89,7 +89,10 @@ Probe probe_coordinator(const std::string& host, uint16_t port, double wait_s) {
   ::close(fd);
   if (got == 0) {
     out.result = ProbeResult::kSilent;
-    out.detail = "it accepted the connection but sent nothing within " + std::to_string(wait.count()) + " ms";
+    // (what this process's own connection got is not known here: a server that greets each
+    // connection once may have sent it bytes)
+    out.detail = "it accepted the connection but gave no troupe greeting (a probe's connection got no bytes within " +
+                 std::to_string(wait.count()) + " ms)";
     return out;
   }
   const bool basp = got == sizeof buf && buf[0] == 0 && buf[1] == 0 && buf[2] == 0 && big_endian(buf + 4, 4) <= 65536 &&

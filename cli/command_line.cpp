@@ -141,7 +141,7 @@ void add_training_commands(CommandLine& cl) {
                        "print the version, git commit and build options, then exit");
   cl.train = app.add_subcommand("train", "train a model (the main job)");
   cl.train->add_option("--config", cl.config_path, "TOML config file")->required();
-  cl.train->add_option("--set", cl.sets, "override a key: section.key=value (repeatable)");
+  cl.train->add_option("--set", cl.sets, "override a key: section.key=value (repeatable; the last of a key wins)");
   cl.train->add_option("--run-dir", cl.run_dir, "run directory (default runs/<timestamp>)");
   cl.train->add_option("--resume", cl.resume,
                        "continue from a snapshot: its directory, or 'latest' (newest valid in checkpoint.dir)");
@@ -149,7 +149,7 @@ void add_training_commands(CommandLine& cl) {
   cl.tokenize = app.add_subcommand("tokenize", "an alias of prepare");
   for (auto* sub : {cl.prepare, cl.tokenize}) {
     sub->add_option("--config", cl.config_path, "TOML config file")->required();
-    sub->add_option("--set", cl.sets, "override a key: section.key=value (repeatable)");
+    sub->add_option("--set", cl.sets, "override a key: section.key=value (repeatable; the last of a key wins)");
     sub->add_option("--report", cl.report, "also write the cleaning report as JSON to this file");
   }
 }
@@ -191,7 +191,7 @@ void add_tool_commands(CommandLine& cl) {
   PlanCommand& pc = cl.pc;
   cl.plan = app.add_subcommand("plan", "size a job on a cluster: memory, iteration time, MFU (docs/plan.md)");
   cl.plan->add_option("--config", cl.config_path, "TOML config file with a [cluster] section")->required();
-  cl.plan->add_option("--set", cl.sets, "override a key: section.key=value (repeatable)");
+  cl.plan->add_option("--set", cl.sets, "override a key: section.key=value (repeatable; the last of a key wins)");
   cl.plan->add_flag("--json", pc.json, "one JSON object on stdout");
   cl.plan->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
   cl.plan->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <ctime>
 #include <algorithm>
+#include <map>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -143,6 +144,18 @@ Config load_config(const std::string& path, const std::vector<std::string>& sets
     }
     TROUPE_USER_CHECK(!corpus) << path << " sets both data.corpus and [[data.sources]]; troupe trains on the sources "
                                << "only: remove data.corpus, or add that file as one more [[data.sources]] table";
+  }
+  // a key given twice takes its last value (scripts put their defaults first and the caller's
+  // overrides after them, as with git's and argparse's options), said once per key
+  std::map<std::string, std::string> given;
+  for (const auto& s : sets) {
+    const std::string key = s.substr(0, s.find('='));
+    const auto [it, fresh] = given.emplace(key, s);
+    if (!fresh && it->second != s)
+      std::fprintf(stderr, "note: --set %s is given more than once (--set %s, then --set %s): the last one is used\n",
+                   printable(key, false, 80).c_str(), printable(it->second, false, 80).c_str(),
+                   printable(s, false, 80).c_str());
+    it->second = s;
   }
   for (auto& s : sets) c.set(s);
   c.validate(max_workers);

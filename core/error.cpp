@@ -78,6 +78,22 @@ const char* path_error_fix(int code) {
 std::string missing_reason(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) return "exists";
+  if (errno == EACCES) {  // a folder on the way this user may not enter: the path may well exist
+    std::string blocked = path;
+    for (std::string p = path; !p.empty();) {
+      const size_t slash = p.find_last_of('/');
+      if (slash == std::string::npos) break;
+      p.resize(slash == 0 ? 1 : slash);
+      if (::access(p.c_str(), X_OK) != 0 && errno == EACCES) blocked = p;
+      if (p == "/") break;
+    }
+    std::string out = "cannot be reached by this user: it may not enter the folder '";  // (piece by piece: GCC 12's
+    out += blocked;                                                                    // -Wrestrict misfires)
+    out += "' (Permission denied; give it search permission, chmod a+x '";
+    out += blocked;
+    out += "', or run troupe as a user who may); if that is not it,";
+    return out;
+  }
   if (errno == ELOOP) return "is a loop of symbolic links (one points back to another); fix or remove the link, and";
   if (errno == ENOTDIR) return "does not exist: the path goes through a file as if it were a folder;";
   if (errno == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {

@@ -81,6 +81,8 @@ const char* path_error_fix(int err);
 // Why `path` cannot be found, as a clause to put after the quoted path and before the
 // caller's fix: "does not exist;", "is a loop of symbolic links (...); fix or remove the link,
 // and", "is a symbolic link to nothing (it points to 'T', ...); fix or remove the link, and";
+// "cannot be reached by this user: it may not enter the folder 'F' (Permission denied; ...);
+// if that is not it," when a folder on the way denies search permission (EACCES);
 // "exists" when stat() succeeds. For messages that would otherwise call a link loop or a
 // dangling link missing though `ls` shows it. Never throws.
 std::string missing_reason(const std::string& path);

@@ -57,7 +57,7 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
     TROUPE_USER_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < hp.size())
         << "environment variable TROUPE_COORDINATOR='" << hp << "' must be host:port, e.g. 10.0.0.1:29500";
     e.host = hp.substr(0, colon);
-    refuse_ipv6_host(e.host, "environment variable TROUPE_COORDINATOR");
+    refuse_ipv6_host(e.host, "environment variable TROUPE_COORDINATOR='" + hp + "'");
     e.port = parse_int("TROUPE_COORDINATOR (port)", hp.c_str() + colon + 1, 1, 65535);
   } else {
     TROUPE_USER_CHECK(e.world == 1) << "environment: a world of " << e.world << " processes (from " << e.source
@@ -70,7 +70,7 @@ void refuse_ipv6_host(const std::string& host, const std::string& what) {
   TROUPE_USER_CHECK(host.find("://") == std::string::npos && host.find('/') == std::string::npos)
       << what << " holds a URL or a path (" << host << "...); it takes HOST:PORT, e.g. 127.0.0.1:29500";
   TROUPE_USER_CHECK(host.find_first_of(":[]") == std::string::npos)
-      << what << " names the IPv6 address " << host << "; troupe's coordinator and data plane use IPv4 only: use an "
+      << what << " names an IPv6 address; troupe's coordinator and data plane use IPv4 only: use an "
       << "IPv4 address (e.g. 127.0.0.1) or a host name that resolves to one";
 }
 
