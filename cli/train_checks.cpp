@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -297,6 +298,14 @@ std::string job_secret() {
         << "holding the job's secret (e.g. made with openssl rand -hex 32 > FILE)";
     std::ifstream in(f);
     TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
+    // as ssh says of a private key others can read: whoever reads the secret can join the job
+    const auto perms = std::filesystem::status(f, ec).permissions();
+    if (!ec && (perms & (std::filesystem::perms::group_read | std::filesystem::perms::others_read)) !=
+                   std::filesystem::perms::none)
+      std::fprintf(stderr,
+                   "warning: TROUPE_JOB_SECRET_FILE=%s can be read by other users (mode %03o): anyone who reads it can "
+                   "join this job or stop it; chmod 600 %s\n",
+                   f, (unsigned)perms & 0777u, f);
     std::string line;
     std::getline(in, line);
     return trim_secret(line);

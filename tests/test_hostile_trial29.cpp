@@ -85,3 +85,20 @@ TEST_CASE("a --set key given twice takes the last value and says so", "[cli][hos
                    "the last one is used") != std::string::npos);
   CHECK(slurp(s.path("r/metrics.jsonl")).find("{\"step\":3,") != std::string::npos);
 }
+
+TEST_CASE("a job secret file other users can read is warned about", "[cli][hostile][launch]") {
+  Scratch s(kGroup, "secretfile");
+  s.write("secret", "0123456789abcdef0123456789abcdef\n");
+  const std::string env = "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:9 TROUPE_JOB_SECRET_FILE='" +
+                          s.path("secret") + "'";
+  const std::string args = "train --config configs/tiny.toml --set fault.join_timeout_s=1 --run-dir '" + s.path("r") + "'";
+  fs::permissions(s.path("secret"), fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+  Run r = run_troupe(args, s, 60, env);
+  CHECK(r.rc == 2);  // nobody listens at port 9
+  CHECK(r.err.find("can be read by other users (mode 604)") != std::string::npos);
+  CHECK(r.err.find("chmod 600") != std::string::npos);
+  fs::permissions(s.path("secret"), fs::perms::owner_read | fs::perms::owner_write);
+  r = run_troupe(args, s, 60, env);
+  INFO("stderr: " << r.err);
+  CHECK(r.err.find("can be read by other users") == std::string::npos);
+}
