@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -152,7 +153,15 @@ void render_png(const std::string& script, const std::string& out, const std::st
   const std::string tmp = png_tmp(out);
   const bool empty = !fs::is_regular_file(tmp, ec) || fs::file_size(tmp, ec) == 0;
   if (!script_ok || rc != 0 || empty || !png_complete(tmp)) {
+    const uintmax_t got = empty ? 0 : fs::file_size(tmp, ec);
     fs::remove(tmp, ec);
+    // a file-size limit (ulimit -f) that gnuplot met: the picture stops at the limit, not at a full disk
+    rlimit fsize{};
+    if (script_ok && ::getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY &&
+        got > 0 && got + 4096 >= (uintmax_t)fsize.rlim_cur)
+      throw UserError(fmt::format("gnuplot could not draw {}: the file-size limit (ulimit -f) of {} bytes stopped its "
+                                  "picture at {} bytes; raise it (ulimit -f unlimited), or leave out {}",
+                                  out, (unsigned long long)fsize.rlim_cur, (unsigned long long)got, option));
     if (script_ok && rc == 0 && !empty) reason.clear();  // its picture was cut short: the disk's doing
     if (!script_ok)
       throw UserError("cannot write gnuplot's script in /tmp (" + std::string(std::strerror(script_err)) + "); " +

@@ -1,6 +1,8 @@
 #include "stages/schedule.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -426,8 +428,21 @@ Schedule read_schedule(const std::string& path) {
       << "schedule file '" << printable(path, false, 200) << "' is not a regular file; pass a file written by "
       << "`troupe simulate --schedule 1f1b ... --dump FILE`";
   std::ifstream in(path);
-  TROUPE_USER_CHECK(in.good()) << "schedule file '" << path
-                               << "' cannot be read; write one with `troupe simulate --schedule 1f1b ... --dump FILE`";
+  const int err = errno;
+  if (!in.good()) {  // a file this user may not read, or one behind a folder it may not enter, is not missing
+    const std::string why = missing_reason(path);
+    if (why.rfind("cannot be reached", 0) == 0)
+      TROUPE_USER_FAIL() << "schedule file '" << printable(path, false, 200) << "' " << why
+                         << " write one with `troupe simulate --schedule 1f1b ... --dump FILE`";
+    TROUPE_USER_CHECK(err != EACCES) << "schedule file '" << printable(path, false, 200) << "' cannot be read ("
+                                     << std::strerror(EACCES) << "); give the user who runs troupe read permission "
+                                     << "on it (chmod a+r) or copy it";
+    if (why != "exists")
+      TROUPE_USER_FAIL() << "schedule file '" << printable(path, false, 200) << "' " << why
+                         << " write one with `troupe simulate --schedule 1f1b ... --dump FILE`";
+  }
+  TROUPE_USER_CHECK(in.good()) << "schedule file '" << path << "' cannot be read (" << std::strerror(err)
+                               << "); write one with `troupe simulate --schedule 1f1b ... --dump FILE`";
   in.seekg(0, std::ios::end);
   const auto size = (int64_t)in.tellg();
   in.seekg(0);
