@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -266,44 +267,12 @@ void check_same_model(const std::string& dir, const Manifest& mf, const std::vec
       << "snapshot " << dir << " holds another model: " << tinfo.size() << " tensors, this model has " << specs.size();
 }
 
-// Whether `buf` is a whole shard file by its own structure and per-record checksums (the
-// magic, the header, every record in range with its data's crc32, nothing after the last):
-// a shard that fails the manifest's checksum yet passes this is intact, and the manifest (or
-// the file) came from another snapshot.
-bool shard_whole(const std::vector<char>& buf) {
-  size_t at = 0;
-  auto take = [&](void* out, size_t n) {
-    if (buf.size() - at < n) return false;
-    std::memcpy(out, buf.data() + at, n);
-    at += n;
-    return true;
-  };
-  char magic[8];
-  uint32_t format = 0;
-  int32_t ranks[3];
-  uint64_t nrec = 0;
-  if (!take(magic, 8) || std::memcmp(magic, kShardMagic, 8) != 0 || !take(&format, 4) || format != kFormat ||
-      !take(ranks, sizeof ranks) || !take(&nrec, 8))
-    return false;
-  for (uint64_t r = 0; r < nrec; ++r) {
-    uint32_t nlen = 0, dcrc = 0;
-    if (!take(&nlen, 4) || buf.size() - at < nlen) return false;
-    at += nlen;
-    uint8_t field = 0;
-    int32_t tp = 0;
-    int64_t offset = 0, local = 0, count = 0;
-    if (!take(&field, 1) || !take(&tp, 4) || !take(&offset, 8) || !take(&local, 8) || !take(&count, 8) ||
-        !take(&dcrc, 4) || count < 0 || (uint64_t)count > (buf.size() - at) / sizeof(float))
-      return false;
-    if (crc(0, buf.data() + at, (size_t)count * sizeof(float)) != dcrc) return false;
-    at += (size_t)count * sizeof(float);
-  }
-  return at == buf.size();
-}
-
 // The bytes of the file `f` the manifest lists, at `path` in snapshot `dir`, after checking
-// its name, its size and its crc32 against the manifest's. UserError naming the file.
-std::vector<char> read_listed_file(const std::string& dir, const std::string& path, const FileEntry& f) {
+// its name, its size and its crc32 against the manifest's. UserError naming the file. `whole`
+// (optional): whether bytes that fail the manifest's crc32 are still a whole file by their
+// own checks (a shard's per-record checksums): then the manifest, not the file, is foreign.
+std::vector<char> read_listed_file(const std::string& dir, const std::string& path, const FileEntry& f,
+                                   const std::function<bool(const std::vector<char>&)>& whole = {}) {
   const std::string mpath = dir + "/" + kManifest;
   TROUPE_USER_CHECK(f.name.find('/') == std::string::npos &&
                     (f.name.rfind("shard-", 0) == 0 || f.name == "tokenizer.model"))
@@ -322,7 +291,7 @@ std::vector<char> read_listed_file(const std::string& dir, const std::string& pa
                                      << f.bytes << " (truncated or replaced); use another snapshot";
   uint32_t c = 0;
   auto buf = read_all(path, &c);
-  TROUPE_USER_CHECK(c == f.crc32 || f.name == "tokenizer.model" || !shard_whole(buf))
+  TROUPE_USER_CHECK(c == f.crc32 || !whole || !whole(buf))
       << "snapshot shard file " << path << " does not match its manifest: the shard is whole by its own per-tensor "
       << "checksums, but the manifest's checksum is of other bytes, so " << mpath << " or this file comes from another "
       << "snapshot (copied or swapped); use the snapshot as its run wrote it, or another one";
@@ -410,6 +379,12 @@ void refuse_if_snapshot_removed(const std::string& dir, double wait_s) {
                              << "that run has ended";
 }
 
+bool named_like_snapshot(const std::string& dir) {
+  fs::path norm = fs::path(dir).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();  // "…/step-4/"
+  return norm.filename().string().rfind("step-", 0) == 0;
+}
+
 void check_snapshot_readable(const std::string& dir) {
   if (::access(dir.c_str(), R_OK | X_OK) == 0) return;
   const int err = errno;
@@ -453,9 +428,7 @@ std::vector<char> read_manifest(const std::string& dir) {
       TROUPE_USER_FAIL() << dir << what << ", not a snapshot; pass its newest complete snapshot, --resume "
                          << snaps.back().second << ", or " << latest;
     }
-    if (fs::path(dir).lexically_normal().filename().string().rfind("step-", 0) == 0 ||
-        fs::path(dir).lexically_normal().parent_path().filename().string().rfind("step-", 0) == 0)
-      refuse_if_snapshot_removed(dir, 1.0);  // retention deleting it (manifest first), not an interrupted save
+    if (named_like_snapshot(dir)) refuse_if_snapshot_removed(dir, 1.0);  // retention deleting it (manifest first), not an interrupted save
     TROUPE_USER_FAIL() << "snapshot " << dir << " has no " << kManifest << " (it is incomplete: a save was interrupted, "
                        << "or it is another folder); use an older snapshot (train --resume latest picks the newest "
                        << "complete one)";
@@ -498,7 +471,18 @@ TrainState load_snapshot(const std::string& dir, const Config& cfg) {
   for (size_t i = 0; i < specs.size(); ++i) spec_index[specs[i].name] = (int)i;
   for (const auto& f : mf.files) {
     const std::string path = dir + "/" + f.name;
-    const std::vector<char> buf = read_listed_file(dir, path, f);
+    // a shard failing the manifest's crc32 that read_shard takes whole (its per-record crc32s)
+    const auto whole = [&](const std::vector<char>& b) {
+      Locals scratch;
+      try {
+        read_shard(b, path, specs, spec_index, g_saved, mf.TP, scratch);
+        return true;
+      } catch (const UserError&) {
+        return false;
+      }
+    };
+    const std::vector<char> buf =
+        read_listed_file(dir, path, f, f.name == "tokenizer.model" ? std::function<bool(const std::vector<char>&)>() : whole);
     if (f.name == "tokenizer.model") {  // checked (size, crc); kept for troupe generate (read once, here:
       st.tokenizer_model.assign(buf.begin(), buf.end());  // retention may delete the folder afterwards)
       continue;

@@ -127,6 +127,10 @@ void check_snapshot_readable(const std::string& dir);
 // the folder stays.
 void refuse_if_snapshot_removed(const std::string& dir, double wait_s = 0);
 
+// Whether the folder `dir` ("…/step-00000004", also with a trailing '/') is named as a
+// snapshot folder (step-…): one a run's retention may be deleting. Pure; never throws.
+bool named_like_snapshot(const std::string& dir);
+
 // The bytes of dir/manifest.capnp's Cap'n Proto message, after checking the file's trailer
 // ("TRPMANI1" + crc32 of the message). Throws UserError naming the file (missing, damaged,
 // unreadable).

@@ -61,15 +61,12 @@ void check_snapshot_arg(const std::string& dir) {
   // a live run's checkpoint.keep_last deletes a snapshot's manifest, then its files, then the
   // folder: a step-<k> folder seen without its manifest may be one about to vanish (waited
   // for up to a second before it is called incomplete or empty)
-  fs::path norm = fs::path(dir).lexically_normal();
-  if (norm.filename().empty()) norm = norm.parent_path();  // "…/step-4/"
-  const bool step_folder = norm.filename().string().rfind("step-", 0) == 0;
   if (!fs::is_directory(dir, ec)) refuse_if_snapshot_removed(dir);
   TROUPE_USER_CHECK(fs::is_directory(dir, ec)) << dir << " is not a directory; pass a snapshot directory, e.g. "
                                                   "runs/<run>/checkpoints/step-<k>";
   check_snapshot_readable(dir);
   if (fs::is_regular_file(fs::path(dir) / "manifest.capnp", ec)) return;
-  if (step_folder) refuse_if_snapshot_removed(dir, 1.0);
+  if (named_like_snapshot(dir)) refuse_if_snapshot_removed(dir, 1.0);
   TROUPE_USER_CHECK(!fs::exists(fs::path(dir) / "manifest.capnp", ec))
       << dir << "/manifest.capnp is not a regular file, so " << dir
       << " is not a snapshot troupe wrote; pass a finished one, e.g. runs/<run>/checkpoints/step-<k>";

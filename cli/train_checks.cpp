@@ -143,30 +143,29 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
 void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,
                         const std::string& config_path) {
   std::error_code ec;
-  const auto canon = [&](const std::string& d) { return resolved_path(d); };
   std::vector<std::string> inputs = {config_path, c.data.corpus, c.data.tokenizer};
   for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
   const auto what = [&](const std::string& in) { return in == config_path ? "config file " : "input "; };
   // a run directory among the run's data: its records, lock and snapshots land beside the data
   // (a tracked folder of a repository, say) and a later cleanup of the run would reach it
-  const fs::path rd = canon(run_dir);
+  const fs::path rd = resolved_path(run_dir);
   for (const std::string& in : inputs) {
     if (in.empty() || run_dir.empty()) continue;
-    const auto rel = canon(in).lexically_relative(rd);
+    const auto rel = resolved_path(in).lexically_relative(rd);
     if (in == config_path && rel == "config.toml") continue;  // the run's own saved config, resumed with
     TROUPE_USER_CHECK(rel.empty() || rel.native().rfind("..", 0) == 0)
         << "--run-dir " << run_dir << " holds this run's " << what(in) << in
         << ": a run's records and snapshots do not belong among its data; pass a new folder (e.g. runs/<name>)";
   }
-  if (!c.checkpoint.dir.empty() && canon(ckpt_dir) != canon(run_dir)) {
+  if (!c.checkpoint.dir.empty() && resolved_path(ckpt_dir) != resolved_path(run_dir)) {
     TROUPE_USER_CHECK(!(fs::exists(fs::path(ckpt_dir) / "config.toml", ec) && fs::exists(fs::path(ckpt_dir) / "metrics.jsonl", ec)))
         << "checkpoint.dir = '" << ckpt_dir << "' is the run directory of another troupe run (it holds config.toml and "
         << "metrics.jsonl): this run's snapshots and lock would mix with that run's files; choose a folder of its own "
         << "(to continue that run: --run-dir " << ckpt_dir << " --resume latest)";
-    const fs::path ck = canon(ckpt_dir);
+    const fs::path ck = resolved_path(ckpt_dir);
     for (const std::string& in : inputs) {
       if (in.empty()) continue;
-      const fs::path p = canon(in);
+      const fs::path p = resolved_path(in);
       const auto rel = p.lexically_relative(ck);
       TROUPE_USER_CHECK(rel.empty() || rel.native().rfind("..", 0) == 0)
           << "checkpoint.dir = '" << ckpt_dir << "' holds this run's " << what(in) << in
