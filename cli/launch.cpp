@@ -19,6 +19,9 @@
 #include <cstring>
 #include <ctime>
 #include <iostream>
+#include <random>
+#include <utility>
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -178,8 +181,71 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-// A TCP port that was free on `host` a moment ago: bind `want` (0: any), read it back, close.
-// (Someone else may take it before rank 0 listens; then rank 0 fails and so does the job.)
+// The kernel's ephemeral port range (/proc/sys/net/ipv4/ip_local_port_range): the ports it
+// hands out for bind(0) and outgoing connections. {32768, 60999} (Linux's default) when
+// unreadable.
+std::pair<int, int> ephemeral_ports() {
+  int lo = 32768, hi = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int a = 0, b = 0;
+    if (std::fscanf(f, "%d %d", &a, &b) == 2 && a >= 1 && a <= b && b <= 65535) lo = a, hi = b;
+    std::fclose(f);
+  }
+  return {lo, hi};
+}
+
+// Binds a socket of `a` to `port` (0: any) and closes it: the port bound, or 0 (errno in *err).
+int bind_once(const addrinfo* a, int port, int* err) {
+  const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+  if (fd < 0) {
+    *err = errno;
+    return 0;
+  }
+  sockaddr_storage want{};
+  std::memcpy(&want, a->ai_addr, std::min<size_t>(a->ai_addrlen, sizeof want));
+  if (want.ss_family == AF_INET6)
+    ((sockaddr_in6*)&want)->sin6_port = htons((uint16_t)port);
+  else
+    ((sockaddr_in*)&want)->sin_port = htons((uint16_t)port);
+  sockaddr_storage got{};
+  socklen_t len = sizeof got;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int bound = 0;
+  if (::bind(fd, (const sockaddr*)&want, a->ai_addrlen) == 0 && ::getsockname(fd, (sockaddr*)&got, &len) == 0)
+    bound = ntohs(got.ss_family == AF_INET6 ? ((sockaddr_in6*)&got)->sin6_port : ((sockaddr_in*)&got)->sin_port);
+  else
+    *err = errno;
+  ::close(fd);
+  return bound;
+}
+
+// A free port for rank 0 to listen on, picked outside the ephemeral range: a port the
+// kernel may hand to any bind(0) or connect() would race with the job's own processes,
+// whose data plane (UCX) listens on ephemeral ports while process 0 starts; rank 0 then
+// could not listen and the job failed (about one launch in a thousand). Random candidates
+// from 20000 up to the range's start, and above its end; bind(0) when none is free.
+int free_port_outside_ephemeral(const addrinfo* a, int* err) {
+  const auto [lo, hi] = ephemeral_ports();
+  constexpr int kLowest = 20000;  // below: the well-known services' neighbourhood
+  const int below = std::max(0, lo - kLowest), above = std::max(0, 65535 - hi);
+  if (below + above > 0) {
+    std::random_device rd;
+    std::mt19937 gen(rd());
+    std::uniform_int_distribution<int> pick(0, below + above - 1);
+    for (int tries = 0; tries < 64; ++tries) {
+      const int k = pick(gen);
+      const int port = k < below ? kLowest + k : hi + 1 + (k - below);
+      if (const int p = bind_once(a, port, err)) return p;
+      if (*err != EADDRINUSE && *err != EACCES) return 0;
+    }
+  }
+  return bind_once(a, 0, err);
+}
+
+// A TCP port that was free on `host` a moment ago: `want`, or (0) one picked outside the
+// kernel's ephemeral range (free_port_outside_ephemeral). Someone else may still take it
+// before rank 0 listens; then rank 0 fails and so does the job.
 // A `want` that something listens on already is refused (UserError) here, once, before any
 // process starts (SO_REUSEADDR: a port in TIME_WAIT, which rank 0 can take, passes).
 int free_port(const std::string& host, int want = 0) {
@@ -192,22 +258,8 @@ int free_port(const std::string& host, int want = 0) {
   TROUPE_USER_CHECK(gai == 0) << "cannot resolve the coordinator host " << host << " (" << ::gai_strerror(gai)
                               << "); pass --coordinator with an address of this host, e.g. 127.0.0.1:29500";
   int port = 0, err = 0;
-  for (addrinfo* a = res; a && port == 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(fd, (sockaddr*)&ss, &len) == 0)
-      port = ntohs(ss.ss_family == AF_INET6 ? ((sockaddr_in6*)&ss)->sin6_port : ((sockaddr_in*)&ss)->sin_port);
-    else
-      err = errno;
-    ::close(fd);
-  }
+  for (addrinfo* a = res; a && port == 0; a = a->ai_next)
+    port = want ? bind_once(a, want, &err) : free_port_outside_ephemeral(a, &err);
   ::freeaddrinfo(res);
   TROUPE_USER_CHECK(port != 0 || err != EADDRNOTAVAIL)
       << "--coordinator host " << host << " is not an address of this host: troupe launch starts every process "

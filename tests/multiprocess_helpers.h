@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,16 @@ inline Run sh(const std::string& cmd, const Scratch& s, const std::string& tag, 
 }
 
 // The tiny job for 3 steps with a snapshot at step 3, the data cache shared by the test.
+// A run's stderr with its "error:" and "launch:" lines first (a CI log keeps only the start
+// of a long failure message), then the whole text.
+inline std::string errors_first(const std::string& err) {
+  std::istringstream in(err);
+  std::string line, first;
+  while (std::getline(in, line))
+    if (line.find("error") != std::string::npos || line.rfind("launch:", 0) == 0) first += line + "\n";
+  return first + "--- all of stderr:\n" + err;
+}
+
 inline std::string train_args(const Scratch& s, const std::string& run, const std::string& layout) {
   return "train --config configs/tiny.toml --run-dir '" + s.path(run) + "' --set data.cache_dir='" + s.path("cache") +
          "' --set train.steps=3 --set train.eval_interval=0 --set train.eval_batches=1 --set train.sample_tokens=0"

@@ -250,6 +250,12 @@ TEST_CASE("launch: every child gets its rank, the world size, the coordinator an
   const int port = std::atoi(r.err.c_str() + head.size());
   CHECK(port > 0);
   CHECK(port < 65536);
+  // picked outside the kernel's ephemeral range, where the job's own data-plane listeners
+  // and connections take their ports (a collision made process 0 unable to listen)
+  int lo = 32768, hi = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo >> hi;
+  INFO("ephemeral range " << lo << "-" << hi << ", port " << port);
+  if (lo > 20000 || hi < 65535) CHECK((port < lo || port > hi));
   auto envs = read_envs(s, 3);
   for (int k = 0; k < 3; ++k) {
     INFO("rank " << k);

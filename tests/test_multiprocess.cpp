@@ -46,8 +46,10 @@ TEST_CASE("layouts over 2 and 4 processes equal the one-process run bitwise", "[
   for (const auto& c : cases) {
     Run one = sh("'" + troupe_bin() + "' " + train_args(s, c.name + "-1", c.layout + " --set train.threads=2"), s,
                  c.name + "-1");
-    INFO(c.name << " in one process: " << one.err);
-    REQUIRE(one.rc == 0);
+    {
+      INFO(c.name << " in one process: " << errors_first(one.err));
+      REQUIRE(one.rc == 0);
+    }
     const Outcome ref = read_run(s.path(c.name + "-1"));
     REQUIRE(ref.losses.size() == 3);
     REQUIRE(!ref.shards.empty());
@@ -56,7 +58,7 @@ TEST_CASE("layouts over 2 and 4 processes equal the one-process run bitwise", "[
       Run multi = sh("'" + troupe_bin() + "' launch --nprocs " + std::to_string(n) + " --grace 15 -- '" + troupe_bin() +
                          "' " + train_args(s, run, c.layout + " --set train.threads=1"),
                      s, run);
-      INFO(c.name << " over " << n << " processes: " << multi.err);
+      INFO(c.name << " over " << n << " processes: " << errors_first(multi.err));
       REQUIRE(multi.rc == 0);
       CHECK(multi.err.find("all " + std::to_string(n) + " processes joined") != std::string::npos);
       check_same_run(read_run(s.path(run)), ref);
@@ -71,7 +73,7 @@ TEST_CASE("a one-process snapshot resumes over 4 processes bitwise, and the resu
   const std::string layout = "--set parallel.pp=2 --set parallel.dp=2 --set checkpoint.interval=1";
   // straight: 3 steps in one process, snapshots at 1, 2, 3
   Run straight = sh("'" + troupe_bin() + "' " + train_args(s, "straight", layout + " --set train.threads=2"), s, "straight");
-  INFO(straight.err);
+  INFO(errors_first(straight.err));
   REQUIRE(straight.rc == 0);
   const Outcome ref = read_run(s.path("straight"));
   REQUIRE(ref.losses.size() == 3);
@@ -80,7 +82,7 @@ TEST_CASE("a one-process snapshot resumes over 4 processes bitwise, and the resu
   Run resumed = sh("'" + troupe_bin() + "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() + "' " +
                        train_args(s, "resumed", layout + " --set train.threads=1") + " --resume '" + snap + "'",
                    s, "resumed");
-  INFO(resumed.err);
+  INFO(errors_first(resumed.err));
   REQUIRE(resumed.rc == 0);
   const Outcome got = read_run(s.path("resumed"));
   REQUIRE(got.losses.size() == 1);
@@ -99,7 +101,7 @@ TEST_CASE("a process killed mid-step stops every other process within the deadli
                           train_args(s, "run", "--set parallel.pp=2 --set train.steps=50 --set train.threads=1"
                                                  " --set fault.policy=abort");
   Run r = sh(cmd, s, "kill", 120);
-  INFO(r.err);
+  INFO(errors_first(r.err));
   CHECK(r.rc != 0);
   CHECK(r.rc != 124);  // not the test's own timeout
   CHECK(r.err.find("lost process 1") != std::string::npos);
@@ -120,7 +122,7 @@ TEST_CASE("a hung (stopped) process is detected by its silence within fault.time
                           train_args(s, "run", "--set parallel.pp=2 --set train.steps=50 --set train.threads=1"
                                                " --set fault.policy=abort --set fault.timeout_s=3");
   Run r = sh(cmd, s, "hang", 120);
-  INFO(r.err);
+  INFO(errors_first(r.err));
   CHECK(r.rc != 0);
   CHECK(r.rc != 124);
   CHECK(r.err.find("lost process 1") != std::string::npos);
@@ -138,7 +140,7 @@ TEST_CASE("a delayed message past train.timeout_s is an error naming the stage a
                           train_args(s, "run", "--set parallel.pp=2 --set train.steps=5 --set train.threads=1"
                                                " --set fault.policy=abort --set train.timeout_s=2");
   Run r = sh(cmd, s, "delay", 120);
-  INFO(r.err);
+  INFO(errors_first(r.err));
   CHECK(r.rc == 1);
   // Stage 1 waits for the held activation and stage 0, right after sending it, for the
   // matching output gradient: both time out after 2 s and either may report first. The
@@ -160,7 +162,7 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
       "--set parallel.pp=2 --set parallel.dp=2 --set train.steps=8 --set checkpoint.interval=2";
   Run straight = sh("'" + troupe_bin() + "' " + train_args(s, "straight", layout + " --set train.threads=2"), s,
                     "straight");
-  INFO(straight.err);
+  INFO(errors_first(straight.err));
   REQUIRE(straight.rc == 0);
   const std::map<int, double> ref = losses_by_step(s.path("straight"));  // step -> loss
   auto final_shards = [&](const std::string& run) { return shards_of(s.path(run) + "/checkpoints/step-00000008"); };
@@ -202,7 +204,7 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
       Run r = sh("env " + kill.env + " '" + troupe_bin() + "' launch --nprocs 4 --grace 15 " + kill.launch + " -- '" +
                      troupe_bin() + "' " + train_args(s, run, layout + " --set train.threads=1" + kill.set),
                  s, run, 200);
-      INFO(run << ": " << r.err);
+      INFO(run << ": " << errors_first(r.err));
       REQUIRE(r.rc == 0);
       CHECK(r.err.find("restart 1") != std::string::npos);
       CHECK(r.err.find(kill.expect) != std::string::npos);
@@ -215,7 +217,7 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
                  "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() + "' " +
                  train_args(s, "limit", layout + " --set train.threads=1 --set fault.max_restarts=0"),
              s, "limit", 200);
-  INFO(r.err);
+  INFO(errors_first(r.err));
   CHECK(r.rc == 1);
   CHECK(r.err.find("more than fault.max_restarts = 0") != std::string::npos);
   CHECK(r.err.find("step-00000004") != std::string::npos);
@@ -417,7 +419,7 @@ TEST_CASE("three hosts on one machine: network namespaces joined by veth pairs, 
   }
   const std::string layout = "--set parallel.pp=3 --set parallel.tp=1 --set parallel.dp=1";
   Run one = sh("'" + troupe_bin() + "' " + train_args(s, "one", layout + " --set train.threads=2"), s, "one");
-  INFO(one.err);
+  INFO(errors_first(one.err));
   REQUIRE(one.rc == 0);
   const Outcome ref = read_run(s.path("one"));
   // one process per host; process 0 listens on host 0's address

@@ -49,7 +49,7 @@ TEST_CASE("overlap changes no bit: the DP reduce-scatter during backward and the
     Run ref_run = sh("'" + troupe_bin() + "' " +
                          train_args(s, off, c.layout + sample + " --set parallel.dp_bucket_mb=0 --set train.threads=2"),
                      s, off);
-    INFO(c.name << " without overlap: " << ref_run.err);
+    INFO(c.name << " without overlap: " << errors_first(ref_run.err));
     REQUIRE(ref_run.rc == 0);
     const Outcome ref = read_run(s.path(off));
     REQUIRE(ref.losses.size() == 3);
@@ -65,7 +65,7 @@ TEST_CASE("overlap changes no bit: the DP reduce-scatter during backward and the
                          : "'" + troupe_bin() + "' launch --nprocs 2 --grace 15 -- '" + troupe_bin() + "' " + args +
                                " --trace '" + trace + "'",
                   s, run);
-      INFO(c.name << " with overlap in " << n << " process(es): " << on.err);
+      INFO(c.name << " with overlap in " << n << " process(es): " << errors_first(on.err));
       REQUIRE(on.rc == 0);
       check_same_run(read_run(s.path(run)), ref);
       CHECK(sample_of(on.err) == sample_of(ref_run.err));
@@ -107,7 +107,7 @@ TEST_CASE("overlap: a process killed with all-gathers in flight recovers in plac
   Run straight = sh("'" + troupe_bin() + "' " +
                         train_args(s, "straight", layout + " --set train.threads=2 --set parallel.dp_bucket_mb=0"),
                     s, "straight");
-  INFO(straight.err);
+  INFO(errors_first(straight.err));
   REQUIRE(straight.rc == 0);
   auto final_shards = [&](const std::string& run) { return shards_of(s.path(run) + "/checkpoints/step-00000008"); };
   REQUIRE(!final_shards("straight").empty());
@@ -123,7 +123,7 @@ TEST_CASE("overlap: a process killed with all-gathers in flight recovers in plac
     Run r = sh("env " + env + " '" + troupe_bin() + "' launch --nprocs 4 --grace 15 -- '" + troupe_bin() + "' " +
                    train_args(s, run, layout + " --set train.threads=1 --set parallel.dp_bucket_mb=0.02 " + set),
                s, run, 200);
-    INFO(run << ": " << r.err);
+    INFO(run << ": " << errors_first(r.err));
     REQUIRE(r.rc == 0);
     CHECK(r.err.find("restart 1") != std::string::npos);
     CHECK(losses_by_step(s.path(run)) == losses_by_step(s.path("straight")));
