@@ -3,6 +3,9 @@
 // checking its one-line errors.
 #pragma once
 #include <catch2/catch.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,6 +150,30 @@ inline bool run_on_tmpfs(const Scratch& s, const std::string& mnt, int mib, cons
   }
   std::system(("timeout -k 5 240 unshare -m sh '" + script + "' > '" + s.path("tmpfs.log") + "' 2>&1").c_str());
   return true;
+}
+
+// A TCP port of 127.0.0.1 for a hand-started job's TROUPE_COORDINATOR: below the kernel's
+// ephemeral range (where the job's own data-plane listeners take their ports, see troupe
+// launch) and free now; `salt` spreads tests that run side by side.
+inline int quiet_port(int salt) {
+  int lo = 32768, hi = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo >> hi;
+  const int span = lo > 20000 + 1000 ? lo - 20000 : 12000;
+  const int first = (int)((::getpid() * 7919L + salt * 104729L) % span);
+  for (int k = 0; k < span; ++k) {
+    const int port = 20000 + (first + k) % span;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    const bool ok = ::bind(fd, (sockaddr*)&a, sizeof a) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  FAIL("no free port from 20000 up");
+  return 0;
 }
 
 }  // namespace troupe::test

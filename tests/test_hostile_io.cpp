@@ -216,7 +216,7 @@ TEST_CASE("SIGTERM or SIGINT stops a process that waits for the others to join a
   Scratch s("joinsig");
   for (const char* sig : {"TERM", "INT"}) {
     const std::string rank = std::string(sig) == "TERM" ? "0" : "1";  // the hub and a joiner
-    const std::string port = std::to_string(20000 + ((::getpid() * 7 + rank[0]) % 20000));
+    const std::string port = std::to_string(troupe::test::quiet_port(rank[0]));
     const std::string cmd =
         "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && t0=$(date +%s); TROUPE_RANK=" + rank +
         " TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:" + port +

@@ -100,21 +100,6 @@ std::string two_process_job(const Scratch& s, const std::string& extra, const st
          "' " + extra;
 }
 
-// A TCP port of 127.0.0.1 that was free a moment ago: bound, read back, closed (nothing
-// listens there).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(fd, (sockaddr*)&a, sizeof a) == 0);
-  REQUIRE(::getsockname(fd, (sockaddr*)&a, &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // The one error line of `r` (checked: exactly one).
 std::string the_error_line(const Run& r) {
   const auto lines = error_lines(r.err);
@@ -127,7 +112,7 @@ TEST_CASE("a process whose TROUPE_COORDINATOR has nothing listening is told to s
           "there is foreign",
           "[cli][hostile][multiprocess]") {
   Scratch s(kGroup, "nolisten");
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(quiet_port(3));
   const Run r = run_troupe("train --config configs/tiny.toml --set parallel.pp=2 --set train.steps=2 --set "
                            "fault.join_timeout_s=2 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
                                s.path("run") + "'",

@@ -228,7 +228,7 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
 TEST_CASE("processes with another config, another binary or without the job secret are refused at join",
           "[multiprocess]") {
   Scratch s("join");
-  const std::string port = std::to_string(20000 + (::getpid() % 20000));
+  const std::string port = std::to_string(troupe::test::quiet_port(1));
   auto env = [&](int rank, const std::string& secret) {
     return "env TROUPE_RANK=" + std::to_string(rank) + " TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:" + port +
            " TROUPE_JOB_SECRET=" + secret + " ";
@@ -320,7 +320,7 @@ TEST_CASE("a process with the wrong job secret is told at once, one that does no
           "the job listens only on the coordinator's address",
           "[multiprocess][hostile]") {
   Scratch s("intruder");
-  const std::string port = std::to_string(20000 + ((::getpid() + 7919) % 20000));
+  const std::string port = std::to_string(troupe::test::quiet_port(2));
   auto env = [&](int rank, const std::string& secret) {
     return "env TROUPE_RANK=" + std::to_string(rank) + " TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:" + port +
            " TROUPE_JOB_SECRET=" + secret + " ";
