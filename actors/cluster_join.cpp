@@ -192,11 +192,52 @@ std::string not_a_coordinator(const Cluster::Impl& im, const Probe& p) {
                      im.o.env.host, im.o.env.port, p.detail);
 }
 
-// The watchdog's sentence once the stop signal came or the deadline passed ("" before).
-std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int sig) {
+// "it sent this process's connection 21 byte(s) ... a second connection got no bytes": a
+// server that greeted CAF's connection with fewer bytes than a BASP header (`own`: those
+// bytes, counted by the kernel; CAF keeps them, waiting for the rest) and `p`: the probe.
+std::string short_greeting(long long own, const Probe& p, double still_s) {
+  return fmt::format("it sent this process's connection {} byte(s) and then nothing for {:.0f} s: fewer than a "
+                     "troupe greeting, which is at least {} bytes sent at once; {}",
+                     own, still_s, kBaspHeaderBytes,
+                     p.result == ProbeResult::kForeign ? "a second connection was " + p.detail.substr(3)
+                     : p.result == ProbeResult::kNoListener ? "a second connection was refused (" + p.detail + ")"
+                                                            : std::string("a second connection got no bytes"));
+}
+
+// What CAF's own connection to the coordinator has received, watched while remote_actor()
+// waits: a few bytes that stay fewer than a BASP header for kStillS are a foreign greeting
+// (a coordinator's arrives whole, in one write).
+struct GreetingWatch {
+  static constexpr double kStillS = 3.0;
+  long long bytes = -1;
+  Clock::time_point since = Clock::now(), next_look = Clock::now();
+
+  // True once the connection has held 1 .. header-1 bytes, unchanged, for kStillS.
+  bool stuck_short(const Cluster::Impl& im) {
+    const auto now = Clock::now();
+    if (now < next_look) return false;
+    next_look = now + std::chrono::milliseconds(250);
+    const long long b = own_connection_bytes(im.o.env.host, (uint16_t)im.o.env.port);
+    if (b != bytes) {
+      bytes = b;
+      since = now;
+    }
+    return bytes > 0 && bytes < kBaspHeaderBytes && now - since >= std::chrono::duration<double>(kStillS);
+  }
+};
+
+// The watchdog's sentence once the stop signal came, the deadline passed or the connection
+// got a short foreign greeting ("" before).
+std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int sig, GreetingWatch& g) {
   if (sig != 0) return stopped_while_joining(im, sig);
+  const bool short_greeting_seen = g.stuck_short(im);
+  if (!short_greeting_seen && Clock::now() <= deadline) return std::string();
+  Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
+  if (g.bytes > 0 && g.bytes < kBaspHeaderBytes && p.result != ProbeResult::kCaf) {
+    p.detail = short_greeting(g.bytes, p, std::chrono::duration<double>(Clock::now() - g.since).count());
+    return not_a_coordinator(im, p);
+  }
   if (Clock::now() <= deadline) return std::string();
-  const Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
   if (p.result == ProbeResult::kCaf)
     return fmt::format("the coordinator at {}:{} did not answer this process's connection within "
                        "fault.join_timeout_s = {} s; check that process 0 is running and not stopped",
@@ -206,16 +247,18 @@ std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int
 
 // One remote_actor() to the hub. It has no handshake deadline (CAF 0.17,
 // actor-framework#504): pointed at a server of another kind it never returns. A watchdog
-// holds the join's deadline and the stop signal over it; past either it says what answers
-// there (a probe, made only then: probing a live coordinator's port disturbed CAF's broker)
-// and ends the process with exit 2 (nothing of a joining process needs cleaning up; the
+// holds the join's deadline and the stop signal over it; past either, or once the
+// connection holds a short foreign greeting (GreetingWatch), it says what answers there (a
+// probe, made only then: probing a live coordinator's port disturbed CAF's broker) and
+// ends the process with exit 2 (nothing of a joining process needs cleaning up; the
 // blocked call cannot be cancelled, so the process cannot shut down normally).
 caf::expected<caf::actor> connect_watched(Cluster::Impl& im, Clock::time_point deadline) {
   std::atomic<bool> returned{false};
   std::thread watchdog([&] {
+    GreetingWatch greeting;
     while (!returned.load()) {
       const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
-      const std::string sentence = watchdog_sentence(im, deadline, sig);
+      const std::string sentence = watchdog_sentence(im, deadline, sig, greeting);
       if (!sentence.empty()) end_joining(im, sentence, sig);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
