@@ -173,7 +173,8 @@ class OptimizerLoop {
         ts.push_back({p.value.numel(), p.decay, counted ? p.index * Stage::kMaxTP + a_.tp_rank : -1});
       }
     z_ = std::make_unique<Zero1>(std::move(ts), a_.dp, a_.optim, a_.precision, a_.scaler, a_.timeout_s);
-    z_->enable_buckets(a_.dp_bucket_elems);
+    // PP = 1: the first stage's tied embedding (tensor 0) alone in its bucket (Zero1::tied_early)
+    z_->enable_buckets(a_.dp_bucket_elems, V_ == 1 && chunk(0).first() && chunk(0).last());
     size_t i = 0;
     for (int c = 0; c < V_; ++c)
       for (size_t pi = 0; pi < chunk(c).params().size(); ++pi, ++i) {

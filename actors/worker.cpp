@@ -251,7 +251,7 @@ class Worker {
         compute_s += seconds_since(t0);
         span('W', act.mb, c, s0);
       }
-      if (pos_ == final_at[c]) st.set_grad_hook(nullptr);
+      if (pos_ == final_at[c]) st.set_grad_hook(nullptr), st.set_tied_hook(nullptr);
       if (pos_ == tied_at) send_tied(k);
       ++pos_;
     }
@@ -313,6 +313,15 @@ class Worker {
     const size_t base = param_base(c);
     const Param* p0 = chunk(c).params().data();
     chunk(c).set_grad_hook([link = a_.zero1_link, base, p0](const Param& p) { link->grad_ready(base + (&p - p0)); });
+    // PP = 1 with a fused backward: the tied embedding's reduce-scatter starts at the head's
+    // backward of the last microbatch (Zero1::tied_early), all but that microbatch's rows
+    if (a_.P == 1 && V_ == 1 && !a_.schedule->split_backward && chunk(c).first())
+      if (const Param* wte = chunk(c).find("wte"))
+        chunk(c).set_tied_hook([link = a_.zero1_link, i = base + (wte - p0)](const Tensor& embed, const Tensor& head,
+                                                                               const int32_t* tokens, int64_t n,
+                                                                               int64_t row_lo) {
+          link->tied_early(i, embed, head, tokens, n, row_lo);
+        });
   }
   // The optimizer's tensor index of chunk c's first parameter.
   size_t param_base(int c) {

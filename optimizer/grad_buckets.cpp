@@ -8,7 +8,7 @@
 
 namespace troupe {
 
-std::vector<GradBucket> plan_grad_buckets(const Zero1Layout& L, int64_t bucket_elems) {
+std::vector<GradBucket> plan_grad_buckets(const Zero1Layout& L, int64_t bucket_elems, bool solo_first) {
   TROUPE_CHECK(bucket_elems >= 1) << "gradient buckets of " << bucket_elems << " elements";
   std::vector<GradBucket> out;
   if (L.N == 0) return out;
@@ -17,7 +17,7 @@ std::vector<GradBucket> plan_grad_buckets(const Zero1Layout& L, int64_t bucket_e
   size_t last = L.numel.size() - 1;
   for (size_t i = L.numel.size(); i-- > 0;) {
     const int64_t begin = L.offset[i];
-    if (end - begin >= bucket_elems || i == 0) {
+    if (end - begin >= bucket_elems || i == 0 || (solo_first && i == 1)) {
       out.push_back(GradBucket{begin, end, i, last});
       end = begin;
       last = i - (i > 0 ? 1 : 0);

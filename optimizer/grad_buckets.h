@@ -37,8 +37,10 @@ struct GradBucket {
 // tensors taken from the last tensor of L to the first — the order in which a backward pass
 // finalises them (a stage's parameters lie in forward order) — so bucket 0 ends the flat
 // buffer and the last bucket starts it. A tensor larger than bucket_elems is a bucket of its
-// own. Pure; no buckets when L has no elements. Throws Error when bucket_elems < 1.
-std::vector<GradBucket> plan_grad_buckets(const Zero1Layout& L, int64_t bucket_elems);
+// own. With solo_first, tensor 0 is a bucket of its own (the last one) whatever its size: the
+// first stage's tied embedding, whose reduce-scatter starts early (Zero1::tied_early). Pure;
+// no buckets when L has no elements. Throws Error when bucket_elems < 1.
+std::vector<GradBucket> plan_grad_buckets(const Zero1Layout& L, int64_t bucket_elems, bool solo_first = false);
 
 // Rank d's counts of bucket b for reduce_scatter_v (collectives/communicator.h): the part of
 // each rank's shard [r*S, (r+1)*S) inside [b.begin, b.end), for r = 0 .. DP-1.

@@ -21,7 +21,6 @@ void copy_floats(float* dst, const float* src, int64_t n) {
   });
 }
 
-namespace {
 // Whether x (n) holds an inf or NaN (core/dtype.h), in 64K-element chunks over the caller's
 // thread budget (the whole gradient buffer every step: one thread alone took milliseconds).
 bool any_inf_or_nan(const float* x, int64_t n) {
@@ -34,7 +33,6 @@ bool any_inf_or_nan(const float* x, int64_t n) {
   });
   return std::find(bad.begin(), bad.end(), 1) != bad.end();
 }
-}  // namespace
 
 Zero1Layout Zero1Layout::make(const std::vector<int64_t>& numels, int DP) {
   TROUPE_CHECK(DP >= 1) << "ZeRO-1: a DP group of " << DP << " ranks";
@@ -124,9 +122,9 @@ const float* Zero1::master_at(int64_t j, int64_t n, std::vector<float>& tmp) con
   return tmp.data();
 }
 
-void Zero1::enable_buckets(int64_t bucket_elems) {
+void Zero1::enable_buckets(int64_t bucket_elems, bool solo_first) {
   if (L_.DP == 1 || bucket_elems <= 0 || L_.N == 0) return;
-  buckets_ = plan_grad_buckets(L_, bucket_elems);
+  buckets_ = plan_grad_buckets(L_, bucket_elems, solo_first);
   bucket_of_.assign(t_.size(), 0);
   gathered_.assign(buckets_.size(), 1);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -142,6 +140,7 @@ void Zero1::reset_buckets_locked() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = (int64_t)(buckets_[b].last - buckets_[b].first + 1);
   next_ = 0;
   found_inf_ = false;
+  tied_.on = false;
 }
 
 void Zero1::grad_ready(size_t i) {
@@ -160,6 +159,10 @@ void Zero1::mark_ready_locked(size_t i) {
 void Zero1::launch_locked(size_t b) {
   const float inv_scale = scaler_ ? (float)scaler_->inv_scale() : 1.0f;  // the scaler changes only in apply
   const auto posted = std::chrono::steady_clock::now();
+  if (tied_.on && b == buckets_.size() - 1) {  // the tied embedding's R is on its way: its rows U only
+    comm_->post([this, b, inv_scale, posted] { tied_fixup(b, inv_scale, posted); });
+    return;
+  }
   comm_->post([this, b, inv_scale, posted] {
     const GradBucket& B = buckets_[b];
     const auto t0 = std::chrono::steady_clock::now();

@@ -124,6 +124,8 @@ struct Zero1Decision {
 
 // dst (n) = src (n), copied in chunks over the caller's thread budget (kernels/parallel.h).
 void copy_floats(float* dst, const float* src, int64_t n);
+// Whether x (n fp32) holds an inf or NaN, over the caller's thread budget.
+bool any_inf_or_nan(const float* x, int64_t n);
 
 class Zero1 {
  public:
@@ -158,13 +160,34 @@ class Zero1 {
   // Overlap: the DP reduce-scatter in buckets of about bucket_elems elements
   // (plan_grad_buckets) on a communication thread. Nothing with DP = 1, bucket_elems <= 0 or
   // no elements. Call before the first step.
-  void enable_buckets(int64_t bucket_elems);
+  // solo_first: tensor 0 (the first stage's tied embedding wte) is a bucket of its own, for
+  // tied_early.
+  void enable_buckets(int64_t bucket_elems, bool solo_first = false);
   bool bucketed() const { return !buckets_.empty(); }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   // Tensor i's gradient (its grad_view) is final for this step: starts every bucket whose
   // tensors are all final, in bucket order (the same on every DP rank). Thread-safe (the
   // worker's thread during backward); nothing when not bucketed or already marked.
   void grad_ready(size_t i);
+  // Overlap of the tied embedding's reduce-scatter (PP = 1, the stage is first and last; wte
+  // is tensor 0, a bucket of its own: enable_buckets(.., true)). Its gradient is final only
+  // after the step's last embedding backward — the end of the backward, nothing left to
+  // hide its reduce-scatter behind — but all of it except the rows of the last microbatch's
+  // tokens is known once that microbatch's head backward has run: S = embed + head (embed:
+  // wte.grad so far, every earlier microbatch's embedding part; head: the head's final part;
+  // (Vl, C) fp32 each, as tie_grads will add them, so S holds the final bits of every other
+  // row). Called then (the worker's thread): S is reduce-scattered at once on the
+  // communication thread (R). When the bucket's turn comes (grad_ready or reduce_gradients),
+  // only the rows U, the union over the DP ranks of their last microbatch's token rows
+  // (tokens: n ids; rows tok - row_lo inside [0, Vl)), are reduce-scattered from the final
+  // gradient and written over R. Every element is the same sum in the same order as one
+  // reduce-scatter of the final gradient (bitwise; fp16: scaled by the same inverse loss
+  // scale, and an inf/NaN counted where the final gradient holds one). Nothing (the plain
+  // path) when not bucketed so, or called twice in a step. Source: this repository (the
+  // sparse update of an embedding, as in Megatron-LM's untied-embedding all-reduce, split
+  // by what is final when).
+  void tied_early(size_t i, const Tensor& embed, const Tensor& head, const int32_t* tokens, int64_t n,
+                  int64_t row_lo);
   // Step 1. grads[i]: tensor i's local fp32 gradient (numel elements), read only. Collective
   // over DP (every rank calls it with the same layout). Returns this rank's norm terms and
   // found-inf. Throws Error (collective failed or timed out).
@@ -291,6 +314,17 @@ class Zero1 {
   std::vector<float> stage16_;  // gather16's packed parts (one gather at a time)
   void wait_buckets(size_t b0, size_t b1);              // wait_gathered for buckets [b0, b1)
   void reset_buckets_locked();
+  // tied_early's state for this step (on: R was posted; guarded by mu_, the rest is the
+  // communication thread's once posted).
+  struct TiedEarly {
+    bool on = false;
+    int64_t C = 0;                  // elements per row
+    Tensor side;                    // S scaled, then reduced in place (this rank's part: R)
+    std::vector<int64_t> rows;      // this rank's last microbatch's rows, sorted, unique
+    std::vector<int64_t> inf_rows;  // rows of scaled S holding an inf or NaN
+  } tied_;
+  void tied_reduce(float inv_scale, std::chrono::steady_clock::time_point posted);  // R (the early job)
+  void tied_fixup(size_t b, float inv_scale, std::chrono::steady_clock::time_point posted);  // rows U
 };
 
 // The stage worker's way to Zero1::grad_ready of its optimizer actor's Zero1, which the actor
@@ -309,6 +343,11 @@ class Zero1Link {
   void grad_ready(size_t i) {
     std::lock_guard<std::mutex> l(mu_);
     if (z_) z_->grad_ready(i);
+  }
+  void tied_early(size_t i, const Tensor& embed, const Tensor& head, const int32_t* tokens, int64_t n,
+                  int64_t row_lo) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (z_) z_->tied_early(i, embed, head, tokens, n, row_lo);
   }
   // Zero1::wait_gathered(i) / wait_gathered_all; nothing while none is attached. With quiet,
   // a failed all-gather throws nothing (a stop, a restore: the state is dropped or replaced).

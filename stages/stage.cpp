@@ -248,6 +248,7 @@ Tensor Stage::backward(int mb, Tensor dout, bool weights) {
     dres = head_input_grad(sl, dln);
     if (weights) {
       head_weight_grads(sl, dln);
+      if (tied_hook_ && first() && P_ == 1) tied_hook_(wte_->grad, head_grad_, sl.tokens.data(), (int64_t)B * T, cfg_.vlo());
       grads_final({lnf_w_, lnf_b_});
     }
   } else {

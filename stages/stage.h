@@ -99,6 +99,16 @@ class Stage {
   // weight-gradient action of this stage, when those gradients are final (the DP
   // reduce-scatter buckets: optimizer/grad_buckets.h); empty: nothing is called.
   void set_grad_hook(std::function<void(const Param&)> fn) { grad_hook_ = std::move(fn); }
+  // Overlap of the tied embedding's DP reduce-scatter (a stage that is first and last, PP = 1,
+  // fused backward): called in backward(weights) right after the head's weight gradients,
+  // with wte's gradient so far (the embedding's part: every earlier microbatch's), the head's
+  // accumulated part (its final value when this is the step's last microbatch) and this
+  // microbatch's B*T tokens (its embedding backward adds to their rows only, after the hook).
+  // tie_grads later forms wte.grad + head_grad.
+  // row_lo: the vocabulary id of this TP rank's first wte row (rows tok - row_lo).
+  using TiedHook = std::function<void(const Tensor& embed_grad, const Tensor& head_grad, const int32_t* tokens,
+                                      int64_t n_tokens, int64_t row_lo)>;
+  void set_tied_hook(TiedHook fn) { tied_hook_ = std::move(fn); }
   // Called with each parameter just before forward or infer reads it: wte and wpe before the
   // embedding (first stage), each block's parameters before the block, ln_f's and wte before
   // the head (last stage). A worker sets it while the DP all-gather of the last update may
@@ -157,6 +167,7 @@ class Stage {
   DType act_dt() const { return direct16() ? ctx_.dt : DType::f32; }
   Tensor work_;
   std::function<void(const Param&)> grad_hook_, param_hook_;
+  TiedHook tied_hook_;
   // fn (grad_hook_ or param_hook_; nothing when empty) on each of ps, or of block i's parameters.
   static void each(const std::function<void(const Param&)>& fn, std::initializer_list<const Param*> ps);
   void each_of_block(const std::function<void(const Param&)>& fn, int i) const;

@@ -32,7 +32,8 @@ TEST_CASE("overlap changes no bit: the DP reduce-scatter during backward and the
   // all-gathers of steps 1 and 2 running into the forward of steps 2 and 3, and those of
   // step 3 into the snapshot, the evaluation and the sample. Losses, validation loss, the
   // step-3 snapshot's shards (values, masters, moments) and the sample must be the same bytes.
-  // bf16: the all-gather job also narrows the parameters into the 16-bit values.
+  // bf16: the all-gather job also narrows the parameters into the 16-bit values. PP = 1: the
+  // tied embedding is reduce-scattered early, its last microbatch's rows once final.
   Scratch s("overlap");
   struct Case {
     std::string name, layout;
@@ -42,6 +43,9 @@ TEST_CASE("overlap changes no bit: the DP reduce-scatter during backward and the
       {"dp2", "--set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=2", {1, 2}},
       {"dp2pp2-zb", "--set parallel.pp=2 --set parallel.tp=1 --set parallel.dp=2 --set parallel.schedule=zb-h1", {1, 2}},
       {"dp2-bf16", "--set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=2 --set train.precision=bf16", {2}},
+      // PP = 1: the tied embedding's reduce-scatter starts at the last head backward
+      // (Zero1::tied_early), over a vocabulary split by TP, with fp16's scaling and overflows
+      {"dp2tp2-fp16", "--set parallel.pp=1 --set parallel.tp=2 --set parallel.dp=2 --set train.precision=fp16", {2}},
   };
   const std::string sample = " --set train.sample_tokens=8";
   for (const auto& c : cases) {
