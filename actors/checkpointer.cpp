@@ -66,7 +66,7 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
         d.kept_aside = commit_snapshot(p.tmp, d.dir);
         d.ok = true;
         d.superseded = set_aside_later_steps(p.ckpt_dir, k);
-        d.deleted = apply_retention(p.ckpt_dir, keep_last, k);
+        d.deleted = apply_retention(p.ckpt_dir, keep_last, k, &d.not_deleted);
       } catch (const std::exception& e) {
         p.error = e.what();
       }

@@ -211,6 +211,20 @@ struct GreetingWatch {
   static constexpr double kStillS = 3.0;
   long long bytes = -1;
   Clock::time_point since = Clock::now(), next_look = Clock::now();
+  // an earlier connection of this join was closed by the server before a whole greeting
+  // (CAF: disconnect_during_handshake): a coordinator that was stopping, or another server
+  bool closed_in_greeting = false;
+
+  // What the probe `p` found, with what this join saw before when that says more.
+  void add_history(Probe& p) const {
+    if (!closed_in_greeting) return;
+    if (p.result == ProbeResult::kSilent)
+      p.detail = "it closed this process's first connection before a whole troupe greeting had arrived (CAF: "
+                 "disconnect during handshake), and a later connection got no bytes";
+    else if (p.result == ProbeResult::kNoListener)
+      p.detail += "; earlier, a server there had closed this process's connection before a whole troupe greeting "
+                  "arrived (a coordinator that was stopping, or a server of another kind)";
+  }
 
   // True once the connection has held 1 .. header-1 bytes, unchanged, for kStillS.
   bool stuck_short(const Cluster::Impl& im) {
@@ -238,6 +252,7 @@ std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int
     return not_a_coordinator(im, p);
   }
   if (Clock::now() <= deadline) return std::string();
+  g.add_history(p);
   if (p.result == ProbeResult::kCaf)
     return fmt::format("the coordinator at {}:{} did not answer this process's connection within "
                        "fault.join_timeout_s = {} s; check that process 0 is running and not stopped",
@@ -252,10 +267,10 @@ std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int
 // probe, made only then: probing a live coordinator's port disturbed CAF's broker) and
 // ends the process with exit 2 (nothing of a joining process needs cleaning up; the
 // blocked call cannot be cancelled, so the process cannot shut down normally).
-caf::expected<caf::actor> connect_watched(Cluster::Impl& im, Clock::time_point deadline) {
+caf::expected<caf::actor> connect_watched(Cluster::Impl& im, Clock::time_point deadline, GreetingWatch& greeting) {
   std::atomic<bool> returned{false};
+  greeting.bytes = -1;
   std::thread watchdog([&] {
-    GreetingWatch greeting;
     while (!returned.load()) {
       const int sig = im.o.stop_signal ? im.o.stop_signal->load() : 0;
       const std::string sentence = watchdog_sentence(im, deadline, sig, greeting);
@@ -272,10 +287,12 @@ caf::expected<caf::actor> connect_watched(Cluster::Impl& im, Clock::time_point d
 // A process other than 0: reaches the hub (it may not listen yet), trying again every
 // 0.2 s until the deadline.
 caf::actor reach_hub(Cluster::Impl& im, const JoinWait& w) {
+  GreetingWatch greeting;  // over every attempt of this join
   for (;;) {
-    auto h = connect_watched(im, w.deadline);
+    auto h = connect_watched(im, w.deadline, greeting);
     if (h) return *h;
     const std::string last_error = im.sys->render(h.error());
+    if (last_error.find("disconnect_during_handshake") != std::string::npos) greeting.closed_in_greeting = true;
     if (last_error.find("malformed_basp_message") != std::string::npos || Clock::now() > w.deadline) {
       // something answered with other bytes, or nothing answered in time: say what is there
       Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
@@ -284,6 +301,8 @@ caf::actor reach_hub(Cluster::Impl& im, const JoinWait& w) {
       if (p.result == ProbeResult::kSilent && last_error.find("malformed_basp_message") != std::string::npos)
         p.detail = "it answered this process's connection with bytes that are not a troupe greeting (CAF: malformed "
                    "BASP message), and a second connection got nothing";
+      else
+        greeting.add_history(p);
       if (p.result == ProbeResult::kForeign || p.result == ProbeResult::kSilent)
         throw UserError(not_a_coordinator(im, p));
       if (p.result == ProbeResult::kNoListener && Clock::now() > w.deadline) throw UserError(nothing_answered(im, p));

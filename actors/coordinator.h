@@ -138,6 +138,7 @@ class Coordinator {
   double peak_ = 1.0;                 // the job's peak FLOP/s (MFU denominator; process 0)
   double flops_per_token_ = 0;        // 6 N + 12 L T C
   int failed_snapshots_ = 0;          // snapshots that failed in a row
+  std::set<std::string> retention_warned_;  // snapshots retention could not remove, named once
   bool disk_low_ = false;             // watch_disk() has warned
   std::string lost_;                  // a lost process (actors/cluster.h) reported during a diagnosis
   bool failed_ = false;

@@ -175,6 +175,12 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
                      "read-only folder?): --resume latest would take it, not this run's newest; pass --resume {} "
                      "to continue this run",
                      from, k, d.dir);
+    for (const auto& [dir, why] : d.not_deleted)
+      if (retention_warned_.insert(dir).second)
+        spdlog::warn("checkpoint.keep_last = {}: could not remove the older snapshot {} ({}); it stays, taking disk "
+                     "space beyond keep_last: remove it by hand (check its permissions and attributes: ls -ld, "
+                     "lsattr -d; chattr -i)",
+                     cfg_.checkpoint.keep_last, dir, why);
     if (!ctx_.quiet)
       spdlog::info("snapshot of step {} written to {} ({:.1f} MiB in {:.2f} s, in the background){}", k, d.dir,
                    d.bytes / 1048576.0, d.write_s,

@@ -126,6 +126,7 @@ struct SnapDone {
   uint64_t bytes = 0;   // shard + manifest bytes written
   double write_s = 0;   // from the first shard to the manifest's rename
   std::vector<std::string> deleted;  // removed by retention
+  std::vector<std::pair<std::string, std::string>> not_deleted;  // retention could not remove: (dir, why)
   std::vector<std::pair<std::string, std::string>> superseded;  // later steps set aside (set_aside_later_steps)
   std::string kept_aside;  // a non-snapshot folder of the snapshot's name, renamed (commit_snapshot)
 };

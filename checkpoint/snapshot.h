@@ -175,7 +175,10 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
 // counted). written_step > 0: the snapshot just written; snapshots of later steps (another
 // line, left by a run this one resumed before, that set_aside_later_steps could not move)
 // are never deleted.
-std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step = 0);
+// not_deleted (when given) receives each snapshot that should have gone but stays, with the
+// reason (the error of its removal: permissions, an immutable attribute, a busy mount).
+std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step = 0,
+                                         std::vector<std::pair<std::string, std::string>>* not_deleted = nullptr);
 
 // After this run wrote the snapshot of step written_step: every complete snapshot in ckpt_dir
 // of a later step belongs to the line this run left when it resumed an earlier snapshot (its

@@ -90,7 +90,8 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
                   "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
 }
 
-std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step) {
+std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step,
+                                         std::vector<std::pair<std::string, std::string>>* not_deleted) {
   std::vector<std::string> gone;
   auto all = list_snapshots(ckpt_dir);
   // only snapshots up to the one just written: a newer step belongs to another timeline (a run
@@ -104,9 +105,13 @@ std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_l
     // user linked in): it may be read, never deleted through the link
     if (fs::is_symlink(all[i].second, ec)) continue;
     // the manifest goes first: a half-deleted directory is never taken for a snapshot
-    fs::remove(fs::path(all[i].second) / kManifest, ec);
-    fs::remove_all(all[i].second, ec);
-    if (!fs::exists(fs::symlink_status(all[i].second, ec))) gone.push_back(all[i].second);  // (a read-only one stays)
+    std::error_code why;
+    fs::remove(fs::path(all[i].second) / kManifest, why);
+    fs::remove_all(all[i].second, why ? ec : why);  // the first error is the reason
+    if (!fs::exists(fs::symlink_status(all[i].second, ec)))
+      gone.push_back(all[i].second);
+    else if (not_deleted)  // (a read-only one stays)
+      not_deleted->emplace_back(all[i].second, why ? why.message() : std::string("it could not be removed"));
   }
   return gone;
 }

@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <signal.h>
@@ -239,6 +240,20 @@ bool stdout_reader_gone() {
   if (::fstat(STDOUT_FILENO, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return false;
   pollfd p{STDOUT_FILENO, POLLOUT, 0};
   return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
+}
+
+std::string stdout_write_failure() {
+  struct stat st {};
+  if (::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
+    rlimit fl{};
+    if (::getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY && (rlim_t)st.st_size >= fl.rlim_cur)
+      return "the file-size limit (ulimit -f) of " + std::to_string((unsigned long long)fl.rlim_cur) +
+             " bytes stopped it; raise it (ulimit -f unlimited)";
+    struct statvfs v {};
+    if (::fstatvfs(STDOUT_FILENO, &v) == 0 && v.f_bavail == 0)
+      return "the disk it writes to is full; free space there";
+  }
+  return "its reader closed it, or the disk is full";
 }
 
 namespace {

@@ -38,6 +38,10 @@ void print_error(const std::string& text, bool one_line = true);
 // 0, as `seq 1e9 | head` ends for its user, without an error line (README "Exit codes");
 // SIGPIPE itself is ignored (cli/main.cpp), so nothing is killed mid-write.
 bool stdout_reader_gone();
+// Why a write to standard output failed, with the fix, as a clause: the file-size limit
+// (ulimit -f) when fd 1 is a regular file that reached it, a full disk when its filesystem
+// has no free block, else "its reader closed it, or the disk is full".
+std::string stdout_write_failure();
 // Thrown by a command that stops early because stdout_reader_gone(); run_command returns 0.
 struct StdoutReaderGone : std::exception {
   const char* what() const noexcept override { return "standard output's reader closed it"; }

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -345,11 +346,32 @@ void link_unwinder() {
   (void)::backtrace(frame, 1);
 }
 
+// A umask that takes the owner's own read, write or search permission (umask 0777, 0277)
+// makes every folder troupe creates one it cannot use: the run failed on its first file,
+// blaming that folder's permissions, and left it behind. Refused up front for a user other
+// than root (root passes permission checks); help and --version write nothing.
+int check_umask(int argc, char** argv) {
+  const mode_t m = ::umask(0);
+  ::umask(m);
+  if ((m & 0700) == 0 || ::geteuid() == 0) return 0;
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd.empty() || cmd == "help" || cmd == "--help" || cmd == "-h" || cmd == "--version" || cmd == "version")
+    return 0;
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", (unsigned)m);
+  print_error(std::string("the umask (") + mode +
+              ") takes the owner's own read, write or search permission from every file and folder troupe "
+              "creates, so it could not use them; set one that keeps them (umask 022, or 077 for files only you may "
+              "read), then run again");
+  return 2;
+}
+
 int main(int argc, char** argv) {
   link_unwinder();
   size_thread_stacks();  // before the first thread
   bound_openmp_spinning(argv);
   if (int rc = check_process_limits(); rc != 0) return rc;
+  if (int rc = check_umask(argc, argv); rc != 0) return rc;
   const int rc = check_stdout(run_command(argc, argv));
   if (troupe::actor_system_abandoned()) {  // its threads may still run: no static destructors under them
     std::cout.flush();

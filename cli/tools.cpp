@@ -121,8 +121,8 @@ struct TextStream {
     if (!text.empty()) std::cout << text << std::flush;
     // a reader that went away (generate | head): stop drawing, quietly (SIGPIPE is ignored, cli/main.cpp)
     if (!std::cout.good() && stdout_reader_gone()) throw StdoutReaderGone();
-    TROUPE_USER_CHECK(std::cout.good()) << "cannot write to standard output (its reader closed it, or the disk is "
-                                        << "full); the generation stopped there";
+    TROUPE_USER_CHECK(std::cout.good()) << "cannot write to standard output (" << stdout_write_failure()
+                                        << "); the generation stopped there";
   }
   void finish() { std::cout << utf8.finish() << std::endl; }
 };

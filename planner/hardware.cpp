@@ -94,7 +94,11 @@ Cluster make_cluster(const ClusterConfig& c, int threads) {
   TROUPE_USER_CHECK((int64_t)c.nodes * c.gpus_per_node <= kMaxPlanDevices)
       << "cluster.nodes x cluster.gpus_per_node = " << c.nodes << " x " << c.gpus_per_node << " = "
       << (int64_t)c.nodes * c.gpus_per_node << " devices, more than the " << kMaxPlanDevices
-      << " troupe plans for; lower cluster.nodes";
+      << " troupe plans for; lower "
+      << (c.nodes == 1 ? "cluster.gpus_per_node"
+          : c.gpus_per_node == 1 ? "cluster.nodes"
+          : c.gpus_per_node > c.nodes ? "cluster.gpus_per_node (or cluster.nodes)"
+                                      : "cluster.nodes (or cluster.gpus_per_node)");
   // Plausible ranges, so that every time the model derives from them stays a finite number
   // of seconds (a denormal bandwidth made the times inf, then NaN; 1e300 us of latency made
   // them overflow). Bandwidth: 1e-3 GB/s (1 MB/s, below any network a GPU cluster has used)
