@@ -176,4 +176,20 @@ inline int quiet_port(int salt) {
   return 0;
 }
 
+// A one-shot TCP server on 127.0.0.1 (python3, in the background): it accepts one
+// connection and runs `after_accept` (python lines; c is the accepted socket, s the
+// listener, time is imported). Returns its port ("" when it did not start); its pid is in
+// server.pid of the scratch folder (kill_server).
+inline std::string one_shot_server(const Scratch& s, const std::string& after_accept) {
+  const std::string server = "python3 -c \"import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(8)\n"
+                             "open('" + s.path("port") + "','w').write(str(s.getsockname()[1]))\nc,_=s.accept()\n" +
+                             after_accept + "\" > /dev/null 2>&1 & echo $! > '" + s.path("server.pid") + "'";
+  REQUIRE(std::system(server.c_str()) == 0);
+  for (int i = 0; i < 100 && slurp(s.path("port")).empty(); ++i) std::system("sleep 0.1");
+  return slurp(s.path("port"));
+}
+inline void kill_server(const Scratch& s) {
+  (void)std::system(("kill $(cat '" + s.path("server.pid") + "') 2> /dev/null").c_str());
+}
+
 }  // namespace troupe::test

@@ -56,20 +56,15 @@ TEST_CASE("a server that greets one connection with other bytes is not said to h
   Scratch s(kGroup, "banner");
   // a one-shot server: it accepts one connection, answers it with an HTTP response, then
   // keeps listening without accepting (a second connection gets no bytes)
-  const std::string server =
-      "python3 -c \"import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(8)\n"
-      "open('" + s.path("port") + "','w').write(str(s.getsockname()[1]))\nc,_=s.accept()\n"
-      "c.sendall(b'HTTP/1.1 400 Bad Request\\\\r\\\\nContent-Length: 0\\\\r\\\\nConnection: close\\\\r\\\\n\\\\r\\\\n')\n"
-      "time.sleep(40)\" > /dev/null 2>&1 & echo $! > '" + s.path("server.pid") + "'";
-  REQUIRE(shell_status(server) == 0);
-  for (int i = 0; i < 100 && slurp(s.path("port")).empty(); ++i) shell_status("sleep 0.1");
-  const std::string port = slurp(s.path("port"));
+  const std::string port = one_shot_server(
+      s, "c.sendall(b'HTTP/1.1 400 Bad Request\\\\r\\\\nContent-Length: 0\\\\r\\\\nConnection: close\\\\r\\\\n\\\\r\\\\n')\n"
+         "time.sleep(40)");
   REQUIRE_FALSE(port.empty());
   const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=5 --run-dir '" + s.path("r") + "'",
                            s, 60,
                            "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
                            "TROUPE_COORDINATOR=127.0.0.1:" + port);
-  shell_status("kill $(cat '" + s.path("server.pid") + "') 2> /dev/null");
+  kill_server(s);
   expect_user_error(r, {"is not a troupe coordinator", "troupe greeting"});
   CHECK(r.err.find("sent nothing") == std::string::npos);
 }

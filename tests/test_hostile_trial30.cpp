@@ -54,14 +54,7 @@ TEST_CASE("a one-shot server that greets with a short banner is named by the byt
   Scratch s(kGroup, "shortbanner");
   // accepts one connection, sends an SSH banner (21 bytes, fewer than a BASP header), keeps
   // it open and listens on without accepting: CAF's connection waits for the rest
-  const std::string server =
-      "python3 -c \"import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(8)\n"
-      "open('" + s.path("port") + "','w').write(str(s.getsockname()[1]))\nc,_=s.accept()\n"
-      "c.sendall(b'SSH-2.0-OpenSSH_9.6\\\\r\\\\n')\ntime.sleep(60)\" > /dev/null 2>&1 & echo $! > '" +
-      s.path("server.pid") + "'";
-  REQUIRE(shell_status(server) == 0);
-  for (int i = 0; i < 100 && slurp(s.path("port")).empty(); ++i) shell_status("sleep 0.1");
-  const std::string port = slurp(s.path("port"));
+  const std::string port = one_shot_server(s, "c.sendall(b'SSH-2.0-OpenSSH_9.6\\\\r\\\\n')\ntime.sleep(60)");
   REQUIRE_FALSE(port.empty());
   const auto t0 = std::chrono::steady_clock::now();
   const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=90 --run-dir '" + s.path("r") +
@@ -69,7 +62,7 @@ TEST_CASE("a one-shot server that greets with a short banner is named by the byt
                            s, 120,
                            "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
                            "TROUPE_COORDINATOR=127.0.0.1:" + port);
-  shell_status("kill $(cat '" + s.path("server.pid") + "') 2> /dev/null");
+  kill_server(s);
   expect_user_error(r, {"is not a troupe coordinator", "sent this process's connection 21 byte(s)",
                         "fewer than a troupe greeting"});
   // told once the banner has sat short for a few seconds, not at fault.join_timeout_s

@@ -17,23 +17,12 @@ namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial31";
 
-// A one-shot TCP server on 127.0.0.1 running `after_accept` (python, on the accepted socket
-// c and the listener s) in the background; returns its port ("" when it did not start).
-std::string one_shot_server(const Scratch& s, const std::string& after_accept) {
-  const std::string server = "python3 -c \"import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(8)\n"
-                             "open('" + s.path("port") + "','w').write(str(s.getsockname()[1]))\nc,_=s.accept()\n" +
-                             after_accept + "\" > /dev/null 2>&1 & echo $! > '" + s.path("server.pid") + "'";
-  REQUIRE(shell_status(server) == 0);
-  for (int i = 0; i < 100 && slurp(s.path("port")).empty(); ++i) shell_status("sleep 0.1");
-  return slurp(s.path("port"));
-}
-
 Run join_at(const Scratch& s, const std::string& port) {
   const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=4 --run-dir '" + s.path("r") + "'",
                            s, 60,
                            "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
                            "TROUPE_COORDINATOR=127.0.0.1:" + port);
-  shell_status("kill $(cat '" + s.path("server.pid") + "') 2> /dev/null");
+  kill_server(s);
   return r;
 }
 }  // namespace

@@ -18,28 +18,13 @@
 #include "optimizer/optimizer.h"
 #include "optimizer/grad_buckets.h"
 #include "optimizer/zero1.h"
+#include "rank_threads.h"
 
 using namespace troupe;
 
 namespace {
 
-// Runs fn(rank) on one thread per rank; rethrows the first error. (Catch2 v2's assertions
-// are not thread-safe: the threads only compute, the test checks afterwards.)
-void on_ranks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> th;
-  std::vector<std::exception_ptr> err(n);
-  for (int r = 0; r < n; ++r)
-    th.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        err[r] = std::current_exception();
-      }
-    });
-  for (auto& t : th) t.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
-}
+using troupe::test::on_ranks;
 
 const std::vector<int64_t> kSizes = {7, 5, 13, 1, 6};  // N = 32: odd pieces, tensors straddle shards
 

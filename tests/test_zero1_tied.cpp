@@ -15,26 +15,13 @@
 #include "kernels/ops.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/zero1.h"
+#include "rank_threads.h"
 
 using namespace troupe;
 
 namespace {
 
-void on_ranks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> th;
-  std::vector<std::exception_ptr> err(n);
-  for (int r = 0; r < n; ++r)
-    th.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        err[r] = std::current_exception();
-      }
-    });
-  for (auto& t : th) t.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
-}
+using troupe::test::on_ranks;
 
 constexpr int64_t kRows = 11, kC = 6;                            // wte (11, 6): rows straddle shards
 const std::vector<int64_t> kSizes = {kRows * kC, 7, 13, 5};     // wte first, as on a first stage
