@@ -240,13 +240,18 @@ struct GreetingWatch {
   }
 };
 
+// How long a probe past the join's deadline waits for a connection and then for a greeting,
+// seconds: a coordinator greets within milliseconds; the probe only words the error, so it
+// adds little to fault.join_timeout_s (2 s made a 1 s deadline end after 3 s).
+constexpr double kProbeWaitS = 1.0;
+
 // The watchdog's sentence once the stop signal came, the deadline passed or the connection
 // got a short foreign greeting ("" before).
 std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int sig, GreetingWatch& g) {
   if (sig != 0) return stopped_while_joining(im, sig);
   const bool short_greeting_seen = g.stuck_short(im);
   if (!short_greeting_seen && Clock::now() <= deadline) return std::string();
-  Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
+  Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, kProbeWaitS);
   if (g.bytes > 0 && g.bytes < kBaspHeaderBytes && p.result != ProbeResult::kCaf) {
     p.detail = short_greeting(g.bytes, p, std::chrono::duration<double>(Clock::now() - g.since).count());
     return not_a_coordinator(im, p);
@@ -295,7 +300,7 @@ caf::actor reach_hub(Cluster::Impl& im, const JoinWait& w) {
     if (last_error.find("disconnect_during_handshake") != std::string::npos) greeting.closed_in_greeting = true;
     if (last_error.find("malformed_basp_message") != std::string::npos || Clock::now() > w.deadline) {
       // something answered with other bytes, or nothing answered in time: say what is there
-      Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, 2.0);
+      Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, kProbeWaitS);
       // a server that greets each connection once (a one-shot listener) is silent to the probe
       // after CAF's own connection got its bytes: say what CAF saw
       if (p.result == ProbeResult::kSilent && last_error.find("malformed_basp_message") != std::string::npos)
