@@ -59,6 +59,7 @@ struct ClusterOptions {
   int ranks = 1;           // global ranks (workers) in the job
   std::string resume;      // the snapshot this process continues from ("" = a fresh start); compared at join
   std::string tokenizer_hash;  // of this process's data (datasets/prepare.h); compared at join, so all agree on token ids
+  std::string data_key;        // its prepared data's content key (PreparedData::key); compared at join, so all train on the same tokens
   // An in-place recovery (fault.policy = restart under troupe launch --respawn process):
   // the processes agree at join on the state to continue from. `offer` lists the memory
   // snapshots this process holds, newest first, as [step, n, rank_1 .. rank_n]...

@@ -195,10 +195,14 @@ std::string not_a_coordinator(const Cluster::Impl& im, const Probe& p) {
 // "it sent this process's connection 21 byte(s) ... a second connection got no bytes": a
 // server that greeted CAF's connection with fewer bytes than a BASP header (`own`: those
 // bytes, counted by the kernel; CAF keeps them, waiting for the rest) and `p`: the probe.
-std::string short_greeting(long long own, const Probe& p, double still_s) {
-  return fmt::format("it sent this process's connection {} byte(s) and then nothing for {:.0f} s: fewer than a "
-                     "troupe greeting, which is at least {} bytes sent at once; {}",
-                     own, still_s, kBaspHeaderBytes,
+// `still_s`: seconds since the last byte came; `over_s`: since the first. A trickle (bytes
+// still coming) is said as such, not as silence.
+std::string short_greeting(long long own, const Probe& p, double still_s, double over_s) {
+  const std::string how = still_s >= 2.0 ? fmt::format("and then nothing for {:.0f} s", still_s)
+                                         : fmt::format("over {:.0f} s, a few at a time", over_s);
+  return fmt::format("it sent this process's connection {} byte(s) {}: fewer than a troupe greeting, which is at "
+                     "least {} bytes sent at once; {}",
+                     own, how, kBaspHeaderBytes,
                      p.result == ProbeResult::kForeign ? "a second connection was " + p.detail.substr(3)
                      : p.result == ProbeResult::kNoListener ? "a second connection was refused (" + p.detail + ")"
                                                             : std::string("a second connection got no bytes"));
@@ -211,6 +215,7 @@ struct GreetingWatch {
   static constexpr double kStillS = 3.0;
   long long bytes = -1;
   Clock::time_point since = Clock::now(), next_look = Clock::now();
+  Clock::time_point first_byte{};  // when this connection's first bytes were seen
   // an earlier connection of this join was closed by the server before a whole greeting
   // (CAF: disconnect_during_handshake): a coordinator that was stopping, or another server
   bool closed_in_greeting = false;
@@ -233,6 +238,7 @@ struct GreetingWatch {
     next_look = now + std::chrono::milliseconds(250);
     const long long b = own_connection_bytes(im.o.env.host, (uint16_t)im.o.env.port);
     if (b != bytes) {
+      if (b > 0 && bytes <= 0) first_byte = now;
       bytes = b;
       since = now;
     }
@@ -251,9 +257,11 @@ std::string watchdog_sentence(Cluster::Impl& im, Clock::time_point deadline, int
   if (sig != 0) return stopped_while_joining(im, sig);
   const bool short_greeting_seen = g.stuck_short(im);
   if (!short_greeting_seen && Clock::now() <= deadline) return std::string();
+  const auto seen = Clock::now();  // (before the probe's second)
   Probe p = probe_coordinator(im.o.env.host, (uint16_t)im.o.env.port, kProbeWaitS);
   if (g.bytes > 0 && g.bytes < kBaspHeaderBytes && p.result != ProbeResult::kCaf) {
-    p.detail = short_greeting(g.bytes, p, std::chrono::duration<double>(Clock::now() - g.since).count());
+    p.detail = short_greeting(g.bytes, p, std::chrono::duration<double>(seen - g.since).count(),
+                              std::chrono::duration<double>(seen - g.first_byte).count());
     return not_a_coordinator(im, p);
   }
   if (Clock::now() <= deadline) return std::string();
@@ -337,7 +345,7 @@ void join_as_member(Cluster::Impl& im, const JoinWait& w) {
     caf::anon_send(im.agent, hub_atom::value, hub,
                    caf::make_message(join_atom::value, (int32_t)me, (int32_t)n, executable_hash(), im.o.cfg.to_toml(),
                                      im.addresses[me], hostname(), (int32_t)getpid(), im.o.resume, im.o.offer,
-                                     im.o.tokenizer_hash));
+                                     im.o.tokenizer_hash, im.o.data_key));
     w.until([&] { return im.have_table || im.busy || im.hub_gone; },
             [&] { return std::string("the coordinator did not send the process table"); });
     if (im.have_table) break;

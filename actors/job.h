@@ -44,6 +44,7 @@ struct JobContext {
   std::shared_ptr<const TrainState> resume;
   const std::atomic<int>* stop_signal = nullptr;
   std::string tokenizer_hash;          // recorded in the manifest
+  std::string data_key;                // the prepared data's content key (PreparedData::key), compared at join
   std::string tokenizer_path;          // copied into each snapshot (tokenizer.model)
   int64_t fault_kill_in_snapshot = -1;  // fault injection (tests): SIGKILL while writing this step's snapshot
   bool synchronous_snapshots = false;   // benchmarks: the step waits until the snapshot is on disk

@@ -2,6 +2,8 @@
 #include "actors/job_plan.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -18,31 +20,65 @@ DType precision_of(const std::string& p) {
   return p == "bf16" ? DType::bf16 : p == "fp16" ? DType::f16 : DType::f32;
 }
 
+// A fault switch's value (TROUPE_FAULT_*, the tests' fault injection, docs/multiprocess.md):
+// a whole number in [lo, hi], else UserError naming the variable and the fix.
+int64_t fault_int(const char* name, const char* v, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 10);
+  TROUPE_USER_CHECK(*v && end && *end == '\0' && errno == 0 && x >= lo && x <= hi)
+      << name << "='" << v << "' is not a whole number from " << lo << " to " << hi
+      << "; it is a fault-injection switch of the tests (docs/multiprocess.md): fix it or unset it";
+  return x;
+}
+
 // The kill switch of the tests (TROUPE_FAULT_KILL_RANK / _STEP / _SIGNAL / _PHASE): set
-// only in the named process, on its first start.
-void read_kill_switch(const std::function<const char*(const char*)>& get, int process, int generation,
+// only in the named process, on its first start. Every value is checked wherever it is set
+// (a switch that names no process of the job, or a value it cannot mean, is refused).
+void read_kill_switch(const std::function<const char*(const char*)>& get, int process, int world, int generation,
                       FaultSwitches& f) {
   const char* rc = get("TROUPE_RESTART_COUNT");
   const char* kr = get("TROUPE_FAULT_KILL_RANK");
-  if (!kr || std::atoi(kr) != process || (rc && std::atoi(rc) > 0) || generation != 0) return;
   const char* ks = get("TROUPE_FAULT_KILL_STEP");
-  if (!ks) return;
-  f.kill_step = std::atoll(ks);
   const char* sig = get("TROUPE_FAULT_SIGNAL");  // KILL (default) or STOP: a hung process
+  const char* ph = get("TROUPE_FAULT_PHASE");    // F | B | O: the step's first forward, backward or optimizer action
+  if (!kr) return;
+  const int64_t rank = fault_int("TROUPE_FAULT_KILL_RANK", kr, 0, std::max(0, world - 1));
+  TROUPE_USER_CHECK(ks) << "TROUPE_FAULT_KILL_RANK is set but TROUPE_FAULT_KILL_STEP is not; set both (the tests' "
+                           "fault injection, docs/multiprocess.md) or neither";
+  const int64_t step = fault_int("TROUPE_FAULT_KILL_STEP", ks, 1, int64_t(1) << 40);
+  TROUPE_USER_CHECK(!sig || std::string(sig) == "KILL" || std::string(sig) == "STOP")
+      << "TROUPE_FAULT_SIGNAL='" << sig << "' is neither KILL nor STOP; fix it or unset it (docs/multiprocess.md)";
+  TROUPE_USER_CHECK(!ph || std::string(ph) == "F" || std::string(ph) == "B" || std::string(ph) == "O")
+      << "TROUPE_FAULT_PHASE='" << ph << "' is not F, B or O (the step's first forward, backward or optimizer "
+      << "action); fix it or unset it (docs/multiprocess.md)";
+  if (rank != process || (rc && std::atoi(rc) > 0) || generation != 0) return;
+  f.kill_step = step;
   f.kill_signal = sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
-  // F | B | O: at the step's first forward, backward or optimizer action
-  if (const char* ph = get("TROUPE_FAULT_PHASE"); ph && *ph) f.kill_phase = ph[0];
+  if (ph) f.kill_phase = ph[0];
 }
 
 // The delay and refusal switches of the tests (FaultSwitches); the delay on the first start only.
-void read_delay_switches(const std::function<const char*(const char*)>& get, int generation, FaultSwitches& f) {
+void read_delay_switches(const std::function<const char*(const char*)>& get, int world, int generation,
+                         FaultSwitches& f) {
   f.ignore_refusal = get("TROUPE_FAULT_IGNORE_REFUSAL") != nullptr;
   const char* rc = get("TROUPE_RESTART_COUNT");
   const char* r = get("TROUPE_FAULT_DELAY_RANK");
   const char* k = get("TROUPE_FAULT_DELAY_STEP");
   const char* x = get("TROUPE_FAULT_DELAY_S");
-  if (!r || !k || !x || (rc && std::atoi(rc) > 0) || generation != 0) return;
-  f.delay_rank = std::atoi(r), f.delay_step = std::atoll(k), f.delay_s = std::atof(x);
+  if (!r && !k && !x) return;
+  TROUPE_USER_CHECK(r && k && x) << "set all three of TROUPE_FAULT_DELAY_RANK, _STEP and _S (the tests' fault "
+                                    "injection, docs/multiprocess.md) or none";
+  const int64_t rank = fault_int("TROUPE_FAULT_DELAY_RANK", r, 0, int64_t(1) << 20);
+  const int64_t step = fault_int("TROUPE_FAULT_DELAY_STEP", k, 1, int64_t(1) << 40);
+  char* end = nullptr;
+  const double s = std::strtod(x, &end);
+  TROUPE_USER_CHECK(*x && end && *end == '\0' && std::isfinite(s) && s >= 0 && s <= 3600)
+      << "TROUPE_FAULT_DELAY_S='" << x << "' is not a number of seconds from 0 to 3600; fix it or unset it "
+      << "(docs/multiprocess.md)";
+  (void)world;
+  if ((rc && std::atoi(rc) > 0) || generation != 0) return;
+  f.delay_rank = (int)rank, f.delay_step = step, f.delay_s = s;
 }
 
 }  // namespace
@@ -97,8 +133,8 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   plan.faults.inf_step = in.fault_inf_step;
   plan.faults.inf_rank = in.fault_inf_rank;
   plan.faults.kill_in_snapshot = in.fault_kill_in_snapshot;
-  read_kill_switch(get, plan.process, in.generation, plan.faults);
-  read_delay_switches(get, in.generation, plan.faults);
+  read_kill_switch(get, plan.process, std::max(1, in.launch.world), in.generation, plan.faults);
+  read_delay_switches(get, std::max(1, in.launch.world), in.generation, plan.faults);
   return plan;
 }
 

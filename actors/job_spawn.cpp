@@ -38,6 +38,7 @@ ClusterOptions cluster_options(const JobPlan& plan, const Config& cfg, const Job
   co.stop_signal = ctx.stop_signal;
   co.cfg = cfg;
   co.tokenizer_hash = ctx.tokenizer_hash;
+  co.data_key = ctx.data_key;
   co.placement = plan.placement;
   co.ranks = plan.topo.world();
   if (ctx.resume)

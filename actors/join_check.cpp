@@ -38,6 +38,13 @@ std::string check_join(const JoinRequest& theirs, const JoinRequest& ours, const
       return fmt::format("process {} has {} = {} but process 0 has {}; start every process with the same config", p,
                          a[i].first, b[i].second, a[i].second);
   }
+  if (theirs.data_key != ours.data_key)
+    return fmt::format("process {} prepared data {} but process 0 prepared {} from the same config: the sources' bytes "
+                       "differ between the processes (each host's copy of the corpus, or a relative path read from "
+                       "another folder); give every process the same files (compare them with sha256sum, or use "
+                       "absolute paths on a shared filesystem)",
+                       p, theirs.data_key.empty() ? std::string("(none)") : theirs.data_key,
+                       ours.data_key.empty() ? std::string("(none)") : ours.data_key);
   return "";
 }
 

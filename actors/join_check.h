@@ -19,6 +19,8 @@ struct JoinRequest {
   std::string config_toml;     // its resolved config (Config::to_toml)
   std::string resume;          // the snapshot it continues from ("" = a fresh start)
   std::string tokenizer_hash;  // of its prepared data (datasets/prepare.h)
+  std::string data_key;        // its prepared data's content key (PreparedData::key: the sources' bytes and the
+                               // data settings, not their paths)
 };
 
 // Process 0's verdict on a join: "" when `theirs` may take part, else the reason, one
@@ -26,7 +28,8 @@ struct JoinRequest {
 // `our_cfg` its resolved config. Checked in this order: tokenizer, resume point, world
 // size, binary, config (a config that does not parse; else the first key whose value
 // differs, train.threads, data.cache_dir and data.threads excepted: they may differ per
-// host). Throws nothing.
+// host), then the prepared data (the same config over other bytes: each host's copy of a
+// corpus, or a relative path read from another folder). Throws nothing.
 std::string check_join(const JoinRequest& theirs, const JoinRequest& ours, const Config& our_cfg);
 
 // Where an in-place recovery takes its state from (decided by process 0 at join).

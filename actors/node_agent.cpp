@@ -39,7 +39,8 @@ using Agent = NodeAgentActor::stateful_base<AgentState>;
 
 // The join message's layout (actors/node_agent.h).
 using JoinMsg = caf::detail::type_list<join_atom, int32_t, int32_t, std::string, std::string, std::vector<char>,
-                                       std::string, int32_t, std::string, std::vector<int64_t>, std::string>;
+                                       std::string, int32_t, std::string, std::vector<int64_t>, std::string,
+                                       std::string>;
 
 // Serializes (kind, index, inner) and sends it, authenticated, to process p's agent;
 // returns the envelope's tag (empty when p has no agent handle or serializing failed).
@@ -204,8 +205,9 @@ void on_join(Agent* self, int32_t from, const caf::message& inner) {
   self->monitor(s.peers[from]);
   s.live[from] = true;
   JoinRequest theirs{from, inner.get_as<int32_t>(2), inner.get_as<std::string>(3), inner.get_as<std::string>(4),
-                     inner.get_as<std::string>(8), inner.get_as<std::string>(10)};
-  JoinRequest ours{0, s.impl->nprocs(), executable_hash(), "", s.impl->o.resume, s.impl->o.tokenizer_hash};
+                     inner.get_as<std::string>(8), inner.get_as<std::string>(10), inner.get_as<std::string>(11)};
+  JoinRequest ours{0, s.impl->nprocs(), executable_hash(), "", s.impl->o.resume, s.impl->o.tokenizer_hash,
+                   s.impl->o.data_key};
   const std::string why = check_join(theirs, ours, s.impl->o.cfg);
   if (!why.empty()) {
     post(self, from, kAgentKind, 0, caf::make_message(refuse_atom::value, why));

@@ -107,7 +107,9 @@ std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_l
     // the manifest goes first: a half-deleted directory is never taken for a snapshot
     std::error_code why;
     fs::remove(fs::path(all[i].second) / kManifest, why);
-    fs::remove_all(all[i].second, why ? ec : why);  // the first error is the reason
+    // a manifest that cannot go (an append-only or immutable file): the snapshot stays whole,
+    // never a manifest over missing shards
+    if (!why) fs::remove_all(all[i].second, why);
     if (!fs::exists(fs::symlink_status(all[i].second, ec)))
       gone.push_back(all[i].second);
     else if (not_deleted)  // (a read-only one stays)

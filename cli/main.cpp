@@ -346,17 +346,30 @@ void link_unwinder() {
   (void)::backtrace(frame, 1);
 }
 
+// Whether the command line writes files: train, prepare/tokenize, export and plot always;
+// generate, simulate and plan only with an output option (--logits-out, --dump, --trace,
+// --png, --out, --report). launch's processes check for themselves.
+bool writes_files(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "train" || cmd == "prepare" || cmd == "tokenize" || cmd == "export" || cmd == "plot") return true;
+  if (cmd != "generate" && cmd != "simulate" && cmd != "plan") return false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    for (const char* o : {"--logits-out", "--dump", "--trace", "--trace-png", "--png", "--out", "--report"})
+      if (a == o || a.rfind(std::string(o) + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
 // A umask that takes the owner's own read, write or search permission (umask 0777, 0277)
 // makes every folder troupe creates one it cannot use: the run failed on its first file,
 // blaming that folder's permissions, and left it behind. Refused up front for a user other
-// than root (root passes permission checks); help and --version write nothing.
+// than root (root passes permission checks), for a command line that writes files
+// (generate, plan and the like without an output option still answer).
 int check_umask(int argc, char** argv) {
   const mode_t m = ::umask(0);
   ::umask(m);
-  if ((m & 0700) == 0 || ::geteuid() == 0) return 0;
-  const std::string cmd = argc > 1 ? argv[1] : "";
-  if (cmd.empty() || cmd == "help" || cmd == "--help" || cmd == "-h" || cmd == "--version" || cmd == "version")
-    return 0;
+  if ((m & 0700) == 0 || ::geteuid() == 0 || !writes_files(argc, argv)) return 0;
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", (unsigned)m);
   print_error(std::string("the umask (") + mode +

@@ -1,6 +1,7 @@
 // cli/outputs.cpp — the files a command writes (common.h): each output path checked before
 // anything is written (a folder that takes new files, room for it, not a link, a device or
 // another output's path), and written beside itself, then renamed.
+#include <climits>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -119,6 +120,11 @@ void check_output_file(const std::string& path, const std::string& option, uint6
                                        << " bytes long; file systems take at most 255 and troupe writes NAME.tmp-<pid> "
                                        << "beside it first: use a name of at most 235 bytes";
   const fs::path dir = abs.parent_path();
+  // (a folder past PATH_MAX exists but cannot be reached by its path: stat says ENAMETOOLONG)
+  TROUPE_USER_CHECK(abs.string().size() + 16 < PATH_MAX)
+      << "cannot write " << path.substr(0, 60) << "...: the path is " << abs.string().size()
+      << " bytes long, too long for the system (File name too long: a path has at most " << PATH_MAX - 1
+      << " bytes, and troupe writes NAME.tmp-<pid> beside it first); pass a shorter " << option << " path";
   TROUPE_USER_CHECK(fs::is_directory(dir, ec))
       << "cannot write " << path << ": " << dir.string() << " "
       << (fs::exists(dir, ec) ? "is a file, not a folder; pass an output path inside a folder (another "

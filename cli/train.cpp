@@ -52,6 +52,7 @@
 #include <cstring>
 #include "cli/common.h"
 #include "cli/train_checks.h"
+#include "cli/train_signals.h"
 #include "core/interrupt.h"
 #include "core/job_error.h"
 #include "core/stop_notice.h"
@@ -60,42 +61,6 @@ namespace fs = std::filesystem;
 
 namespace troupe::cli {
 namespace {
-// SIGUSR1 / SIGTERM / SIGINT (and SIGUSR2, SIGHUP, SIGALRM, SIGVTALRM, SIGQUIT, SIGPWR, unless inherited as
-// ignored): snapshot the current step and stop (exit 0), said at once (core/stop_notice.h). A second
-// SIGTERM or SIGINT while that is under way ends the process at once, if it comes more than
-// a second after the first: one request often arrives twice (Ctrl-C reaches the whole
-// process group and troupe launch forwards it too; `timeout` signals its child and then its
-// group), and that must not throw away the snapshot the first one asked for. The forced
-// stop prints one error line naming the steps lost and the newest snapshot.
-std::atomic<int> g_stop_signal{0};
-std::atomic<int64_t> g_first_signal_ns{0};
-extern "C" void on_stop_signal(int sig) {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
-  const int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-  int64_t first = 0;
-  g_first_signal_ns.compare_exchange_strong(first, now);
-  note_stop_signal(sig);  // an error line it leads to tells troupe launch it was a signal (core/job_error.h)
-  const int before = g_stop_signal.exchange(sig);
-  if (before == 0) {
-    acknowledge_stop(sig);  // at once, not when the step ends (core/stop_notice.h)
-  } else if (sig != SIGUSR1 && first != 0 && now - first > 1000000000) {
-    remove_partial_dirs();  // the snapshot being written cannot finish: no .tmp folder stays
-    report_forced_stop(sig);  // one error line: what is lost, the newest snapshot
-    _exit(128 + sig);
-  }
-}
-void install_stop_signals() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < kStopSignalCount; ++i) {
-    const int s = kStopSignals[i];
-    if (s == SIGXCPU || left_ignored(s)) continue;  // SIGXCPU: cli/main.cpp's exit
-    sigaction(s, &sa, nullptr);
-  }
-}
-
 // A failure after which a job must not be started again (fault.max_restarts exceeded).
 struct FinalError : Error {
   using Error::Error;
@@ -291,6 +256,7 @@ void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shar
   ctx.sample_start_token = d.eot_id;
   ctx.unigram_entropy = d.unigram_entropy;
   ctx.tokenizer_hash = std::to_string(d.tokenizer_hash);
+  ctx.data_key = d.key;
   ctx.tokenizer_path = d.tokenizer_path;
 }
 
@@ -424,7 +390,7 @@ TrainData load_data(const Config& c, const TrainState* state) {
   auto t0 = std::chrono::steady_clock::now();
   TrainData t;
   t.d = prepare(c);
-  if (const int sig = g_stop_signal.load(); sig != 0 && sig != SIGUSR1)
+  if (const int sig = train_stop_signal().load(); sig != 0 && sig != SIGUSR1)
     throw UserError(std::string("stopped by ") + stop_signal_label(sig) +
                     " before training began; no run directory was made");
   std::vector<BlendLoader::Source> sources;
@@ -487,7 +453,7 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
   ctx.trace_path = trace_path_;
   ctx.checkpoint_dir = follower ? std::string("(process 0's checkpoint writer)") : p.ckpt_dir;
   ctx.resume = std::move(state);
-  ctx.stop_signal = &g_stop_signal;
+  ctx.stop_signal = &train_stop_signal();
   ctx.launch = launch;
   ctx.job_secret = secret;
   if (follower) ctx.run_dir.clear();

@@ -57,6 +57,11 @@ const Key* find_key(const std::string& name) {
 }
 
 [[noreturn]] void unknown_key(const std::string& name, const std::string& where) {
+  // a known key wrapped in spaces (--set ' train.steps = 3 '): say so, not the key list
+  const size_t a = name.find_first_not_of(" \t"), b = name.find_last_not_of(" \t");
+  if (a != std::string::npos && (a > 0 || b + 1 < name.size()) && find_key(name.substr(a, b - a + 1)))
+    throw UserError("config key '" + name + "'" + where + " has spaces around it; write it without them (--set " +
+                    name.substr(a, b - a + 1) + "=VALUE)");
   std::string sec = name.substr(0, name.find('.'));
   std::string known;
   for (auto& k : key_table())

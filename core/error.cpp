@@ -94,6 +94,10 @@ std::string missing_reason(const std::string& path) {
     out += "', or run troupe as a user who may); if that is not it,";
     return out;
   }
+  if (errno == ENAMETOOLONG)
+    return "cannot be used: the path is " + std::to_string(path.size()) +
+           " bytes, too long for the system (File name too long; a path has at most 4095 bytes, a name 255): "
+           "shorten it;";
   if (errno == ELOOP) return "is a loop of symbolic links (one points back to another); fix or remove the link, and";
   if (errno == ENOTDIR) return "does not exist: the path goes through a file as if it were a folder;";
   if (errno == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {

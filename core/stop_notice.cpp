@@ -80,12 +80,12 @@ void acknowledge_stop(int sig) noexcept {
   put(line);
 }
 
-void report_forced_stop(int sig) noexcept {
+void report_forced_stop(int sig, bool second) noexcept {
   const int64_t k = g_step.load();
   const Newest& n = g_newest[g_active.load()];
   char line[4096] = "error: ";
   append(line, sizeof line, job_error_prefix());
-  append(line, sizeof line, "stopped at once by a second ");
+  append(line, sizeof line, second ? "stopped at once by a second " : "stopped at once by ");
   append_signal(line, sizeof line, sig);
   if (k == kNotTraining) {
     append(line, sizeof line, " before training began: nothing was trained\n");

@@ -34,6 +34,8 @@ void note_saves_snapshots(bool saves) noexcept;
 void acknowledge_stop(int sig) noexcept;
 // Async-signal-safe. A second stop signal `sig` ends the process at once: its error line,
 // naming what is lost and the newest snapshot to continue from.
-void report_forced_stop(int sig) noexcept;
+// second: the signal is the second stop request ("stopped at once by a second SIGTERM"); false
+// for one that ends the run on its own (SIGXCPU with no room below the hard CPU-time limit).
+void report_forced_stop(int sig, bool second = true) noexcept;
 
 }  // namespace troupe

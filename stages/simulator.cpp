@@ -51,6 +51,10 @@ Costs parse_costs(const std::string& spec) {
   }
   if (!w_set) c.w = c.b / 2;
   TROUPE_USER_CHECK(c.w <= c.b) << "--cost w = " << c.w << " is part of b = " << c.b << " and cannot exceed it";
+  // all-zero compute: the bubble would be 0/0 (trial 32, F8)
+  TROUPE_USER_CHECK(c.f > 0 || c.b > 0)
+      << "--cost gives f = 0 and b = 0: the schedule would have no computation to keep busy, and its bubble would be "
+         "0/0; give f or b a positive cost (e.g. f=1,b=2)";
   return c;
 }
 

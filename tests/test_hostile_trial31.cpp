@@ -89,8 +89,15 @@ TEST_CASE("a umask without the owner's permissions is refused before anything is
     CHECK_FALSE(fs::exists(s.path("cache")));
     CHECK_FALSE(fs::exists(s.path("run")));
   }
-  // help and --version write nothing: they still answer
-  CHECK(shell_status("su nobody -s /bin/sh -c 'umask 777; \"" + troupe_bin() + "\" --version' > /dev/null 2>&1") == 0);
+  // help, --version and commands that write no file still answer (trial 32, F4: generate and
+  // plan were refused)
+  auto as_nobody = [&](const std::string& args) {
+    return shell_status("cd '" + std::string(TROUPE_SOURCE_DIR) + "' && su nobody -s /bin/sh -c 'umask 777; \"" +
+                        troupe_bin() + "\" " + args + "' > /dev/null 2>&1");
+  };
+  CHECK(as_nobody("--version") == 0);
+  CHECK(as_nobody("plan --config configs/gpt2-124m.toml") == 0);
+  CHECK(as_nobody("simulate --schedule 1f1b --stages 2 --microbatches 4 --quiet") == 0);
 }
 
 TEST_CASE("generate into a file under a small ulimit -f names the file-size limit", "[cli][hostile]") {

@@ -9,7 +9,7 @@ using namespace troupe;
 
 namespace {
 JoinRequest request(const Config& c, int process) {
-  return JoinRequest{process, 2, "ab12cd34ef56ab78cd90", c.to_toml(), "", "tok1"};
+  return JoinRequest{process, 2, "ab12cd34ef56ab78cd90", c.to_toml(), "", "tok1", "2e80b7acaf2bbcf0"};
 }
 }  // namespace
 
@@ -47,4 +47,11 @@ TEST_CASE("a join is refused naming the first difference and the fix", "[join]")
   j.config_toml = other.to_toml();
   CHECK(check_join(j, me, ours) ==
         "process 1 has train.steps = 7 but process 0 has 3; start every process with the same config");
+  // the same config over other bytes (trial 32, F0: each host's copy of the corpus differs)
+  j.config_toml = ours.to_toml();
+  j.data_key = "c7c8cd2acb72c3d8";
+  CHECK(check_join(j, me, ours).find("process 1 prepared data c7c8cd2acb72c3d8 but process 0 prepared "
+                                     "2e80b7acaf2bbcf0 from the same config: the sources' bytes differ") == 0);
+  j.data_key = me.data_key;
+  CHECK(check_join(j, me, ours).empty());
 }
