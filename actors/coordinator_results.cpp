@@ -159,7 +159,7 @@ void Coordinator::analyze_trace(JobResult& res) {
   // filled since): said once, and the run ends as it would have.
   bool written = true;
   try {
-    write_file_atomic(ctx_.trace_path, measured_chrome_trace(plan_.P, trace_));
+    write_file_atomic(ctx_.trace_path, measured_chrome_trace(plan_.P, trace_, cfg_.to_toml()));
   } catch (const std::exception& e) {
     written = false;
     spdlog::warn("warning: the trace was not written: {}; training and snapshots are complete", e.what());

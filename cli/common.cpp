@@ -1,5 +1,6 @@
 // cli/common.cpp — see common.h.
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
 #include <tuple>
 #include <arpa/inet.h>
@@ -465,6 +466,28 @@ void check_memory(const Config& c, bool resuming) {
       << "or train.recompute = \"full\"";
 }
 
+namespace {
+// The pattern flag %* : the message made printable (core/text.h): a path or value holding a
+// bidi override (U+202E) or another invisible format character, or a control byte, shows as
+// \u{202E} / \xNN in log lines as it does in errors, instead of reordering or hiding text.
+class PrintableMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    const std::string text = printable(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(text.data(), text.data() + text.size());
+  }
+  std::unique_ptr<spdlog::custom_flag_formatter> clone() const override {
+    return std::make_unique<PrintableMessage>();
+  }
+};
+
+std::unique_ptr<spdlog::formatter> log_formatter(const std::string& prefix) {
+  auto f = std::make_unique<spdlog::pattern_formatter>();
+  f->add_flag<PrintableMessage>('*').set_pattern("[%H:%M:%S] " + prefix + "%*");
+  return f;
+}
+}  // namespace
+
 void setup_logging(const std::string& run_dir) {
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   std::vector<spdlog::sink_ptr> sinks{console};
@@ -473,7 +496,7 @@ void setup_logging(const std::string& run_dir) {
     train_log_sink_ = file;
     sinks.push_back(file);
     file_log_ = std::make_shared<spdlog::logger>("troupe-file", file);
-    file_log_->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
+    file_log_->set_formatter(log_formatter(log_prefix_));
     file_log_->flush_on(spdlog::level::info);
   }
   auto logger = std::make_shared<spdlog::logger>("troupe", sinks.begin(), sinks.end());
@@ -491,7 +514,7 @@ void setup_logging(const std::string& run_dir) {
     logger->set_error_handler(on_error);
     file_log_->set_error_handler(on_error);
   }
-  logger->set_pattern("[%H:%M:%S] " + log_prefix_ + "%v");
+  logger->set_formatter(log_formatter(log_prefix_));
   logger->flush_on(spdlog::level::info);  // train.log is complete up to the last line, even if killed
   spdlog::set_default_logger(logger);
 }

@@ -354,7 +354,10 @@ class AttemptRun {
   void on_exit(int r, pid_t p, int st) {
     const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
     log_event("process_exit", {{"rank", r}, {"status", code}, {"restart", started_as_[r]}});
-    if (code == 0) return;
+    if (code == 0) {  // done; named only if the job then fails (a process that ends early looks like one that never came)
+      if (first_status_ < 0 && live_ > 0) early_zero_.push_back({r, p, now_s() - started_at_[r]});
+      return;
+    }
     const std::string who = "launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") ";
     const std::string what = WIFEXITED(st) ? "exited with status " + std::to_string(code)
                                            : "killed by signal " + signal_name(WTERMSIG(st));
@@ -441,6 +444,10 @@ class AttemptRun {
 
   // Process r is the first to fail (exit status `code`): the grace period starts.
   void first_failure(int r, int code) {
+    for (const auto& z : early_zero_)
+      say("launch: process " + std::to_string(z.rank) + " (pid " + std::to_string(z.pid) +
+          ") had exited with status 0 after " + seconds_text(z.after_s) + ", before the job failed");
+    early_zero_.clear();
     out_.failed_at = unix_seconds();
     first_status_ = code;
     first_rank_ = r;
@@ -536,6 +543,12 @@ class AttemptRun {
   Attempt out_;
   int first_status_ = -1;  // the launcher's exit status once a child failed
   int first_rank_ = -1;    // the process that failed first
+  struct EarlyExit {
+    int rank;
+    pid_t pid;
+    double after_s;  // since its start
+  };
+  std::vector<EarlyExit> early_zero_;  // processes that exited 0 while others ran, before any failure
   double deadline_ = 0;    // end of the grace period (monotonic seconds)
   double term_at_ = 0;     // a process refused (exit 2): when the others get SIGTERM (0: never)
   bool stragglers_killed_ = false;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cctype>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -261,9 +262,27 @@ Calibration fit_factors(const TraceSpans& ts, const Config& c, const Cluster& cl
 
 Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at_start) {
   const RunFiles rf = locate_run(run_dir);
-  Config c = Config::load(rf.cfg_path.string());
-  c.validate();
   const nlohmann::json j = read_trace(rf.trace);
+  // the traced run's own config, kept in the trace (a reused run directory keeps its first
+  // config.toml, trial 32 F2); config.toml for a trace written before it was kept
+  Config c;
+  if (j.contains("otherData") && j["otherData"].is_object() && j["otherData"].contains("troupe_config") &&
+      j["otherData"]["troupe_config"].is_string()) {
+    c = Config::parse(j["otherData"]["troupe_config"].get<std::string>(), "the config kept in " + rf.trace.string());
+    std::string beside;
+    try {
+      beside = Config::load(rf.cfg_path.string()).to_toml();
+    } catch (const std::exception&) {  // (only a note depends on it)
+    }
+    if (beside != c.to_toml())  // (stderr: stdout may be plan --json's)
+      std::fprintf(stderr, "%s", fmt::format("note: --calibrate: {} is not the config of the traced run (a reused run "
+                                             "directory keeps its first config.toml); the trace's own config is used\n",
+                                             rf.cfg_path.string())
+                                     .c_str());
+  } else {
+    c = Config::load(rf.cfg_path.string());
+  }
+  c.validate();
   // the machine as that run used it
   Cluster cl = cpu_at_start;
   cl.gpus_per_node = 1, cl.nodes = 1;

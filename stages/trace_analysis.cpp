@@ -24,7 +24,7 @@ std::string kind_name(char k) {
 }
 }  // namespace
 
-std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans) {
+std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans, const std::string& config_toml) {
   nlohmann::json ev = nlohmann::json::array();
   bool comm = false;  // a track per stage for its DP communication, below the stages
   for (auto& e : spans) comm = comm || e.span.kind == 'C' || e.span.kind == 'G';
@@ -43,7 +43,9 @@ std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans) {
                   {"tid", on_comm ? P + e.stage : e.stage},
                   {"ts", e.span.t0 * 1e6}, {"dur", (e.span.t1 - e.span.t0) * 1e6}, {"args", std::move(args)}});
   }
-  return nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
+  nlohmann::json out{{"traceEvents", ev}, {"displayTimeUnit", "ms"}};
+  if (!config_toml.empty()) out["otherData"] = {{"troupe_config", config_toml}};
+  return out.dump();
 }
 
 TraceAnalysis analyze_trace(const Schedule& schedule, int P, int steps, const std::vector<StageSpan>& spans) {

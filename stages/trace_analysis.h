@@ -38,8 +38,9 @@ struct StageSpan {
 // (wait, send, optimizer, comm wait); with any 'C'/'G' span a second thread per stage,
 // "stage s comm" (tid P + s), for its reduce-scatters ("reduce-scatter b3", with args.posted_us
 // the time the bucket was ready) and all-gathers;
-// microseconds.
-std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans);
+// microseconds. config_toml (when not empty): the run's resolved config, kept as
+// otherData.troupe_config, so `plan --calibrate` models the run the trace measured.
+std::string measured_chrome_trace(int P, const std::vector<StageSpan>& spans, const std::string& config_toml = "");
 
 struct TraceAnalysis {
   bool empty = true;                 // no compute span at or after first_step: nothing below is set

@@ -139,3 +139,46 @@ TEST_CASE("simulate refuses costs with no computation, and a --set key in spaces
   expect_user_error(r, {"has spaces around it", "--set train.steps=VALUE"});
   CHECK(r.err.find("model.n_layer") == std::string::npos);
 }
+
+TEST_CASE("plan --calibrate models the run the trace measured, not a reused folder's first config.toml",
+          "[cli][hostile][plan]") {
+  Scratch s(kGroup, "calibrate");
+  const std::string train = "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=3 "
+                            "--set train.eval_interval=0 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                            s.path("run") + "' --trace '" + s.path("run/trace.json") + "'";
+  fs::create_directories(s.path("run"));
+  REQUIRE(run_troupe(train, s).rc == 0);
+  REQUIRE(run_troupe(train + " --set model.n_embd=256", s).rc == 0);  // config.toml keeps n_embd 128
+  CHECK(slurp(s.path("run/config.toml")).find("n_embd = 128") != std::string::npos);
+  CHECK(slurp(s.path("run/trace.json")).find("n_embd = 256") != std::string::npos);  // otherData.troupe_config
+  const Run r = run_troupe("plan --config configs/tiny.toml --set cluster.gpu=cpu --calibrate '" + s.path("run") + "'", s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("is not the config of the traced run") != std::string::npos);
+}
+
+TEST_CASE("launch names a process that exited 0 before the job failed", "[cli][hostile][launch]") {
+  Scratch s(kGroup, "earlyzero");
+  const Run r = run_troupe("launch --nprocs 2 -- sh -c 'if [ \"$TROUPE_RANK\" = 1 ]; then exit 0; fi; exec \"" +
+                               troupe_bin() + "\" train --config configs/tiny.toml --set train.sample_tokens=0 --set "
+                               "train.steps=2 --set fault.join_timeout_s=3 --set data.cache_dir=" + s.path("cache") +
+                               " --run-dir " + s.path("run") + "'",
+                           s, 60);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("launch: process 1 (pid ") != std::string::npos);
+  CHECK(r.err.find("had exited with status 0 after") != std::string::npos);
+}
+
+TEST_CASE("log lines escape a bidi override in a path, as errors do", "[cli][hostile]") {
+  Scratch s(kGroup, "bidi");
+  const std::string run = s.path("n44-\u202Egnp.exe");
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
+                           "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + run + "'",
+                           s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("n44-\\u{202E}gnp.exe") != std::string::npos);
+  CHECK(r.err.find("\u202E") == std::string::npos);
+  CHECK(slurp(run + "/train.log").find("\u202E") == std::string::npos);
+}
