@@ -444,9 +444,12 @@ class AttemptRun {
 
   // Process r is the first to fail (exit status `code`): the grace period starts.
   void first_failure(int r, int code) {
-    for (const auto& z : early_zero_)
-      say("launch: process " + std::to_string(z.rank) + " (pid " + std::to_string(z.pid) +
-          ") had exited with status 0 after " + seconds_text(z.after_s) + ", before the job failed");
+    // a refusal (exit 2: "process(es) 1 did not join") after a process ended by itself with 0:
+    // that process is why (a COMMAND that ends without joining); other failures keep exits 0 quiet
+    if (code == 2)
+      for (const auto& z : early_zero_)
+        say("launch: process " + std::to_string(z.rank) + " (pid " + std::to_string(z.pid) +
+            ") had exited with status 0 after " + seconds_text(z.after_s) + ", before the job failed");
     early_zero_.clear();
     out_.failed_at = unix_seconds();
     first_status_ = code;
