@@ -76,7 +76,11 @@ void acknowledge_stop(int sig) noexcept {
     append_number(line, sizeof line, k);
     append(line, sizeof line, g_saves.load() ? ", the step under way, and saving a snapshot" : ", the step under way");
   }
-  append(line, sizeof line, sig == SIGUSR1 ? "\n" : " (send it again to stop at once)\n");
+  append(line, sizeof line,
+         sig == SIGUSR1   ? "\n"
+         : sig == SIGXCPU ? " (the soft CPU-time limit; the kernel repeats it every CPU second, which is not a second "
+                            "request: send SIGTERM twice to stop at once)\n"
+                          : " (send it again to stop at once)\n");
   put(line);
 }
 
