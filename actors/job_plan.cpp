@@ -35,18 +35,19 @@ int64_t fault_int(const char* name, const char* v, int64_t lo, int64_t hi) {
 // The kill switch of the tests (TROUPE_FAULT_KILL_RANK / _STEP / _SIGNAL / _PHASE): set
 // only in the named process, on its first start. Every value is checked wherever it is set
 // (a switch that names no process of the job, or a value it cannot mean, is refused).
-void read_kill_switch(const std::function<const char*(const char*)>& get, int process, int world, int generation,
-                      FaultSwitches& f) {
+void read_kill_switch(const std::function<const char*(const char*)>& get, int process, int world, int64_t steps,
+                      int generation, FaultSwitches& f) {
   const char* rc = get("TROUPE_RESTART_COUNT");
   const char* kr = get("TROUPE_FAULT_KILL_RANK");
   const char* ks = get("TROUPE_FAULT_KILL_STEP");
   const char* sig = get("TROUPE_FAULT_SIGNAL");  // KILL (default) or STOP: a hung process
   const char* ph = get("TROUPE_FAULT_PHASE");    // F | B | O: the step's first forward, backward or optimizer action
-  if (!kr) return;
+  if (!kr && !ks) return;
+  TROUPE_USER_CHECK(kr && ks) << (kr ? "TROUPE_FAULT_KILL_RANK" : "TROUPE_FAULT_KILL_STEP") << " is set but "
+                              << (kr ? "TROUPE_FAULT_KILL_STEP" : "TROUPE_FAULT_KILL_RANK")
+                              << " is not; set both (the tests' fault injection, docs/multiprocess.md) or neither";
   const int64_t rank = fault_int("TROUPE_FAULT_KILL_RANK", kr, 0, std::max(0, world - 1));
-  TROUPE_USER_CHECK(ks) << "TROUPE_FAULT_KILL_RANK is set but TROUPE_FAULT_KILL_STEP is not; set both (the tests' "
-                           "fault injection, docs/multiprocess.md) or neither";
-  const int64_t step = fault_int("TROUPE_FAULT_KILL_STEP", ks, 1, int64_t(1) << 40);
+  const int64_t step = fault_int("TROUPE_FAULT_KILL_STEP", ks, 1, std::max<int64_t>(1, steps));  // (past it: never)
   TROUPE_USER_CHECK(!sig || std::string(sig) == "KILL" || std::string(sig) == "STOP")
       << "TROUPE_FAULT_SIGNAL='" << sig << "' is neither KILL nor STOP; fix it or unset it (docs/multiprocess.md)";
   TROUPE_USER_CHECK(!ph || std::string(ph) == "F" || std::string(ph) == "B" || std::string(ph) == "O")
@@ -61,7 +62,11 @@ void read_kill_switch(const std::function<const char*(const char*)>& get, int pr
 // The delay and refusal switches of the tests (FaultSwitches); the delay on the first start only.
 void read_delay_switches(const std::function<const char*(const char*)>& get, int world, int generation,
                          FaultSwitches& f) {
-  f.ignore_refusal = get("TROUPE_FAULT_IGNORE_REFUSAL") != nullptr;
+  if (const char* ir = get("TROUPE_FAULT_IGNORE_REFUSAL")) {
+    TROUPE_USER_CHECK(std::string(ir) == "1" || std::string(ir) == "0")
+        << "TROUPE_FAULT_IGNORE_REFUSAL='" << ir << "' is neither 1 nor 0; fix it or unset it (docs/multiprocess.md)";
+    f.ignore_refusal = std::string(ir) == "1";
+  }
   const char* rc = get("TROUPE_RESTART_COUNT");
   const char* r = get("TROUPE_FAULT_DELAY_RANK");
   const char* k = get("TROUPE_FAULT_DELAY_STEP");
@@ -133,7 +138,7 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   plan.faults.inf_step = in.fault_inf_step;
   plan.faults.inf_rank = in.fault_inf_rank;
   plan.faults.kill_in_snapshot = in.fault_kill_in_snapshot;
-  read_kill_switch(get, plan.process, std::max(1, in.launch.world), in.generation, plan.faults);
+  read_kill_switch(get, plan.process, std::max(1, in.launch.world), cfg.train.steps, in.generation, plan.faults);
   read_delay_switches(get, std::max(1, in.launch.world), in.generation, plan.faults);
   return plan;
 }

@@ -351,12 +351,18 @@ void link_unwinder() {
 // --png, --out, --report). launch's processes check for themselves.
 bool writes_files(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
+  for (int i = 1; i < argc; ++i)  // help, in any position, writes nothing
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return false;
   if (cmd == "train" || cmd == "prepare" || cmd == "tokenize" || cmd == "export" || cmd == "plot") return true;
   if (cmd != "generate" && cmd != "simulate" && cmd != "plan") return false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    for (const char* o : {"--logits-out", "--dump", "--trace", "--trace-png", "--png", "--out", "--report"})
-      if (a == o || a.rfind(std::string(o) + "=", 0) == 0) return true;
+    for (const char* o : {"--logits-out", "--dump", "--trace", "--trace-png", "--png", "--out", "--report"}) {
+      const std::string eq = std::string(o) + "=";
+      // "-" is standard output, not a file
+      if (a == o && !(i + 1 < argc && std::string(argv[i + 1]) == "-")) return true;
+      if (a.rfind(eq, 0) == 0 && a.substr(eq.size()) != "-") return true;
+    }
   }
   return false;
 }

@@ -457,8 +457,14 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
   ctx.launch = launch;
   ctx.job_secret = secret;
   if (follower) ctx.run_dir.clear();
-  if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT"); f && restart == 0)
-    ctx.fault_kill_in_snapshot = std::atoll(f);
+  if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT")) {  // (the tests' fault injection: checked)
+    char* end = nullptr;
+    const long long k = std::strtoll(f, &end, 10);
+    TROUPE_USER_CHECK(*f && *end == '\0' && k >= 1 && k <= c.train.steps)
+        << "TROUPE_FAULT_KILL_IN_SNAPSHOT='" << f << "' is not a step from 1 to train.steps = " << c.train.steps
+        << "; it is a fault-injection switch of the tests (docs/multiprocess.md): fix it or unset it";
+    if (restart == 0) ctx.fault_kill_in_snapshot = k;
+  }
   if (c.checkpoint.memory_interval > 0 && launch.world > 1 && !in_place && !follower)
     spdlog::warn("checkpoint.memory_interval = {} has no effect here: only an in-place recovery (fault.policy = "
                  "restart under troupe launch --respawn process) reads memory snapshots; set it to 0 to save their cost",

@@ -288,9 +288,30 @@ std::string trim_secret(std::string s) {
   return s;
 }
 
+std::string secret_from_file(const char* f);
+
 std::string job_secret() {
-  if (const char* s = std::getenv("TROUPE_JOB_SECRET"); s && *s) return trim_secret(s);
-  if (const char* f = std::getenv("TROUPE_JOB_SECRET_FILE"); f && *f) {
+  const char* s = std::getenv("TROUPE_JOB_SECRET");
+  const char* f = std::getenv("TROUPE_JOB_SECRET_FILE");
+  if (s && *s && f && *f) {  // both: they must agree (a process with the other would be "wrong job secret")
+    const std::string from_env = trim_secret(s), from_file = secret_from_file(f);
+    TROUPE_USER_CHECK(from_env == from_file)
+        << "TROUPE_JOB_SECRET and TROUPE_JOB_SECRET_FILE=" << f << " give different secrets; unset one of them (every "
+        << "process of the job needs the same secret)";
+    return from_env;
+  }
+  if (s && *s) return trim_secret(s);
+  if (f && *f) return secret_from_file(f);
+  throw UserError(
+      "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
+      "secret; start it with troupe launch, or export the same TROUPE_JOB_SECRET=$(openssl rand -hex 32) to every "
+      "process");
+}
+
+// The first line of the secret file f (checked: a regular file this process can read; a
+// warning when other users can read it too).
+std::string secret_from_file(const char* f) {
+  {
     std::error_code ec;
     TROUPE_USER_CHECK(std::filesystem::is_regular_file(f, ec) && std::filesystem::file_size(f, ec) <= 4096)
         << "TROUPE_JOB_SECRET_FILE=" << f << " is not a regular file of at most 4096 bytes; point it at the file "
@@ -309,10 +330,6 @@ std::string job_secret() {
     std::getline(in, line);
     return trim_secret(line);
   }
-  throw UserError(
-      "this process is one of several (TROUPE_WORLD_SIZE, SLURM_NTASKS or OMPI_COMM_WORLD_SIZE > 1) but has no job "
-      "secret; start it with troupe launch, or export the same TROUPE_JOB_SECRET=$(openssl rand -hex 32) to every "
-      "process");
 }
 
 }  // namespace

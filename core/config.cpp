@@ -56,19 +56,58 @@ const Key* find_key(const std::string& name) {
   return nullptr;
 }
 
+// The UTF-8 length of a space character at s[i] (ASCII space or tab, U+00A0, U+2000..U+200A,
+// U+202F, U+205F, U+3000), 0 when none.
+size_t space_at(const std::string& s, size_t i) {
+  const auto u = [&](size_t k) { return i + k < s.size() ? (unsigned char)s[i + k] : 0u; };
+  if (u(0) == ' ' || u(0) == '\t') return 1;
+  if (u(0) == 0xC2 && u(1) == 0xA0) return 2;
+  if (u(0) == 0xE2 && u(1) == 0x80 && (u(2) <= 0x8A || u(2) == 0xAF) && u(2) >= 0x80) return 3;
+  if (u(0) == 0xE2 && u(1) == 0x81 && u(2) == 0x9F) return 3;
+  if (u(0) == 0xE3 && u(1) == 0x80 && u(2) == 0x80) return 3;
+  return 0;
+}
+
+// name with its non-ASCII spaces shown as \u{XXXX} (a no-break space prints as a space)
+std::string shown_key(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size();) {
+    const size_t n = space_at(name, i);
+    if (n > 1) {
+      const unsigned cp = n == 2 ? 0xA0u
+                                 : (((unsigned char)name[i] & 0x0Fu) << 12) | (((unsigned char)name[i + 1] & 0x3Fu) << 6) |
+                                       ((unsigned char)name[i + 2] & 0x3Fu);
+      out += fmt::format("\\u{{{:04X}}}", cp);
+      i += n;
+    } else {
+      out += name[i++];
+    }
+  }
+  return out;
+}
+
 [[noreturn]] void unknown_key(const std::string& name, const std::string& where) {
-  // a known key wrapped in spaces (--set ' train.steps = 3 '): say so, not the key list
-  const size_t a = name.find_first_not_of(" \t"), b = name.find_last_not_of(" \t");
-  if (a != std::string::npos && (a > 0 || b + 1 < name.size()) && find_key(name.substr(a, b - a + 1)))
-    throw UserError("config key '" + name + "'" + where + " has spaces around it; write it without them (--set " +
-                    name.substr(a, b - a + 1) + "=VALUE)");
+  // a known key wrapped in spaces (--set ' train.steps = 3 ', a no-break space): say so, not the key list
+  size_t a = 0, b = name.size();
+  while (a < b && space_at(name, a)) a += space_at(name, a);
+  for (bool cut = true; cut && b > a;) {
+    cut = false;
+    for (size_t n : {size_t(1), size_t(2), size_t(3)})
+      if (b >= a + n && space_at(name, b - n) == n) {
+        b -= n, cut = true;
+        break;
+      }
+  }
+  if ((a > 0 || b < name.size()) && find_key(name.substr(a, b - a)))
+    throw UserError("config key '" + shown_key(name) + "'" + where + " has spaces around it; write it without them (--set " +
+                    name.substr(a, b - a) + "=VALUE)");
   std::string sec = name.substr(0, name.find('.'));
   std::string known;
   for (auto& k : key_table())
     if (k.name.rfind(sec + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
   if (known.empty())
     for (auto& k : key_table()) known += (known.empty() ? "" : ", ") + k.name;
-  throw UserError("unknown config key '" + name + "'" + where + "; remove it or use one of: " + known);
+  throw UserError("unknown config key '" + shown_key(name) + "'" + where + "; remove it or use one of: " + known);
 }
 
 std::string example(const Ref& r) {

@@ -42,6 +42,22 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
     e.rank = parse_int(s.rank, r, 0, e.world - 1);
     const char* l = get(s.local);
     e.local_rank = l ? parse_int(s.local, l, 0, e.world - 1) : 0;
+    // a later launcher's variables that count more processes (a TROUPE_WORLD_SIZE=1 left
+    // exported under srun -n 2: every task would train the whole job alone). A larger world
+    // here is troupe launch run inside an allocation (srun -n 1 troupe launch --nprocs 4): fine.
+    for (const Src* o = &s + 1; o != std::end(srcs); ++o) {
+      const char* orank = get(o->rank);
+      const char* oworld = get(o->world);
+      if (!orank || !oworld) continue;
+      char* end = nullptr;
+      const long long ow = std::strtoll(oworld, &end, 10);
+      if (end == oworld || *end != '\0' || ow <= e.world) continue;
+      throw UserError(std::string("environment: ") + s.rank + "/" + s.world + " say rank " + std::to_string(e.rank) +
+                      " of " + std::to_string(e.world) + " but " + o->rank + "/" + o->world + " say " + orank + " of " +
+                      oworld + ": this process would train the job alone as one of a smaller world; unset " + s.rank +
+                      " and " + s.world + " (left exported?) so that " + o->world + " counts, or set them for the "
+                      "whole job");
+    }
     break;
   }
   if (const char* c = get("TROUPE_COORDINATOR")) {

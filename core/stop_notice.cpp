@@ -91,6 +91,9 @@ void report_forced_stop(int sig, bool second) noexcept {
   append(line, sizeof line, job_error_prefix());
   append(line, sizeof line, second ? "stopped at once by a second " : "stopped at once by ");
   append_signal(line, sizeof line, sig);
+  if (sig == SIGXCPU && !second)
+    append(line, sizeof line, ", the CPU-time limit (ulimit -t) with too little room below its hard limit to save "
+                              "(raise it: ulimit -t unlimited, or a soft limit at least 60 s under the hard one)");
   if (k == kNotTraining) {
     append(line, sizeof line, " before training began: nothing was trained\n");
     write_error_line(line);

@@ -268,7 +268,12 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   Config c;
   if (j.contains("otherData") && j["otherData"].is_object() && j["otherData"].contains("troupe_config") &&
       j["otherData"]["troupe_config"].is_string()) {
-    c = Config::parse(j["otherData"]["troupe_config"].get<std::string>(), "the config kept in " + rf.trace.string());
+    try {
+      c = Config::parse(j["otherData"]["troupe_config"].get<std::string>(), "the config kept in " + rf.trace.string());
+    } catch (const std::exception& e) {  // troupe wrote it: the trace was edited or damaged
+      throw UserError("--calibrate: the config kept in " + rf.trace.string() + " does not parse (" + e.what() +
+                      "); the trace was edited or damaged: trace the run again (troupe train --trace)");
+    }
     std::string beside;
     try {
       beside = Config::load(rf.cfg_path.string()).to_toml();
@@ -280,6 +285,18 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
                                              rf.cfg_path.string())
                                      .c_str());
   } else {
+    // a trace that does not keep its config (written by an older troupe, or re-saved by a
+    // viewer): config.toml is the traced run's only if no later run saved its own beside it
+    std::error_code ec;
+    std::string others;
+    for (auto& f : fs::directory_iterator(rf.dir.empty() ? fs::path(".") : rf.dir, ec))
+      if (f.path().filename().string().rfind("config-", 0) == 0 && f.path().extension() == ".toml")
+        others += (others.empty() ? "" : ", ") + f.path().filename().string();
+    TROUPE_USER_CHECK(others.empty())
+        << "--calibrate: " << rf.trace.string() << " does not record the config of the run it measured (written by an "
+        << "older troupe, or re-saved by a trace viewer), and " << rf.dir.string() << " holds the configs of several "
+        << "runs (config.toml, " << others << "), so which one it measured is unknown; trace the run again with this "
+        << "troupe (into a fresh run directory) and pass that";
     c = Config::load(rf.cfg_path.string());
   }
   c.validate();

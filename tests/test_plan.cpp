@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -441,11 +442,24 @@ TEST_CASE("plan: --calibrate refuses a trace of another config, or a hostile one
   // the matching trace calibrates
   s.write("trace.json", synthetic_trace(c, cl, 2, 1, 2, 2).dump());
   CHECK(calibrate_from_run(s.dir.string(), cl).f == Approx(2));
-  // a reused run directory: the trace of a PP 4 run beside the PP 2 run's config.toml
+  // a reused run directory (a later run's config-<time>.toml beside config.toml) and a trace
+  // that does not keep its config: which config it measured is unknown (trial 33, A)
   s.write("config-20261202-054812.toml", c.to_toml());
   s.write("trace.json", synthetic_trace(c, cl, 4, 1, 2, 2).dump());
   CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl),
-                    Catch::Contains("needs parallel.pp = 4") && Catch::Contains("config-20261202-054812.toml"));
+                    Catch::Contains("does not record the config") && Catch::Contains("config-20261202-054812.toml"));
+  std::filesystem::remove(s.path("config-20261202-054812.toml"));
+  // config.toml alone, but the trace of a PP 4 run: the layout check refuses it
+  CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("needs parallel.pp = 4"));
+  // a trace that keeps its config is modelled with it, whatever config.toml says
+  nlohmann::json kept = synthetic_trace(c, cl, 2, 1, 2, 2);
+  kept["otherData"] = {{"troupe_config", c.to_toml()}};
+  Config other = c;
+  other.model.n_embd = 256;
+  s.write("config.toml", other.to_toml());
+  s.write("trace.json", kept.dump());
+  CHECK(calibrate_from_run(s.dir.string(), cl).f == Approx(2));
+  s.write("config.toml", c.to_toml());
   s.write("trace.json", synthetic_trace(c, cl, 2, 2, 2, 2).dump());  // chunk 1 of an interleaved run
   CHECK_THROWS_WITH(calibrate_from_run(s.dir.string(), cl), Catch::Contains("parallel.chunks = 2"));
   s.write("trace.json", synthetic_trace(c, cl, 1, 1, 2, 2).dump());  // stage 1's spans missing

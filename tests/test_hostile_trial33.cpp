@@ -1,0 +1,112 @@
+// Hostile inputs, issue 14's thirty-third trial (a fresh reviewer's 241 cases): a trace that
+// does not keep its config was calibrated against a reused folder's config.toml (A); the
+// umask check refused --help and --dump - (B); a process waiting on another's preparation
+// blamed a stop (C, cli wording only); the hard CPU-time limit's stop named no fix (D); some
+// fault switches took garbage (E); a no-break space in a --set key printed as a space (F);
+// TROUPE_JOB_SECRET and TROUPE_JOB_SECRET_FILE could disagree silently (G); TROUPE_* rank
+// variables silently overrode SLURM's (H).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli_helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+using namespace troupe::test;
+const char* const kGroup = "hostile-trial33";
+}  // namespace
+
+TEST_CASE("calibrating from a trace without its config in a folder of several configs is refused",
+          "[cli][hostile][plan]") {
+  Scratch s(kGroup, "calnoconfig");
+  const std::string train = "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=3 "
+                            "--set train.eval_interval=0 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                            s.path("run") + "' --trace '" + s.path("run/trace.json") + "'";
+  fs::create_directories(s.path("run"));
+  REQUIRE(run_troupe(train, s).rc == 0);
+  REQUIRE(run_troupe(train + " --set model.n_embd=256", s).rc == 0);
+  // the trace without otherData (an older troupe's, or re-saved by a viewer)
+  REQUIRE(shell_status("python3 -c \"import json;t=json.load(open('" + s.path("run/trace.json") +
+                       "'));t.pop('otherData');json.dump(t,open('" + s.path("run/trace.json") + "','w'))\"") == 0);
+  expect_user_error(
+      run_troupe("plan --config configs/tiny.toml --set cluster.gpu=cpu --calibrate '" + s.path("run") + "'", s),
+      {"does not record the config of the run it measured", "config-", "trace the run again"});
+}
+
+TEST_CASE("help and output to standard output pass the umask check", "[cli][hostile]") {
+  Scratch s(kGroup, "umaskhelp");
+  if (!nobody_can_run()) {
+    SUCCEED("no user nobody who can run the binary here: nothing to check");
+    return;
+  }
+  auto as_nobody = [&](const std::string& args) {
+    return shell_status("cd '" + std::string(TROUPE_SOURCE_DIR) + "' && su nobody -s /bin/sh -c 'umask 777; \"" +
+                        troupe_bin() + "\" " + args + "' > /dev/null 2>&1");
+  };
+  for (const char* help : {"train --help", "prepare --help", "export --help", "simulate --dump - --schedule 1f1b "
+                                                                                 "--stages 2 --microbatches 4"}) {
+    INFO(help);
+    CHECK(as_nobody(help) == 0);
+  }
+}
+
+TEST_CASE("the hard CPU-time limit's stop names the limit and the fix", "[cli][hostile]") {
+  Scratch s(kGroup, "xcpuhard");
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=100000 --set train.sample_tokens=0 "
+                           "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
+                           s, 120, "ulimit -t 3;");
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("the CPU-time limit (ulimit -t)") != std::string::npos);
+  CHECK(r.err.find("ulimit -t unlimited") != std::string::npos);
+}
+
+TEST_CASE("fault switches that could never fire, or half set, are refused", "[cli][hostile]") {
+  Scratch s(kGroup, "faultenv2");
+  const std::string train = "train --config configs/tiny.toml --set train.steps=2 --set train.sample_tokens=0 "
+                            "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'";
+  expect_user_error(run_troupe(train, s, 60, "TROUPE_FAULT_KILL_RANK=0 TROUPE_FAULT_KILL_STEP=99"),
+                    {"TROUPE_FAULT_KILL_STEP='99' is not a whole number from 1 to 2"});
+  expect_user_error(run_troupe(train, s, 60, "TROUPE_FAULT_KILL_STEP=1"),
+                    {"TROUPE_FAULT_KILL_STEP is set but TROUPE_FAULT_KILL_RANK is not"});
+  expect_user_error(run_troupe(train, s, 60, "TROUPE_FAULT_KILL_IN_SNAPSHOT=maybe"),
+                    {"TROUPE_FAULT_KILL_IN_SNAPSHOT='maybe' is not a step"});
+  expect_user_error(run_troupe(train, s, 60, "TROUPE_FAULT_IGNORE_REFUSAL=maybe"),
+                    {"TROUPE_FAULT_IGNORE_REFUSAL='maybe' is neither 1 nor 0"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
+
+TEST_CASE("a no-break space in a --set key is shown and told to go", "[cli][hostile][config]") {
+  Scratch s(kGroup, "nbsp");
+  const Run r = run_troupe("train --config configs/tiny.toml --set \"$(printf 'train.steps\\302\\240=3')\"", s);
+  expect_user_error(r, {"train.steps\\u{00A0}", "has spaces around it"});
+}
+
+TEST_CASE("two job secrets that disagree, and rank variables of two launchers that disagree, are refused",
+          "[cli][hostile][launch]") {
+  Scratch s(kGroup, "secrets");
+  std::ofstream(s.path("secret")) << "0123456789abcdef0123\n";
+  fs::permissions(s.path("secret"), fs::perms::owner_read | fs::perms::owner_write);
+  const std::string train = "train --config configs/tiny.toml --set train.steps=2 --set train.sample_tokens=0 "
+                            "--set fault.join_timeout_s=5 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                            s.path("run") + "'";
+  expect_user_error(run_troupe(train, s, 60,
+                               "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:29999 "
+                               "TROUPE_JOB_SECRET_FILE='" + s.path("secret") +
+                                   "' TROUPE_JOB_SECRET=fedcba9876543210fedcba"),
+                    {"TROUPE_JOB_SECRET and TROUPE_JOB_SECRET_FILE=", "give different secrets"});
+  expect_user_error(run_troupe(train, s, 60, "SLURM_PROCID=1 SLURM_NTASKS=2 TROUPE_RANK=0 TROUPE_WORLD_SIZE=1"),
+                    {"TROUPE_RANK/TROUPE_WORLD_SIZE say rank 0 of 1 but SLURM_PROCID/SLURM_NTASKS say 1 of 2"});
+  // troupe launch inside an allocation (srun -n 1 troupe launch --nprocs 2): a larger TROUPE world is fine
+  const Run inside = run_troupe("launch --nprocs 2 -- '" + troupe_bin() + "' train --config configs/tiny.toml --set "
+                                "train.steps=1 --set train.sample_tokens=0 --set data.cache_dir='" + s.path("cache") +
+                                "' --run-dir '" + s.path("inside") + "'",
+                                s, 120, "SLURM_PROCID=0 SLURM_NTASKS=1");
+  INFO(inside.err);
+  CHECK(inside.rc == 0);
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
