@@ -49,13 +49,18 @@
 #include "stages/schedule.h"
 #include "stages/simulator.h"
 #include "stages/stage.h"
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include "cli/common.h"
 #include "cli/train_checks.h"
 #include "cli/train_signals.h"
 #include "core/interrupt.h"
 #include "core/job_error.h"
 #include "core/stop_notice.h"
+#include "core/text.h"
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 
@@ -457,6 +462,19 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
   ctx.launch = launch;
   ctx.job_secret = secret;
   if (follower) ctx.run_dir.clear();
+  for (char** e = environ; e && *e; ++e) {  // a misspelled switch would inject nothing, silently
+    const std::string var(*e, std::strcspn(*e, "="));
+    static const char* const kSwitches[] = {"TROUPE_FAULT_KILL_RANK",      "TROUPE_FAULT_KILL_STEP",
+                                            "TROUPE_FAULT_SIGNAL",         "TROUPE_FAULT_PHASE",
+                                            "TROUPE_FAULT_KILL_IN_SNAPSHOT", "TROUPE_FAULT_DELAY_RANK",
+                                            "TROUPE_FAULT_DELAY_STEP",     "TROUPE_FAULT_DELAY_S",
+                                            "TROUPE_FAULT_IGNORE_REFUSAL"};
+    if (var.rfind("TROUPE_FAULT_", 0) != 0) continue;
+    TROUPE_USER_CHECK(std::find(std::begin(kSwitches), std::end(kSwitches), var) != std::end(kSwitches))
+        << "environment variable " << printable(var, false, 80) << " is no fault switch of troupe's; the tests' switches "
+        << "are TROUPE_FAULT_KILL_RANK, _KILL_STEP, _SIGNAL, _PHASE, _KILL_IN_SNAPSHOT, _DELAY_RANK, _DELAY_STEP, "
+        << "_DELAY_S and _IGNORE_REFUSAL (docs/multiprocess.md): fix its name or unset it";
+  }
   if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT")) {  // (the tests' fault injection: checked)
     char* end = nullptr;
     const long long k = std::strtoll(f, &end, 10);

@@ -151,7 +151,7 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
   auto bad = [&](const std::string& want) {  // the value quoted on one short line (an array could be 100,000 lines)
     std::string got;
     if (typed) {
-      got = "'" + printable(*typed, false, 80) + "'";
+      got = "'" + shown_key(printable(*typed, false, 80)) + "'";  // (a no-break space shows as \u{00A0})
     } else if (const auto* a = v.as_array()) {
       got = "an array of " + std::to_string(a->size()) + " value(s)";
     } else if (v.is_table()) {

@@ -266,8 +266,11 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   // the traced run's own config, kept in the trace (a reused run directory keeps its first
   // config.toml, trial 32 F2); config.toml for a trace written before it was kept
   Config c;
-  if (j.contains("otherData") && j["otherData"].is_object() && j["otherData"].contains("troupe_config") &&
-      j["otherData"]["troupe_config"].is_string()) {
+  const bool kept = j.contains("otherData") && j["otherData"].is_object() && j["otherData"].contains("troupe_config");
+  TROUPE_USER_CHECK(!kept || j["otherData"]["troupe_config"].is_string())
+      << "--calibrate: the config kept in " << rf.trace.string() << " (otherData.troupe_config) is not text; the trace "
+      << "was edited or damaged: trace the run again (troupe train --trace)";
+  if (kept) {
     try {
       c = Config::parse(j["otherData"]["troupe_config"].get<std::string>(), "the config kept in " + rf.trace.string());
     } catch (const std::exception& e) {  // troupe wrote it: the trace was edited or damaged
@@ -298,6 +301,13 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
         << "runs (config.toml, " << others << "), so which one it measured is unknown; trace the run again with this "
         << "troupe (into a fresh run directory) and pass that";
     c = Config::load(rf.cfg_path.string());
+    // (stderr: stdout may be plan --json's)
+    std::fprintf(stderr, "%s",
+                 fmt::format("note: --calibrate: {} does not record the config of the run it measured (an older troupe "
+                             "wrote it, or a viewer re-saved it); {} is taken as that run's: if another run wrote the "
+                             "trace, the factors are wrong. Trace the run again with this troupe to be sure\n",
+                             rf.trace.string(), rf.cfg_path.string())
+                     .c_str());
   }
   c.validate();
   // the machine as that run used it

@@ -110,3 +110,37 @@ TEST_CASE("two job secrets that disagree, and rank variables of two launchers th
   CHECK(inside.rc == 0);
   CHECK_FALSE(fs::exists(s.path("run")));
 }
+
+// Trial 34 (a fresh reviewer's 150 cases, 4 failed in 3 findings): the trace without its
+// config next to a single config.toml was calibrated without a word (A again); a no-break
+// space in a --set value printed as a space (I); a misspelled fault switch was ignored (J).
+TEST_CASE("calibrating from a trace without its config says which config it takes, a kept config not text is refused",
+          "[cli][hostile][plan]") {
+  Scratch s(kGroup, "calnote");
+  const std::string train = "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=3 "
+                            "--set train.eval_interval=0 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                            s.path("run") + "' --trace '" + s.path("run/trace.json") + "'";
+  fs::create_directories(s.path("run"));
+  REQUIRE(run_troupe(train, s).rc == 0);
+  const std::string t = s.path("run/trace.json");
+  REQUIRE(shell_status("python3 -c \"import json;t=json.load(open('" + t + "'));t.pop('otherData');json.dump(t,open('" +
+                       t + "','w'))\"") == 0);
+  const std::string plan = "plan --config configs/tiny.toml --set cluster.gpu=cpu --calibrate '" + s.path("run") + "'";
+  const Run r = run_troupe(plan, s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("does not record the config of the run it measured") != std::string::npos);
+  REQUIRE(shell_status("python3 -c \"import json;t=json.load(open('" + t + "'));t['otherData']={'troupe_config':5};"
+                       "json.dump(t,open('" + t + "','w'))\"") == 0);
+  expect_user_error(run_troupe(plan, s), {"otherData.troupe_config", "is not text", "trace the run again"});
+}
+
+TEST_CASE("a no-break space in a --set value is shown, and a misspelled fault switch is refused", "[cli][hostile]") {
+  Scratch s(kGroup, "nbspvalue");
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set \"$(printf 'train.steps=3\\302\\240')\"", s),
+                    {"must be an integer", "3\\u{00A0}"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=2 --run-dir '" + s.path("run") + "'",
+                               s, 60, "TROUPE_FAULT_KILLRANK=0"),
+                    {"TROUPE_FAULT_KILLRANK is no fault switch", "TROUPE_FAULT_KILL_RANK"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
