@@ -469,8 +469,21 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
                                             "TROUPE_FAULT_KILL_IN_SNAPSHOT", "TROUPE_FAULT_DELAY_RANK",
                                             "TROUPE_FAULT_DELAY_STEP",     "TROUPE_FAULT_DELAY_S",
                                             "TROUPE_FAULT_IGNORE_REFUSAL"};
+    // another TROUPE_* name troupe does not read (TROUPE_WORLDSIZE=2: the job would run alone)
+    static const char* const kKnown[] = {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_RANK", "TROUPE_LOCAL_WORLD_SIZE",
+                                         "TROUPE_COORDINATOR", "TROUPE_JOB_SECRET", "TROUPE_JOB_SECRET_FILE",
+                                         "TROUPE_RESTART_COUNT", "TROUPE_RESPAWN", "TROUPE_LAUNCH_ERRDIR",
+                                         "TROUPE_LAUNCH_ID", "TROUPE_FAILURE_TIME", "TROUPE_STOP_SIGNALS_HELD",
+                                         "TROUPE_CACHE_DIR", "TROUPE_EVENT_LOG", "TROUPE_GEMM", "TROUPE_NO_PROGRESS_BAR",
+                                         "TROUPE_REQUIRE_GPU", "TROUPE_KEEP_SCRATCH", "TROUPE_BIN"};
+    if (var.rfind("TROUPE_", 0) == 0 && var.rfind("TROUPE_FAULT_", 0) != 0 &&
+        std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return var == k; }) == std::end(kKnown))
+      std::fprintf(stderr, "warning: environment variable %s is not one troupe reads (a misspelling of TROUPE_RANK, "
+                           "TROUPE_WORLD_SIZE, TROUPE_COORDINATOR, TROUPE_JOB_SECRET...?); it is ignored\n",
+                   printable(var, false, 80).c_str());
     if (var.rfind("TROUPE_FAULT_", 0) != 0) continue;
-    TROUPE_USER_CHECK(std::find(std::begin(kSwitches), std::end(kSwitches), var) != std::end(kSwitches))
+    TROUPE_USER_CHECK(std::find_if(std::begin(kSwitches), std::end(kSwitches),
+                                   [&](const char* k) { return var == k; }) != std::end(kSwitches))
         << "environment variable " << printable(var, false, 80) << " is no fault switch of troupe's; the tests' switches "
         << "are TROUPE_FAULT_KILL_RANK, _KILL_STEP, _SIGNAL, _PHASE, _KILL_IN_SNAPSHOT, _DELAY_RANK, _DELAY_STEP, "
         << "_DELAY_S and _IGNORE_REFUSAL (docs/multiprocess.md): fix its name or unset it";

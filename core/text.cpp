@@ -36,6 +36,9 @@ uint32_t code_point(std::string_view s, size_t i, size_t n) {
 // read as another ("cannot read cell 'F0'" about F<U+200B>0; the Trojan Source bidi
 // overrides, CVE-2021-42574).
 bool invisible(uint32_t cp) {
+  // spaces other than U+0020, which read as one (a no-break space in a value: "got '3 '")
+  if (cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x202F || cp == 0x205F || cp == 0x3000)
+    return true;
   return cp == 0xAD || cp == 0x61C || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) ||
          (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206F) ||
          cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB) || (cp >= 0xE0000 && cp <= 0xE007F);

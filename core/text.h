@@ -12,7 +12,8 @@ namespace troupe {
 // newline and tab when keep_newlines), DEL, C1 controls (U+0080..U+009F) and bytes
 // that are not valid UTF-8; characters a terminal shows as nothing or that reorder the line
 // (format characters such as U+200B, U+FEFF, the bidi controls U+202A..U+202E and U+2066..
-// U+2069; U+2028/U+2029) as \u{XXXX}. Other valid UTF-8 passes unchanged. When the result
+// U+2069; U+2028/U+2029) and spaces other than U+0020 that read as one (U+00A0, U+2000..U+200A,
+// U+202F, U+205F, U+3000) as \u{XXXX}. Other valid UTF-8 passes unchanged. When the result
 // would exceed max_bytes, it is cut at a character boundary and "..." is appended.
 std::string printable(std::string_view s, bool keep_newlines = true, size_t max_bytes = std::string::npos);
 

@@ -271,12 +271,18 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
       << "--calibrate: the config kept in " << rf.trace.string() << " (otherData.troupe_config) is not text; the trace "
       << "was edited or damaged: trace the run again (troupe train --trace)";
   if (kept) {
+    const std::string text = j["otherData"]["troupe_config"].get<std::string>();
     try {
-      c = Config::parse(j["otherData"]["troupe_config"].get<std::string>(), "the config kept in " + rf.trace.string());
+      c = Config::parse(text, "the config kept in " + rf.trace.string());
     } catch (const std::exception& e) {  // troupe wrote it: the trace was edited or damaged
       throw UserError("--calibrate: the config kept in " + rf.trace.string() + " does not parse (" + e.what() +
                       "); the trace was edited or damaged: trace the run again (troupe train --trace)");
     }
+    // troupe keeps the whole resolved config (Config::to_toml): anything else (empty, a few
+    // keys, comments, edited) is not the traced run's, and defaults would fill the rest in
+    TROUPE_USER_CHECK(c.to_toml() == text)
+        << "--calibrate: the config kept in " << rf.trace.string() << " (otherData.troupe_config) is not the whole "
+        << "config troupe wrote there (it was emptied, cut or edited); trace the run again (troupe train --trace)";
     std::string beside;
     try {
       beside = Config::load(rf.cfg_path.string()).to_toml();

@@ -192,4 +192,16 @@ inline void kill_server(const Scratch& s) {
   (void)std::system(("kill $(cat '" + s.path("server.pid") + "') 2> /dev/null").c_str());
 }
 
+// Process 1 of a two-process job, started by hand at a server on 127.0.0.1:port (a test's
+// one_shot_server), with fault.join_timeout_s = join_timeout_s; the server is killed after.
+inline Run join_at(const Scratch& s, const std::string& port, int join_timeout_s, int timeout_s = 60) {
+  const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=" + std::to_string(join_timeout_s) +
+                               " --run-dir '" + s.path("r") + "'",
+                           s, timeout_s,
+                           "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
+                           "TROUPE_COORDINATOR=127.0.0.1:" + port);
+  kill_server(s);
+  return r;
+}
+
 }  // namespace troupe::test

@@ -60,11 +60,7 @@ TEST_CASE("a server that greets one connection with other bytes is not said to h
       s, "c.sendall(b'HTTP/1.1 400 Bad Request\\\\r\\\\nContent-Length: 0\\\\r\\\\nConnection: close\\\\r\\\\n\\\\r\\\\n')\n"
          "time.sleep(40)");
   REQUIRE_FALSE(port.empty());
-  const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=5 --run-dir '" + s.path("r") + "'",
-                           s, 60,
-                           "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
-                           "TROUPE_COORDINATOR=127.0.0.1:" + port);
-  kill_server(s);
+  const Run r = join_at(s, port, 5);
   expect_user_error(r, {"is not a troupe coordinator", "troupe greeting"});
   CHECK(r.err.find("sent nothing") == std::string::npos);
 }

@@ -57,12 +57,7 @@ TEST_CASE("a one-shot server that greets with a short banner is named by the byt
   const std::string port = one_shot_server(s, "c.sendall(b'SSH-2.0-OpenSSH_9.6\\\\r\\\\n')\ntime.sleep(60)");
   REQUIRE_FALSE(port.empty());
   const auto t0 = std::chrono::steady_clock::now();
-  const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=90 --run-dir '" + s.path("r") +
-                               "'",
-                           s, 120,
-                           "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
-                           "TROUPE_COORDINATOR=127.0.0.1:" + port);
-  kill_server(s);
+  const Run r = join_at(s, port, 90, 120);
   expect_user_error(r, {"is not a troupe coordinator", "sent this process's connection 21 byte(s)",
                         "fewer than a troupe greeting"});
   // told once the banner has sat short for a few seconds, not at fault.join_timeout_s

@@ -17,14 +17,6 @@ namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial31";
 
-Run join_at(const Scratch& s, const std::string& port) {
-  const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=4 --run-dir '" + s.path("r") + "'",
-                           s, 60,
-                           "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
-                           "TROUPE_COORDINATOR=127.0.0.1:" + port);
-  kill_server(s);
-  return r;
-}
 }  // namespace
 
 TEST_CASE("a server that closes the connection mid-greeting is named so, whether it listens on or goes away",
@@ -33,7 +25,7 @@ TEST_CASE("a server that closes the connection mid-greeting is named so, whether
     Scratch s(kGroup, "bannerexit");  // an SSH banner, then the connection and the listener closed
     const std::string port = one_shot_server(s, "c.sendall(b'SSH-2.0-OpenSSH_9.6\\\\r\\\\n')\nc.close()\ns.close()");
     REQUIRE_FALSE(port.empty());
-    const Run r = join_at(s, port);
+    const Run r = join_at(s, port, 4);
     expect_user_error(r, {"nothing answered", "connection refused",
                           "closed this process's connection before a whole troupe greeting arrived"});
   }
@@ -42,7 +34,7 @@ TEST_CASE("a server that closes the connection mid-greeting is named so, whether
     const std::string port =
         one_shot_server(s, "c.sendall(b'HTTP/1.1 400 Bad Request\\\\r\\\\n\\\\r\\\\n')\nc.close()\ntime.sleep(30)");
     REQUIRE_FALSE(port.empty());
-    const Run r = join_at(s, port);
+    const Run r = join_at(s, port, 4);
     expect_user_error(r, {"is not a troupe coordinator", "closed this process's first connection before a whole troupe "
                                                          "greeting had arrived"});
     CHECK(r.err.find("a probe's connection got no bytes") == std::string::npos);

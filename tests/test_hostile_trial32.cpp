@@ -121,11 +121,7 @@ TEST_CASE("a server that trickles bytes is not said to have gone silent", "[cli]
   Scratch s(kGroup, "trickle");
   const std::string port = one_shot_server(s, "for i in range(30):\n  c.sendall(b'S')\n  time.sleep(1)");
   REQUIRE_FALSE(port.empty());
-  const Run r = run_troupe("train --config configs/tiny.toml --set fault.join_timeout_s=5 --run-dir '" + s.path("r") + "'",
-                           s, 60,
-                           "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123 "
-                           "TROUPE_COORDINATOR=127.0.0.1:" + port);
-  kill_server(s);
+  const Run r = join_at(s, port, 5);
   expect_user_error(r, {"is not a troupe coordinator", "a few at a time"});
   CHECK(r.err.find("and then nothing for") == std::string::npos);
 }

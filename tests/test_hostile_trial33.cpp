@@ -144,3 +144,38 @@ TEST_CASE("a no-break space in a --set value is shown, and a misspelled fault sw
                     {"TROUPE_FAULT_KILLRANK is no fault switch", "TROUPE_FAULT_KILL_RANK"});
   CHECK_FALSE(fs::exists(s.path("run")));
 }
+
+// Trial 35 (153 cases, 11 failed in 4 findings): a hollow config kept in a trace was trusted
+// (A2); other non-ASCII spaces were shown raw (I2); other misspelled TROUPE_* names were
+// ignored without a word (J2).
+TEST_CASE("a config kept in a trace that is not the whole one troupe wrote is refused", "[cli][hostile][plan]") {
+  Scratch s(kGroup, "calhollow");
+  const std::string train = "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=3 "
+                            "--set train.eval_interval=0 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                            s.path("run") + "' --trace '" + s.path("run/trace.json") + "'";
+  fs::create_directories(s.path("run"));
+  REQUIRE(run_troupe(train, s).rc == 0);
+  const std::string t = s.path("run/trace.json");
+  for (const char* hollow : {"", "# nothing\\n", "[model]\\n"}) {
+    INFO("kept config: " << hollow);
+    REQUIRE(shell_status("python3 -c \"import json;t=json.load(open('" + t + "'));t['otherData']['troupe_config']='" +
+                         hollow + "';json.dump(t,open('" + t + "','w'))\"") == 0);
+    expect_user_error(run_troupe("plan --config configs/tiny.toml --set cluster.gpu=cpu --calibrate '" + s.path("run") +
+                                     "'",
+                                 s),
+                      {"is not the whole config troupe wrote there", "trace the run again"});
+  }
+}
+
+TEST_CASE("non-ASCII spaces in values are shown, and a misspelled TROUPE_ name is warned about", "[cli][hostile]") {
+  Scratch s(kGroup, "spaces");
+  expect_user_error(run_troupe("launch --nprocs \"$(printf '2\\302\\240')\" -- true", s), {"2\\u{00A0}"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set \"$(printf 'data.corpus=x\\342\\200\\207')\"", s),
+                    {"x\\u{2007}"});
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
+                           "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
+                           s, 60, "TROUPE_WORLDSIZE=2");
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("warning: environment variable TROUPE_WORLDSIZE is not one troupe reads") != std::string::npos);
+}
