@@ -126,7 +126,9 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   // the thread budget is per process; processes sharing a host split its cores (troupe
   // launch sets TROUPE_LOCAL_WORLD_SIZE)
   // (read, and so checked, even when train.threads sets the budget)
-  const int local = plan.multi ? launch_local_world_size(in.launch.world, get) : 1;
+  // (read, and so checked, in a one-process job too: a garbage value there was taken silently)
+  const int local_read = launch_local_world_size(in.launch.world, get);
+  const int local = plan.multi ? local_read : 1;
   plan.cores = cfg.train.threads > 0 ? cfg.train.threads : (int)std::max(1u, in.hardware_threads);
   if (plan.multi && cfg.train.threads <= 0) plan.cores = std::max(1, plan.cores / local);
   plan.per_worker = std::max(1, plan.cores / (int)plan.local_ranks().size());

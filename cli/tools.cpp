@@ -82,7 +82,7 @@ void check_snapshot_arg(const std::string& dir) {
 
 // troupe export DIR --format safetensors OUT
 int cmd_export(const std::string& dir, const std::string& format, const std::string& out) {
-  TROUPE_USER_CHECK(format == "safetensors") << "--format " << format << " is not supported; use --format safetensors";
+  TROUPE_USER_CHECK(format == "safetensors") << "--format '" << format << "' is not supported; use --format safetensors";
   check_snapshot_arg(dir);
   refuse_overwriting(out, "output", {}, {dir});
   Config c = snapshot_config(dir);

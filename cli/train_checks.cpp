@@ -386,6 +386,14 @@ void check_before_writing(const Config& c, const LaunchEnv& launch, bool followe
   if (c.parallel.sequence_parallel && c.parallel.tp == 1 && !follower)
     spdlog::warn("parallel.sequence_parallel = true does nothing with parallel.tp = 1 (it shards the layernorm and "
                  "dropout activations over the TP group); set parallel.tp > 1 to use it, or leave it out");
+  // the loss scaler exists only in fp16 (bf16 and fp32 need none): a scale set at another precision does nothing
+  const TrainConfig defaults{};
+  if (c.train.precision != "fp16" && !follower &&
+      (c.train.initial_loss_scale != defaults.initial_loss_scale || c.train.min_loss_scale != defaults.min_loss_scale ||
+       c.train.loss_scale_window != defaults.loss_scale_window))
+    spdlog::warn("train.initial_loss_scale, min_loss_scale and loss_scale_window do nothing with train.precision = "
+                 "\"{}\" (only fp16 scales the loss); set train.precision = \"fp16\" to use them, or leave them out",
+                 c.train.precision);
   check_thread_limit(c, launch);
   check_device(c);
 }

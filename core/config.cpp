@@ -107,7 +107,8 @@ std::string shown_key(const std::string& name) {
     if (k.name.rfind(sec + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
   if (known.empty())
     for (auto& k : key_table()) known += (known.empty() ? "" : ", ") + k.name;
-  throw UserError("unknown config key '" + shown_key(name) + "'" + where + "; remove it or use one of: " + known);
+  throw UserError("unknown config key '" + shown_key(printable(name, false, 300)) + "'" + where +
+                  "; remove it or use one of: " + known);
 }
 
 std::string example(const Ref& r) {

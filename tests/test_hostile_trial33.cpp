@@ -179,3 +179,26 @@ TEST_CASE("non-ASCII spaces in values are shown, and a misspelled TROUPE_ name i
   CHECK(r.rc == 0);
   CHECK(r.err.find("warning: environment variable TROUPE_WORLDSIZE is not one troupe reads") != std::string::npos);
 }
+
+// Trial 36 (156 cases, 14 failed, all low, in 4 findings): a NUL in a TOML key cut the
+// message (N); TROUPE_LOCAL_WORLD_SIZE went unchecked in a one-process run (L); export
+// --format echoed its value unquoted (F); a loss scale set at fp32 did nothing silently (S).
+TEST_CASE("a NUL in a config key, a bad local world size alone, an odd --format and a loss scale at fp32 are named",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "trial36");
+  s.write("n4.toml", "[train]\n\"st\\u0000eps\" = 3\n");
+  expect_user_error(run_troupe("train --config '" + s.path("n4.toml") + "'", s),
+                    {"unknown config key 'train.st\\x00eps' in", "remove it or use one of"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=1", s, 60,
+                               "TROUPE_LOCAL_WORLD_SIZE=abc"),
+                    {"TROUPE_LOCAL_WORLD_SIZE='abc' must be an integer"});
+  expect_user_error(run_troupe("export --format 'safetensors ' '" + s.path("nosnap") + "' '" + s.path("o.st") + "'", s),
+                    {"--format 'safetensors ' is not supported"});
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
+                           "--set train.initial_loss_scale=1024 --set data.cache_dir='" + s.path("cache") +
+                               "' --run-dir '" + s.path("run") + "'",
+                           s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("do nothing with train.precision = \"fp32\"") != std::string::npos);
+}
