@@ -542,6 +542,24 @@ int report_result(const Config& c, const JobResult& r, const std::string& ckpt_d
     draw_trace_png(trace_path_, trace_png_, "--trace-png");
   spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
                r.final_val_loss, unigram_entropy, r.final_val_loss - unigram_entropy, r.tokens_per_s);
+  // the last snapshot failed (a full disk at the end, trial 37): the steps after the newest
+  // one on disk are in no snapshot, so the run did not end well
+  const JobResult::Snapshot* last = nullptr;
+  const JobResult::Snapshot* newest_ok = nullptr;
+  for (const auto& sn : r.snapshots) {
+    if (!last || sn.step >= last->step) last = &sn;
+    if (sn.ok && (!newest_ok || sn.step >= newest_ok->step)) newest_ok = &sn;
+  }
+  if (last && !last->ok) {
+    print_error(fmt::format(
+        "the snapshot of step {} failed ({}): steps {} to {} are in no snapshot; {}; free space in checkpoint.dir "
+        "({}), then continue with --resume latest",
+        last->step, last->error, newest_ok ? newest_ok->step + 1 : 1, r.last_step,
+        newest_ok ? fmt::format("the newest snapshot on disk is {} (step {})", newest_ok->dir, newest_ok->step)
+                  : std::string("no snapshot of this run is on disk"),
+        ckpt_dir));
+    return 2;
+  }
   return 0;
 }
 

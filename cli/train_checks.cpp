@@ -390,8 +390,8 @@ void check_before_writing(const Config& c, const LaunchEnv& launch, bool followe
   const TrainConfig defaults{};
   if (c.train.precision != "fp16" && !follower &&
       (c.train.initial_loss_scale != defaults.initial_loss_scale || c.train.min_loss_scale != defaults.min_loss_scale ||
-       c.train.loss_scale_window != defaults.loss_scale_window))
-    spdlog::warn("train.initial_loss_scale, min_loss_scale and loss_scale_window do nothing with train.precision = "
+       c.train.loss_scale_window != defaults.loss_scale_window || c.train.hysteresis != defaults.hysteresis))
+    spdlog::warn("train.initial_loss_scale, min_loss_scale, loss_scale_window and hysteresis do nothing with train.precision = "
                  "\"{}\" (only fp16 scales the loss); set train.precision = \"fp16\" to use them, or leave them out",
                  c.train.precision);
   check_thread_limit(c, launch);

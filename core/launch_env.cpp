@@ -60,6 +60,9 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
     }
     break;
   }
+  // a local rank without a launcher's rank and world (checked: a one-process run is local rank 0)
+  if (e.source == "none")
+    if (const char* l = get("TROUPE_LOCAL_RANK")) e.local_rank = parse_int("TROUPE_LOCAL_RANK", l, 0, 0);
   if (const char* c = get("TROUPE_COORDINATOR")) {
     const std::string hp = c;
     // a host name or address: letters, digits, '.', '-', '_', ':' and IPv6's brackets (an

@@ -202,3 +202,39 @@ TEST_CASE("a NUL in a config key, a bad local world size alone, an odd --format 
   CHECK(r.rc == 0);
   CHECK(r.err.find("do nothing with train.precision = \"fp32\"") != std::string::npos);
 }
+
+// Trial 37 (154 cases, 7 failed): the last snapshot failed on a full disk and the run ended
+// "done", exit 0 (P08); TROUPE_LOCAL_RANK unchecked alone; hysteresis at fp32 said nothing.
+TEST_CASE("a run whose last snapshot failed ends with exit 2 naming the newest snapshot", "[cli][hostile][checkpoint]") {
+  Scratch s(kGroup, "lastsnap");
+  std::string why;
+  const std::string mnt = s.path("mnt");
+  if (!run_on_tmpfs(s, mnt, 16,
+                    "'" + troupe_bin() + "' train --config configs/tiny.toml --set train.sample_tokens=0 --set "
+                    "train.steps=3 --set checkpoint.interval=1 --set data.cache_dir='" + s.path("cache") +
+                        "' --run-dir '" + mnt + "/run' > '" + s.path("out") + "' 2> '" + s.path("err") +
+                        "' || echo $? > '" + s.path("rc") + "'",
+                    &why)) {
+    SUCCEED("no tmpfs in a mount namespace here (" << why << "): nothing to check");
+    return;
+  }
+  const std::string err = slurp(s.path("err"));
+  INFO(err);
+  CHECK(slurp(s.path("rc")).substr(0, 1) == "2");
+  CHECK(err.find("failed (") != std::string::npos);
+  CHECK(err.find("are in no snapshot") != std::string::npos);
+  CHECK(err.find("continue with --resume latest") != std::string::npos);
+}
+
+TEST_CASE("a local rank alone and hysteresis at fp32 are named", "[cli][hostile]") {
+  Scratch s(kGroup, "localrank");
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=1", s, 60, "TROUPE_LOCAL_RANK=7"),
+                    {"TROUPE_LOCAL_RANK='7'"});
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
+                           "--set train.hysteresis=3 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" +
+                               s.path("run") + "'",
+                           s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("hysteresis do nothing") != std::string::npos);
+}
