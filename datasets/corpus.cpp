@@ -240,8 +240,11 @@ uint64_t hash_file(const std::string& path, const DataLogFn& log, double every_s
   auto said = t0;
   uint64_t h = kFnv1aOffset, done = 0;
   std::vector<char> buf(1 << 20);
+  int read_err = 0;
   while (in) {
+    errno = 0;
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.bad() || (in.fail() && !in.eof())) read_err = errno;
     h = fnv1a64(std::string_view(buf.data(), static_cast<size_t>(in.gcount())), h);
     done += static_cast<uint64_t>(in.gcount());
     if (const int sig = noted_stop_signal(); sig != 0)
@@ -257,7 +260,11 @@ uint64_t hash_file(const std::string& path, const DataLogFn& log, double every_s
       log("hashing '" + path + "' to find its data cache" + line);
     }
   }
-  TROUPE_USER_CHECK(in.eof()) << "cannot read '" << path << "' to hash it";
+  TROUPE_USER_CHECK(in.eof()) << "cannot read '" << path << "' to hash it: reading failed after " << done
+                              << " byte(s) (" << (read_err != 0 ? std::strerror(read_err) : "the stream gave no reason")
+                              << "); a data source must be a file that reads from start to end (not a device, "
+                                 "a /proc file or a failing disk): point data.corpus (or the data.sources entry "
+                                 "that names it) at a UTF-8 text file, or copy the data to one";
   return h;
 }
 
