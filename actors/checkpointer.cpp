@@ -13,11 +13,21 @@
 
 #include "actors/messages.h"
 #include "checkpoint/snapshot.h"
+#include "core/error.h"
 #include "core/interrupt.h"
 
 namespace fs = std::filesystem;
 
 namespace troupe {
+
+namespace {
+// The errno of a failed system call (SystemError, std::filesystem's error), else 0.
+int system_error_code(const std::exception& e) {
+  if (auto* se = dynamic_cast<const SystemError*>(&e)) return se->code();
+  if (auto* fe = dynamic_cast<const fs::filesystem_error*>(&e)) return fe->code().value();
+  return 0;
+}
+}  // namespace
 
 void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, int keep_last, int64_t fault_kill_step) {
   using Clock = std::chrono::steady_clock;
@@ -29,6 +39,7 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
     std::string ckpt_dir, tmp;
     std::vector<FileEntry> files;
     std::string error;
+    int code = 0;  // the failure's errno, when a system call failed
     uint64_t bytes = 0;
     Clock::time_point t0 = Clock::now();
   };
@@ -46,6 +57,7 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
           if (k == fault_kill_step) ::kill(::getpid(), SIGKILL);  // fault injection (tests)
         } catch (const std::exception& e) {
           p.error = e.what();
+          p.code = system_error_code(e);
         }
       }
       ++p.handled;
@@ -69,12 +81,18 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
         d.deleted = apply_retention(p.ckpt_dir, keep_last, k, &d.not_deleted);
       } catch (const std::exception& e) {
         p.error = e.what();
+        p.code = system_error_code(e);
       }
     }
     if (!d.ok) {
       std::error_code ec;
       fs::remove_all(p.tmp, ec);  // never taken for a snapshot (no manifest), but free the space
+      std::error_code gone;
+      if (ec && fs::exists(fs::symlink_status(p.tmp, gone)))  // (out of file descriptors: EMFILE, trial 38)
+        p.error += "; its unfinished folder " + p.tmp + " could not be removed (" + ec.message() +
+                   "): the next run in this checkpoint.dir removes it";
       d.error = p.error;
+      d.code = p.code;
     }
     forget_partial_dir(p.tmp);  // renamed into the snapshot, or removed
     d.bytes = p.bytes;
@@ -101,7 +119,7 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
     fs::remove_all(p.tmp, ec);
     ec.clear();
     fs::create_directories(p.tmp, ec);
-    if (ec) p.error = "cannot create " + p.tmp + ": " + ec.message();
+    if (ec) p.error = "cannot create " + p.tmp + ": " + ec.message(), p.code = ec.value();
     else note_partial_dir(p.tmp);  // a stop that ends the process at once removes it (core/interrupt.h)
     progress(k);
   };

@@ -157,7 +157,7 @@ void Coordinator::take_snapshot(int64_t k, int32_t where) {
 void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
   in_flight_.erase(k);
   for (auto& s : res_->snapshots)
-    if (s.step == k) s.write_s = d.write_s, s.bytes = d.bytes, s.ok = d.ok, s.dir = d.dir, s.error = d.error;
+    if (s.step == k) s.write_s = d.write_s, s.bytes = d.bytes, s.ok = d.ok, s.dir = d.dir, s.error = d.error, s.code = d.code;
   if (d.ok) {
     note_newest_snapshot(k, d.dir);  // what a forced stop names (core/stop_notice.h)
     if (!d.kept_aside.empty())
@@ -191,9 +191,9 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
     if (++failed_snapshots_ >= cfg_.checkpoint.max_failures)  // not a passing glitch: stop, keep what is on disk
       throw UserError(fmt::format(
           "{} snapshots failed in a row (checkpoint.max_failures = {}), the last at step {}: {}; the run stops so "
-          "that no more work goes unsaved. Earlier snapshots are untouched: free space or fix checkpoint.dir, then "
-          "continue with --resume latest",
-          failed_snapshots_, cfg_.checkpoint.max_failures, k, d.error));
+          "that no more work goes unsaved: {}, {}",
+          failed_snapshots_, cfg_.checkpoint.max_failures, k, d.error, snapshot_failure_fix(d.code, ctx_.checkpoint_dir),
+          after_snapshot_failure(ctx_.checkpoint_dir)));
     return;
   }
   failed_snapshots_ = 0;

@@ -117,6 +117,7 @@ struct JobResult {
     uint64_t bytes = 0;
     bool ok = false;
     std::string dir, error;
+    int code = 0;  // the failure's errno (SnapDone::code), 0 when not a system call's
   };
   std::vector<Snapshot> snapshots;
   bool follower = false;           // a process other than 0 of a multi-process job: no results here

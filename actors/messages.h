@@ -123,6 +123,7 @@ struct SnapDone {
   bool ok = false;
   std::string dir;      // the complete snapshot (ok) or what was being written
   std::string error;    // why it failed
+  int code = 0;         // its errno when a system call failed (SystemError, filesystem_error), else 0
   uint64_t bytes = 0;   // shard + manifest bytes written
   double write_s = 0;   // from the first shard to the manifest's rename
   std::vector<std::string> deleted;  // removed by retention

@@ -68,27 +68,30 @@ MetricsLog::MetricsLog(const std::string& run_dir, const std::string& tensorboar
 
 MetricsLog::~MetricsLog() {
   if (lost_lines_ > 0 || lost_events_ > 0)
-    spdlog::warn("warning: {} metrics.jsonl line(s) and {} TensorBoard event(s) of this run could not be written (disk full); "
+    spdlog::warn("warning: {} metrics.jsonl line(s) and {} TensorBoard event(s) of this run could not be written{}; "
                  "those two hold every other record whole",
-                 lost_lines_, lost_events_);
+                 lost_lines_, lost_events_,
+                 first_error_ != 0 ? std::string(" (") + std::strerror(first_error_) + ")" : std::string());
 }
 
 namespace {
-// `problem`: what failed, naming the file; `dir`: the folder to free space in
-void warn_lost(int64_t lost, const std::string& problem, const std::string& dir, const nlohmann::json& record) {
+// `problem`: what failed, naming the file; `dir`: its folder; `err`: the errno (0: unknown)
+void warn_lost(int64_t lost, const std::string& problem, const std::string& dir, int err, const nlohmann::json& record) {
   if (lost != 1) return;  // once: the destructor counts them
   spdlog::warn("warning: {}: the record of step {} and any later ones that fail are lost; training and snapshots go on. "
-               "Free space on that disk (df {})",
-               problem, record.value("step", (int64_t)-1), dir);
+               "{}",
+               problem, record.value("step", (int64_t)-1), write_error_fix(err, dir));
 }
 std::string folder(const std::string& path) { return std::filesystem::path(path).parent_path().string(); }
 }  // namespace
 
 void MetricsLog::write(const nlohmann::json& record) {
   if (jsonl_.is_open())
-    if (const int err = jsonl_.append(record.dump() + "\n"); err != 0)
+    if (const int err = jsonl_.append(record.dump() + "\n"); err != 0) {
+      if (first_error_ == 0) first_error_ = err;
       warn_lost(++lost_lines_, "cannot write " + jsonl_.path() + " (" + std::strerror(err) + ")", folder(jsonl_.path()),
-                record);
+                err, record);
+    }
   // the run directory (or the file) deleted while the run goes on: appends reach no file
   if (!said_removed_ && jsonl_.is_open() && jsonl_.unlinked()) {
     said_removed_ = true;
@@ -103,7 +106,7 @@ void MetricsLog::write(const nlohmann::json& record) {
       try {
         events_->add_scalars(record["step"].get<int64_t>(), scalars, now);
       } catch (const std::exception& e) {
-        warn_lost(++lost_events_, e.what(), folder(events_->path()), record);
+        warn_lost(++lost_events_, e.what(), folder(events_->path()), 0, record);
       }
     }
   }

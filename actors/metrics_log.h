@@ -43,6 +43,7 @@ class MetricsLog {
   AppendFile jsonl_;
   std::unique_ptr<EventWriter> events_;
   int64_t lost_lines_ = 0, lost_events_ = 0;
+  int first_error_ = 0;  // the errno of the first metrics.jsonl line lost
   bool said_removed_ = false;  // metrics.jsonl was removed during the run: warned once
 };
 

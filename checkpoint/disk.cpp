@@ -3,12 +3,18 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
+#include <fmt/format.h>
+
+#include "checkpoint/snapshot.h"
+#include "core/error.h"
 #include "model/gpt.h"
 #include "stages/stage.h"
 
@@ -149,6 +155,65 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
     }
   }
   return removed;
+}
+
+std::string snapshot_failure_fix(int code, const std::string& ckpt_dir) {
+  const std::string dir = "checkpoint.dir (" + ckpt_dir + ")";
+  auto limit = [](int resource) -> std::string {
+    struct rlimit rl {};
+    if (::getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return "";
+    return std::to_string((unsigned long long)rl.rlim_cur);
+  };
+  switch (code) {
+    case ENOSPC:
+      if (free_inodes(ckpt_dir) == 0)
+        return "the filesystem of " + dir + " has no free inodes left, though it may have bytes free (df -i): "
+               "remove files there, or choose another checkpoint.dir";
+      return "free space on the filesystem of " + dir + " (df -h), or choose another checkpoint.dir";
+    case EDQUOT:
+      return "this user's disk quota on the filesystem of " + dir + " is used up (quota -s): free space or raise the "
+             "quota, or choose another checkpoint.dir";
+    case EFBIG: {
+      const std::string bytes = limit(RLIMIT_FSIZE);
+      return "a snapshot file is larger than this process's file-size limit" +
+             (bytes.empty() ? std::string() : " (" + bytes + " bytes; ulimit -f)") +
+             " or the filesystem's largest file: raise it (ulimit -f unlimited) before training, or choose another "
+             "checkpoint.dir";
+    }
+    case EMFILE: {
+      const std::string n = limit(RLIMIT_NOFILE);
+      return "this process may open no more files" + (n.empty() ? std::string() : " (ulimit -n: " + n + ")") +
+             ": raise the open-files limit (ulimit -n 65536) before training";
+    }
+    case ENFILE:
+      return "the system's table of open files is full (fs.file-max): close other programs' files or raise "
+             "fs.file-max";
+    case EROFS:
+      return "the filesystem of " + dir + " is read-only (remounted so, or a read-only mount over it): make it "
+             "writable, or choose another checkpoint.dir";
+    case EACCES:
+    case EPERM:
+      return "this user may not write in " + dir + ": check its permissions and attributes (ls -ld, lsattr -d; "
+             "chattr -i), or choose another checkpoint.dir";
+    case ENAMETOOLONG:
+      return "the snapshot's file paths under " + dir + " are too long for the system (a path has at most 4095 "
+             "bytes, a name 255): choose a shorter checkpoint.dir";
+    case 0:
+      return "fix the cause named, or choose another checkpoint.dir";
+    default:
+      return std::string(path_error_fix(code)) + " (" + dir + ")";
+  }
+}
+
+std::string after_snapshot_failure(const std::string& ckpt_dir) {
+  try {
+    const auto snaps = list_snapshots(ckpt_dir);
+    if (!snaps.empty())
+      return fmt::format("then continue with --resume latest (the newest snapshot on disk is {}, step {})",
+                         snaps.back().second, snaps.back().first);
+  } catch (const std::exception&) {  // an unreadable folder: as if it held none
+  }
+  return "then run again: no snapshot of this run is on disk, so training starts again from step 1";
 }
 
 }  // namespace troupe

@@ -51,4 +51,17 @@ std::vector<std::string> remove_unfinished_snapshots(
     const std::string& ckpt_dir, double before, std::vector<std::string>* kept,
     std::vector<std::pair<std::string, std::string>>* emptied = nullptr);
 
+// What to do about a snapshot that failed with errno `code` (SystemError::code, 0 when not
+// known) while writing under ckpt_dir, as a clause naming the cause and its fix: a full disk
+// (bytes, or inodes: `df -i`), a quota, the file-size limit (ulimit -f, with its value), the
+// open-files limit (ulimit -n), a read-only filesystem, permissions or attributes, a path too
+// long; otherwise path_error_fix's. Never throws.
+std::string snapshot_failure_fix(int code, const std::string& ckpt_dir);
+
+// How the user goes on after snapshots failed, as a clause: "then continue with --resume
+// latest (the newest snapshot on disk is DIR, step K)" when ckpt_dir holds a snapshot, else
+// "then run again: no snapshot of this run is on disk, so training starts again from step 1".
+// Reads ckpt_dir (list_snapshots). Never throws.
+std::string after_snapshot_failure(const std::string& ckpt_dir);
+
 }  // namespace troupe

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -28,12 +29,18 @@ using namespace snapshot_format;
 
 namespace {
 
+// Throws SystemError naming `what` and errno (read first: nothing may touch it before).
+[[noreturn]] void throw_system(const std::string& what) {
+  const int code = errno;
+  throw SystemError(what + ": " + std::strerror(code), code);
+}
+
 // A file written through a descriptor, with a running crc32; every failure names the path.
 class Out {
  public:
   explicit Out(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("cannot create " + path + ": " + errno_text());
+    if (fd_ < 0) throw_system("cannot create " + path);
   }
   ~Out() {
     if (fd_ >= 0) ::close(fd_);
@@ -46,7 +53,7 @@ class Out {
     while (n > 0) {
       ssize_t w = ::write(fd_, c, n);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw Error("cannot write " + path_ + ": " + errno_text());
+      if (w <= 0) throw_system("cannot write " + path_);
       c += w;
       n -= (size_t)w;
       bytes_ += (uint64_t)w;
@@ -57,10 +64,10 @@ class Out {
     put(&v, sizeof v);
   }
   void finish() {  // fsync + close
-    if (::fsync(fd_) != 0) throw Error("cannot fsync " + path_ + ": " + errno_text());
+    if (::fsync(fd_) != 0) throw_system("cannot fsync " + path_);
     if (::close(fd_) != 0) {
       fd_ = -1;
-      throw Error("cannot close " + path_ + ": " + errno_text());
+      throw_system("cannot close " + path_);
     }
     fd_ = -1;
   }
@@ -76,10 +83,11 @@ class Out {
 
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open directory " + dir + ": " + errno_text());
-  const int rc = ::fsync(fd);
+  if (fd < 0) throw_system("cannot open directory " + dir);
+  const int rc = ::fsync(fd), code = errno;
   ::close(fd);
-  if (rc != 0) throw Error("cannot fsync directory " + dir + ": " + errno_text());
+  errno = code;
+  if (rc != 0) throw_system("cannot fsync directory " + dir);
 }
 
 }  // namespace
@@ -176,7 +184,7 @@ void write_manifest(const std::string& dir, const ManifestInfo& info, const std:
     o.finish();
   }
   if (::rename(tmp.c_str(), final_path.c_str()) != 0)
-    throw Error("cannot rename " + tmp + " to " + final_path + ": " + errno_text());
+    throw_system("cannot rename " + tmp + " to " + final_path);
   fsync_dir(dir);
 }
 
@@ -196,10 +204,10 @@ std::string commit_snapshot(const std::string& tmp_dir, const std::string& final
   if (fs::exists(final_dir, ec)) {
     fs::remove(fs::path(final_dir) / kManifest, ec);
     fs::remove_all(final_dir, ec);
-    if (ec) throw Error("cannot replace " + final_dir + ": " + ec.message());
+    if (ec) throw SystemError("cannot replace " + final_dir + ": " + ec.message(), ec.value());
   }
   if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
-    throw Error("cannot rename " + tmp_dir + " to " + final_dir + ": " + errno_text());
+    throw_system("cannot rename " + tmp_dir + " to " + final_dir);
   fsync_dir(fs::path(final_dir).parent_path().string());
   return kept;
 }

@@ -69,9 +69,10 @@ std::shared_ptr<LineFileSink> train_log_sink_;
 
 void report_train_log_losses() {
   if (!train_log_sink_ || train_log_sink_->lost_lines() == 0) return;
-  std::fprintf(stderr, "%swarning: %lld line(s) of the log could not be written to train.log (disk full); it holds "
+  std::fprintf(stderr, "%swarning: %lld line(s) of the log could not be written to train.log (%s); it holds "
                        "every other line whole, and the console had them all\n",
-               log_prefix_.c_str(), (long long)train_log_sink_->lost_lines());
+               log_prefix_.c_str(), (long long)train_log_sink_->lost_lines(),
+               std::strerror(train_log_sink_->first_error()));
 }
 
 std::string launch_errdir() { return job_error_dir(); }
@@ -508,8 +509,8 @@ void setup_logging(const std::string& run_dir) {
     auto on_error = [once, run_dir, path = run_dir + "/train.log"](const std::string& why) {
       if (once->exchange(true)) return;
       std::fprintf(stderr, "warning: cannot write %s (%s): from now on the log is on the console only; training and "
-                           "snapshots go on. Free space on that disk (df %s)\n",
-                   path.c_str(), why.c_str(), run_dir.c_str());
+                           "snapshots go on. %s\n",
+                   path.c_str(), why.c_str(), write_error_fix(0, run_dir).c_str());
     };
     logger->set_error_handler(on_error);
     file_log_->set_error_handler(on_error);

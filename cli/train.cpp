@@ -551,13 +551,9 @@ int report_result(const Config& c, const JobResult& r, const std::string& ckpt_d
     if (sn.ok && (!newest_ok || sn.step >= newest_ok->step)) newest_ok = &sn;
   }
   if (last && !last->ok) {
-    print_error(fmt::format(
-        "the snapshot of step {} failed ({}): steps {} to {} are in no snapshot; {}; free space in checkpoint.dir "
-        "({}), then continue with --resume latest",
-        last->step, last->error, newest_ok ? newest_ok->step + 1 : 1, r.last_step,
-        newest_ok ? fmt::format("the newest snapshot on disk is {} (step {})", newest_ok->dir, newest_ok->step)
-                  : std::string("no snapshot of this run is on disk"),
-        ckpt_dir));
+    print_error(fmt::format("the snapshot of step {} failed ({}): steps {} to {} are in no snapshot; {}, {}",
+                            last->step, last->error, newest_ok ? newest_ok->step + 1 : 1, r.last_step,
+                            snapshot_failure_fix(last->code, ckpt_dir), after_snapshot_failure(ckpt_dir)));
     return 2;
   }
   return 0;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -73,6 +74,32 @@ const char* path_error_fix(int code) {
          : code == EFBIG    ? "the file-size limit (ulimit -f) or the filesystem's largest file is too small: raise "
                               "ulimit -f, or choose another path"
                             : "check the path";
+}
+
+std::string write_error_fix(int code, const std::string& dir) {
+  switch (code) {
+    case ENOSPC:
+      return "Free space on that disk (df -h " + dir + "; df -i " + dir + " for inodes)";
+    case EDQUOT:
+      return "This user's disk quota there is used up (quota -s): free space or raise the quota";
+    case EACCES:
+    case EPERM:
+      return "This user may not write the file: check its permissions and attributes (ls -l, lsattr in " + dir +
+             "; chattr -i removes the immutable flag)";
+    case EFBIG:
+      return "The file reached the file-size limit (ulimit -f): raise it before the next run";
+    case EROFS:
+      return "The filesystem of " + dir + " became read-only: remount it writable";
+    case EIO:
+      return "The device reported an I/O error: check the disk (dmesg)";
+    case 0:
+      return "Check the file and its folder (ls -l " + dir + ", df -h " + dir + ")";
+    default: {
+      std::string fix = path_error_fix(code);
+      fix[0] = (char)std::toupper((unsigned char)fix[0]);
+      return fix + " (" + dir + ")";
+    }
+  }
 }
 
 std::string missing_reason(const std::string& path) {

@@ -27,6 +27,18 @@ class UserError : public Error {
   using Error::Error;
 };
 
+// A failed system call on a path: what() names the path and strerror, code() is the errno.
+// Callers that name a fix by the cause (a failed snapshot: ENOSPC, EFBIG, EMFILE, EROFS, ...)
+// read the code; everyone else treats it as an Error (exit 1).
+class SystemError : public Error {
+ public:
+  SystemError(const std::string& what, int code) : Error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
 // A sentence for any exception that reaches an actor's or main's last catch: troupe's own
 // errors as they are; std::bad_alloc as "out of memory" with the fixes; another library's
 // exception (oneDNN's dnnl::error, the standard library's) with its type, so the user
@@ -77,6 +89,13 @@ std::string describe_filesystem_error(const std::filesystem::filesystem_error& e
 // choose another path", EBUSY "it is in use (a mount point?): choose another path", ...;
 // "check the path" for a code without a specific fix.
 const char* path_error_fix(int err);
+
+// The fix for a file in folder `dir` that could not be written (an append or write(2) that
+// failed with errno `err`), as a sentence starting with a capital: ENOSPC "Free space on that
+// disk (df -h DIR; df -i DIR for inodes)", EDQUOT the quota, EACCES/EPERM the file's
+// permissions and attributes (chattr -i), EFBIG the file-size limit, EROFS a read-only
+// remount, EIO the disk; 0 (unknown) "Check the file and its folder (ls -l, df -h DIR)".
+std::string write_error_fix(int err, const std::string& dir);
 
 // Why `path` cannot be found, as a clause to put after the quoted path and before the
 // caller's fix: "does not exist;", "is a loop of symbolic links (...); fix or remove the link,

@@ -21,10 +21,11 @@ void LineFileSink::sink_it_(const spdlog::details::log_msg& msg) {
   const int err = file_.append(std::string_view(line.data(), line.size()));
   if (err == 0 || lost_.fetch_add(1) > 0) return;
   const std::string dir = std::filesystem::path(file_.path()).parent_path().string();
+  first_error_.store(err);
   std::fprintf(stderr,
-               "warning: cannot write %s (%s): the lines that do not fit are left out and counted at the end, the "
-               "file keeps whole lines; training and snapshots go on. Free space on that disk (df %s)\n",
-               file_.path().c_str(), std::strerror(err), dir.c_str());
+               "warning: cannot write %s (%s): the lines that fail are left out and counted at the end, the file "
+               "keeps whole lines; training and snapshots go on. %s\n",
+               file_.path().c_str(), std::strerror(err), write_error_fix(err, dir).c_str());
 }
 
 }  // namespace troupe

@@ -21,6 +21,8 @@ class LineFileSink final : public spdlog::sinks::base_sink<std::mutex> {
   explicit LineFileSink(const std::string& path);
   // Lines (log messages) that could not be written whole (ENOSPC, EDQUOT, EFBIG, EIO, ...).
   int64_t lost_lines() const { return lost_.load(); }
+  // The errno of the first line lost (0 while none is).
+  int first_error() const { return first_error_.load(); }
 
  protected:
   // The formatted line, appended in one write(2); on failure the part written is truncated
@@ -32,6 +34,7 @@ class LineFileSink final : public spdlog::sinks::base_sink<std::mutex> {
  private:
   AppendFile file_;
   std::atomic<int64_t> lost_{0};
+  std::atomic<int> first_error_{0};
 };
 
 }  // namespace troupe

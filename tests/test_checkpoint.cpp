@@ -3,6 +3,8 @@
 // writer killed mid-save) is in test_cli.cpp.
 #include <catch2/catch.hpp>
 
+#include <cerrno>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -183,6 +185,7 @@ TEST_CASE("retention keeps the newest complete snapshots and never touches unfin
   REQUIRE(f.snapshots.size() == 5);
   CHECK_FALSE(f.snapshots[0].ok);
   CHECK(f.snapshots[0].error.find("afile") != std::string::npos);
+  CHECK(f.snapshots[0].code == ENOTDIR);  // the cause's errno travels with it, for a fix by cause
   // failing again and again is not a glitch: the run stops, naming the limit and the fix
   c.checkpoint.max_failures = 2;
   try {
@@ -191,6 +194,8 @@ TEST_CASE("retention keeps the newest complete snapshots and never touches unfin
   } catch (const UserError& e) {
     CHECK(std::string(e.what()).find("checkpoint.max_failures = 2") != std::string::npos);
     CHECK(std::string(e.what()).find("afile") != std::string::npos);
+    CHECK(std::string(e.what()).find("a part of it that should be a folder is a file") != std::string::npos);
+    CHECK(std::string(e.what()).find("no snapshot of this run is on disk") != std::string::npos);
   }
 }
 

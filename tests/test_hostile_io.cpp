@@ -62,7 +62,7 @@ TEST_CASE("a disk that fills during a run: every log keeps whole records, each l
   CHECK(count(err, "cannot write " + mnt + "/run/metrics.jsonl") == 1);
   CHECK(count(err, "cannot write " + mnt + "/run/train.log") == 1);
   CHECK(count(err, "cannot write the TensorBoard event file") == 1);
-  CHECK(err.find("could not be written (disk full)") != std::string::npos);
+  CHECK(err.find("could not be written (No space left on device)") != std::string::npos);
   // metrics.jsonl: whole lines only, the first steps among them
   std::ifstream in(out + "/run/metrics.jsonl");
   int lines = 0;

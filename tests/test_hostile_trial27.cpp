@@ -60,7 +60,7 @@ TEST_CASE("train.log keeps whole lines on a full disk and the lost ones are coun
   cannot += mnt;
   cannot += "/run/train.log (No space left on device)";
   CHECK(err.find(cannot) != std::string::npos);
-  CHECK(err.find("line(s) of the log could not be written to train.log (disk full); it holds every other line whole") !=
+  CHECK(err.find("line(s) of the log could not be written to train.log (No space left on device); it holds every other line whole") !=
         std::string::npos);
   CHECK(slurp(s.path("last")).find("0a") != std::string::npos);  // the file ends with a whole line
 }

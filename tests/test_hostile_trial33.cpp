@@ -223,7 +223,8 @@ TEST_CASE("a run whose last snapshot failed ends with exit 2 naming the newest s
   CHECK(slurp(s.path("rc")).substr(0, 1) == "2");
   CHECK(err.find("failed (") != std::string::npos);
   CHECK(err.find("are in no snapshot") != std::string::npos);
-  CHECK(err.find("continue with --resume latest") != std::string::npos);
+  CHECK(err.find("free space on the filesystem of checkpoint.dir") != std::string::npos);  // the cause's fix
+  CHECK(err.find("continue with --resume latest (the newest snapshot on disk is") != std::string::npos);
 }
 
 TEST_CASE("a local rank alone and hysteresis at fp32 are named", "[cli][hostile]") {
