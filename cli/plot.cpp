@@ -13,10 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "cli/common.h"
 #include "cli/figures.h"
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace fs = std::filesystem;
 
@@ -83,9 +85,15 @@ std::string why_unreadable(const std::string& line) {
 RunCurves read_run(const std::string& run_dir) {
   RunCurves rc;
   rc.tokens_per_step = tokens_per_step(run_dir);
-  std::ifstream in(run_dir + "/metrics.jsonl");
   std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  {
+    // (a read that fails, /proc/self/mem's EIO, is named: an istream would read it as empty)
+    std::istringstream in(std::filesystem::exists(run_dir + "/metrics.jsonl")
+                              ? read_file_checked(run_dir + "/metrics.jsonl", "metrics file",
+                                                  "plot a run directory that troupe train wrote")
+                              : std::string());
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
   double tps = rc.tokens_per_step;  // tokens per step (from the config, else from the records)
   bool after_summary = false;       // the last record read was a run's summary
   int64_t last_step = 0;

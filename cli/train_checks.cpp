@@ -25,6 +25,7 @@
 #include "cli/common.h"
 #include "cli/figures.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "core/paths.h"
 #include "core/peak.h"
 #include "kernels/gemm_libs.h"
@@ -326,9 +327,11 @@ std::string secret_from_file(const char* f) {
                    "warning: TROUPE_JOB_SECRET_FILE=%s can be read by other users (mode %03o): anyone who reads it can "
                    "join this job or stop it; chmod 600 %s\n",
                    f, (unsigned)perms & 0777u, f);
-    std::string line;
-    std::getline(in, line);
-    return trim_secret(line);
+    in.close();
+    // (a read that fails, /proc/self/mem's EIO, is named: an istream would read it as empty)
+    const std::string text = read_file_checked(f, "TROUPE_JOB_SECRET_FILE", "point it at a readable file holding "
+                                                                            "the job's secret", 4096);
+    return trim_secret(text.substr(0, text.find('\n')));
   }
 }
 

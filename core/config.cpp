@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "core/text.h"
 
 namespace troupe {
@@ -318,10 +319,9 @@ Config Config::load(const std::string& path) {
   TROUPE_USER_CHECK(std::filesystem::file_size(path, ec) <= (16u << 20))
       << "config file '" << path << "' has " << std::filesystem::file_size(path, ec)
       << " bytes, more than the 16 MiB a config may have; pass a TOML config to --config (e.g. configs/sotu.toml)";
-  std::ifstream f(path);
-  TROUPE_USER_CHECK(f.good()) << "config file '" << path << "' cannot be read; pass a readable file to --config (e.g. configs/sotu.toml)";
-  std::stringstream text;
-  text << f.rdbuf();
+  // (a read that fails, /proc/self/mem's EIO, is named: an istream would read it as empty)
+  std::stringstream text(read_file_checked(path, "config file", "pass a readable TOML file to --config (e.g. "
+                                                                "configs/sotu.toml)"));
   // a binary file (a snapshot's manifest.capnp, a .safetensors) would fail in TOML's terms
   if (const char* wide = wide_encoding(text.str()); *wide)
     TROUPE_USER_FAIL() << "config file '" << path << "' is " << wide << " text; TOML is UTF-8: convert it (iconv -f "

@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,29 @@ bool is_blank(std::string_view line) {
   return true;
 }
 
+// The kernel interface `path` (links followed) lies on — "proc", "sysfs", ... — or nullptr
+// for a filesystem that holds data. Their files are no data: a made-up size (sysfs says 4096
+// bytes and holds 23), contents that change as they are read, reads that fail (EIO).
+const char* pseudo_filesystem(const std::string& path) {
+  struct statfs f {};
+  if (::statfs(path.c_str(), &f) != 0) return nullptr;
+  switch ((unsigned long)f.f_type) {
+    case PROC_SUPER_MAGIC: return "proc (/proc)";
+    case SYSFS_MAGIC: return "sysfs (/sys)";
+    case DEBUGFS_MAGIC: return "debugfs";
+    case TRACEFS_MAGIC: return "tracefs";
+    case SECURITYFS_MAGIC: return "securityfs";
+    case CGROUP_SUPER_MAGIC:
+    case CGROUP2_SUPER_MAGIC: return "cgroupfs";
+    case BPF_FS_MAGIC: return "bpffs";
+    case 0x62656570: return "configfs";  // CONFIGFS_MAGIC (not in every linux/magic.h)
+    case EFIVARFS_MAGIC: return "efivarfs";
+    default: return nullptr;
+  }
+}
+constexpr const char* kPseudoWhy = ", a kernel interface whose files are no data (a made-up size, contents that change "
+                                   "as they are read, reads that fail)";
+
 // The matching files of a dir source, relative paths in byte order.
 std::vector<std::string> dir_files(const DataSource& s) {
   std::vector<std::string> out;
@@ -45,6 +70,12 @@ std::vector<std::string> dir_files(const DataSource& s) {
         << src_name(s) << ": '" << it->path().string() << "' matches glob = \"" << s.glob
         << "\" but is not a regular file (a FIFO, a device, a socket or a broken link); remove it from the folder "
         << "or narrow the glob";
+    if (const char* fs_name = pseudo_filesystem(it->path().string())) {
+      std::string target;
+      if (it->is_symlink(ec)) target = " (a link to '" + fs::read_symlink(it->path(), ec).string() + "')";
+      TROUPE_USER_FAIL() << src_name(s) << ": '" << it->path().lexically_relative(s.path).string() << "' in folder '" << s.path << "'" << target << " lies on "
+                         << fs_name << kPseudoWhy << "; remove it from the folder or narrow the glob";
+    }
     out.push_back(rel);
   }
   TROUPE_USER_CHECK(!ec) << src_name(s) << ": cannot list folder '" << s.path << "': " << ec.message();
@@ -68,6 +99,10 @@ void check_path(const DataSource& s) {
         << (fs::is_directory(s.path, ec) ? "a folder: data.corpus takes one text file; for a folder write a [[data.sources]] table with format = \"dir\""
                                           : "a device, a FIFO or a socket: point it at a text file")
         << ")";
+  if (const char* fs_name = pseudo_filesystem(s.path))
+    TROUPE_USER_FAIL() << src_name(s) << ": '" << s.path << "' lies on " << fs_name << kPseudoWhy << "; point "
+                       << (s.name == "corpus" ? "data.corpus" : "the source's path") << " at "
+                       << (s.format == "dir" ? "a folder of text files" : "a text file") << " on disk";
   // a file or folder this user may not read (root passes access() on anything)
   if (::access(s.path.c_str(), s.format == "dir" ? R_OK | X_OK : R_OK) != 0 && errno == EACCES)
     TROUPE_USER_FAIL() << src_name(s) << ": cannot read '" << s.path << "' (" << std::strerror(EACCES)

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "core/text.h"
 
 namespace troupe::plan {
@@ -116,9 +117,11 @@ RunFiles locate_run(const std::string& run_dir) {
 // The Chrome trace at `trace`, parsed; UserError when it is not JSON or has no traceEvents array.
 nlohmann::json read_trace(const fs::path& trace) {
   nlohmann::json j;
+  // (a read that fails, /proc/self/mem's EIO, is named: not a parser's or a filebuf's words)
+  const std::string text = read_file_checked(trace.string(), "the trace", "pass the run directory that troupe train "
+                                                                          "--trace wrote");
   try {
-    std::ifstream in(trace);
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw UserError("--calibrate: " + trace.string() + " is not a Chrome trace written by troupe train --trace (" +
                     parser_message(e.what()) + "); pass another run directory");

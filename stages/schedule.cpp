@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "core/text.h"
 
 namespace troupe {
@@ -445,13 +446,17 @@ Schedule read_schedule(const std::string& path) {
                                << "); write one with `troupe simulate --schedule 1f1b ... --dump FILE`";
   in.seekg(0, std::ios::end);
   const auto size = (int64_t)in.tellg();
-  in.seekg(0);
+  in.close();
   TROUPE_USER_CHECK(size <= (64 << 20)) << "schedule file '" << printable(path, false, 200) << "' has " << size
                                         << " bytes, more than a schedule within the limits needs (64 MiB); pass a "
                                            "schedule file written by troupe simulate --dump";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_schedule(ss.str(), path);
+  // (a read that fails, /proc/self/mem's EIO, is named: an istream would read it as empty)
+  const std::string text = read_file_checked(path, "schedule file", "write one with `troupe simulate --schedule "
+                                                                    "1f1b ... --dump FILE`", 64u << 20);
+  TROUPE_USER_CHECK(text.size() <= (64u << 20)) << "schedule file '" << printable(path, false, 200)
+                                                << "' holds more than a schedule within the limits needs (64 MiB); "
+                                                   "pass a schedule file written by troupe simulate --dump";
+  return parse_schedule(text, path);
 }
 
 }  // namespace troupe

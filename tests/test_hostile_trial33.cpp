@@ -242,9 +242,10 @@ TEST_CASE("a local rank alone and hysteresis at fp32 are named", "[cli][hostile]
 
 TEST_CASE("a data source that fails mid-read names the cause and the fix", "[cli][hostile][data]") {
   Scratch s(kGroup, "procmem");
-  // /proc/self/mem is a regular file that fails its first read (EIO): the hash must say why.
+  // /proc/self/mem is a regular file that fails its first read (EIO): refused for the
+  // filesystem it lies on (trial 38), before any read
   const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set data.corpus=/proc/self/mem "
                            "--set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
                            s);
-  expect_user_error(r, {"cannot read '/proc/self/mem' to hash it", "after 0 byte(s)", "point data.corpus"});
+  expect_user_error(r, {"'/proc/self/mem' lies on proc", "point data.corpus at a text file on disk"});
 }

@@ -49,3 +49,47 @@ TEST_CASE("a file that cannot be written is told its cause's fix", "[hostile]") 
   CHECK(troupe::write_error_fix(0, "/r").find("ls -l /r") != std::string::npos);
   CHECK(troupe::write_error_fix(ELOOP, "/r").rfind("A symbolic link", 0) == 0);  // a sentence, capitalised
 }
+
+TEST_CASE("a file whose read fails is named so, not read as empty", "[cli][hostile]") {
+  Scratch s(kGroup, "readfail");
+  // /proc/self/mem: a regular file whose first read fails (EIO)
+  expect_user_error(run_troupe("train --config /proc/self/mem --run-dir '" + s.path("run") + "'", s),
+                    {"cannot read config file '/proc/self/mem': reading failed after 0 byte(s)", "--config"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+  expect_user_error(run_troupe("simulate --schedule /proc/self/mem --stages 2 --microbatches 4", s),
+                    {"cannot read schedule file '/proc/self/mem': reading failed", "--dump FILE"});
+  fs::create_directories(s.path("plotme"));
+  std::ofstream(s.path("plotme/config.toml")) << "[train]\nsteps = 2\n";
+  fs::create_symlink("/proc/self/mem", s.path("plotme/metrics.jsonl"));
+  expect_user_error(run_troupe("plot '" + s.path("plotme") + "' --out '" + s.path("p.png") + "'", s),
+                    {"cannot read metrics file", "reading failed after 0 byte(s)"});
+  CHECK_FALSE(fs::exists(s.path("p.png")));
+  expect_user_error(run_troupe("train --config configs/tiny.toml --run-dir '" + s.path("run") + "'", s, 60,
+                               "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_COORDINATOR=127.0.0.1:9 "
+                               "TROUPE_JOB_SECRET_FILE=/proc/self/mem"),
+                    {"cannot read TROUPE_JOB_SECRET_FILE '/proc/self/mem': reading failed"});
+}
+
+TEST_CASE("a data source on a kernel filesystem is refused before it is read", "[cli][hostile][data]") {
+  Scratch s(kGroup, "pseudofs");
+  const std::string cache = " --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'";
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set data.corpus=/proc/cpuinfo" + cache, s),
+                    {"'/proc/cpuinfo' lies on proc (/proc)", "point data.corpus at a text file on disk"});
+  if (fs::exists("/sys/kernel/mm/transparent_hugepage/enabled"))  // sysfs: 4096 bytes said, 23 held
+    expect_user_error(run_troupe("train --config configs/tiny.toml --set "
+                                 "data.corpus=/sys/kernel/mm/transparent_hugepage/enabled" + cache, s),
+                      {"lies on sysfs (/sys)"});
+  // a folder source with a link into /proc among its files: the entry is named, not its target
+  fs::create_directories(s.path("docs"));
+  fs::copy_file("tests/data/tiny_corpus.txt", s.path("docs/a.txt"));
+  fs::create_symlink("/proc/self/mem", s.path("docs/b.txt"));
+  std::ifstream in("configs/tiny.toml");
+  std::string cfg((std::istreambuf_iterator<char>(in)), {});
+  cfg.replace(cfg.find("corpus = "), cfg.find('\n', cfg.find("corpus = ")) - cfg.find("corpus = "), "");
+  cfg += "\n[[data.sources]]\nname = \"docs\"\nformat = \"dir\"\npath = \"" + s.path("docs") + "\"\n";
+  std::ofstream(s.path("dir.toml")) << cfg;
+  expect_user_error(run_troupe("train --config '" + s.path("dir.toml") + "'" + cache, s),
+                    {"source 'docs': 'b.txt' in folder", "(a link to '/proc/self/mem') lies on proc",
+                     "remove it from the folder"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
