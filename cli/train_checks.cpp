@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include "core/read_file.h"
 #include "core/paths.h"
 #include "core/peak.h"
+#include "core/text.h"
 #include "kernels/gemm_libs.h"
 #include "stages/schedule.h"
 #ifdef TROUPE_HAVE_CUDA
@@ -197,6 +199,16 @@ void check_checkpoint_dir(const std::string& ckpt_dir) {
   const std::string link = broken_link_on(ckpt_dir);
   TROUPE_USER_CHECK(link.empty()) << "checkpoint.dir = '" << ckpt_dir << "' cannot be created: " << link
                                   << " try again, or set checkpoint.dir to another folder";
+  // a snapshot's files lie deeper than the folder (step-<k>.tmp-<pid>/shard-dp<d>-pp<p>-tp<t>.bin and
+  // their temporaries): a folder near PATH_MAX passes the probe below, then every snapshot fails
+  constexpr size_t kSnapshotDepth = 80;
+  const std::string abs_dir = fs::absolute(ckpt_dir).lexically_normal().string();
+  TROUPE_USER_CHECK(abs_dir.size() + kSnapshotDepth < PATH_MAX)
+      << "checkpoint.dir = '" << printable(ckpt_dir, false, 120) << "' is " << abs_dir.size()
+      << " bytes long as an absolute path, and a snapshot's files lie up to " << kSnapshotDepth
+      << " bytes deeper (step-<k>.tmp-<pid>/shard-....bin): past the system's limit of " << PATH_MAX - 1
+      << " bytes a path, every snapshot would fail; choose a checkpoint.dir of at most "
+      << PATH_MAX - 1 - kSnapshotDepth << " bytes";
   fs::path p = fs::absolute(ckpt_dir);
   while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
   TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)

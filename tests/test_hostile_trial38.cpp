@@ -93,3 +93,15 @@ TEST_CASE("a data source on a kernel filesystem is refused before it is read", "
                      "remove it from the folder"});
   CHECK_FALSE(fs::exists(s.path("run")));
 }
+
+TEST_CASE("a checkpoint.dir whose snapshots would pass PATH_MAX is refused at the start", "[cli][hostile][checkpoint]") {
+  Scratch s(kGroup, "longckpt");
+  std::string dir = s.path("c");
+  while (dir.size() < 4040) dir += "/" + std::string(60, 'c');  // no folder made: the check is on the path
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=1 --set checkpoint.dir='" + dir +
+                                   "' --run-dir '" + s.path("run") + "'",
+                               s),
+                    {"a snapshot's files lie up to", "choose a checkpoint.dir of at most"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+  CHECK_FALSE(fs::exists(s.path("c")));
+}
