@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "checkpoint/disk.h"
 #include "actors/cluster.h"
 #include "actors/interfaces.h"
 #include "actors/job.h"
@@ -110,6 +111,9 @@ class Coordinator {
   void take_snapshot(int64_t k, int32_t where);
   // The writer's report; throws UserError after checkpoint.max_failures failures in a row.
   void on_snap_done(int64_t k, SnapDone& d);
+  // Before the disk snapshot of step k: checkpoint.dir renamed during the run (its run
+  // directory moved) is followed to its new path, one removed is made again; each warned.
+  void follow_checkpoint_dir(int64_t k);
   // Warns once when checkpoint.dir has room for fewer than two more snapshots.
   void watch_disk();
   // Waits for the snapshots in flight.
@@ -138,6 +142,7 @@ class Coordinator {
   double peak_ = 1.0;                 // the job's peak FLOP/s (MFU denominator; process 0)
   double flops_per_token_ = 0;        // 6 N + 12 L T C
   int failed_snapshots_ = 0;          // snapshots that failed in a row
+  FolderAnchor ckpt_anchor_;          // checkpoint.dir, followed if renamed during the run (process 0)
   std::set<std::string> retention_warned_;  // snapshots retention could not remove, named once
   bool disk_low_ = false;             // watch_disk() has warned
   std::string lost_;                  // a lost process (actors/cluster.h) reported during a diagnosis

@@ -145,6 +145,7 @@ void Coordinator::take_snapshot(int64_t k, int32_t where) {
   info.precision = cfg_.train.precision;
   info.tokenizer_hash = ctx_.tokenizer_hash;
   info.tokenizer_path = ctx_.tokenizer_path;
+  follow_checkpoint_dir(k);
   (*self_)->send(a_.writer, snapbeg_atom::value, k, std::move(info), (int)a_.workers.size(), ctx_.checkpoint_dir);
   in_flight_.insert(k);
   JobResult::Snapshot s;
@@ -197,6 +198,31 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
     return;
   }
   failed_snapshots_ = 0;
+}
+
+void Coordinator::follow_checkpoint_dir(int64_t k) {
+  std::string now;
+  switch (ckpt_anchor_.check(ctx_.checkpoint_dir, &now)) {
+    case FolderAnchor::Where::moved:
+      spdlog::warn("warning: checkpoint.dir {} was moved to {} during the run (its run directory renamed?): the "
+                   "snapshot of step {} and later ones go there, beside the earlier ones (the metrics and the log "
+                   "follow their files); continue this run from there",
+                   ctx_.checkpoint_dir, now, k);
+      ctx_.checkpoint_dir = now;
+      res_->checkpoint_dir = now;
+      break;
+    case FolderAnchor::Where::removed: {
+      spdlog::warn("warning: checkpoint.dir {} was removed during the run (its run directory deleted?): it is made "
+                   "again for the snapshot of step {}, and the snapshots before it are gone",
+                   ctx_.checkpoint_dir, k);
+      std::error_code ec;
+      std::filesystem::create_directories(ctx_.checkpoint_dir, ec);
+      ckpt_anchor_.anchor(ctx_.checkpoint_dir);
+      break;
+    }
+    default:
+      break;
+  }
 }
 
 // Warns once (again after space came back) when the checkpoint directory's filesystem

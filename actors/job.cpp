@@ -24,6 +24,7 @@
 namespace troupe {
 
 Coordinator::Coordinator(const Config& cfg, const JobContext& ctx) : cfg_(cfg), ctx_(ctx) {
+  if (!ctx.checkpoint_dir.empty()) ckpt_anchor_.anchor(ctx.checkpoint_dir);  // (made by the CLI's lock)
   sys_cfg_.set("scheduler.policy", caf::atom("sharing"));
   sys_cfg_.set("scheduler.max-threads", 2);
   register_wire_types(sys_cfg_);

@@ -121,6 +121,7 @@ struct JobResult {
   };
   std::vector<Snapshot> snapshots;
   bool follower = false;           // a process other than 0 of a multi-process job: no results here
+  std::string checkpoint_dir;      // where the snapshots went, when the folder moved during the run (else "")
 };
 
 // Runs cfg.train.steps steps (validating cfg first). Throws UserError for bad input,

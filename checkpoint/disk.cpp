@@ -1,14 +1,18 @@
 // checkpoint/disk.cpp — see disk.h.
 #include "checkpoint/disk.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -155,6 +159,40 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
     }
   }
   return removed;
+}
+
+FolderAnchor::~FolderAnchor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FolderAnchor::anchor(const std::string& path) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  struct stat st {};
+  if (fd_ >= 0 && ::fstat(fd_, &st) == 0) {
+    dev_ = st.st_dev, ino_ = st.st_ino;
+  } else if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+FolderAnchor::Where FolderAnchor::check(const std::string& path, std::string* now) const {
+  if (fd_ < 0) return Where::unknown;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return Where::same;
+  char buf[PATH_MAX + 16];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd_);
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return Where::unknown;
+  std::string where(buf, (size_t)n);
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (where.size() > kDeleted.size() && where.compare(where.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0 &&
+      (::stat(where.c_str(), &st) != 0 || st.st_ino != ino_))
+    return Where::removed;
+  if (::stat(where.c_str(), &st) != 0 || st.st_dev != dev_ || st.st_ino != ino_) return Where::unknown;
+  if (now) *now = where;
+  return Where::moved;
 }
 
 std::string snapshot_failure_fix(int code, const std::string& ckpt_dir) {

@@ -51,6 +51,29 @@ std::vector<std::string> remove_unfinished_snapshots(
     const std::string& ckpt_dir, double before, std::vector<std::string>* kept,
     std::vector<std::pair<std::string, std::string>>* emptied = nullptr);
 
+// A folder followed by what it is, not by its path: a run directory renamed during the run
+// (mv runs/a runs/b) takes its checkpoints folder along, and snapshots written by the old path
+// would make a second, split folder. Opened on a folder that exists (O_PATH); never throws.
+class FolderAnchor {
+ public:
+  FolderAnchor() = default;
+  explicit FolderAnchor(const std::string& path) { anchor(path); }
+  ~FolderAnchor();
+  FolderAnchor(const FolderAnchor&) = delete;
+  FolderAnchor& operator=(const FolderAnchor&) = delete;
+  // Holds the folder now at `path` (none held when it does not exist).
+  void anchor(const std::string& path);
+  enum class Where { same, moved, removed, unknown };
+  // Where the held folder is now against `path`: `same` (path still names it), `moved` (it
+  // now has another path: *now, read from /proc/self/fd), `removed` (deleted), `unknown`
+  // (none held, or /proc not mounted).
+  Where check(const std::string& path, std::string* now) const;
+
+ private:
+  int fd_ = -1;
+  unsigned long long dev_ = 0, ino_ = 0;
+};
+
 // What to do about a snapshot that failed with errno `code` (SystemError::code, 0 when not
 // known) while writing under ckpt_dir, as a clause naming the cause and its fix: a full disk
 // (bytes, or inodes: `df -i`), a quota, the file-size limit (ulimit -f, with its value), the

@@ -531,9 +531,11 @@ void log_restart(const Config& c, const JobContext& ctx, int rank, int restart) 
 
 // The end of a run that returned (process 0 reports the job): a signal's stop, or the
 // trace picture and the final line.
-int report_result(const Config& c, const JobResult& r, const std::string& ckpt_dir, const TrainState* state,
+int report_result(const Config& c, const JobResult& r, const std::string& ckpt_dir_at_start, const TrainState* state,
                   double unigram_entropy) {
   if (r.follower) return 0;  // process 0 reports the job
+  // (a checkpoints folder moved during the run, with its run directory: where it went)
+  const std::string& ckpt_dir = r.checkpoint_dir.empty() ? ckpt_dir_at_start : r.checkpoint_dir;
   if (r.stopped_by_signal) {
     report_signal_stop(r, ckpt_dir, state ? state->step : 0);
     return 0;

@@ -105,3 +105,40 @@ TEST_CASE("a checkpoint.dir whose snapshots would pass PATH_MAX is refused at th
   CHECK_FALSE(fs::exists(s.path("run")));
   CHECK_FALSE(fs::exists(s.path("c")));
 }
+
+TEST_CASE("a folder anchor follows a rename and sees a removal", "[hostile][checkpoint]") {
+  Scratch s(kGroup, "anchor");
+  fs::create_directories(s.path("a/ck"));
+  troupe::FolderAnchor anchor(s.path("a/ck"));
+  std::string now;
+  CHECK(anchor.check(s.path("a/ck"), &now) == troupe::FolderAnchor::Where::same);
+  fs::rename(s.path("a"), s.path("b"));
+  CHECK(anchor.check(s.path("a/ck"), &now) == troupe::FolderAnchor::Where::moved);
+  CHECK(now == s.path("b/ck"));
+  fs::create_directories(s.path("a/ck"));  // a new folder by the old name is not the one held
+  CHECK(anchor.check(s.path("a/ck"), &now) == troupe::FolderAnchor::Where::moved);
+  fs::remove_all(s.path("b"));
+  CHECK(anchor.check(s.path("a/ck"), &now) == troupe::FolderAnchor::Where::removed);
+  troupe::FolderAnchor none(s.path("nothing"));
+  CHECK(none.check(s.path("nothing"), &now) == troupe::FolderAnchor::Where::unknown);
+}
+
+TEST_CASE("a run directory renamed during the run keeps its snapshots together", "[cli][hostile][checkpoint]") {
+  Scratch s(kGroup, "moved");
+  const std::string run = s.path("run"), moved = s.path("moved");
+  const int rc = shell_status(
+      "cd '" + fs::current_path().string() + "' && ('" + troupe_bin() + "' train --config configs/tiny.toml --set "
+      "train.sample_tokens=0 --set train.steps=160 --set train.eval_interval=0 --set checkpoint.interval=80 --set "
+      "data.cache_dir='" + s.path("cache") + "' --run-dir '" + run + "' > '" + s.path("out") + "' 2> '" +
+      s.path("err") + "' & pid=$!; for i in $(seq 1 1200); do [ -f '" + run + "/metrics.jsonl' ] && [ $(wc -l < '" +
+      run + "/metrics.jsonl') -ge 3 ] && break; sleep 0.05; done; mv '" + run + "' '" + moved + "'; wait $pid; echo $? > '" +
+      s.path("rc") + "')");
+  REQUIRE(rc == 0);
+  const std::string err = slurp(s.path("err"));
+  INFO(err);
+  CHECK(slurp(s.path("rc")).substr(0, 1) == "0");
+  CHECK(err.find("was moved to " + moved + "/checkpoints during the run") != std::string::npos);
+  CHECK(fs::exists(moved + "/checkpoints/step-00000080/manifest.capnp"));
+  CHECK(fs::exists(moved + "/checkpoints/step-00000160/manifest.capnp"));
+  CHECK_FALSE(fs::exists(run));  // no second, split run directory
+}
