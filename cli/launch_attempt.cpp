@@ -137,6 +137,7 @@ std::vector<std::string> rank_env(const std::vector<std::string>& base, int r, i
   std::vector<std::string> env = base;
   env.push_back("TROUPE_RANK=" + std::to_string(r));
   env.push_back("TROUPE_LOCAL_RANK=" + std::to_string(r));
+  env.push_back("TROUPE_LAUNCH_RANK=" + std::to_string(r));  // the rank given, checked against TROUPE_RANK
   env.push_back("TROUPE_RESTART_COUNT=" + std::to_string(restart));  // 0 on the first start
   if (restart > 0) env.push_back("TROUPE_FAILURE_TIME=" + std::to_string(failure_time));
   return env;
@@ -216,7 +217,7 @@ struct ChildArgs {
       if (name == "TROUPE_RANK" || name == "TROUPE_WORLD_SIZE" || name == "TROUPE_LOCAL_RANK" ||
           name == "TROUPE_COORDINATOR" || name == "TROUPE_JOB_SECRET" || name == "TROUPE_LOCAL_WORLD_SIZE" ||
           name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME" ||
-          name == "TROUPE_RESPAWN" || name == "TROUPE_LAUNCH_ERRDIR")
+          name == "TROUPE_RESPAWN" || name == "TROUPE_LAUNCH_ERRDIR" || name == "TROUPE_LAUNCH_RANK")
         continue;
       base.push_back(kv);
     }
@@ -257,6 +258,7 @@ class AttemptRun {
         pid_(N_, 0),
         started_as_(N_, restart),
         grace_killed_(N_, false),
+        stopped_(N_, false),
         started_at_(N_, 0),
         respawn_at_(N_, 0),
         quick_losses_(N_, 0),
@@ -333,7 +335,7 @@ class AttemptRun {
   void reap() {
     for (;;) {
       int st = 0;
-      const pid_t p = ::waitpid(-1, &st, WNOHANG);
+      const pid_t p = ::waitpid(-1, &st, WNOHANG | WUNTRACED | WCONTINUED);
       if (p == 0) return;
       if (p < 0) {
         if (errno == EINTR) continue;
@@ -344,6 +346,17 @@ class AttemptRun {
       int r = 0;
       while (r < N_ && pid_[r] != p) ++r;
       if (r == N_) continue;  // not ours
+      if (WIFSTOPPED(st) || WIFCONTINUED(st)) {  // not an end: the job waits for it, said so (trial 38)
+        if (WIFSTOPPED(st) && !stopped_[r])
+          say("launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") is stopped (by " +
+              signal_name(WSTOPSIG(st)) + "): the job waits for it; let it go on with kill -CONT " +
+              std::to_string(p) + ", or stop the launch (Ctrl-C)");
+        else if (WIFCONTINUED(st) && stopped_[r])
+          say("launch: process " + std::to_string(r) + " (pid " + std::to_string(p) + ") goes on (continued)");
+        stopped_[r] = WIFSTOPPED(st);
+        continue;
+      }
+      stopped_[r] = false;
       pid_[r] = 0;
       --live_;
       on_exit(r, p, st);
@@ -537,6 +550,7 @@ class AttemptRun {
   std::vector<pid_t> pid_;          // 0: not running (reaped)
   std::vector<int> started_as_;     // each process's TROUPE_RESTART_COUNT
   std::vector<bool> grace_killed_;
+  std::vector<bool> stopped_;        // stopped by a signal (SIGSTOP, SIGTSTP, ...): said once, until continued
   std::vector<double> started_at_;   // when each process was started (monotonic seconds)
   std::vector<double> respawn_at_;   // when a lost process's back-off ends (0: none pending)
   std::vector<int> quick_losses_;    // each rank's losses in a row within kSteadyS of their start

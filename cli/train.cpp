@@ -473,7 +473,7 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
     static const char* const kKnown[] = {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_RANK", "TROUPE_LOCAL_WORLD_SIZE",
                                          "TROUPE_COORDINATOR", "TROUPE_JOB_SECRET", "TROUPE_JOB_SECRET_FILE",
                                          "TROUPE_RESTART_COUNT", "TROUPE_RESPAWN", "TROUPE_LAUNCH_ERRDIR",
-                                         "TROUPE_LAUNCH_ID", "TROUPE_FAILURE_TIME", "TROUPE_STOP_SIGNALS_HELD",
+                                         "TROUPE_LAUNCH_ID", "TROUPE_LAUNCH_RANK", "TROUPE_FAILURE_TIME", "TROUPE_STOP_SIGNALS_HELD",
                                          "TROUPE_CACHE_DIR", "TROUPE_EVENT_LOG", "TROUPE_GEMM", "TROUPE_NO_PROGRESS_BAR",
                                          "TROUPE_REQUIRE_GPU", "TROUPE_KEEP_SCRATCH", "TROUPE_BIN"};
     if (var.rfind("TROUPE_", 0) == 0 && var.rfind("TROUPE_FAULT_", 0) != 0 &&
@@ -574,6 +574,10 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
     setup_logging("");
   }
   const bool follower = launch.world > 1 && launch.rank != 0;
+  if (launch.source == "none" && std::getenv("TROUPE_COORDINATOR"))  // (left exported? a half-set world is refused)
+    std::fprintf(stderr, "warning: TROUPE_COORDINATOR is set, but no TROUPE_RANK and TROUPE_WORLD_SIZE (nor SLURM's "
+                         "or Open MPI's) make this one of several processes: it trains alone and the coordinator is "
+                         "not used; unset TROUPE_COORDINATOR, or start the job with troupe launch\n");
   // from here a stop signal is a request (a flag): before the first step it ends the
   // command at the next check with exit 2 and no folders left; from the first step on it
   // saves a snapshot and stops

@@ -401,6 +401,20 @@ void check_before_writing(const Config& c, const LaunchEnv& launch, bool followe
   if (c.parallel.sequence_parallel && c.parallel.tp == 1 && !follower)
     spdlog::warn("parallel.sequence_parallel = true does nothing with parallel.tp = 1 (it shards the layernorm and "
                  "dropout activations over the TP group); set parallel.tp > 1 to use it, or leave it out");
+  // keys that only a layout or policy other than this one reads (trial 38): said, not silently ignored
+  const ParallelConfig parallel_defaults{};
+  const FaultConfig fault_defaults{};
+  if (!follower && c.parallel.dp == 1 && c.parallel.dp_bucket_mb != parallel_defaults.dp_bucket_mb)
+    spdlog::warn("parallel.dp_bucket_mb does nothing with parallel.dp = 1 (it sizes the gradient buckets "
+                 "reduce-scattered over the DP group); set parallel.dp > 1 to use it, or leave it out");
+  if (launch.world == 1 && (c.fault.heartbeat_s != fault_defaults.heartbeat_s ||
+                            c.fault.join_timeout_s != fault_defaults.join_timeout_s))
+    spdlog::warn("fault.heartbeat_s and fault.join_timeout_s do nothing in a run of one process (they pace and bound "
+                 "the messages between processes); start the job over several with troupe launch to use them, or "
+                 "leave them out");
+  if (!follower && c.fault.policy == "abort" && c.fault.max_restarts != fault_defaults.max_restarts)
+    spdlog::warn("fault.max_restarts does nothing with fault.policy = \"abort\" (a lost process ends the job); set "
+                 "fault.policy = \"restart\" to use it, or leave it out");
   // the loss scaler exists only in fp16 (bf16 and fp32 need none): a scale set at another precision does nothing
   const TrainConfig defaults{};
   if (c.train.precision != "fp16" && !follower &&

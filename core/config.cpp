@@ -102,6 +102,25 @@ std::string shown_key(const std::string& name) {
   if ((a > 0 || b < name.size()) && find_key(name.substr(a, b - a)))
     throw UserError("config key '" + shown_key(name) + "'" + where + " has spaces around it; write it without them (--set " +
                     name.substr(a, b - a) + "=VALUE)");
+  // a look-alike letter (a Cyrillic 'а' in "trаin.steps", pasted from a document): named, as
+  // the key prints the same as the one meant
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c0 = (unsigned char)name[i];
+    if (c0 < 0x80) continue;
+    const size_t len = c0 >= 0xF0 ? 4 : c0 >= 0xE0 ? 3 : c0 >= 0xC0 ? 2 : 1;
+    unsigned cp = len == 1 ? c0 : c0 & (0x7Fu >> len);
+    bool valid = len > 1 && i + len <= name.size();
+    for (size_t k = 1; valid && k < len; ++k) {
+      valid = ((unsigned char)name[i + k] & 0xC0) == 0x80;
+      cp = (cp << 6) | ((unsigned char)name[i + k] & 0x3Fu);
+    }
+    size_t column = 0;  // characters before it
+    for (size_t k = 0; k < i; ++k) column += (((unsigned char)name[k] & 0xC0) != 0x80);
+    throw UserError("unknown config key '" + shown_key(printable(name, false, 300)) + "'" + where +
+                    ": its character " + std::to_string(column + 1) + " is " +
+                    (valid ? fmt::format("U+{:04X}", cp) : fmt::format("the byte 0x{:02X}", c0)) +
+                    ", not ASCII (a look-alike letter, pasted?); config keys are ASCII: type the key again");
+  }
   std::string sec = name.substr(0, name.find('.'));
   std::string known;
   for (auto& k : key_table())

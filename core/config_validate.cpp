@@ -42,7 +42,11 @@ void check_model(const ModelConfig& m) {
   }
   TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << fmt::format("{}", m.dropout)
                                                     << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";
-  TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size << " must be at least 2";
+  // (a trained tokenizer needs 259 and more, checked where the corpus is known: 2 is the model's own floor)
+  TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size
+                                       << " must be at least 2 for the model, and a tokenizer troupe trains needs at "
+                                          "least 259 (2 special + 256 byte pieces + the corpus's characters): use 512 "
+                                          "or more";
 }
 
 // [parallel]: pp, chunks, tp, dp against the model and the worker limit `max_workers`;

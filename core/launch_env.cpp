@@ -60,6 +60,15 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
     }
     break;
   }
+  // troupe launch's own record of the rank it gave (a command that sets TROUPE_RANK over
+  // it, `env TROUPE_RANK=0 troupe train`, makes two processes 0 that fight over the run)
+  if (const char* lr = get("TROUPE_LAUNCH_RANK"); lr && e.source == "troupe") {
+    const int launched = parse_int("TROUPE_LAUNCH_RANK", lr, 0, 1 << 20);
+    TROUPE_USER_CHECK(launched == e.rank)
+        << "environment: TROUPE_RANK=" << e.rank << " but troupe launch started this process as rank " << launched
+        << " (TROUPE_LAUNCH_RANK): the command sets TROUPE_RANK over the launcher's, so two processes would be rank "
+        << e.rank << "; remove TROUPE_RANK from the command after `troupe launch ... --`";
+  }
   // a local rank without a launcher's rank and world (checked: a one-process run is local rank 0)
   if (e.source == "none")
     if (const char* l = get("TROUPE_LOCAL_RANK")) e.local_rank = parse_int("TROUPE_LOCAL_RANK", l, 0, 0);
@@ -88,6 +97,9 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
 void refuse_ipv6_host(const std::string& host, const std::string& what) {
   TROUPE_USER_CHECK(host.find("://") == std::string::npos && host.find('/') == std::string::npos)
       << what << " holds a URL or a path (" << host << "...); it takes HOST:PORT, e.g. 127.0.0.1:29500";
+  // one ':' is no IPv6 address (those have two or more): a second port, 127.0.0.1:5000 of "127.0.0.1:5000:6000"
+  TROUPE_USER_CHECK(std::count(host.begin(), host.end(), ':') != 1 || host.find_first_of("[]") != std::string::npos)
+      << what << " holds more than one ':' (HOST:PORT:PORT?); it takes one HOST:PORT, e.g. 127.0.0.1:29500";
   TROUPE_USER_CHECK(host.find_first_of(":[]") == std::string::npos)
       << what << " names an IPv6 address; troupe's coordinator and data plane use IPv4 only: use an "
       << "IPv4 address (e.g. 127.0.0.1) or a host name that resolves to one";

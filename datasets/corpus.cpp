@@ -161,7 +161,8 @@ std::vector<std::string> parse_corpus(std::string_view text, const std::string& 
   TROUPE_USER_CHECK(bad == std::string_view::npos)
       << "corpus '" << name << "' is not valid UTF-8: bad byte 0x" << std::hex
       << static_cast<unsigned>(static_cast<unsigned char>(text[bad])) << std::dec
-      << " at byte offset " << bad << "; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)";
+      << " at byte offset " << bad << "; convert the file to UTF-8 from its encoding (iconv -f ENCODING -t utf-8; `file -i` or `uchardet` "
+      << "may name it: latin1, cp1252, shift-jis, gb18030, ...)";
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // byte-order mark
 
   std::vector<std::string> docs;

@@ -373,7 +373,8 @@ void DocReader::check_utf8(std::string& text, const std::string& file, uint64_t 
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[bad])));
     throw UserError(src_name(source_) + ": line " + std::to_string(at) + " of '" + file + "' is not valid UTF-8 (byte " +
-                    hex + "); convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8), or set utf8 = \"drop\" or " +
+                    hex + "); convert the file to UTF-8 from its encoding (iconv -f ENCODING -t utf-8; `file -i` or `uchardet` "
+                    "may name it: latin1, cp1252, shift-jis, gb18030, ...), or set utf8 = \"drop\" or " +
                     "\"replace\" for this source");
   }
   invalid_bytes_ += repair_utf8(text, policy_);

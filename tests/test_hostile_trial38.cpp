@@ -81,9 +81,9 @@ TEST_CASE("a data source on a kernel filesystem is refused before it is read", "
                       {"lies on sysfs (/sys)"});
   // a folder source with a link into /proc among its files: the entry is named, not its target
   fs::create_directories(s.path("docs"));
-  fs::copy_file("tests/data/tiny_corpus.txt", s.path("docs/a.txt"));
+  fs::copy_file(std::string(TROUPE_SOURCE_DIR) + "/tests/data/tiny_corpus.txt", s.path("docs/a.txt"));
   fs::create_symlink("/proc/self/mem", s.path("docs/b.txt"));
-  std::ifstream in("configs/tiny.toml");
+  std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/configs/tiny.toml");
   std::string cfg((std::istreambuf_iterator<char>(in)), {});
   cfg.replace(cfg.find("corpus = "), cfg.find('\n', cfg.find("corpus = ")) - cfg.find("corpus = "), "");
   cfg += "\n[[data.sources]]\nname = \"docs\"\nformat = \"dir\"\npath = \"" + s.path("docs") + "\"\n";
@@ -127,7 +127,7 @@ TEST_CASE("a run directory renamed during the run keeps its snapshots together",
   Scratch s(kGroup, "moved");
   const std::string run = s.path("run"), moved = s.path("moved");
   const int rc = shell_status(
-      "cd '" + fs::current_path().string() + "' && ('" + troupe_bin() + "' train --config configs/tiny.toml --set "
+      "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && ('" + troupe_bin() + "' train --config configs/tiny.toml --set "
       "train.sample_tokens=0 --set train.steps=160 --set train.eval_interval=0 --set checkpoint.interval=80 --set "
       "data.cache_dir='" + s.path("cache") + "' --run-dir '" + run + "' > '" + s.path("out") + "' 2> '" +
       s.path("err") + "' & pid=$!; for i in $(seq 1 1200); do [ -f '" + run + "/metrics.jsonl' ] && [ $(wc -l < '" +
@@ -141,4 +141,55 @@ TEST_CASE("a run directory renamed during the run keeps its snapshots together",
   CHECK(fs::exists(moved + "/checkpoints/step-00000080/manifest.capnp"));
   CHECK(fs::exists(moved + "/checkpoints/step-00000160/manifest.capnp"));
   CHECK_FALSE(fs::exists(run));  // no second, split run directory
+}
+
+TEST_CASE("trial 38's messages: look-alike key letters, vocab floor, two ports, encodings", "[cli][hostile]") {
+  Scratch s(kGroup, "messages");
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set 'tr\xD0\xB0in.steps=3'", s),
+                    {"its character 3 is U+0430, not ASCII", "type the key again"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set model.vocab_size=1", s), {"at least 259"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --run-dir '" + s.path("run") + "'", s, 60,
+                               "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123456789abcdef "
+                               "TROUPE_COORDINATOR=127.0.0.1:5000:6000"),
+                    {"holds more than one ':'"});
+  // Shift-JIS bytes: never told to convert from latin1 (mojibake)
+  std::ofstream(s.path("sjis.txt")) << "\x82\xb1\x82\xf1\x82\xc9\x82\xbf\x82\xcd\n\n\x90\xa2\x8a\x45\n";
+  const Run r = run_troupe("train --config configs/tiny.toml --set data.corpus='" + s.path("sjis.txt") +
+                               "' --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
+                           s);
+  expect_user_error(r, {"iconv -f ENCODING -t utf-8", "shift-jis"});
+  CHECK(r.err.find("iconv -f latin1") == std::string::npos);
+}
+
+TEST_CASE("keys this layout does not read and a lone TROUPE_COORDINATOR are said", "[cli][hostile]") {
+  Scratch s(kGroup, "unused");
+  const std::string base = "train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 --set "
+                           "data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run");
+  int n = 0;
+  for (const auto& [set, said] : std::vector<std::pair<std::string, std::string>>{
+           {"--set parallel.dp_bucket_mb=64", "parallel.dp_bucket_mb does nothing with parallel.dp = 1"},
+           {"--set fault.heartbeat_s=2", "do nothing in a run of one process"},
+           {"--set fault.max_restarts=5 --set fault.policy=abort", "fault.max_restarts does nothing"}}) {
+    const Run r = run_troupe(base + std::to_string(++n) + "' " + set, s);
+    INFO(r.err);
+    CHECK(r.rc == 0);
+    CHECK(r.err.find(said) != std::string::npos);
+  }
+  const Run r = run_troupe(base + "0'", s, 120, "TROUPE_COORDINATOR=127.0.0.1:1");
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("TROUPE_COORDINATOR is set, but no TROUPE_RANK") != std::string::npos);
+}
+
+TEST_CASE("troupe launch names a rank set over its own and a stopped process", "[cli][hostile][launch]") {
+  Scratch s(kGroup, "launch");
+  const Run r = run_troupe("launch --nprocs 2 --grace 3 -- env TROUPE_RANK=0 '" + troupe_bin() +
+                               "' train --config configs/tiny.toml --set train.steps=2 --run-dir '" + s.path("run") + "'",
+                           s, 120);
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("troupe launch started this process as rank 1 (TROUPE_LAUNCH_RANK)") != std::string::npos);
+  const Run st = run_troupe("launch --nprocs 1 --grace 1 -- sh -c 'kill -STOP $$; exit 0'", s, 4);
+  CHECK(st.rc == 124);  // it waits: the job is not over, and says why
+  CHECK(st.err.find("is stopped (by SIGSTOP): the job waits for it; let it go on with kill -CONT") != std::string::npos);
 }
