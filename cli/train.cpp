@@ -569,6 +569,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // others only run their workers.
   const double started = unix_seconds();
   const LaunchEnv launch = read_launch_env();
+  (void)launch_local_world_size(launch.world);  // checked before anything is said or written (read again later)
   if (launch.world > 1) {  // every line says which process wrote it
     log_prefix_ = fmt::format("[process {}] ", launch.rank);
     setup_logging("");
