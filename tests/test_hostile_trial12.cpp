@@ -157,7 +157,7 @@ TEST_CASE("a UTF-16 or NUL-filled corpus is named as such, a /proc file as sizel
   expect_user_error(run_troupe(prep + "--set data.corpus='" + s.path("u32.txt") + "'", s, 60),
                     {"UTF-32 byte-order mark", "iconv -f UTF-32 -t UTF-8"});
   expect_user_error(run_troupe(prep + "--set data.corpus=/proc/self/status", s, 60),
-                    {"report no size", "copy it to a regular file"});
+                    {"lies on proc (/proc)", "point data.corpus at a text file on disk"});  // (trial 38)
   // nothing of the refused preparations is left in the cache
   if (fs::exists(s.path("cache"))) CHECK(fs::is_empty(s.path("cache")));
   // the file-size limit named as the cause of a failed write (generate --logits-out)
