@@ -10,6 +10,7 @@
 #include <sstream>
 #include <cctype>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,16 @@ namespace {
 // word ("--seed 99999999999999999999999" became 2^63 - 1): this check refuses it first.
 const CLI::Validator kWholeNumberInRange(
     [](std::string& s) -> std::string {
+      // decimal only: CLI11 reads 010 as octal 8 and 0x10 as 16 (trial 39), TOML refuses both
+      const size_t digits = s.find_first_not_of("+-") == 1 ? 1 : 0;
+      if (s.size() > digits + 1 && s[digits] == '0' && (s[digits + 1] == 'x' || s[digits + 1] == 'X' ||
+                                                        s[digits + 1] == 'b' || s[digits + 1] == 'B' ||
+                                                        s[digits + 1] == 'o' || s[digits + 1] == 'O'))
+        return "'" + s.substr(0, 40) + "' is not a decimal number (0x, 0b and 0o numbers are not taken here): write "
+               "it in decimal";
+      if (s.size() > digits + 1 && s[digits] == '0' && std::isdigit((unsigned char)s[digits + 1]))
+        return "'" + s.substr(0, 40) + "' has a leading zero (which some tools read as octal: 010 as 8): write it "
+               "in decimal without leading zeros";
       errno = 0;
       char* end = nullptr;
       (void)std::strtoll(s.c_str(), &end, 0);
@@ -421,6 +432,16 @@ int run_command(int argc, char** argv) {
   } catch (const std::bad_alloc& e) {  // a memory limit the user set or can raise: the sentence names the fix
     print_error(log_prefix_ + describe_exception(e));
     return 2;
+  } catch (const std::system_error& e) {
+    // a thread the system would not start (std::thread: EAGAIN) is a limit the user set or can raise
+    if (e.code() == std::errc::resource_unavailable_try_again) {
+      print_error(log_prefix_ + "cannot start another thread (" + e.what() + "): this process reached the limit on "
+                  "threads (ulimit -u for the user, or a cgroup's pids.max); raise it, or use fewer threads "
+                  "(train.threads, data.threads, fewer processes per host)");
+      return 2;
+    }
+    print_error(log_prefix_ + describe_exception(e), false);
+    return 1;
   } catch (const std::exception& e) {
     print_error(log_prefix_ + describe_exception(e), false);  // an internal failure: its wait-for graph below
     return 1;

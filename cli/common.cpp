@@ -43,6 +43,7 @@
 #include "cli/launch.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/file_lock.h"
 #include "core/paths.h"
 #include "core/events.h"
 #include "core/job_error.h"
@@ -280,7 +281,14 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   TROUPE_USER_CHECK(fd >= 0) << "cannot create " << lock << " ("
                              << (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)) << "); " << fix;
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  bool locked = false;
+  try {
+    locked = try_lock_exclusive(fd, lock, fix.substr(fix.rfind(' ') + 1));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (!locked) {
     const long pid = recorded_pid(fd);
     ::close(fd);
     throw UserError(in_use_by(what + " '" + dir + "'", why_busy, pid) + "; wait for it or " + fix);

@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "cli/common.h"
+#include "cli/train_checks.h"
+#include "core/peak.h"
 #include "core/error.h"
 #include "datasets/corpus.h"
 
@@ -53,6 +55,7 @@ int cmd_prepare(const Config& c, const std::string& report, const std::string& c
     check_output_file(report, "--report");
     check_output_file(removed, "--report");
   }
+  check_cgroup_tasks((c.data.threads > 0 ? c.data.threads : usable_cores()) + 8, "lower data.threads");
   setup_logging("");
   const PreparedData d = prepare(c);
   std::fputs(report_table(d).c_str(), stdout);

@@ -44,6 +44,8 @@
 #include "stages/simulator.h"
 #include "stages/stage.h"
 #include "cli/common.h"
+#include "cli/train_checks.h"
+#include "core/peak.h"
 #include "cli/figures.h"
 
 namespace fs = std::filesystem;
@@ -143,6 +145,7 @@ int cmd_generate(const GenerateOptions& o) {
   TROUPE_USER_CHECK(o.prompt.size() <= (1u << 20)) << "--prompt has " << o.prompt.size()
                                                    << " bytes; use at most 1 MiB (the model sees its last block_size tokens)";
   check_snapshot_arg(o.dir);
+  check_cgroup_tasks(usable_cores() + 8, "run it where more threads may start");  // (OpenMP's team, and its own)
   refuse_overwriting(o.logits_out, "--logits-out", {}, {o.dir});
   Config c = snapshot_config(o.dir);
   // the JSON holds vocab_size logits of up to ~16 characters each: refused before any text

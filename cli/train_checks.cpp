@@ -117,6 +117,14 @@ void check_device(const Config& c) {
 // The process limit (ulimit -u, RLIMIT_NPROC) counts every thread of the user. A job whose
 // processes on this host need more than is left failed inside libgomp ("Thread creation
 // failed", exit 1, no sentence) after the data step. Refused (UserError) up front instead:
+void check_cgroup_tasks(long need, const std::string& fix) {
+  const long left = cgroup_tasks_left();
+  TROUPE_USER_CHECK(left < 0 || need <= left)
+      << "this process's cgroup lets only " << left << " more thread(s) start (pids.max, less those running), and "
+      << "this command needs about " << need << "; raise the cgroup's pids.max (or the job's task limit in the batch "
+      << "system), or " << fix;
+}
+
 // each process needs its thread budget (train.threads, or its share of the cores) plus
 // kOwnThreads of its own (the actor scheduler, the data plane, the snapshot writer, ...).
 // Root is not held to the limit. A sibling that started already is counted twice: the
@@ -126,13 +134,14 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
   // train.threads = 16 (each: the stage worker's OpenMP team and the optimizer actor's, of
   // the budget each, and ~10 of its own)
   constexpr long kOwnThreads = 16;
-  rlimit np{};
-  if (::geteuid() == 0 || ::getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY) return;
   long local = 1;
   if (launch.world > 1) local = launch_local_world_size(launch.world);
   const long cores = usable_cores();
   const long budget = c.train.threads > 0 ? c.train.threads : std::max(1L, cores / local);
   const long need = local * (2 * budget + kOwnThreads);
+  check_cgroup_tasks(need, "lower train.threads");
+  rlimit np{};
+  if (::geteuid() == 0 || ::getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY) return;
   const long in_use = user_threads(::getuid());
   TROUPE_USER_CHECK(in_use + need <= (long)np.rlim_cur)
       << "the process limit (ulimit -u) is " << np.rlim_cur << " threads for this user, counting those already "

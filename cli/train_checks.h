@@ -18,6 +18,9 @@ void check_coordinator_address(const LaunchEnv& launch);
 // Refuses a job whose processes on this host need more threads than the process limit
 // (RLIMIT_NPROC, which counts every thread of the user) leaves; root is not held to it.
 void check_thread_limit(const Config& c, const LaunchEnv& launch);
+// Refuses (UserError, naming `fix`) a command needing about `need` more threads than its
+// pids cgroup lets start (core/peak.h cgroup_tasks_left; a limit that binds root too).
+void check_cgroup_tasks(long need, const std::string& fix);
 // An explicit checkpoint.dir: created and probed with a file, then removed again; refused
 // when it cannot be created or written.
 void check_checkpoint_dir(const std::string& ckpt_dir);

@@ -30,6 +30,38 @@ int usable_cores() {
   return (int)std::max(1u, std::thread::hardware_concurrency());
 }
 
+long cgroup_tasks_left() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string base, rel;
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    if (controllers == "pids" || (controllers.empty() && base.empty())) {  // v1 pids, else v2's unified tree
+      base = controllers.empty() ? "/sys/fs/cgroup" : "/sys/fs/cgroup/pids";
+      rel = line.substr(b + 1);
+      if (!controllers.empty()) break;
+    }
+  }
+  if (base.empty()) return -1;
+  long left = -1;
+  for (std::filesystem::path p = std::filesystem::path(base + rel).lexically_normal();; p = p.parent_path()) {
+    std::ifstream mx(p / "pids.max"), cur(p / "pids.current");
+    std::string max_text;
+    long current = 0;
+    if (mx >> max_text && max_text != "max" && cur >> current) {
+      char* end = nullptr;
+      const long limit = std::strtol(max_text.c_str(), &end, 10);
+      if (end != max_text.c_str() && *end == '\0') {
+        const long room = std::max(0L, limit - current);
+        left = left < 0 ? room : std::min(left, room);
+      }
+    }
+    if (p.string().size() <= base.size() || p == p.parent_path()) break;
+  }
+  return left;
+}
+
 namespace {
 
 // The calling thread's CPU time: a trial counts only the time it ran, so other processes

@@ -23,6 +23,12 @@ namespace troupe {
 // std::thread::hardware_concurrency() counts every CPU of the machine. Never throws.
 int usable_cores();
 
+// The tasks (threads and processes) that can still start in this process's pids cgroup and
+// every cgroup above it (cgroup v1's pids controller or v2's pids.max, less pids.current):
+// the smallest room over the hierarchy; -1 when no level sets a limit or it cannot be read.
+// A limit binds root too (unlike ulimit -u). Never throws.
+long cgroup_tasks_left();
+
 
 struct CpuInfo {
   std::string model;  // /proc/cpuinfo "model name", e.g. "AMD EPYC 7B13"

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_lock.h"
 
 namespace troupe {
 
@@ -121,7 +122,15 @@ CacheLock::CacheLock(const std::string& dir, const DataLogFn& log) : path_(dir +
         << "the command again to prepare it, after fixing what that process reported";
     TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(err) << "; "
                                 << path_error_fix(err) << " (data.cache_dir)";
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    bool locked = false;
+    try {
+      locked = try_lock_exclusive(fd_, path_, "data.cache_dir");
+    } catch (...) {  // a filesystem without locks (ENOLCK): nobody can hold this .lock, so it goes
+      ::close(fd_);
+      ::unlink(path_.c_str());
+      throw;
+    }
+    if (!locked) {
       if (log && !said) {
         const auto [who, state] = lock_holder(fd_);
         log("waiting for " + who + " preparing " + dir + state);
@@ -129,7 +138,7 @@ CacheLock::CacheLock(const std::string& dir, const DataLogFn& log) : path_(dir +
       said = true;
       // no deadline: preparing a large corpus takes as long as it takes (hours for tens of
       // GB); a stop signal ends the wait at once, changing nothing
-      while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      while (!try_lock_exclusive(fd_, path_, "data.cache_dir")) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         if (const auto now = std::chrono::steady_clock::now(); log && now >= next_note) {
           const auto minutes = std::chrono::duration_cast<std::chrono::minutes>(now - start).count();

@@ -12,6 +12,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 
@@ -129,7 +130,13 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) 
     }
   };
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < nt; ++t) pool.emplace_back(work);
+  for (size_t t = 1; t < nt; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {  // no thread left (ulimit -u, a cgroup's pids.max): the
+      break;                              // started ones share the work, by index: the same result
+    }
+  }
   work();
   for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
@@ -86,7 +87,13 @@ std::vector<int32_t> tokenize_documents(const Tokenizer& tok, const std::vector<
     }
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < nt; ++t) pool.emplace_back(work);
+  for (unsigned t = 1; t < nt; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {  // no thread left (ulimit -u, a cgroup's pids.max): the
+      break;                              // started ones share the work, by index: the same result
+    }
+  }
   work();
   for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);

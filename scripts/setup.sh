@@ -13,7 +13,7 @@ PKGS=(
   libopenblas-dev libblis-dev libdnnl-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libprotobuf-dev protobuf-compiler gnuplot-nox
-  npm
+  npm strace  # strace: the tests inject failing system calls (flock ENOLCK, clone EAGAIN)
 )
 if [[ "${1:-}" == "--reference" ]]; then
   PKGS+=(python3-torch python3-numpy)
