@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/paths.h"
+#include "core/interrupt.h"
 #include "model/gpt.h"
 #include "schemas/snapshot.capnp.h"
 
@@ -102,10 +104,12 @@ uint64_t export_safetensors(const TrainState& st, const Config& cfg, const std::
   while (h.size() % 8 != 0) h += ' ';
   // a failure at any point removes the temporary file: nothing half-written stays behind
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  note_partial_file(tmp);  // a stop signal meanwhile removes it (core/interrupt.h)
   auto fail = [&](const std::string& what) {
     const int err = errno;
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
+    forget_partial_file(tmp);
     if (err == EFBIG)  // the file-size limit, not the disk
       throw UserError(what + " (" + std::strerror(err) + "): the export is larger than the file-size limit (ulimit -f); "
                       "raise it (ulimit -f unlimited)");
@@ -123,7 +127,12 @@ uint64_t export_safetensors(const TrainState& st, const Config& cfg, const std::
     out.close();
     if (!out) fail("cannot write " + tmp);
   }
+  if (const int err = fsync_path(tmp); err != 0) {  // whole on disk before it replaces an older export
+    errno = err;
+    fail("cannot flush " + tmp + " to disk");
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to " + path);
+  forget_partial_file(tmp);
   return 8 + h.size() + off;
 }
 

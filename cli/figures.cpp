@@ -23,6 +23,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "core/interrupt.h"
 
 namespace fs = std::filesystem;
@@ -190,7 +191,10 @@ void render_png(const std::string& script, const std::string& out, const std::st
                                 "gnuplot: leave out {}, and report the message",
                                 out, reason, option));
   }
-  fs::rename(tmp, out, ec);
+  if (const int err = fsync_path(tmp); err != 0)  // whole on disk before it replaces the old picture
+    ec = std::error_code(err, std::generic_category());
+  else
+    fs::rename(tmp, out, ec);
   if (ec) {
     const std::string why = ec.message();
     fs::remove(tmp, ec);

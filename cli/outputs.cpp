@@ -19,6 +19,7 @@
 #include "checkpoint/disk.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/paths.h"
 #include "core/text.h"
 
@@ -154,13 +155,16 @@ void check_output_file(const std::string& path, const std::string& option, uint6
 
 void write_output_file(const std::string& path, const std::string& text, const std::string& option) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  note_partial_file(tmp);  // a stop signal meanwhile removes it (core/interrupt.h)
   bool ok = false;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     ok = out.good() && (out << text).good() && (out.close(), out.good());
   }
-  const int err = errno;
+  int err = errno;
+  if (ok) err = fsync_path(tmp), ok = err == 0;  // whole on disk before it replaces the old file
   ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  forget_partial_file(tmp);
   if (!ok) {
     std::error_code ec;
     fs::remove(tmp, ec);

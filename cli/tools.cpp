@@ -132,6 +132,10 @@ struct TextStream {
 
 // troupe generate DIR --prompt "..." [--tokens N --temperature T --top-k K --seed S]
 int cmd_generate(const GenerateOptions& o) {
+  // (its one process would read the launcher's TROUPE_LOCAL_WORLD_SIZE as a job of several)
+  TROUPE_USER_CHECK(!std::getenv("TROUPE_LAUNCH_ID"))
+      << "troupe generate runs in one process, not under troupe launch (which starts the processes of one training "
+         "job, troupe train): run it by itself";
   TROUPE_USER_CHECK(o.tokens >= 1 && o.tokens <= kMaxSampleTokens)
       << "--tokens " << o.tokens << " is out of range; use 1 to " << kMaxSampleTokens;
   TROUPE_USER_CHECK(o.temperature >= 0 && std::isfinite(o.temperature))

@@ -133,6 +133,12 @@ std::string missing_reason(const std::string& path) {
     return "is a symbolic link to nothing (it points to '" + std::string(target, n > 0 ? (size_t)n : 0) +
            "', which does not exist); fix or remove the link, and";
   }
+  if (errno == ENOENT && !path.empty() && path[0] != '/') {  // relative to a current folder deleted under it
+    char cwd[64];
+    if (::getcwd(cwd, sizeof cwd) == nullptr && errno == ENOENT)
+      return "does not exist here: it is relative, and the current folder was deleted (cd to an existing folder, or "
+             "give an absolute path);";
+  }
   return "does not exist;";
 }
 

@@ -76,6 +76,7 @@ namespace {
 constexpr int kPartialSlots = 8;
 struct PartialSlot {
   std::atomic<int> state{0};
+  bool file = false;  // a temporary file (note_partial_file), else a flat folder
   char path[4096] = {};
 };
 PartialSlot g_partial[kPartialSlots];
@@ -107,16 +108,23 @@ bool remove_flat_dir(const char* path) noexcept {
 }
 }  // namespace
 
-void note_partial_dir(const std::string& path) {
+namespace {
+void note_partial(const std::string& path, bool file) {
   if (path.size() >= sizeof(PartialSlot::path)) return;
   for (auto& slot : g_partial) {
     int free = 0;
     if (!slot.state.compare_exchange_strong(free, 1)) continue;
+    slot.file = file;
     std::memcpy(slot.path, path.c_str(), path.size() + 1);
     slot.state.store(2);
     return;
   }
 }
+}  // namespace
+
+void note_partial_dir(const std::string& path) { note_partial(path, false); }
+void note_partial_file(const std::string& path) { note_partial(path, true); }
+void forget_partial_file(const std::string& path) { forget_partial_dir(path); }
 
 void forget_partial_dir(const std::string& path) {
   for (auto& slot : g_partial) {
@@ -150,7 +158,9 @@ void remove_partial_dirs() noexcept {
   for (auto& slot : g_partial) {
     int held = 2;  // (a folder its writer claimed for the rename is left to it: 3)
     if (slot.state.compare_exchange_strong(held, 4))
-      for (int attempt = 0; attempt < 3 && !remove_flat_dir(slot.path); ++attempt) {
+      for (int attempt = 0; attempt < 3 && !(slot.file ? ::unlink(slot.path) == 0 || errno == ENOENT
+                                                        : remove_flat_dir(slot.path));
+           ++attempt) {
       }
   }
   errno = saved;

@@ -37,6 +37,11 @@ bool left_ignored(int sig);
 // At most 8 at a time (more are not noted); paths longer than 4095 bytes are not noted.
 void note_partial_dir(const std::string& path);
 void forget_partial_dir(const std::string& path);
+// The same for a temporary output file (export's OUT.tmp-<pid>, a figure's, --logits-out's):
+// remove_partial_dirs unlinks it, so a stop that ends the process at once leaves none. Forget
+// it once renamed into place or removed.
+void note_partial_file(const std::string& path);
+void forget_partial_file(const std::string& path);
 // The writer is about to rename the noted folder `path` into a complete snapshot: from now
 // on remove_partial_dirs leaves it alone (it unlinks through a handle on the folder, which
 // would follow it past the rename and empty the snapshot). False when remove_partial_dirs

@@ -1,5 +1,10 @@
 #include "core/paths.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 namespace fs = std::filesystem;
 
 namespace troupe {
@@ -11,6 +16,14 @@ fs::path resolved_path(const std::string& path) {
   if (ec) a = fs::path(path);
   fs::path c = fs::weakly_canonical(a, ec);
   return ec || c.empty() ? a.lexically_normal() : c;
+}
+
+int fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  return rc == 0 ? 0 : err;
 }
 
 }  // namespace troupe

@@ -13,4 +13,9 @@ namespace troupe {
 // (an allocation failure aside).
 std::filesystem::path resolved_path(const std::string& path);
 
+// Flushes the file at `path` to its disk (fsync(2) through a new read-only descriptor), so a
+// temporary file renamed over an output is whole after a power loss, not empty. Returns 0, or
+// the errno of the open or the fsync. Never throws.
+int fsync_path(const std::string& path);
+
 }  // namespace troupe

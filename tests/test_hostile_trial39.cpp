@@ -71,3 +71,46 @@ TEST_CASE("a pids cgroup too small for the threads is refused up front", "[cli][
   CHECK_FALSE(fs::exists(s.path("run")));
   CHECK_FALSE(fs::exists(s.path("cache")));
 }
+
+TEST_CASE("an export stopped by a signal leaves no temporary file, and outputs are synced", "[cli][hostile]") {
+  if (!have_strace()) {
+    WARN("skipped: strace is not installed (scripts/setup.sh installs it): cannot slow the writes");
+    return;
+  }
+  Scratch s(kGroup, "exportstop");
+  REQUIRE(run_troupe("train --config configs/tiny.toml --set train.steps=2 --set checkpoint.interval=2 --set "
+                     "train.sample_tokens=0 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
+                     s).rc == 0);
+  const std::string snap = s.path("run/checkpoints/step-00000002"), out = s.path("m.safetensors");
+  // every write(2) slowed by 0.3 s: the temporary file lives long enough to be stopped in
+  const int rc = shell_status(
+      "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && (strace -f -qq -o /dev/null -e trace=write -e "
+      "inject=write:delay_enter=300000 '" + troupe_bin() + "' export '" + snap + "' '" + out + "' 2> '" +
+      s.path("err") + "' & sp=$!; for i in $(seq 1 200); do ls '" + out + "'.tmp-* > /dev/null 2>&1 && break; "
+      "sleep 0.05; done; kill -TERM $(pgrep -f \"^" + troupe_bin() + " export " + snap + "\"); wait $sp; echo $? > '" +
+      s.path("rc") + "')");
+  REQUIRE(rc == 0);
+  INFO(slurp(s.path("err")));
+  CHECK(slurp(s.path("rc")).substr(0, 1) == "2");
+  CHECK(slurp(s.path("err")).find("stopped by SIGTERM; nothing was left half-written") != std::string::npos);
+  for (const auto& e : fs::directory_iterator(s.path("")))
+    CHECK(e.path().filename().string().find("m.safetensors") == std::string::npos);  // no OUT, no OUT.tmp-PID
+  // a whole export is flushed to disk before it is renamed into place
+  REQUIRE(shell_status("cd '" + std::string(TROUPE_SOURCE_DIR) + "' && strace -f -qq -e trace=fsync -o '" +
+                       s.path("trace") + "' '" + troupe_bin() + "' export '" + snap + "' '" + out + "' 2> /dev/null") == 0);
+  CHECK(slurp(s.path("trace")).find("fsync(") != std::string::npos);
+  CHECK(fs::exists(out));
+}
+
+TEST_CASE("generate under troupe launch and a deleted current folder name their causes", "[cli][hostile]") {
+  Scratch s(kGroup, "causes");
+  expect_user_error(run_troupe("launch --nprocs 2 --grace 2 -- '" + troupe_bin() + "' generate no-such-snapshot", s, 60),
+                    {"troupe generate runs in one process, not under troupe launch"});
+  fs::create_directories(s.path("gone"));
+  const int rc = shell_status("cd '" + s.path("gone") + "' && rmdir '" + s.path("gone") + "' && '" + troupe_bin() +
+                              "' train --config '" + std::string(TROUPE_SOURCE_DIR) + "/configs/tiny.toml' --run-dir '" +
+                              s.path("run") + "' 2> '" + s.path("err") + "'");
+  CHECK(rc == 2);
+  CHECK(slurp(s.path("err")).find("the current folder was deleted") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
