@@ -16,10 +16,15 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
+#include <system_error>
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
+
+#include "core/error.h"
 
 namespace troupe {
 
@@ -60,6 +65,27 @@ long cgroup_tasks_left() {
     if (p.string().size() <= base.size() || p == p.parent_path()) break;
   }
   return left;
+}
+
+void require_thread_room(int n, const std::string& fix) {
+  std::atomic<bool> go{false};
+  std::vector<std::thread> started;
+  std::string refused;
+  for (int i = 0; i < n; ++i) {
+    try {
+      started.emplace_back([&go] {
+        while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    } catch (const std::system_error& e) {
+      refused = e.what();
+      break;
+    }
+  }
+  go = true;
+  for (auto& t : started) t.join();
+  if (!refused.empty())
+    throw UserError("cannot start another thread (" + refused + "): this process reached the limit on threads "
+                    "(ulimit -u for the user, or a cgroup's pids.max); raise it, or " + fix);
 }
 
 namespace {

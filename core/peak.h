@@ -29,6 +29,14 @@ int usable_cores();
 // A limit binds root too (unlike ulimit -u). Never throws.
 long cgroup_tasks_left();
 
+// Starts `n` threads that wait, then lets them end and joins them: UserError ("cannot start
+// another thread (...): this process reached the limit on threads ...; FIX") when the system
+// refuses one (EAGAIN). For a library that cannot fail cleanly when it starts its threads
+// (CAF's actor system deadlocks in its destructor when its second worker cannot start): asked
+// first, troupe refuses with a sentence. A limit reached between the probe and the library's
+// start is not caught.
+void require_thread_room(int n, const std::string& fix);
+
 
 struct CpuInfo {
   std::string model;  // /proc/cpuinfo "model name", e.g. "AMD EPYC 7B13"

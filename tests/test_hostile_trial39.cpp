@@ -114,3 +114,22 @@ TEST_CASE("generate under troupe launch and a deleted current folder name their 
   CHECK(slurp(s.path("err")).find("the current folder was deleted") != std::string::npos);
   CHECK_FALSE(fs::exists(s.path("run")));
 }
+
+TEST_CASE("threads the system refuses end train and generate with a sentence, not an abort", "[cli][hostile]") {
+  if (!have_strace()) {
+    WARN("skipped: strace is not installed (scripts/setup.sh installs it): cannot inject EAGAIN into clone");
+    return;
+  }
+  Scratch s(kGroup, "clone");
+  const std::string inject = "strace -f -qq -o /dev/null -e trace=clone,clone3 -e inject=clone,clone3:error=EAGAIN:when=3+";
+  REQUIRE(run_troupe("train --config configs/tiny.toml --set train.steps=2 --set checkpoint.interval=2 --set "
+                     "train.sample_tokens=0 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("base") + "'",
+                     s).rc == 0);
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=2 --set data.cache_dir='" +
+                                   s.path("cache") + "' --run-dir '" + s.path("run") + "'",
+                               s, 60, inject),
+                    {"cannot start another thread", "ulimit -u", "pids.max"});
+  CHECK_FALSE(fs::exists(s.path("run")));  // nothing of the run is left
+  expect_user_error(run_troupe("generate '" + s.path("base/checkpoints/step-00000002") + "' --tokens 3", s, 60, inject),
+                    {"cannot start another thread"});
+}
