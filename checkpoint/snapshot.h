@@ -165,7 +165,8 @@ struct MemoryInfo {
 // of range.
 TrainState assemble_state(const MemoryInfo& info, const std::vector<std::shared_ptr<const ShardData>>& shards,
                           const Config& cfg, const std::string& label);
-// Complete snapshots in ckpt_dir, oldest first (by step).
+// Complete snapshots in ckpt_dir, oldest first (by step); none when ckpt_dir is no folder.
+// Throws UserError naming the folder and the cause when listing it fails (EIO, EACCES).
 std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& ckpt_dir);
 
 // Deletes complete snapshots older than the newest `keep_last` ones (keep_last >= 1: the

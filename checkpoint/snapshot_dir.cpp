@@ -21,7 +21,16 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   if (!fs::is_directory(ckpt_dir, ec)) return out;
-  for (auto& e : fs::directory_iterator(ckpt_dir, ec)) {
+  // a listing that fails (EIO from the disk) is said, never taken for an empty folder (trial 40)
+  auto listing_failed = [&](const std::error_code& why) {
+    throw UserError("cannot list the checkpoint folder " + ckpt_dir + " (" + why.message() +
+                    "): its snapshots cannot be found; " + path_error_fix(why.value()) + " (checkpoint.dir)");
+  };
+  fs::directory_iterator it(ckpt_dir, ec);
+  if (ec) listing_failed(ec);
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) listing_failed(ec);
+    const fs::directory_entry& e = *it;
     const std::string n = e.path().filename().string();
     if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.size() < 6) continue;
     if (!fs::is_regular_file(e.path() / kManifest)) continue;
@@ -29,6 +38,7 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
     const long long k = std::strtoll(n.c_str() + 5, &end, 10);
     if (end && *end == '\0' && k > 0) out.emplace_back(k, e.path().string());
   }
+  if (ec) listing_failed(ec);
   std::sort(out.begin(), out.end());
   return out;
 }

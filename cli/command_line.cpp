@@ -54,6 +54,17 @@ const CLI::Validator kWholeNumberInRange(
     },
     "INT");
 
+// A real number in decimal: strtod (CLI11's conversion) also takes hexadecimal floats (0x1p-1),
+// which nobody means on a command line (trial 40).
+const CLI::Validator kDecimalReal(
+    [](std::string& s) -> std::string {
+      return s.find_first_of("xX") == std::string::npos
+                 ? std::string()
+                 : "'" + s.substr(0, 40) + "' is not a decimal number (hexadecimal is not taken here): write it in "
+                   "decimal, e.g. 0.5 or 1e9";
+    },
+    "NUMBER");
+
 std::string str_upper(std::string s) {
   for (char& ch : s) ch = (char)std::toupper((unsigned char)ch);
   return s;
@@ -195,8 +206,8 @@ void add_tool_commands(CommandLine& cl) {
   gen->add_option("snapshot", go.dir, "snapshot directory (checkpoint.dir/step-<k>)")->required();
   gen->add_option("--prompt", go.prompt, "text to continue (default: a new document)");
   gen->add_option("--tokens", go.tokens, "tokens to generate, 1 to 100000 (default 64)")->check(kWholeNumberInRange);
-  gen->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)");
-  gen->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number, 0 = all (default 40)")->check(kWholeNumberInRange);
+  gen->add_option("--temperature", go.temperature, "softmax temperature, 0 = greedy (default 0.8)")->check(kDecimalReal);
+  gen->add_option("--top-k", go.top_k, "sample among the k most likely tokens, a whole number from 0 to 2147483647 (more than the vocabulary is all), 0 = all (default 40)")->check(kWholeNumberInRange);
   gen->add_option("--seed", go.seed, "sampling seed, a whole number from 0 to 2^63 - 1 (default 1)")->check(kWholeNumberInRange);
   gen->add_option("--logits-out", go.logits_out, "write the prompt's next-token logits as JSON (checks)");
   PlanCommand& pc = cl.pc;
@@ -206,7 +217,7 @@ void add_tool_commands(CommandLine& cl) {
   cl.plan->add_flag("--json", pc.json, "one JSON object on stdout");
   cl.plan->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
   cl.plan->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
-  cl.plan->add_option("--tokens", pc.tokens, "tokens to train, 0 to 1e18: report the days it takes");
+  cl.plan->add_option("--tokens", pc.tokens, "tokens to train, 0 to 1e18: report the days it takes")->check(kDecimalReal);
   // launch is dispatched before parsing (it passes its command through); listed for --help
   app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
                                "(troupe launch --help; docs/launch.md)")

@@ -56,6 +56,7 @@ bool parse_seconds(const std::string& s, double hi, double* out) {
   errno = 0;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0 || v > hi) return false;
+  if (s.find_first_of("xX") != std::string::npos) return false;  // decimal only: strtod takes hex (0x5)
   *out = v;
   return true;
 }
@@ -270,6 +271,10 @@ int free_port(const std::string& host, int want = 0) {
   TROUPE_USER_CHECK(port != 0 || want == 0 || want >= 1024 || err != EACCES)
       << "--coordinator " << host << ":" << want << ": ports below 1024 need privileges this process does not have; "
       << "choose a port from 1024 to 65535, or leave --coordinator out (a free port is picked)";
+  TROUPE_USER_CHECK(port != 0 || (err != EMFILE && err != ENFILE))  // no socket at all: not a port's fault
+      << "cannot open a socket to find a free port on " << host << " (" << std::strerror(err) << "): "
+      << (err == EMFILE ? "this process may open no more files; raise the open-files limit (ulimit -n 65536)"
+                        : "the system's table of open files is full (fs.file-max); close other programs' files");
   TROUPE_USER_CHECK(port != 0) << "cannot find a free TCP port on " << host << " (" << std::strerror(err)
                                << "); pass --coordinator HOST:PORT";
   return port;

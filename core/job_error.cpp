@@ -78,6 +78,20 @@ bool under(long launcher) {
   return false;
 }
 
+// Whether process `pid` is `troupe launch` (its second argument is "launch"): a folder named
+// by a hand-set TROUPE_LAUNCH_ERRDIR whose launcher file names some other ancestor (a shell)
+// would silence every later error (trial 40).
+bool is_launch(long pid) {
+  char path[64] = "/proc/";
+  append_number(path, sizeof path, pid);
+  append(path, sizeof path, "/cmdline");
+  char args[256];
+  const long n = read_small(path, args, sizeof args);
+  if (n <= 0) return false;
+  const char* second = static_cast<const char*>(std::memchr(args, '\0', (size_t)n));
+  return second && second + 8 <= args + n && std::memcmp(second + 1, "launch", 7) == 0;
+}
+
 }  // namespace
 
 void init_job_errors(char** envp) noexcept {
@@ -99,7 +113,7 @@ void init_job_errors(char** envp) noexcept {
     append(path, sizeof path, "/launcher");
     char text[64];
     const long launcher = read_small(path, text, sizeof text) > 0 ? leading_number(text) : -1;
-    if (launcher > 1 && under(launcher)) append(g_dir, sizeof g_dir, dir);
+    if (launcher > 1 && under(launcher) && is_launch(launcher)) append(g_dir, sizeof g_dir, dir);
   }
   g_state = 2;
 }

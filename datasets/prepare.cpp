@@ -450,24 +450,29 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   std::atomic<int> phase{kWaiting};
   std::atomic<bool> stopping{false};
   std::optional<InterruptGuard> interrupt;
-  interrupt.emplace([&](int sig) {
-    const std::string what = stop_signal_label(sig);
-    std::error_code ec;
-    if (phase == kWaiting) {
-      remove_made_if_empty(p.dir, made_here);  // the folders it made, unless the one it waits for still uses them
-      return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
-    }
-    if (phase == kReading || phase == kCommitted) {
-      fs::remove(p.dir + "/.lock", ec);  // this process holds it
-      return "stopped by " + what + (phase == kReading ? " while reading the data cache " : " after preparing the data cache ") +
-             p.dir + (phase == kReading ? "; nothing was changed" : "; it is complete");
-    }
-    stopping = true;  // the preparing thread may now fail for want of its folder: it waits for the exit
-    const bool clean = remove_stopped(p.dir, made_here);
-    return "stopped by " + what + " while preparing the data in " + p.dir +
-           (clean ? "; its partial files were removed (nothing else was touched): run the command again to prepare it"
-                  : "; its partial files could not all be removed: delete that folder, then run the command again");
-  });
+  try {  // (its watcher thread may be refused: then the folders made above go, trial 40)
+    interrupt.emplace([&](int sig) {
+      const std::string what = stop_signal_label(sig);
+      std::error_code ec;
+      if (phase == kWaiting) {
+        remove_made_if_empty(p.dir, made_here);  // the folders it made, unless the one it waits for still uses them
+        return "stopped by " + what + " while waiting for another process preparing " + p.dir + "; nothing was changed";
+      }
+      if (phase == kReading || phase == kCommitted) {
+        fs::remove(p.dir + "/.lock", ec);  // this process holds it
+        return "stopped by " + what + (phase == kReading ? " while reading the data cache " : " after preparing the data cache ") +
+               p.dir + (phase == kReading ? "; nothing was changed" : "; it is complete");
+      }
+      stopping = true;  // the preparing thread may now fail for want of its folder: it waits for the exit
+      const bool clean = remove_stopped(p.dir, made_here);
+      return "stopped by " + what + " while preparing the data in " + p.dir +
+             (clean ? "; its partial files were removed (nothing else was touched): run the command again to prepare it"
+                    : "; its partial files could not all be removed: delete that folder, then run the command again");
+    });
+  } catch (...) {
+    remove_made_if_empty(p.dir, made_here);
+    throw;
+  }
   std::optional<CacheLock> lock;
   try {
     lock.emplace(p.dir, log);
