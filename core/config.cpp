@@ -41,7 +41,7 @@ const std::vector<Key>& key_table() {
       K(optim, min_lr),         K(optim, warmup_steps),    K(optim, lr_decay_steps), K(optim, weight_decay),
       K(optim, grad_clip),      K(optim, beta1),           K(optim, beta2),         K(optim, eps),
       K(data, corpus),          K(data, val_fraction),     K(data, tokenizer),      K(data, cache_dir),
-      K(data, tokenizer_sample_mb), K(data, special_tokens), K(data, threads),
+      K(data, tokenizer_sample_mb), K(data, special_tokens), K(data, threads), K(data, lock_timeout_s),
       K(checkpoint, dir),       K(checkpoint, interval),   K(checkpoint, keep_last), K(checkpoint, max_failures), K(checkpoint, memory_interval),
       K(fault, policy),         K(fault, max_restarts),    K(fault, timeout_s),       K(fault, heartbeat_s),   K(fault, join_timeout_s),
       K(cluster, gpu),          K(cluster, gpus_per_node), K(cluster, nodes),     K(cluster, intra_node_gbps),

@@ -116,6 +116,9 @@ struct DataConfig {
   int tokenizer_sample_mb = 256;          // the tokenizer trains on about this many MB sampled from the train splits
   std::string special_tokens;             // user-defined special tokens, comma-separated (e.g. "<|user|>,<|bot|>")
   int threads = 0;                        // prepare's threads (0 = all cores); results do not depend on it
+  // How long a process waits for another one preparing the same cache folder, seconds (a
+  // corpus of tens of GB takes hours; a holder that never finishes is named after this).
+  double lock_timeout_s = 86400;
   // The sources of the blend: `sources`, or the one-source blend of `corpus`.
   std::vector<DataSource> blend() const;
 };

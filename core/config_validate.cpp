@@ -261,6 +261,9 @@ void check_data(const DataConfig& data) {
   TROUPE_USER_CHECK(data.val_fraction > 0 && data.val_fraction < 1)
       << "data.val_fraction = " << fmt::format("{}", data.val_fraction) << " must be in (0, 1), e.g. 0.05";
   TROUPE_USER_CHECK(!data.corpus.empty()) << "data.corpus is empty; set it to a UTF-8 text file (make data writes data/sotu.txt)";
+  TROUPE_USER_CHECK(std::isfinite(data.lock_timeout_s) && data.lock_timeout_s > 0 && data.lock_timeout_s <= 31536000)
+      << "data.lock_timeout_s = " << data.lock_timeout_s << "; use a number of seconds from above 0 to 31536000 (a "
+      << "year): how long a process waits for another preparing the same data cache (default 86400)";
   TROUPE_USER_CHECK(data.tokenizer_sample_mb >= 1)
       << "data.tokenizer_sample_mb = " << data.tokenizer_sample_mb << "; use at least 1 (MB of text the tokenizer trains on)";
   const int data_threads_max = 8 * (int)std::max(1u, std::thread::hardware_concurrency());

@@ -109,7 +109,7 @@ std::string make_cache_folder(const std::string& dir) {
   return made.string();
 }
 
-CacheLock::CacheLock(const std::string& dir, const DataLogFn& log) : path_(dir + "/.lock") {
+CacheLock::CacheLock(const std::string& dir, const DataLogFn& log, double timeout_s) : path_(dir + "/.lock") {
   const auto start = std::chrono::steady_clock::now();
   auto next_note = start + std::chrono::minutes(1);
   for (bool said = false;;) {
@@ -136,10 +136,20 @@ CacheLock::CacheLock(const std::string& dir, const DataLogFn& log) : path_(dir +
         log("waiting for " + who + " preparing " + dir + state);
       }
       said = true;
-      // no deadline: preparing a large corpus takes as long as it takes (hours for tens of
-      // GB); a stop signal ends the wait at once, changing nothing
+      // a long deadline (data.lock_timeout_s, a day by default): preparing tens of GB takes
+      // hours; a stop signal ends the wait at once, changing nothing
+      const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>(timeout_s));
       while (!try_lock_exclusive(fd_, path_, "data.cache_dir")) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (std::chrono::steady_clock::now() >= deadline) {
+          const auto [who, state] = lock_holder(fd_);
+          ::close(fd_);
+          fd_ = -1;
+          throw UserError("waited " + std::to_string((long long)timeout_s) + " s (data.lock_timeout_s) for " + who +
+                          " preparing the data cache " + dir + state + ", and it still holds " + path_ +
+                          "; check that process (it may be stuck, or not troupe), or raise data.lock_timeout_s");
+        }
         if (const auto now = std::chrono::steady_clock::now(); log && now >= next_note) {
           const auto minutes = std::chrono::duration_cast<std::chrono::minutes>(now - start).count();
           const auto [who, state] = lock_holder(fd_);

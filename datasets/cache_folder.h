@@ -45,7 +45,9 @@ std::string make_cache_folder(const std::string& dir);
 // UserError that says so.
 class CacheLock {
  public:
-  CacheLock(const std::string& dir, const DataLogFn& log);
+  // Waits at most timeout_s seconds for another holder (UserError after it, naming the
+  // holder and data.lock_timeout_s).
+  CacheLock(const std::string& dir, const DataLogFn& log, double timeout_s = 86400);
   ~CacheLock();
   CacheLock(const CacheLock&) = delete;
   CacheLock& operator=(const CacheLock&) = delete;

@@ -475,7 +475,7 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
   }
   std::optional<CacheLock> lock;
   try {
-    lock.emplace(p.dir, log);
+    lock.emplace(p.dir, log, cfg.lock_timeout_s);
   } catch (...) {  // (the folder was removed while this process waited: the one it waited for was stopped)
     remove_made_if_empty(p.dir, made_here);
     throw;
