@@ -69,7 +69,7 @@ TEST_CASE("failing listings, refused threads in prepare and no sockets are named
                     {"cannot open a socket", "ulimit -n"});
 }
 
-TEST_CASE("a data-cache lock held past data.lock_timeout_s ends the wait, naming the holder", "[cli][hostile][data]") {
+TEST_CASE("a data-cache lock held past data.lock_timeout_s ends the wait and names the holder", "[cli][hostile][data]") {
   if (shell_status("command -v flock > /dev/null 2>&1") != 0) {
     WARN("skipped: flock(1) is not installed (util-linux)");
     return;
@@ -84,7 +84,7 @@ TEST_CASE("a data-cache lock held past data.lock_timeout_s ends the wait, naming
   // a foreign holder (not troupe) keeps the lock for 8 s
   const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set data.lock_timeout_s=2 --set "
                            "data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
-                           s, 60, "flock '" + s.path("cache/" + key + "/.lock") + "' sleep 8 & sleep 0.5;");
+                           s, 60, "{ flock '" + s.path("cache/" + key + "/.lock") + "' sleep 8 & } ; sleep 0.5;");
   expect_user_error(r, {"waited 2 s (data.lock_timeout_s) for another process", "raise data.lock_timeout_s"});
   CHECK_FALSE(fs::exists(s.path("run")));
   expect_user_error(run_troupe("train --config configs/tiny.toml --set data.lock_timeout_s=0", s),
