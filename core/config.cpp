@@ -209,7 +209,9 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     if (typed && leading_zero(*typed))
       bad("a number without leading zeros (TOML does not allow them: write " + without_leading_zeros(*typed) + ")");
     if (!v.is_number()) bad("a number");
-    **p = *v.value<double>();
+    // an integer converts as a number (toml++'s value<double>() gave nonsense, 1e-312, for one
+    // past 2^53 that no double holds exactly: trial 41); the range checks then see its size
+    **p = v.is_integer() ? static_cast<double>(*v.value<int64_t>()) : *v.value<double>();
   } else if (auto* p = std::get_if<std::string*>(&r)) {
     if (!v.is_string()) bad("a string");
     const std::string text = *v.value<std::string>();

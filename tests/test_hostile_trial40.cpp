@@ -90,3 +90,15 @@ TEST_CASE("a data-cache lock held past data.lock_timeout_s ends the wait and nam
   expect_user_error(run_troupe("train --config configs/tiny.toml --set data.lock_timeout_s=0", s),
                     {"data.lock_timeout_s = 0"});
 }
+
+TEST_CASE("a whole number past 2^53 for a real-valued key keeps its size", "[cli][hostile][config]") {
+  Scratch s(kGroup, "bigreal");
+  // toml++ turned 9007199254740993 into 1e-312 for a double: weight decay silently nothing
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=0 --set "
+                               "optim.weight_decay=9007199254740993 --run-dir '" + s.path("run") + "'",
+                               s),
+                    {"optim.weight_decay = 9007199254740992"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set data.lock_timeout_s=9223372036854775807", s),
+                    {"data.lock_timeout_s = 9.22337e+18"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
