@@ -269,7 +269,7 @@ long recorded_pid(int fd) {
 }  // namespace
 
 int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy,
-                const std::string& fix) {
+                const std::string& fix, const std::string& key) {
   std::error_code ec;
   const std::string link = broken_link_on(dir);
   TROUPE_USER_CHECK(link.empty()) << "cannot create " << what << " '" << dir << "': " << link << " try again; or "
@@ -283,7 +283,7 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
                              << (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)) << "); " << fix;
   bool locked = false;
   try {
-    locked = try_lock_exclusive(fd, lock, fix.substr(fix.rfind(' ') + 1));
+    locked = try_lock_exclusive(fd, lock, key);
   } catch (...) {
     ::close(fd);
     throw;
@@ -357,7 +357,7 @@ void check_record_files(const std::string& dir) {
 
 int make_run_dir(const std::string& dir) {
   check_record_files(dir);
-  return lock_folder(dir, "run directory", "process", "pass another --run-dir");
+  return lock_folder(dir, "run directory", "process", "pass another --run-dir", "--run-dir");
 }
 
 // Saves the resolved config as DIR/config.toml; never overwrites a different one (a new

@@ -87,7 +87,10 @@ std::string in_use_by(const std::string& subject, const std::string& holder, lon
 // (flock, held until the process exits); returns the lock's file descriptor. Throws
 // UserError when it cannot be created or another troupe `why_busy` holds it, ending the
 // sentence with `fix`.
-int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy, const std::string& fix);
+// `key` names the setting that chooses the folder ("--run-dir", "checkpoint.dir"), for the
+// refusal of a filesystem without file locks (core/file_lock.h).
+int lock_folder(const std::string& dir, const std::string& what, const std::string& why_busy, const std::string& fix,
+                const std::string& key);
 // Saves the resolved config as DIR/config.toml; never overwrites a different one. Returns the path.
 std::string save_config(const Config& c, const std::string& dir);
 // Output files (export OUT, generate --logits-out, simulate --dump/--trace, train --trace).

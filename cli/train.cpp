@@ -399,7 +399,7 @@ void make_run_folders(const Config& c, RunPaths& p, FreshFolders& fresh, double 
     fresh.will_create(p.ckpt_dir);
     lock_folder(p.ckpt_dir, "checkpoint.dir",
                 "run (its snapshots would be removed by this run's checkpoint.keep_last)",
-                "choose another checkpoint.dir");
+                "choose another checkpoint.dir", "checkpoint.dir");
   }
   if (!c.train.tensorboard_dir.empty()) {
     fresh.will_create(c.train.tensorboard_dir);
@@ -419,7 +419,7 @@ void make_run_folders(const Config& c, RunPaths& p, FreshFolders& fresh, double 
     fresh.will_create(p.ckpt_dir);
     lock_folder(p.ckpt_dir, "the run's checkpoints folder",
                 "run as its checkpoint.dir (each run's checkpoint.keep_last would remove the other's snapshots)",
-                "pass another --run-dir");
+                "pass another --run-dir", "--run-dir");
   }
   setup_logging(p.run_dir);
   const std::string saved = save_config(c, p.run_dir);

@@ -110,6 +110,10 @@ inline int shell_status(const std::string& command) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+// Whether strace is installed (scripts/setup.sh installs it): the tests that inject failing
+// system calls (strace -e inject=) skip, saying why, without it.
+inline bool have_strace() { return shell_status("command -v strace > /dev/null 2>&1") == 0; }
+
 // The lines of `err` that start with "error: ".
 inline std::vector<std::string> error_lines(const std::string& err) {
   std::vector<std::string> out;

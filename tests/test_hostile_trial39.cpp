@@ -16,8 +16,6 @@ namespace fs = std::filesystem;
 namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial39";
-
-bool have_strace() { return shell_status("command -v strace > /dev/null 2>&1") == 0; }
 }  // namespace
 
 TEST_CASE("a filesystem without file locks is refused, not waited on", "[cli][hostile][data]") {

@@ -18,8 +18,6 @@ namespace fs = std::filesystem;
 namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial40";
-
-bool have_strace() { return shell_status("command -v strace > /dev/null 2>&1") == 0; }
 }  // namespace
 
 TEST_CASE("a hand-set TROUPE_LAUNCH_ERRDIR silences no error", "[cli][hostile][launch]") {
