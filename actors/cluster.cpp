@@ -140,6 +140,15 @@ Cluster::Cluster(caf::actor_system& sys, ClusterOptions o) : impl_(std::make_sha
   // the data plane listens only on the interface that reaches the coordinator (for a job on
   // 127.0.0.1: loopback), not on every interface of the host
   to.net_devices = interface_towards(im.o.env.host);
+  // a peer's data unreachable while its control-plane connection stays open (UCX lost its
+  // endpoint, the process lives): the job fails now and recovers, instead of a pipeline
+  // step waiting for train.timeout_s
+  to.on_peer_lost = [w = std::weak_ptr<Impl>(impl_)](int p, const std::string& why) {
+    if (auto im = w.lock())
+      im->fail(fmt::format("the data plane of process {} lost its connection to {} ({}) while their control-plane "
+                           "connection stays open: that process may live, but no tensor reaches it",
+                           im->o.env.rank, im->name_of(p), why));
+  };
   im.transport = std::make_shared<UcxTransport>(to);
   auto addr = im.transport->address();
   im.addresses[im.o.env.rank] = std::vector<char>(addr.begin(), addr.end());

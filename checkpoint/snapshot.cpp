@@ -90,9 +90,11 @@ std::vector<char> read_all(const std::string& path, uint32_t* crc_out = nullptr)
   buf.resize((size_t)st.st_size);
   size_t got = 0;
   uint32_t c = 0;
+  int read_err = 0;  // read(2)'s errno; 0 with got short: the file shrank while it was read
   while (got < buf.size()) {
     ssize_t r = ::read(fd, buf.data() + got, std::min(kChunk, buf.size() - got));
     if (r < 0 && errno == EINTR) continue;
+    if (r < 0) read_err = errno;
     if (r <= 0) break;
     if (crc_out) c = crc(c, buf.data() + got, (size_t)r);
     got += (size_t)r;
@@ -102,7 +104,11 @@ std::vector<char> read_all(const std::string& path, uint32_t* crc_out = nullptr)
     }
   }
   ::close(fd);
-  TROUPE_USER_CHECK(got == buf.size()) << "cannot read " << path << " completely";
+  TROUPE_USER_CHECK(got == buf.size())
+      << "cannot read " << path << " completely (" << got << " of " << buf.size() << " bytes; "
+      << (read_err ? std::strerror(read_err) : "the file became shorter while it was read") << "): "
+      << (read_err ? path_error_fix(read_err)
+                   : "another process changed it; make sure nothing writes the snapshot, then try again");
   if (crc_out) *crc_out = c;
   return buf;
 }

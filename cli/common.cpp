@@ -1,4 +1,6 @@
 // cli/common.cpp — see common.h.
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <utility>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
@@ -497,12 +499,29 @@ std::unique_ptr<spdlog::formatter> log_formatter(const std::string& prefix) {
 }
 }  // namespace
 
+// Warnings logged before the run directory exists (a damaged snapshot skipped by --resume
+// latest, a setting that does nothing): train.log starts with them.
+std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> early_warnings() {
+  static const auto sink = [] {
+    auto s = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256);
+    s->set_level(spdlog::level::warn);
+    return s;
+  }();
+  return sink;
+}
+
 void setup_logging(const std::string& run_dir) {
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   std::vector<spdlog::sink_ptr> sinks{console};
+  if (run_dir.empty()) sinks.push_back(early_warnings());
   if (!run_dir.empty()) {
     auto file = std::make_shared<LineFileSink>(run_dir + "/train.log");
     train_log_sink_ = file;
+    file->set_formatter(log_formatter(log_prefix_));
+    static bool replayed = false;  // (the first run directory of this process gets them)
+    if (!std::exchange(replayed, true))
+      for (const auto& m : early_warnings()->last_raw()) file->log(m);
+    early_warnings()->set_level(spdlog::level::off);
     sinks.push_back(file);
     file_log_ = std::make_shared<spdlog::logger>("troupe-file", file);
     file_log_->set_formatter(log_formatter(log_prefix_));

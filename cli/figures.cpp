@@ -51,8 +51,17 @@ void check_png_output(const std::string& out, const std::string& option) {
   for (const char* other : {".svg", ".pdf", ".jpg", ".jpeg", ".gif", ".eps", ".ps", ".webp", ".bmp", ".tif", ".tiff"})
     TROUPE_USER_CHECK(ext != other) << option << " " << out << ": troupe draws PNG pictures only, and a " << ext
                                     << " name would hold PNG bytes; name the file .png";
-  TROUPE_USER_CHECK(std::system("command -v gnuplot >/dev/null 2>&1") == 0)
-      << "gnuplot is not installed; run scripts/setup.sh (it installs gnuplot-nox)";
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    const char* path = std::getenv("PATH");
+    std::string where;  // installed, but not on this PATH?
+    for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin", "/opt/homebrew/bin"})
+      if (where.empty() && ::access((std::string(dir) + "/gnuplot").c_str(), X_OK) == 0) where = dir;
+    const std::string searched = path && *path ? "PATH (" + std::string(path) + ")" : std::string("PATH (empty)");
+    throw UserError(where.empty() ? "gnuplot was not found on " + searched +
+                                        "; install it (scripts/setup.sh installs gnuplot-nox), or add its folder to PATH"
+                                  : "gnuplot was not found on " + searched + ", but " + where +
+                                        "/gnuplot exists: add " + where + " to PATH");
+  }
   check_output_file(out, option);
 }
 

@@ -106,11 +106,13 @@ std::vector<pid_t> descendants(pid_t root) {
 
 // SIGKILL to `pid` and every process below it (a `sh -c` child's own children would
 // otherwise outlive it, reparented, holding ports and files). The tree is read first: once
-// `pid` dies its children are no longer its.
-void kill_tree(pid_t pid) {
+// `pid` dies its children are no longer its. Returns 0, or kill(2)'s errno for `pid` itself
+// (EPERM: it runs as another user, or a security module refuses; it lives on).
+int kill_tree(pid_t pid) {
   const std::vector<pid_t> below = descendants(pid);
-  ::kill(pid, SIGKILL);
+  const int err = ::kill(pid, SIGKILL) == 0 ? 0 : errno;
   for (pid_t q : below) ::kill(q, SIGKILL);
+  return err == ESRCH ? 0 : err;  // (gone already: a zombie to reap)
 }
 
 // In the child, between fork and exec: only async-signal-safe calls.
@@ -310,9 +312,10 @@ class AttemptRun {
     int killed = 0;
     for (int q = 0; q < N_; ++q) {
       if (!pid_[q]) continue;
-      kill_tree(pid_[q]);
-      int st;
-      while (::waitpid(pid_[q], &st, 0) < 0 && errno == EINTR) {
+      if (kill_tree(pid_[q]) == 0) {  // (one that cannot be killed is not waited for: it gets its
+        int st;                       // parent-death SIGKILL when the launcher exits)
+        while (::waitpid(pid_[q], &st, 0) < 0 && errno == EINTR) {
+        }
       }
       pid_[q] = 0;
       ++killed;
@@ -500,7 +503,17 @@ class AttemptRun {
   void kill_stragglers() {
     for (int r = 0; r < N_; ++r) {
       if (!pid_[r]) continue;
-      kill_tree(pid_[r]);
+      if (const int err = kill_tree(pid_[r]); err != 0) {
+        // not waited for any more (every wait has a deadline): the kernel sends it SIGKILL when
+        // the launcher exits (PR_SET_PDEATHSIG, set at its start)
+        say("launch: could not kill process " + std::to_string(r) + " (pid " + std::to_string(pid_[r]) +
+            ") after the grace period (" + std::strerror(err) + "); the launcher stops waiting for it, and it gets "
+            "SIGKILL when the launcher exits; if it outlives the launcher, kill it by hand (kill -9 " +
+            std::to_string(pid_[r]) + ")");
+        pid_[r] = 0;
+        --live_;
+        continue;
+      }
       grace_killed_[r] = true;
       say("launch: killed process " + std::to_string(r) + " (pid " + std::to_string(pid_[r]) +
           ") after the grace period");

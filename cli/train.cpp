@@ -162,6 +162,18 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
       throw;
     } catch (const std::bad_alloc&) {  // a memory limit: starting again would meet it again
       throw;
+    } catch (const FreshProcessError& e) {  // this process cannot go on; a new one can
+      if (file_log_) file_log_->error("error: {}", e.what());
+      if (launch.world > 1 && c.fault.policy == "restart") {
+        // a warning, not the job's error line (core/job_error.h): the job goes on, and a
+        // later final error of any process must still reach the screen
+        spdlog::warn("{} (fault.policy = restart: this process exits with status 75, which asks troupe launch to "
+                     "start it again)",
+                     e.what());
+        return 75;
+      }
+      if (launch.world > 1) throw FinalError(fmt::format("{}. {}", e.what(), newest_snapshot_sentence(ckpt_dir)));
+      throw;
     } catch (const std::exception& e) {
       if (file_log_) file_log_->error("error: {}", e.what());  // the failure is in train.log too
       if (in_place) {  // this process survived: it joins the others again and continues

@@ -86,6 +86,9 @@ void check_coordinator_address(const LaunchEnv& launch) {
   a.sin_port = htons((uint16_t)launch.port);
   if (inet_pton(AF_INET, launch.host.c_str(), &a.sin_addr) == 1) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (const int err = errno; fd < 0)  // no socket at all: not the port's fault
+      throw UserError(std::string("process 0 cannot open a socket for the coordinator (") + std::strerror(err) +
+                      "): " + path_error_fix(err));
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     const bool ok = fd >= 0 && ::bind(fd, (sockaddr*)&a, sizeof a) == 0;

@@ -50,6 +50,14 @@ struct TransportOptions {
   // "lo" or "eth0"); "" = UCX's choice (every interface). An explicit UCX_NET_DEVICES in
   // the environment wins.
   std::string net_devices;
+  // Called once per process p whose endpoint failed (UCX's error, `why`) when the data plane
+  // has not been aborted (abort()) peer_lost_grace_s seconds later: the job's control plane
+  // reports a process that exited or was killed first; this catches a data-plane-only loss
+  // (the process alive, its data unreachable: e.g. UCX stopped listening after a failed
+  // accept()), which would otherwise leave a pipeline step waiting for train.timeout_s.
+  // Runs on the progress thread with no lock held; it must not wait on the data plane.
+  std::function<void(int p, const std::string& why)> on_peer_lost;
+  double peer_lost_grace_s = 2.0;  // seconds
 };
 
 class UcxTransport {

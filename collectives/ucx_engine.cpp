@@ -25,6 +25,19 @@ std::string secs(double s) {
   return os.str();
 }
 
+namespace {
+// ucp_init or ucp_worker_create failed (status st) creating `what`: after a failed accept()
+// UCX leaves a stale entry in its process-wide async handler table, and every later context
+// or worker of this process fails ("Element already exists"), so the cure is a new process.
+[[noreturn]] void throw_start_failure(ucs_status_t st, const std::string& what, int process) {
+  throw FreshProcessError("the data plane (UCX) cannot create " + what + " of process " + std::to_string(process) +
+                          " (UCX status " + ucs_status_string(st) +
+                          "): UCX's state in this process can be damaged by an earlier failure (UCX's own lines "
+                          "above name it), so this process needs to be started afresh; if this is its first start, "
+                          "check the UCX_* variables and the open-files limit (ulimit -n)");
+}
+}  // namespace
+
 Engine::Engine(TransportOptions o) : o_(std::move(o)) {
   TROUPE_CHECK(o_.nprocs >= 1 && (uint64_t)o_.nprocs <= kProcMask + 1)
       << "transport for " << o_.nprocs << " processes";
@@ -36,6 +49,8 @@ Engine::Engine(TransportOptions o) : o_(std::move(o)) {
     TROUPE_CHECK(o_.process_of_rank[r] >= 0 && o_.process_of_rank[r] < o_.nprocs)
         << "rank " << r << " placed on process " << o_.process_of_rank[r] << " of " << o_.nprocs;
   failed_.assign(o_.nprocs, "");
+  lost_since_.assign(o_.nprocs, Clock::time_point{});
+  lost_told_.assign(o_.nprocs, 0);
 
   ucp_config_t* cfg = nullptr;
   UCS_CHECK(ucp_config_read(nullptr, nullptr, &cfg)) << "reading the UCX configuration (UCX_* variables)";
@@ -52,13 +67,13 @@ Engine::Engine(TransportOptions o) : o_(std::move(o)) {
   pp.mt_workers_shared = 0;
   const ucs_status_t st = ucp_init(&pp, cfg, &ctx_);
   ucp_config_release(cfg);
-  UCS_CHECK(st) << "creating the ucp context of process " << o_.process;
+  if (st != UCS_OK) throw_start_failure(st, "its context", o_.process);
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the progress thread, or a waiting caller, holding token_
   if (const ucs_status_t ws = ucp_worker_create(ctx_, &wp, &worker_); ws != UCS_OK) {
     ucp_cleanup(ctx_);
-    UCS_CHECK(ws) << "creating the ucp worker of process " << o_.process;
+    throw_start_failure(ws, "its worker", o_.process);
   }
   ucp_address_t* addr = nullptr;
   size_t len = 0;
@@ -162,6 +177,7 @@ void Engine::loop() {
   unsigned sleep_us = 50;
   auto last_busy = Clock::now();
   for (;;) {
+    tell_lost_peers();
     {  // callers progress the worker (or did a moment ago): stay out of their way (kParkS)
       std::unique_lock<std::mutex> lk(mu_);
       auto work = [&] { return !cmds_.empty() || !calls_.empty() || stop_ || take_over_; };
@@ -518,7 +534,11 @@ bool Engine::close_failed() {
       ending = aborted_;
     }
     // after abort() (the job ended or failed) peers leaving is expected: no warning
-    if (!ending) spdlog::warn("data plane: process {} lost process {}: {}", o_.process, p, why);
+    if (!ending) {
+      spdlog::warn("data plane: process {} lost process {}: {}", o_.process, p, why);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (lost_since_[p] == Clock::time_point{}) lost_since_[p] = Clock::now();
+    }
     procs.push_back(p);
     close_ep(p, true);
   }
@@ -531,6 +551,29 @@ bool Engine::close_failed() {
   for (Rx* rx : doomed)
     if (rx_live_.count(rx)) ucp_request_cancel(worker_, rx->req);
   return true;
+}
+
+void Engine::tell_lost_peers() {
+  if (!o_.on_peer_lost) return;
+  std::vector<std::pair<int, std::string>> due;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) return;  // the job ended or failed already: its own reason stands
+    const auto now = Clock::now();
+    for (int p = 0; p < o_.nprocs; ++p)
+      if (lost_since_[p] != Clock::time_point{} && !lost_told_[p] &&
+          now - lost_since_[p] >= std::chrono::duration<double>(o_.peer_lost_grace_s)) {
+        lost_told_[p] = 1;
+        due.push_back({p, failed_[p]});
+      }
+  }
+  for (auto& [p, why] : due) {
+    try {
+      o_.on_peer_lost(p, why);
+    } catch (const std::exception& e) {
+      spdlog::error("data plane: reporting the loss of process {} failed: {}", p, e.what());
+    }
+  }
 }
 
 void Engine::close_ep(int p, bool force) {

@@ -291,6 +291,11 @@ class Engine {
   bool stop_ = false, aborted_ = false;
   std::string abort_reason_;
   std::vector<std::string> failed_;  // per process: why it failed ("" = fine)
+  // per process: when its endpoint failed (while the data plane was not aborted), and
+  // whether o_.on_peer_lost was called for it (mu_)
+  std::vector<Clock::time_point> lost_since_;
+  std::vector<char> lost_told_;
+  void tell_lost_peers();  // calls o_.on_peer_lost for each loss past its grace (progress thread)
   Matcher<Op> match_;  // recvs waiting for their header; messages waiting for their recv
   std::map<uint8_t, Handler> handlers_;
 

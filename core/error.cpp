@@ -71,6 +71,9 @@ const char* path_error_fix(int code) {
          : code == EEXIST || code == ENOTEMPTY ? "something is in the way there: move it or choose another path"
          : code == EXDEV    ? "it crosses filesystems: keep it on one filesystem"
          : code == EIO      ? "the device reported an I/O error: check the disk"
+         : code == EMFILE   ? "this process may open no more files: raise the open-files limit (ulimit -n 65536)"
+         : code == ENFILE   ? "the system's table of open files is full: close files elsewhere, or raise fs.file-max "
+                              "(sysctl)"
          : code == EFBIG    ? "the file-size limit (ulimit -f) or the filesystem's largest file is too small: raise "
                               "ulimit -f, or choose another path"
                             : "check the path";

@@ -39,6 +39,15 @@ class SystemError : public Error {
   int code_;
 };
 
+// A failure this process cannot recover from in place: a library's state in it is damaged
+// (UCX after a failed accept() cannot create its worker again: its async handler table keeps
+// a stale entry). Under fault.policy = restart troupe train exits with the launcher's "start
+// me again" status, so a fresh process takes its place; otherwise it is an Error (exit 1).
+class FreshProcessError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A sentence for any exception that reaches an actor's or main's last catch: troupe's own
 // errors as they are; std::bad_alloc as "out of memory" with the fixes; another library's
 // exception (oneDNN's dnnl::error, the standard library's) with its type, so the user
@@ -86,7 +95,8 @@ std::vector<MemoryLimit> memory_limits();
 std::string describe_filesystem_error(const std::filesystem::filesystem_error& e);
 
 // The fix for a failed file operation's errno, as a clause: ENOSPC "free space there, or
-// choose another path", EBUSY "it is in use (a mount point?): choose another path", ...;
+// choose another path", EBUSY "it is in use (a mount point?): choose another path", EMFILE
+// "... raise the open-files limit (ulimit -n 65536)", ...;
 // "check the path" for a code without a specific fix.
 const char* path_error_fix(int err);
 

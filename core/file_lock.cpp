@@ -2,8 +2,11 @@
 #include "core/file_lock.h"
 
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,6 +28,30 @@ bool try_lock_exclusive(int fd, const std::string& path, const std::string& fold
     throw UserError("cannot lock '" + shown + "' (" + std::strerror(err) + "); " + path_error_fix(err) + " (" +
                     folder_key + ")");
   }
+}
+
+long flock_holder_pid(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  std::FILE* f = std::fopen("/proc/locks", "re");
+  if (!f) return 0;
+  // "1: FLOCK  ADVISORY  WRITE 12345 08:01:1234567 0 EOF" (device as hex major:minor); a
+  // waiter's line starts "1: -> FLOCK ..." and is skipped
+  char line[512];
+  long found = 0;
+  while (found == 0 && std::fgets(line, sizeof line, f)) {
+    char type[16] = {}, mode[16] = {}, access[16] = {};
+    long pid = 0;
+    unsigned maj = 0, min = 0;
+    unsigned long long ino = 0;
+    if (std::sscanf(line, "%*d: %15s %15s %15s %ld %x:%x:%llu", type, mode, access, &pid, &maj, &min, &ino) != 7)
+      continue;
+    if (std::strcmp(type, "FLOCK") == 0 && ino == (unsigned long long)st.st_ino && maj == major(st.st_dev) &&
+        min == minor(st.st_dev) && pid > 0)
+      found = pid;
+  }
+  std::fclose(f);
+  return found;
 }
 
 }  // namespace troupe

@@ -13,4 +13,10 @@ namespace troupe {
 // chooses the folder (e.g. "data.cache_dir", "--run-dir").
 bool try_lock_exclusive(int fd, const std::string& path, const std::string& folder_key);
 
+// The pid of a process holding a flock(2) on the file open at `fd`, from /proc/locks (the
+// line whose device and inode are the file's); 0 when none is listed or /proc is not
+// mounted. In another pid namespace the pid is the kernel's view from /proc's namespace.
+// Never throws.
+long flock_holder_pid(int fd);
+
 }  // namespace troupe

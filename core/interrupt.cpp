@@ -213,9 +213,12 @@ InterruptGuard::InterruptGuard(std::function<std::string(int)> on_stop) : impl_(
   }
   impl_->on_stop = std::move(on_stop);
   if (::pipe2(impl_->fds, O_CLOEXEC) != 0) {
+    const int err = errno;
     delete impl_;
     g_active = false;
-    throw Error("InterruptGuard: pipe2 failed");
+    const std::string what = std::string("cannot open the pipe that takes the stop signals (") + std::strerror(err) + ")";
+    if (err == EMFILE || err == ENFILE) throw UserError(what + ": " + path_error_fix(err));
+    throw SystemError(what, err);
   }
   g_pipe_write = impl_->fds[1];
   impl_->watcher = std::thread([this] { impl_->watch(); });

@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/file_lock.h"
+#include "core/text.h"
 
 namespace troupe {
 
@@ -70,7 +71,14 @@ std::vector<fs::path> read_made(const std::string& dir) {
 std::pair<std::string, std::string> lock_holder(int fd) {
   char buf[32] = {};
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+  long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+  std::string named;  // a holder that is not troupe (it wrote no pid): named by its command
+  if (pid <= 0 && (pid = flock_holder_pid(fd)) > 0) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string c;
+    std::getline(comm, c);
+    named = " (" + printable(c.empty() ? std::string("?") : c, false, 64) + ", not troupe)";
+  }
   if (pid <= 0) return {"another process", ""};
   const std::string p = std::to_string(pid);
   std::ifstream stat("/proc/" + p + "/stat");
@@ -78,7 +86,7 @@ std::pair<std::string, std::string> lock_holder(int fd) {
   const size_t close = text.rfind(')');
   const bool stopped = close != std::string::npos && close + 2 < text.size() &&
                        (text[close + 2] == 'T' || text[close + 2] == 't');
-  return {"pid " + p, stopped ? "; it is stopped (Ctrl-Z or SIGSTOP): resume it (fg, or kill -CONT " + p + ") or end it"
+  return {"pid " + p + named, stopped ? "; it is stopped (Ctrl-Z or SIGSTOP): resume it (fg, or kill -CONT " + p + ") or end it"
                               : std::string()};
 }
 

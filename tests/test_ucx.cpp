@@ -12,7 +12,9 @@
 //   4. a recv from a peer that died or never sends throws within its deadline naming it
 //      (and waiting costs no CPU);
 //   5. abort() wakes blocked recvs at once (remote and local) and fails later calls;
-//   6. on_arrival gets a Tensor of the header's shape with the payload, remote and local.
+//   6. on_arrival gets a Tensor of the header's shape with the payload, remote and local;
+//   7. on_peer_lost is called once for a peer whose endpoint failed, after its grace, and
+//      never after abort().
 // (Where the transport listens: tests/test_hostile.cpp.)
 #include <catch2/catch.hpp>
 
@@ -107,7 +109,16 @@ struct Job {
   std::vector<std::string> secrets;  // per process; default "job-secret" for all
   const char* tls = nullptr;         // UCX_TLS in the children
   double limit_s = 25;               // whole-job bound (the parent kills the children after it)
+  bool watch_lost = false;           // the children note on_peer_lost's calls (g_lost)
 };
+
+// In a child with Job::watch_lost: the on_peer_lost calls, as "process: why" lines.
+std::mutex g_lost_mu;
+std::vector<std::string> g_lost;
+std::vector<std::string> lost_calls() {
+  std::lock_guard<std::mutex> lk(g_lost_mu);
+  return g_lost;
+}
 
 using Body = std::function<int(int proc, std::shared_ptr<UcxTransport> t)>;
 
@@ -145,6 +156,13 @@ std::vector<int> run_procs(const Job& job, const Body& body) {
         o.secret = job.secrets.empty() ? "job-secret" : job.secrets[p];
         o.limits.world = (int32_t)job.process_of_rank.size();
         o.process_of_rank = job.process_of_rank;
+        if (job.watch_lost) {
+          o.peer_lost_grace_s = 0.3;
+          o.on_peer_lost = [](int q, const std::string& why) {
+            std::lock_guard<std::mutex> lk(g_lost_mu);
+            g_lost.push_back(std::to_string(q) + ": " + why);
+          };
+        }
         auto t = std::make_shared<UcxTransport>(o);
         const auto addr = t->address();
         const uint32_t len = (uint32_t)addr.size();
@@ -541,6 +559,50 @@ TEST_CASE("ucx: a recv from a peer that died or never sends throws within its de
       EXPECT(contains(e, "recv of tied-embedding gradient (step 3, microbatch 1, chunk 2) from rank 1 at rank 0: "
                          "nothing from rank 1 within 0.5 s"));
       EXPECT(took >= 0.45 && took < 1.5);
+      return 0;
+    });
+    CHECK(codes == std::vector<int>{0, 0});
+  }
+}
+
+TEST_CASE("ucx: on_peer_lost names a peer whose endpoint failed once, after its grace, never after abort",
+          "[ucx][hostile]") {
+  SECTION("the peer dies: reported once, not before the grace") {
+    Job job({0, 1});
+    job.watch_lost = true;
+    auto codes = run_procs(job, [&](int p, std::shared_ptr<UcxTransport> t) -> int {
+      float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {};
+      if (p == 1) {
+        t->send(header(kWireActivation, 0, 1, 0, {8}), x, 5);
+        ::_exit(0);  // dies without closing anything
+      }
+      t->recv(header(kWireActivation, 0, 1, 0, {8}), y, 5);
+      const auto t0 = Clock::now();
+      while (lost_calls().empty() && since(t0) < 10) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a second call would come by now
+      const auto calls = lost_calls();
+      for (auto& c : calls) std::fprintf(stderr, "[process 0] on_peer_lost: %s (%.2f s)\n", c.c_str(), since(t0));
+      EXPECT(calls.size() == 1);
+      EXPECT(calls[0].rfind("1: ", 0) == 0 && calls[0].size() > 3);  // process 1, with UCX's reason
+      EXPECT(since(t0) >= 0.3);
+      return 0;
+    });
+    CHECK(codes == std::vector<int>{0, 0});
+  }
+  SECTION("the data plane was aborted first (the job ended): no call") {
+    Job job({0, 1});
+    job.watch_lost = true;
+    auto codes = run_procs(job, [&](int p, std::shared_ptr<UcxTransport> t) -> int {
+      float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {};
+      if (p == 1) {
+        t->send(header(kWireActivation, 0, 1, 0, {8}), x, 5);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::_exit(0);
+      }
+      t->recv(header(kWireActivation, 0, 1, 0, {8}), y, 5);
+      t->abort("the job ended");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      EXPECT(lost_calls().empty());
       return 0;
     });
     CHECK(codes == std::vector<int>{0, 0});
