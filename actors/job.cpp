@@ -27,7 +27,8 @@ Coordinator::Coordinator(const Config& cfg, const JobContext& ctx) : cfg_(cfg), 
   if (!ctx.checkpoint_dir.empty()) ckpt_anchor_.anchor(ctx.checkpoint_dir);  // (made by the CLI's lock)
   // CAF deadlocks in its own destructor when one of its threads cannot start (trial 39): the
   // room for them (2 scheduler workers, its timer, printer and middleman threads) is asked first
-  require_thread_room(8, "use fewer threads (train.threads, fewer processes per host)");
+  require_thread_room(8, ctx.generate_only ? "run generate where more threads may start"
+                                            : "use fewer threads (train.threads, fewer processes per host)");
   sys_cfg_.set("scheduler.policy", caf::atom("sharing"));
   sys_cfg_.set("scheduler.max-threads", 2);
   register_wire_types(sys_cfg_);

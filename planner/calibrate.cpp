@@ -190,6 +190,20 @@ TraceSpans collect_spans(const nlohmann::json& j, const Config& c, const std::ve
   return out;
 }
 
+// The configs later runs saved in run directory `dir` ("" = the current folder) beside its
+// config.toml: "config-<timestamp>.toml, ..." in name order, "" when there are none.
+std::string later_configs(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (auto& f : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec))
+    if (f.path().filename().string().rfind("config-", 0) == 0 && f.path().extension() == ".toml")
+      names.push_back(f.path().filename().string());
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 // The trace must be of the run config.toml describes: a reused run directory keeps its
 // first config.toml (the later run's is saved as config-<timestamp>.toml) while the trace
 // is rewritten, and a trace of another layout fits factors to the wrong model. UserError
@@ -198,13 +212,9 @@ TraceSpans collect_spans(const nlohmann::json& j, const Config& c, const std::ve
 void check_trace_layout(const TraceSpans& ts, const Config& c, const RunFiles& rf) {
   const auto& [dir, trace, cfg_path] = rf;
   const int P = c.parallel.pp;
-  std::error_code ec;
   if (ts.max_tid >= P || ts.max_chunk >= c.parallel.chunks ||
       (!ts.seen_f.empty() && (int)ts.seen_f.size() < P * c.parallel.chunks)) {
-    std::string others;
-    for (auto& f : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec))
-      if (f.path().filename().string().rfind("config-", 0) == 0 && f.path().extension() == ".toml")
-        others += (others.empty() ? "" : ", ") + f.path().filename().string();
+    const std::string others = later_configs(dir);
     std::string have;
     for (int v = 0; v < P * c.parallel.chunks; ++v)
       if (!ts.seen_f.count(v)) have += (have.empty() ? "" : ", ") + fmt::format("stage {} chunk {}", v % P, v / P);
@@ -299,11 +309,7 @@ Calibration calibrate_from_run(const std::string& run_dir, const Cluster& cpu_at
   } else {
     // a trace that does not keep its config (written by an older troupe, or re-saved by a
     // viewer): config.toml is the traced run's only if no later run saved its own beside it
-    std::error_code ec;
-    std::string others;
-    for (auto& f : fs::directory_iterator(rf.dir.empty() ? fs::path(".") : rf.dir, ec))
-      if (f.path().filename().string().rfind("config-", 0) == 0 && f.path().extension() == ".toml")
-        others += (others.empty() ? "" : ", ") + f.path().filename().string();
+    const std::string others = later_configs(rf.dir);
     TROUPE_USER_CHECK(others.empty())
         << "--calibrate: " << rf.trace.string() << " does not record the config of the run it measured (written by an "
         << "older troupe, or re-saved by a trace viewer), and " << rf.dir.string() << " holds the configs of several "
