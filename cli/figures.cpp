@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include <algorithm>
 #include <cctype>
@@ -25,6 +27,7 @@
 #include "core/error.h"
 #include "core/paths.h"
 #include "core/interrupt.h"
+#include "core/text.h"
 
 namespace fs = std::filesystem;
 
@@ -79,29 +82,89 @@ bool png_complete(const std::string& path) {
   return std::memcmp(tail, iend, 12) == 0;
 }
 
+// How long gnuplot may draw one figure, seconds: 300 (troupe's figures take seconds; a hung
+// gnuplot is stopped), or TROUPE_GNUPLOT_TIMEOUT_S (1 to 86400; UserError otherwise).
+double gnuplot_deadline_s() {
+  const char* env = std::getenv("TROUPE_GNUPLOT_TIMEOUT_S");
+  if (!env || !*env) return 300;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(env, &end);
+  const bool decimal = std::string(env).find_first_not_of("0123456789.eE+-") == std::string::npos;  // (not hex)
+  TROUPE_USER_CHECK(decimal && errno == 0 && end && *end == '\0' && v >= 1 && v <= 86400)
+      << "TROUPE_GNUPLOT_TIMEOUT_S='" << printable(env, false, 64)
+      << "' is not a number of seconds from 1 to 86400; unset it (300 s) or set e.g. 600";
+  return v;
+}
+
+// How gnuplot ended.
+struct GnuplotEnd {
+  bool started = false;
+  int status = -1;         // its exit status, -1 when a signal ended it
+  int signal = 0;          // the signal that ended it
+  bool timed_out = false;  // it ran past its deadline and was killed
+};
+
 // gnuplot SCRIPT with its stderr in err_path; its pid in *pid while it runs (for a signal's
-// clean-up). Returns its exit status, or -1 when it could not be started or was killed.
-int run_gnuplot(const std::string& script_path, const std::string& err_path, std::atomic<pid_t>* pid) {
+// clean-up). Waits at most `deadline_s` seconds, then kills it.
+GnuplotEnd run_gnuplot(const std::string& script_path, const std::string& err_path, std::atomic<pid_t>* pid,
+                       double deadline_s) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  // in a process group of its own, so that a kill reaches what it started too (a wrapper's children)
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   const char* argv[] = {"gnuplot", script_path.c_str(), nullptr};
   pid_t child = -1;
-  const int err = posix_spawnp(&child, "gnuplot", &fa, nullptr, const_cast<char* const*>(argv), environ);
+  const int err = posix_spawnp(&child, "gnuplot", &fa, &attr, const_cast<char* const*>(argv), environ);
   posix_spawn_file_actions_destroy(&fa);
-  if (err != 0) return -1;
+  posix_spawnattr_destroy(&attr);
+  GnuplotEnd end;
+  if (err != 0) return end;
+  end.started = true;
   pid->store(child);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadline_s);
   int st = 0;
-  while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    const pid_t r = ::waitpid(child, &st, WNOHANG);
+    if (r == child || (r < 0 && errno != EINTR)) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(-child, SIGKILL);
+      while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
+      }
+      end.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   pid->store(0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  end.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  end.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+  return end;
+}
+
+// Where `gnuplot` on PATH is ("gnuplot" when the lookup fails), for a message about it.
+std::string gnuplot_on_path() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (size_t at = 0; at <= dirs.size();) {
+    const size_t colon = std::min(dirs.find(':', at), dirs.size());
+    const std::string dir = dirs.substr(at, colon - at);
+    const std::string f = (dir.empty() ? std::string(".") : dir) + "/gnuplot";
+    if (::access(f.c_str(), X_OK) == 0) return f;
+    at = colon + 1;
+  }
+  return "gnuplot";
 }
 }  // namespace
 
 void render_png(const std::string& script, const std::string& out, const std::string& option,
                 const std::string& smaller) {
   check_png_output(out, option);
+  const double deadline_s = gnuplot_deadline_s();
   std::error_code ec;
   char tmpl[] = "/tmp/troupe-gnuplot-XXXXXX";
   TROUPE_USER_CHECK(::mkdtemp(tmpl) != nullptr) << "cannot create a temporary folder for gnuplot in /tmp ("
@@ -111,7 +174,7 @@ void render_png(const std::string& script, const std::string& out, const std::st
   std::atomic<pid_t> gnuplot{0};
   InterruptGuard interrupt([&](int sig) {
     if (const pid_t g = gnuplot.load(); g > 0) {
-      ::kill(g, SIGKILL);
+      ::kill(-g, SIGKILL);  // (its process group)
       ::waitpid(g, nullptr, 0);
     }
     std::error_code rm;
@@ -135,7 +198,8 @@ void render_png(const std::string& script, const std::string& out, const std::st
     script_err = script_ok ? 0 : errno;
     if (fd >= 0 && ::close(fd) != 0 && script_ok) script_ok = false, script_err = errno;
   }
-  const int rc = script_ok ? run_gnuplot(script_path, err_path, &gnuplot) : -1;
+  const GnuplotEnd end = script_ok ? run_gnuplot(script_path, err_path, &gnuplot, deadline_s) : GnuplotEnd{};
+  const int rc = end.status;
   // gnuplot's own message, reduced to one printable line (it is several lines with a caret)
   std::string reason;
   {
@@ -173,6 +237,17 @@ void render_png(const std::string& script, const std::string& out, const std::st
                                   "picture at {} bytes; raise it (ulimit -f unlimited), or leave out {}",
                                   out, (unsigned long long)fsize.rlim_cur, (unsigned long long)got, option));
     if (script_ok && rc == 0 && !empty) reason.clear();  // its picture was cut short: the disk's doing
+    if (end.timed_out)
+      throw UserError(fmt::format("{} did not finish drawing {} within {:g} s and was stopped; check that it is "
+                                  "gnuplot (scripts/setup.sh installs gnuplot-nox), or draw a smaller figure ({})",
+                                  gnuplot_on_path(), out, deadline_s, smaller));
+    if (script_ok && reason.empty() && (rc > 0 || end.signal > 0))  // it failed and said nothing
+      throw UserError(fmt::format("{} {} without a word while drawing {}; check that it is gnuplot with the pngcairo "
+                                  "terminal (scripts/setup.sh installs gnuplot-nox), or leave out {}",
+                                  gnuplot_on_path(),
+                                  rc > 0 ? "exited with status " + std::to_string(rc)
+                                         : "was killed by signal " + std::string(strsignal(end.signal)),
+                                  out, option));
     if (!script_ok)
       throw UserError("cannot write gnuplot's script in /tmp (" + std::string(std::strerror(script_err)) + "); " +
                       (script_err == EFBIG || script_err == ENOSPC || script_err == EDQUOT

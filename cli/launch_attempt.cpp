@@ -135,13 +135,15 @@ int kill_tree(pid_t pid) {
 
 // Process r's environment: the part all share, its rank, and the restart count of this start
 // (with, after a loss, the unix seconds of the loss the start recovers from).
-std::vector<std::string> rank_env(const std::vector<std::string>& base, int r, int restart, double failure_time) {
+std::vector<std::string> rank_env(const std::vector<std::string>& base, int r, int restart, double failure_time,
+                                  const std::string& lost_as = "") {
   std::vector<std::string> env = base;
   env.push_back("TROUPE_RANK=" + std::to_string(r));
   env.push_back("TROUPE_LOCAL_RANK=" + std::to_string(r));
   env.push_back("TROUPE_LAUNCH_RANK=" + std::to_string(r));  // the rank given, checked against TROUPE_RANK
   env.push_back("TROUPE_RESTART_COUNT=" + std::to_string(restart));  // 0 on the first start
   if (restart > 0) env.push_back("TROUPE_FAILURE_TIME=" + std::to_string(failure_time));
+  if (restart > 0 && !lost_as.empty()) env.push_back("TROUPE_LOST_AS=" + lost_as);  // for troupe train's last words
   return env;
 }
 
@@ -236,8 +238,8 @@ struct ChildArgs {
     argv = pointers(cmd_text);
   }
   // Process r's environment for a start with TROUPE_RESTART_COUNT = restart.
-  void set_rank(int r, int restart, double failure_time) {
-    env_text[r] = rank_env(base, r, restart, failure_time);
+  void set_rank(int r, int restart, double failure_time, const std::string& lost_as = "") {
+    env_text[r] = rank_env(base, r, restart, failure_time, lost_as);
     envp[r] = pointers(env_text[r]);
   }
 };
@@ -412,7 +414,7 @@ class AttemptRun {
     say(lost + "; starting it again" + (delay > 0 ? " in " + seconds_text(delay) : std::string()) + " (respawn " +
         std::to_string(k) + ")");
     log_event("respawn", {{"rank", r}, {"restart", k}});
-    args_.set_rank(r, k, died_at);
+    args_.set_rank(r, k, died_at, lost.rfind("launch: ", 0) == 0 ? lost.substr(8) : lost);
     started_as_[r] = k;
     lost_status_[r] = code;
     if (delay <= 0) {

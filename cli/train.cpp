@@ -359,11 +359,19 @@ std::string resume_after_restart(const Config& c, const LaunchEnv& launch, const
         "join it; continue with --resume latest, or use fault.policy = restart");
   if (restart > 0) {
     const auto snaps = ckpt_dir.empty() ? std::vector<std::pair<int64_t, std::string>>() : list_snapshots(ckpt_dir);
+    const char* lost_as = std::getenv("TROUPE_LOST_AS");  // (set by troupe launch: "process 1 (pid P) killed by ...")
     if (restart > c.fault.max_restarts)
       throw FinalError(fmt::format(
-          "the job failed {} time(s), more than fault.max_restarts = {}: stopping for good. {}", restart,
+          "the job failed {} time(s), more than fault.max_restarts = {}{}: stopping for good. {}", restart,
           c.fault.max_restarts,
-          snaps.empty() ? std::string("No snapshot was written; raise checkpoint.interval's frequency")
+          lost_as && *lost_as ? fmt::format(" (the last: {}; the lines above say why)", printable(lost_as, false, 200))
+                              : std::string(),
+          snaps.empty() ? (c.checkpoint.interval > 0
+                               ? fmt::format("No snapshot was written before the failures (checkpoint.interval = {} "
+                                             "steps): started again, the job trains from step 1",
+                                             c.checkpoint.interval)
+                               : std::string("No snapshot was written (checkpoint.interval = 0: none but on a signal); "
+                                             "set checkpoint.interval to keep the steps trained across failures"))
                         : fmt::format("The newest snapshot is {} (step {}); continue with --resume latest once the "
                                       "cause is fixed",
                                       snaps.back().second, snaps.back().first)));
@@ -463,7 +471,7 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
     static const char* const kKnown[] = {"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_RANK", "TROUPE_LOCAL_WORLD_SIZE",
                                          "TROUPE_COORDINATOR", "TROUPE_JOB_SECRET", "TROUPE_JOB_SECRET_FILE",
                                          "TROUPE_RESTART_COUNT", "TROUPE_RESPAWN", "TROUPE_LAUNCH_ERRDIR",
-                                         "TROUPE_LAUNCH_ID", "TROUPE_LAUNCH_RANK", "TROUPE_FAILURE_TIME", "TROUPE_STOP_SIGNALS_HELD",
+                                         "TROUPE_LAUNCH_ID", "TROUPE_LAUNCH_RANK", "TROUPE_FAILURE_TIME", "TROUPE_LOST_AS", "TROUPE_STOP_SIGNALS_HELD",
                                          "TROUPE_CACHE_DIR", "TROUPE_EVENT_LOG", "TROUPE_GEMM", "TROUPE_NO_PROGRESS_BAR",
                                          "TROUPE_REQUIRE_GPU", "TROUPE_KEEP_SCRATCH", "TROUPE_BIN"};
     if (var.rfind("TROUPE_", 0) == 0 && var.rfind("TROUPE_FAULT_", 0) != 0 &&

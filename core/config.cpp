@@ -484,9 +484,13 @@ void Config::set(const std::string& assignment) {
     char* end = nullptr;
     errno = 0;
     const double d = std::strtod(value.c_str(), &end);
-    TROUPE_USER_CHECK(!(end == value.c_str() + value.size() && errno == ERANGE && d == 0))
+    const bool whole = end == value.c_str() + value.size() && errno == ERANGE;
+    TROUPE_USER_CHECK(!(whole && d == 0))
         << "config key '" << name << "' (from --set) = " << printable(value, false, 80)
         << " is below the smallest number a double holds (about 4.9e-324); use a larger value";
+    TROUPE_USER_CHECK(!(whole && std::isinf(d)))
+        << "config key '" << name << "' (from --set) = " << printable(value, false, 80)
+        << " is beyond the largest number a double holds (about 1.8e308); use a smaller value";
   }
   // Parse the value as TOML; a bare word is taken as a string.
   toml::table t;
@@ -497,7 +501,11 @@ void Config::set(const std::string& assignment) {
     t = toml::table{};
     t.insert("v", value);
   }
-  if (std::holds_alternative<std::string*>(k->ref(*this)) && !t["v"].is_string()) {
+  // a bare word for a string key is that string; an array or inline table is TOML that
+  // means something else (data.special_tokens=["<a>"] would train a token named ["<a>"]):
+  // assign() refuses it by its type
+  if (std::holds_alternative<std::string*>(k->ref(*this)) && !t["v"].is_string() && !t["v"].is_array() &&
+      !t["v"].is_table()) {
     t = toml::table{};
     t.insert("v", value);
   }

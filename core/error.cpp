@@ -74,6 +74,8 @@ const char* path_error_fix(int code) {
          : code == EMFILE   ? "this process may open no more files: raise the open-files limit (ulimit -n 65536)"
          : code == ENFILE   ? "the system's table of open files is full: close files elsewhere, or raise fs.file-max "
                               "(sysctl)"
+         : code == ENOMEM   ? "the kernel ran out of memory for it: free memory (other programs, ulimit -v) and try "
+                              "again"
          : code == EFBIG    ? "the file-size limit (ulimit -f) or the filesystem's largest file is too small: raise "
                               "ulimit -f, or choose another path"
                             : "check the path";

@@ -1,12 +1,15 @@
 // core/file_lock.cpp — see file_lock.h.
 #include "core/file_lock.h"
 
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -51,7 +54,35 @@ long flock_holder_pid(int fd) {
       found = pid;
   }
   std::fclose(f);
-  return found;
+  // /proc/locks names the process that took the lock; after it exits, a child that inherited
+  // the descriptor holds it (flock(1) running a command): the first other process with the
+  // file open is named instead
+  if (found > 0 && ::access(("/proc/" + std::to_string(found)).c_str(), F_OK) == 0) return found;
+  const long self = (long)::getpid();
+  long opener = 0;
+  if (DIR* procs = ::opendir("/proc")) {
+    while (opener == 0) {
+      const dirent* p = ::readdir(procs);
+      if (!p) break;
+      char* end = nullptr;
+      const long pid = std::strtol(p->d_name, &end, 10);
+      if (pid <= 0 || *end != '\0' || pid == self) continue;
+      const std::string fds = std::string("/proc/") + p->d_name + "/fd";
+      DIR* d = ::opendir(fds.c_str());
+      if (!d) continue;
+      while (const dirent* e = ::readdir(d)) {
+        struct stat fst {};
+        if (e->d_name[0] != '.' && ::stat((fds + "/" + e->d_name).c_str(), &fst) == 0 && fst.st_ino == st.st_ino &&
+            fst.st_dev == st.st_dev) {
+          opener = pid;
+          break;
+        }
+      }
+      ::closedir(d);
+    }
+    ::closedir(procs);
+  }
+  return opener > 0 ? opener : found;
 }
 
 }  // namespace troupe

@@ -14,9 +14,10 @@ namespace troupe {
 bool try_lock_exclusive(int fd, const std::string& path, const std::string& folder_key);
 
 // The pid of a process holding a flock(2) on the file open at `fd`, from /proc/locks (the
-// line whose device and inode are the file's); 0 when none is listed or /proc is not
-// mounted. In another pid namespace the pid is the kernel's view from /proc's namespace.
-// Never throws.
+// line whose device and inode are the file's) when that process lives; when it has exited
+// (a child that inherited the descriptor holds the lock now, as under flock(1)), the first
+// other process with the file open (/proc/*/fd). 0 when none is found or /proc is not
+// mounted. The pids are those of /proc's pid namespace. Never throws.
 long flock_holder_pid(int fd);
 
 }  // namespace troupe

@@ -92,6 +92,14 @@ std::pair<std::string, std::string> lock_holder(int fd) {
 
 }  // namespace
 
+std::string link_in_cache(const std::string& path) {
+  std::error_code ec;
+  const std::string target = fs::read_symlink(path, ec).string();
+  return "'" + path + "' is a symbolic link" + (ec ? std::string() : " (to '" + target + "')") +
+         ": troupe writes its own files in the data cache and does not write through a link; remove it (rm '" + path +
+         "') and run again (data.cache_dir)";
+}
+
 std::string make_cache_folder(const std::string& dir) {
   const fs::path want = absolute_normal(dir);
   std::error_code ec;
@@ -108,7 +116,7 @@ std::string make_cache_folder(const std::string& dir) {
       << " (data.cache_dir)";
   if (!made.empty()) {  // for whichever process builds: it removes this folder too if the build is stopped
     const std::string line = made.string() + "\n";
-    const int fd = ::open((want.string() + kMade).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int fd = ::open((want.string() + kMade).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd >= 0) {
       (void)!::write(fd, line.data(), line.size());
       ::close(fd);
@@ -121,8 +129,9 @@ CacheLock::CacheLock(const std::string& dir, const DataLogFn& log, double timeou
   const auto start = std::chrono::steady_clock::now();
   auto next_note = start + std::chrono::minutes(1);
   for (bool said = false;;) {
-    fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0644);  // its pid goes in: not through a link
     const int err = errno;
+    TROUPE_USER_CHECK(fd_ >= 0 || err != ELOOP) << link_in_cache(path_);
     // (make_cache_folder made the folder: only another process removes it)
     TROUPE_USER_CHECK(fd_ >= 0 || err != ENOENT)
         << "the data cache folder " << dir << " was removed while this process waited to prepare it: the process "

@@ -34,6 +34,11 @@ inline constexpr const char* kScratch = ".scratch";  // pass 1's cleaned text, g
 inline constexpr const char* kSourceSuffixes[] = {kTrainBin, kValBin, kTrainIdx, kValIdx, kScratch};
 }  // namespace cache_files
 
+// The refusal of a symbolic link at `path`, a file troupe writes in a data cache folder (its
+// .lock, a scratch file): "'PATH' is a symbolic link (to 'T'): ... remove it (rm 'PATH') and
+// run again (data.cache_dir)". Writing through it would change the file it points to.
+std::string link_in_cache(const std::string& path);
+
 // Makes `dir` and the folders above it that are missing. Returns the outermost one it made
 // (absolute; "" when `dir` existed) and records it in <dir>/.made. Throws UserError naming
 // data.cache_dir when `dir` cannot be made.

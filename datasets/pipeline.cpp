@@ -1,6 +1,7 @@
 // datasets/pipeline.cpp — see pipeline.h.
 #include "datasets/pipeline.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 
+#include "datasets/cache_folder.h"
 #include "datasets/minhash.h"
 #include "datasets/sources.h"
 #include "datasets/token_file.h"
@@ -53,8 +55,12 @@ std::string clip(const std::string& text, size_t max) {
 // Scratch file of cleaned documents: records of u64 length + bytes.
 class ScratchWriter {
  public:
-  explicit ScratchWriter(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "wb")) {
-    const int err = errno;
+  explicit ScratchWriter(const std::string& path) : path_(path) {
+    // (not through a symbolic link: that would overwrite the file it points to)
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int err = errno;
+    TROUPE_USER_CHECK(fd >= 0 || err != ELOOP) << link_in_cache(path);
+    if (fd >= 0 && !(f_ = ::fdopen(fd, "wb"))) err = errno, ::close(fd);
     TROUPE_USER_CHECK(f_ != nullptr) << "cannot create '" << path << "': " << std::strerror(err) << "; "
                                      << path_error_fix(err) << " (data.cache_dir)";
     std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
@@ -75,7 +81,7 @@ class ScratchWriter {
 
  private:
   std::string path_;
-  std::FILE* f_;
+  std::FILE* f_ = nullptr;
   bool ok_ = true;
 };
 
