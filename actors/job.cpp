@@ -134,6 +134,12 @@ void Coordinator::set_up() {
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
+    // a process of the job lost while it assembled (it died after it joined; troupe launch
+    // starts it again): a failure like a lost process during a step, recovered from under
+    // fault.policy = restart
+    const std::string lost = cluster_->failure();
+    if (cfg_.fault.policy == "restart" && (lost.rfind("lost ", 0) == 0 || lost.rfind("the data plane of process ", 0) == 0))
+      throw Error(lost + " (while the job assembled: " + e.what() + ")");
     // a job that cannot assemble (a missing process, another secret) is not restarted
     throw UserError(e.what());
   }

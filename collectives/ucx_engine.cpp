@@ -126,8 +126,10 @@ void Engine::connect(const std::vector<std::vector<uint8_t>>& addresses) {
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &Engine::on_ep_error;
       ep.err_handler.arg = ep_args_[p].get();
-      UCS_CHECK(ucp_ep_create(worker_, &ep, &eps_[p]))
-          << "process " << o_.process << " creating its endpoint to process " << p;
+      if (const ucs_status_t st = ucp_ep_create(worker_, &ep, &eps_[p]); st != UCS_OK)
+        throw Error("process " + std::to_string(o_.process) + " cannot create its data-plane endpoint to process " +
+                    std::to_string(p) + " (UCX status " + ucs_status_string(st) +
+                    "): that process may have ended, or its address is not reachable from here");
     }
   }, 30.0, "connect");
 }
