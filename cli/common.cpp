@@ -247,7 +247,7 @@ bool stdout_reader_gone() {
   return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
-std::string stdout_write_failure() {
+std::string stdout_write_failure(int err) {
   struct stat st {};
   if (::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
     rlimit fl{};
@@ -258,6 +258,7 @@ std::string stdout_write_failure() {
     if (::fstatvfs(STDOUT_FILENO, &v) == 0 && v.f_bavail == 0)
       return "the disk it writes to is full; free space there";
   }
+  if (err != 0 && err != EPIPE) return std::string(std::strerror(err)) + "; " + path_error_fix(err);
   return "its reader closed it, or the disk is full";
 }
 
@@ -292,6 +293,12 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   }
   if (!locked) {
     const long pid = recorded_pid(fd);
+    if (const long foreign = pid > 0 ? 0 : flock_holder_pid(fd); foreign > 0) {  // it wrote no pid: not troupe
+      ::close(fd);
+      throw UserError(what + " '" + dir + "' is locked by process " + std::to_string(foreign) + " (" +
+                      process_command(foreign) + "), which is not troupe: it holds " + lock + "; end that process (kill " +
+                      std::to_string(foreign) + ") or " + fix);
+    }
     ::close(fd);
     throw UserError(in_use_by(what + " '" + dir + "'", why_busy, pid) + "; wait for it or " + fix);
   }

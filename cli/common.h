@@ -40,8 +40,9 @@ void print_error(const std::string& text, bool one_line = true);
 bool stdout_reader_gone();
 // Why a write to standard output failed, with the fix, as a clause: the file-size limit
 // (ulimit -f) when fd 1 is a regular file that reached it, a full disk when its filesystem
-// has no free block, else "its reader closed it, or the disk is full".
-std::string stdout_write_failure();
+// has no free block; else the failed write's errno `err` with its fix (EIO: the device);
+// with none, "its reader closed it, or the disk is full".
+std::string stdout_write_failure(int err = 0);
 // Thrown by a command that stops early because stdout_reader_gone(); run_command returns 0.
 struct StdoutReaderGone : std::exception {
   const char* what() const noexcept override { return "standard output's reader closed it"; }

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -109,21 +109,30 @@ struct GnuplotEnd {
 // clean-up). Waits at most `deadline_s` seconds, then kills it.
 GnuplotEnd run_gnuplot(const std::string& script_path, const std::string& err_path, std::atomic<pid_t>* pid,
                        double deadline_s) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  // in a process group of its own, so that a kill reaches what it started too (a wrapper's children)
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
+  // fork + exec rather than posix_spawn: the child needs a process group of its own (so a
+  // kill reaches what it starts), PR_SET_PDEATHSIG (it dies with troupe, even on SIGKILL),
+  // and /dev/null for stdin and stdout (a child it leaves behind must not hold troupe's
+  // stdout open, which keeps a pipe reader waiting); stderr goes to err_path. The argument
+  // and path strings are made before the fork: the child only makes system calls.
+  const pid_t parent = ::getpid();
   const char* argv[] = {"gnuplot", script_path.c_str(), nullptr};
-  pid_t child = -1;
-  const int err = posix_spawnp(&child, "gnuplot", &fa, &attr, const_cast<char* const*>(argv), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // troupe died before the line above
+    const int null_fd = ::open("/dev/null", O_RDWR);
+    const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (null_fd < 0 || err_fd < 0) ::_exit(127);
+    ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::dup2(err_fd, STDERR_FILENO);
+    ::execvp("gnuplot", const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
   GnuplotEnd end;
-  if (err != 0) return end;
+  if (child < 0) return end;
+  ::setpgid(child, child);  // (also here: a kill of the group must not come before the child's own call)
   end.started = true;
   pid->store(child);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadline_s);
@@ -257,6 +266,11 @@ void render_png(const std::string& script, const std::string& out, const std::st
     // blame the disk only when gnuplot did not say why, or said it could not write
     const bool io = reason.empty() || reason.find("annot open") != std::string::npos ||
                     reason.find("space") != std::string::npos || reason.find("ermission") != std::string::npos;
+    if (io && reason.empty() && rc == 0 && empty)  // it said nothing, claimed success and drew nothing
+      throw UserError(fmt::format("{} exited 0 but drew nothing into {}; check that it is gnuplot with the pngcairo "
+                                  "terminal (scripts/setup.sh installs gnuplot-nox) and that the folder has free space, "
+                                  "or pass another {} path",
+                                  gnuplot_on_path(), out, option));
     if (io)
       throw UserError(fmt::format("gnuplot could not draw {} ({}); check that its folder has free space and is "
                                   "writable, or pass another {} path (scripts/setup.sh installs gnuplot-nox with pngcairo)",

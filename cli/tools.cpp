@@ -120,10 +120,12 @@ struct TextStream {
   void push(int32_t id) {
     const int32_t one[1] = {id};
     const std::string text = utf8.push(tok->decode(one));
+    errno = 0;
     if (!text.empty()) std::cout << text << std::flush;
+    const int err = errno;  // (the failed write(2)'s, when the stream failed)
     // a reader that went away (generate | head): stop drawing, quietly (SIGPIPE is ignored, cli/main.cpp)
     if (!std::cout.good() && stdout_reader_gone()) throw StdoutReaderGone();
-    TROUPE_USER_CHECK(std::cout.good()) << "cannot write to standard output (" << stdout_write_failure()
+    TROUPE_USER_CHECK(std::cout.good()) << "cannot write to standard output (" << stdout_write_failure(err)
                                         << "); the generation stopped there";
   }
   void finish() { std::cout << utf8.finish() << std::endl; }

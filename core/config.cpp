@@ -182,8 +182,12 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
       v.visit([&](auto&& n) { os << n; });
       got = printable(os.str(), false, 80);
     }
+    // (an empty default shows nothing: the comma-separated list is named for the one list key)
+    const std::string eg = k.name == "data.special_tokens" ? std::string("\"<|user|>,<|bot|>\" (one string, the tokens "
+                                                                         "separated by commas)")
+                                                           : example(k.ref(c));
     throw UserError("config key '" + k.name + "'" + where + " must be " + want + ", got " + got + "; e.g. " + k.name +
-                    " = " + example(k.ref(c)));
+                    " = " + eg);
   };
   if (auto* p = std::get_if<int*>(&r)) {
     auto x = v.value<int64_t>();
@@ -497,7 +501,15 @@ void Config::set(const std::string& assignment) {
   check_toml_nesting("v = " + value, "--set " + name);
   try {
     t = toml::parse("v = " + value);
-  } catch (const toml::parse_error&) {
+  } catch (const toml::parse_error& e) {
+    // a value that opens a TOML array or inline table is TOML with a mistake, not a word
+    const size_t first = value.find_first_not_of(" \t");
+    TROUPE_USER_CHECK(first == std::string::npos || (value[first] != '[' && value[first] != '{'))
+        << "--set " << name << "=" << printable(value, false, 80) << " is not valid TOML ("
+        << printable(std::string(e.description()), false, 120) << "); fix it"
+        << (std::holds_alternative<std::string*>(k->ref(*this))
+                ? std::string(", or quote a string that starts with '") + value[first] + "': --set '" + name + "=\"...\"'"
+                : std::string());
     t = toml::table{};
     t.insert("v", value);
   }

@@ -85,4 +85,15 @@ long flock_holder_pid(int fd) {
   return opener > 0 ? opener : found;
 }
 
+std::string process_command(long pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/comm").c_str(), "re");
+  if (!f) return "?";
+  char buf[80] = {};
+  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  std::string c = ok ? buf : "";
+  while (!c.empty() && c.back() == '\n') c.pop_back();
+  return c.empty() ? "?" : printable(c, false, 64);
+}
+
 }  // namespace troupe

@@ -20,4 +20,8 @@ bool try_lock_exclusive(int fd, const std::string& path, const std::string& fold
 // mounted. The pids are those of /proc's pid namespace. Never throws.
 long flock_holder_pid(int fd);
 
+// The command name of process `pid` (/proc/PID/comm, control bytes escaped, at most 64
+// bytes), "?" when it cannot be read. Never throws.
+std::string process_command(long pid);
+
 }  // namespace troupe

@@ -73,12 +73,7 @@ std::pair<std::string, std::string> lock_holder(int fd) {
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
   long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
   std::string named;  // a holder that is not troupe (it wrote no pid): named by its command
-  if (pid <= 0 && (pid = flock_holder_pid(fd)) > 0) {
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-    std::string c;
-    std::getline(comm, c);
-    named = " (" + printable(c.empty() ? std::string("?") : c, false, 64) + ", not troupe)";
-  }
+  if (pid <= 0 && (pid = flock_holder_pid(fd)) > 0) named = " (" + process_command(pid) + ", not troupe)";
   if (pid <= 0) return {"another process", ""};
   const std::string p = std::to_string(pid);
   std::ifstream stat("/proc/" + p + "/stat");
