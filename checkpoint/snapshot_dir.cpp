@@ -84,14 +84,20 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
     for (size_t i = 0; i < skipped->size() && i < 3; ++i) why += (i ? "; " : ": ") + (*skipped)[i];
   if (all.empty()) {
     std::error_code ec;
-    bool steps = false;  // step-<k> folders, none complete
+    bool steps = false, unfinished = false;  // step-<k> folders (none complete); step-<k>.tmp-<pid> ones
     if (!fs::exists(fs::symlink_status(ckpt_dir, ec)))
       why = " (the folder does not exist: no run has saved a snapshot there)";
     else {
       check_snapshot_readable(ckpt_dir);  // Permission denied is said as such
-      for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end && !steps; it.increment(ec))
-        steps = it->path().filename().string().rfind("step-", 0) == 0;
-      why = steps ? " (none is complete: each step-<k> folder lacks its manifest)" : " (it holds no snapshot)";
+      for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string n = it->path().filename().string();
+        if (n.rfind("step-", 0) != 0) continue;
+        (n.find(".tmp-") != std::string::npos ? unfinished : steps) = true;
+      }
+      why = steps        ? " (none is complete: each step-<k> folder lacks its manifest)"
+            : unfinished ? " (none is complete: only step-<k>.tmp-<pid> folders are there, saves a stopped or killed "
+                           "writer did not finish; the next run removes them)"
+                         : " (it holds no snapshot)";
     }
   } else {
     why = " (every one was refused" + why + ")";

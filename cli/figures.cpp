@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -105,15 +107,24 @@ struct GnuplotEnd {
   bool timed_out = false;  // it ran past its deadline and was killed
 };
 
-// gnuplot SCRIPT with its stderr in err_path; its pid in *pid while it runs (for a signal's
-// clean-up). Waits at most `deadline_s` seconds, then kills it.
-GnuplotEnd run_gnuplot(const std::string& script_path, const std::string& err_path, std::atomic<pid_t>* pid,
-                       double deadline_s) {
+constexpr size_t kGnuplotStderrCap = 64 << 10;  // bytes of gnuplot's stderr kept (the rest is read and dropped)
+
+// gnuplot SCRIPT; its stderr (the first kGnuplotStderrCap bytes) into *err; its pid in *pid
+// while it runs (for a signal's clean-up). Waits at most `deadline_s` seconds, then kills its
+// process group. UserError when the pipe for its stderr cannot be made.
+GnuplotEnd run_gnuplot(const std::string& script_path, std::string* err, std::atomic<pid_t>* pid, double deadline_s) {
   // fork + exec rather than posix_spawn: the child needs a process group of its own (so a
   // kill reaches what it starts), PR_SET_PDEATHSIG (it dies with troupe, even on SIGKILL),
   // and /dev/null for stdin and stdout (a child it leaves behind must not hold troupe's
-  // stdout open, which keeps a pipe reader waiting); stderr goes to err_path. The argument
-  // and path strings are made before the fork: the child only makes system calls.
+  // stdout open, which keeps a pipe reader waiting); stderr is a pipe troupe reads, so that
+  // a gnuplot that writes without end fills no disk. The argument strings are made before
+  // the fork: the child only makes system calls.
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    const int e = errno;
+    throw UserError(std::string("cannot open a pipe for gnuplot's messages (") + std::strerror(e) + "): " +
+                    path_error_fix(e));
+  }
   const pid_t parent = ::getpid();
   const char* argv[] = {"gnuplot", script_path.c_str(), nullptr};
   const pid_t child = ::fork();
@@ -122,22 +133,36 @@ GnuplotEnd run_gnuplot(const std::string& script_path, const std::string& err_pa
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // troupe died before the line above
     const int null_fd = ::open("/dev/null", O_RDWR);
-    const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (null_fd < 0 || err_fd < 0) ::_exit(127);
+    if (null_fd < 0) ::_exit(127);
     ::dup2(null_fd, STDIN_FILENO);
     ::dup2(null_fd, STDOUT_FILENO);
-    ::dup2(err_fd, STDERR_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);  // (dup2 clears close-on-exec on the copy)
     ::execvp("gnuplot", const_cast<char* const*>(argv));
     ::_exit(127);
   }
+  ::close(fds[1]);
   GnuplotEnd end;
-  if (child < 0) return end;
+  if (child < 0) {
+    ::close(fds[0]);
+    return end;
+  }
   ::setpgid(child, child);  // (also here: a kill of the group must not come before the child's own call)
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
   end.started = true;
   pid->store(child);
+  auto drain = [&] {  // what gnuplot wrote so far, up to the cap
+    char buf[8192];
+    for (;;) {
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      if (err->size() < kGnuplotStderrCap) err->append(buf, std::min((size_t)n, kGnuplotStderrCap - err->size()));
+    }
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadline_s);
   int st = 0;
   for (;;) {
+    drain();
     const pid_t r = ::waitpid(child, &st, WNOHANG);
     if (r == child || (r < 0 && errno != EINTR)) break;
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -147,12 +172,35 @@ GnuplotEnd run_gnuplot(const std::string& script_path, const std::string& err_pa
       end.timed_out = true;
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pollfd p{fds[0], POLLIN, 0};
+    ::poll(&p, 1, 20);
   }
+  drain();  // (a child it left behind may hold the pipe: only what is there now)
+  ::close(fds[0]);
   pid->store(0);
   end.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   end.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
   return end;
+}
+
+// The temporary folders (in `tmp`) of earlier draws whose troupe process is gone (killed: SIGKILL runs
+// no clean-up), named troupe-gnuplot-<pid namespace>-<pid>-XXXXXX: removed. Folders of
+// another pid namespace (a container sharing /tmp) or another user stay. Never throws.
+void remove_stale_draw_folders(const std::string& tmp, const std::string& ns) {
+  std::error_code ec;
+  const std::string prefix = "troupe-gnuplot-" + ns + "-";
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    struct stat st {};
+    if (name.rfind(prefix, 0) != 0 || ::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::getuid())
+      continue;
+    const long pid = std::atol(name.c_str() + prefix.size());
+    if (pid > 0 && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+    }
+  }
 }
 
 // Where `gnuplot` on PATH is ("gnuplot" when the lookup fails), for a message about it.
@@ -175,10 +223,27 @@ void render_png(const std::string& script, const std::string& out, const std::st
   check_png_output(out, option);
   const double deadline_s = gnuplot_deadline_s();
   std::error_code ec;
-  char tmpl[] = "/tmp/troupe-gnuplot-XXXXXX";
-  TROUPE_USER_CHECK(::mkdtemp(tmpl) != nullptr) << "cannot create a temporary folder for gnuplot in /tmp ("
-                                                << std::strerror(errno) << "); free space in /tmp";
-  const std::string dir = tmpl, script_path = dir + "/figure.gp", err_path = dir + "/stderr.txt";
+  std::error_code nse;
+  std::string ns = fs::read_symlink("/proc/self/ns/pid", nse).string();  // "pid:[4026531836]"
+  ns = nse ? std::string("0") : ns.substr(std::min(ns.size(), ns.find('[') + 1));
+  if (!ns.empty() && ns.back() == ']') ns.pop_back();
+  std::error_code te;
+  const std::string tmp_dir = fs::temp_directory_path(te).string();  // $TMPDIR, else /tmp
+  TROUPE_USER_CHECK(!te) << "the folder for temporary files is unusable (" << te.message()
+                         << "): set TMPDIR to a writable folder, or unset it (/tmp)";
+  remove_stale_draw_folders(tmp_dir, ns);
+  std::string tmpl = tmp_dir + "/troupe-gnuplot-" + ns + "-" + std::to_string(::getpid()) + "-XXXXXX";
+  TROUPE_USER_CHECK(::mkdtemp(tmpl.data()) != nullptr) << "cannot create a temporary folder for gnuplot in " << tmp_dir
+                                                       << " (" << std::strerror(errno) << "); free space there, or set "
+                                                       << "TMPDIR to another folder";
+  const std::string dir = tmpl, script_path = dir + "/figure.gp";
+  struct FolderGone {  // the folder goes whatever ends this function
+    const std::string& d;
+    ~FolderGone() {
+      std::error_code rm;
+      fs::remove_all(d, rm);
+    }
+  } folder_gone{dir};
   // a signal while drawing: stop gnuplot, remove its folder and the half-drawn picture, exit 2
   std::atomic<pid_t> gnuplot{0};
   InterruptGuard interrupt([&](int sig) {
@@ -207,12 +272,13 @@ void render_png(const std::string& script, const std::string& out, const std::st
     script_err = script_ok ? 0 : errno;
     if (fd >= 0 && ::close(fd) != 0 && script_ok) script_ok = false, script_err = errno;
   }
-  const GnuplotEnd end = script_ok ? run_gnuplot(script_path, err_path, &gnuplot, deadline_s) : GnuplotEnd{};
+  std::string err_text;
+  const GnuplotEnd end = script_ok ? run_gnuplot(script_path, &err_text, &gnuplot, deadline_s) : GnuplotEnd{};
   const int rc = end.status;
   // gnuplot's own message, reduced to one printable line (it is several lines with a caret)
   std::string reason;
   {
-    std::ifstream ef(err_path);
+    std::istringstream ef(err_text);
     std::string line;
     // its error ("line 0: ...") rather than the echoed script line before it
     std::string first, error;
@@ -258,10 +324,11 @@ void render_png(const std::string& script, const std::string& out, const std::st
                                          : "was killed by signal " + std::string(strsignal(end.signal)),
                                   out, option));
     if (!script_ok)
-      throw UserError("cannot write gnuplot's script in /tmp (" + std::string(std::strerror(script_err)) + "); " +
+      throw UserError("cannot write gnuplot's script in " + fs::path(dir).parent_path().string() + " (" +
+                      std::string(std::strerror(script_err)) + "); " +
                       (script_err == EFBIG || script_err == ENOSPC || script_err == EDQUOT
                            ? std::string(path_error_fix(script_err))
-                           : "free space in /tmp") +
+                           : "free space there, or set TMPDIR to another folder") +
                       ", then draw " + out + " again");
     // blame the disk only when gnuplot did not say why, or said it could not write
     const bool io = reason.empty() || reason.find("annot open") != std::string::npos ||

@@ -77,6 +77,15 @@ void check_snapshot_arg(const std::string& dir) {
                                    << snaps.back().second << " (the newest)";
   TROUPE_USER_CHECK(!fs::is_empty(dir, ec)) << "snapshot directory " << dir
                                             << " is empty; pass a snapshot of a run, e.g. runs/<run>/checkpoints/step-<k>";
+  if (fs::exists(fs::path(dir) / "metrics.jsonl", ec) || fs::exists(fs::path(dir) / "config.toml", ec)) {  // a run directory
+    const std::string ck = (fs::path(dir) / "checkpoints").string();
+    const auto in_run = fs::is_directory(ck, ec) ? list_snapshots(ck) : decltype(list_snapshots(ck))();
+    TROUPE_USER_CHECK(in_run.empty()) << dir << " is a run directory, not a snapshot; pass one of its snapshots, e.g. "
+                                      << in_run.back().second << " (the newest)";
+    TROUPE_USER_FAIL() << dir << " is a run directory, not a snapshot, and " << ck
+                       << " holds none (its run saved none there, or checkpoint.dir pointed elsewhere: see its "
+                          "config.toml); pass a snapshot, e.g. <checkpoint.dir>/step-<k>";
+  }
   TROUPE_USER_FAIL() << dir << " has no manifest.capnp: it is not a complete snapshot (a save that was interrupted, or "
                      << "another folder); pass a finished one, e.g. runs/<run>/checkpoints/step-<k>";
 }

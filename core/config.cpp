@@ -504,11 +504,18 @@ void Config::set(const std::string& assignment) {
   } catch (const toml::parse_error& e) {
     // a value that opens a TOML array or inline table is TOML with a mistake, not a word
     const size_t first = value.find_first_not_of(" \t");
-    TROUPE_USER_CHECK(first == std::string::npos || (value[first] != '[' && value[first] != '{'))
+    // (and one that opens a TOML string: its quotes or escapes are wrong, or the quotes would
+    // end up in the value)
+    TROUPE_USER_CHECK(first == std::string::npos ||
+                      (value[first] != '[' && value[first] != '{' && value[first] != '"' && value[first] != '\''))
         << "--set " << name << "=" << printable(value, false, 80) << " is not valid TOML ("
         << printable(std::string(e.description()), false, 120) << "); fix it"
         << (std::holds_alternative<std::string*>(k->ref(*this))
-                ? std::string(", or quote a string that starts with '") + value[first] + "': --set '" + name + "=\"...\"'"
+                ? (value[first] == '"' || value[first] == '\''
+                       ? std::string(" (close the quotes; a backslash in \"...\" starts an escape: use '...' for "
+                                     "text with backslashes), or leave the quotes out for a plain word")
+                       : std::string(", or quote a string that starts with '") + value[first] + "': --set '" + name +
+                             "=\"...\"'")
                 : std::string());
     t = toml::table{};
     t.insert("v", value);

@@ -58,31 +58,38 @@ long flock_holder_pid(int fd) {
   // the descriptor holds it (flock(1) running a command): the first other process with the
   // file open is named instead
   if (found > 0 && ::access(("/proc/" + std::to_string(found)).c_str(), F_OK) == 0) return found;
+  const auto openers = processes_with_file_open(fd, 1);
+  return openers.empty() ? found : openers[0];
+}
+
+std::vector<long> processes_with_file_open(int fd, size_t max) {
+  std::vector<long> out;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return out;
   const long self = (long)::getpid();
-  long opener = 0;
-  if (DIR* procs = ::opendir("/proc")) {
-    while (opener == 0) {
-      const dirent* p = ::readdir(procs);
-      if (!p) break;
-      char* end = nullptr;
-      const long pid = std::strtol(p->d_name, &end, 10);
-      if (pid <= 0 || *end != '\0' || pid == self) continue;
-      const std::string fds = std::string("/proc/") + p->d_name + "/fd";
-      DIR* d = ::opendir(fds.c_str());
-      if (!d) continue;
-      while (const dirent* e = ::readdir(d)) {
-        struct stat fst {};
-        if (e->d_name[0] != '.' && ::stat((fds + "/" + e->d_name).c_str(), &fst) == 0 && fst.st_ino == st.st_ino &&
-            fst.st_dev == st.st_dev) {
-          opener = pid;
-          break;
-        }
+  DIR* procs = ::opendir("/proc");
+  if (!procs) return out;
+  while (out.size() < max) {
+    const dirent* p = ::readdir(procs);
+    if (!p) break;
+    char* end = nullptr;
+    const long pid = std::strtol(p->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == self) continue;
+    const std::string fds = std::string("/proc/") + p->d_name + "/fd";
+    DIR* d = ::opendir(fds.c_str());
+    if (!d) continue;
+    while (const dirent* e = ::readdir(d)) {
+      struct stat fst {};
+      if (e->d_name[0] != '.' && ::stat((fds + "/" + e->d_name).c_str(), &fst) == 0 && fst.st_ino == st.st_ino &&
+          fst.st_dev == st.st_dev) {
+        out.push_back(pid);
+        break;
       }
-      ::closedir(d);
     }
-    ::closedir(procs);
+    ::closedir(d);
   }
-  return opener > 0 ? opener : found;
+  ::closedir(procs);
+  return out;
 }
 
 std::string process_command(long pid) {

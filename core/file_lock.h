@@ -2,6 +2,7 @@
 // from "this filesystem cannot lock" (NFS without lockd: ENOLCK), which no wait would end.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace troupe {
 
@@ -19,6 +20,11 @@ bool try_lock_exclusive(int fd, const std::string& path, const std::string& fold
 // other process with the file open (/proc/*/fd). 0 when none is found or /proc is not
 // mounted. The pids are those of /proc's pid namespace. Never throws.
 long flock_holder_pid(int fd);
+
+// The processes other than this one that have the file open at `fd` open (/proc/*/fd), at
+// most `max`, in /proc's order: every holder of a lock a command's children inherited (flock
+// PATH CMD: flock and CMD). Empty when none is found or /proc is not mounted. Never throws.
+std::vector<long> processes_with_file_open(int fd, size_t max = 8);
 
 // The command name of process `pid` (/proc/PID/comm, control bytes escaped, at most 64
 // bytes), "?" when it cannot be read. Never throws.
