@@ -228,8 +228,11 @@ void render_png(const std::string& script, const std::string& out, const std::st
   ns = nse ? std::string("0") : ns.substr(std::min(ns.size(), ns.find('[') + 1));
   if (!ns.empty() && ns.back() == ']') ns.pop_back();
   std::error_code te;
-  const std::string tmp_dir = fs::temp_directory_path(te).string();  // $TMPDIR, else /tmp
-  TROUPE_USER_CHECK(!te) << "the folder for temporary files is unusable (" << te.message()
+  const char* tmp_env = std::getenv("TMPDIR");
+  const bool tmp_set = tmp_env && *tmp_env;  // (an empty TMPDIR means the default, as for mktemp(1))
+  const std::string tmp_dir = tmp_set ? fs::temp_directory_path(te).string() : std::string("/tmp");
+  TROUPE_USER_CHECK(!te) << "TMPDIR='" << printable(tmp_env ? tmp_env : "", false, 200)
+                         << "' is not a usable folder for temporary files (" << te.message()
                          << "): set TMPDIR to a writable folder, or unset it (/tmp)";
   remove_stale_draw_folders(tmp_dir, ns);
   std::string tmpl = tmp_dir + "/troupe-gnuplot-" + ns + "-" + std::to_string(::getpid()) + "-XXXXXX";

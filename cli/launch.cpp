@@ -5,6 +5,7 @@
 #include "cli/common.h"
 #include "cli/launch_attempt.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/random.h>
@@ -284,12 +285,30 @@ int free_port(const std::string& host, int want = 0) {
 std::string make_job_secret() {
   unsigned char b[32];
   size_t got = 0;
+  int err = 0;
   while (got < sizeof b) {
     const ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    TROUPE_CHECK(n > 0) << "getrandom failed (" << std::strerror(errno) << "); set TROUPE_JOB_SECRET yourself, "
-                        << "e.g. export TROUPE_JOB_SECRET=$(openssl rand -hex 32)";
+    if (n <= 0) {
+      err = errno;
+      break;
+    }
     got += (size_t)n;
+  }
+  if (got < sizeof b) {  // no getrandom (an old kernel, a seccomp filter): the kernel's device
+    const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    got = 0;
+    while (fd >= 0 && got < sizeof b) {
+      const ssize_t n = ::read(fd, b + got, sizeof b - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += (size_t)n;
+    }
+    if (fd >= 0) ::close(fd);
+    TROUPE_USER_CHECK(got == sizeof b)
+        << "cannot make a job secret: getrandom failed (" << std::strerror(err)
+        << ") and /dev/urandom cannot be read; set TROUPE_JOB_SECRET yourself, e.g. export "
+           "TROUPE_JOB_SECRET=$(openssl rand -hex 32)";
   }
   static const char* hex = "0123456789abcdef";
   std::string s;

@@ -170,6 +170,9 @@ __attribute__((constructor)) void install_early_signals() {
   // to it fail with EPIPE instead (logging goes on in train.log; a command whose output is
   // its result stops with exit 2, see run_command's last check)
   std::signal(SIGPIPE, SIG_IGN);
+  // SIGCHLD inherited as ignored (a parent's SIG_IGN survives exec) makes the kernel reap
+  // children itself: every wait for one (gnuplot, system()'s shell) then fails with ECHILD
+  std::signal(SIGCHLD, SIG_DFL);
   for (int i = 0; i < kStopSignalCount; ++i) {
     const int sig = kStopSignals[i];
     if (left_ignored(sig)) continue;
