@@ -49,6 +49,22 @@ std::string gp_quote(const std::string& text) {
 
 std::string png_tmp(const std::string& out) { return out + ".tmp-" + std::to_string(::getpid()); }
 
+// Where `gnuplot` on PATH is, as command -v finds it (an empty entry is the current folder);
+// "" when it is not there. (No shell: a SIGCHLD inherited as ignored made system()'s wait fail.)
+static std::string gnuplot_on_path() {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "";
+  for (size_t at = 0; at <= dirs.size();) {
+    const size_t colon = std::min(dirs.find(':', at), dirs.size());
+    const std::string dir = dirs.substr(at, colon - at);
+    const std::string f = (dir.empty() ? std::string(".") : dir) + "/gnuplot";
+    struct stat st {};
+    if (::stat(f.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(f.c_str(), X_OK) == 0) return f;
+    at = colon + 1;
+  }
+  return "";
+}
+
 void check_png_output(const std::string& out, const std::string& option) {
   // a name of another picture format would hold PNG bytes: viewers refuse such a file
   std::string ext = fs::path(out).extension().string();
@@ -56,7 +72,7 @@ void check_png_output(const std::string& out, const std::string& option) {
   for (const char* other : {".svg", ".pdf", ".jpg", ".jpeg", ".gif", ".eps", ".ps", ".webp", ".bmp", ".tif", ".tiff"})
     TROUPE_USER_CHECK(ext != other) << option << " " << out << ": troupe draws PNG pictures only, and a " << ext
                                     << " name would hold PNG bytes; name the file .png";
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+  if (gnuplot_on_path().empty()) {
     const char* path = std::getenv("PATH");
     std::string where;  // installed, but not on this PATH?
     for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin", "/opt/homebrew/bin"})
@@ -203,19 +219,6 @@ void remove_stale_draw_folders(const std::string& tmp, const std::string& ns) {
   }
 }
 
-// Where `gnuplot` on PATH is ("gnuplot" when the lookup fails), for a message about it.
-std::string gnuplot_on_path() {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  for (size_t at = 0; at <= dirs.size();) {
-    const size_t colon = std::min(dirs.find(':', at), dirs.size());
-    const std::string dir = dirs.substr(at, colon - at);
-    const std::string f = (dir.empty() ? std::string(".") : dir) + "/gnuplot";
-    if (::access(f.c_str(), X_OK) == 0) return f;
-    at = colon + 1;
-  }
-  return "gnuplot";
-}
 }  // namespace
 
 void render_png(const std::string& script, const std::string& out, const std::string& option,
