@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string_view>
 #include <filesystem>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -45,26 +46,29 @@ uint64_t free_inodes(const std::string& path) {
   return (uint64_t)v.f_favail;
 }
 
-uint64_t snapshot_bytes(const Config& c) {
-  const GPTConfig g = GPTConfig::from(c.model);
-  const bool split = c.parallel.pp * c.parallel.chunks > 1;
-  const double params = (double)g.n_params() + (split ? (double)g.V * g.C : 0.0);
-  const double per_param = c.train.precision == "fp32" ? 12.0 : 16.0;  // mixed precision adds the master
-  return (uint64_t)(per_param * params) + (1u << 20);
-}
+namespace {
 
-uint64_t largest_snapshot_file_bytes(const Config& c) {
-  const int P = c.parallel.pp, V = c.parallel.chunks, DP = std::max(1, c.parallel.dp);
+// One pipeline rank's shard file of one TP rank, as snapshot_write.cpp's write_shard_file
+// lays it out: the record headers, the values it writes (the tied head's copy on the last
+// stage is held, not written) and the elements its worker holds.
+struct StageFile {
+  uint64_t header = 0, written = 0, held = 0;
+};
+
+// Every pipeline rank's file (index = PP rank); empty when the layout is impossible (refused
+// elsewhere). state_fields: m, v (+ the fp32 master in mixed precision).
+std::vector<StageFile> stage_files(const Config& c, uint64_t state_fields) {
+  const int P = c.parallel.pp, V = c.parallel.chunks;
   GPTConfig g = GPTConfig::from(c.model, std::max(1, c.parallel.tp), 0);
-  if (P * V > g.L || P < 1 || V < 1) return snapshot_bytes(c);  // refused elsewhere; the whole model as the bound
+  if (P * V > g.L || P < 1 || V < 1) return {};
   const std::vector<int> bounds = partition_layers(g, P * V);
   const std::vector<ParamSpec> specs = gpt_param_specs(g);
-  const uint64_t state_fields = c.train.precision == "fp32" ? 2 : 3;  // m, v (+ the fp32 master)
-  constexpr uint64_t kRecordHeader = 4 + 1 + 4 + 8 + 8 + 8 + 4;       // snapshot_write.cpp's write_shard_file
-  uint64_t largest = 0;
+  constexpr uint64_t kRecordHeader = 4 + 1 + 4 + 8 + 8 + 8 + 4;  // snapshot_write.cpp's write_shard_file
+  std::vector<StageFile> files(P);
   for (int s = 0; s < P; ++s) {
+    StageFile& f = files[s];
+    f.header = 8 + 4 + 12 + 8;
     // the worker of pipeline rank s holds virtual stages s, s + P, ... (chunk * P + s)
-    uint64_t written = 0, held = 0, header = 8 + 4 + 12 + 8;
     for (int ch = 0; ch < V; ++ch) {
       const int v = ch * P + s;
       for (const ParamSpec& sp : specs) {
@@ -75,17 +79,78 @@ uint64_t largest_snapshot_file_bytes(const Config& c) {
         if (!mine && !head_copy) continue;
         int64_t n = 1;
         for (int64_t d : local_shape(sp, g)) n *= d;
-        held += (uint64_t)n;
+        f.held += (uint64_t)n;
         if (head_copy) continue;
-        written += (uint64_t)n;
-        header += (1 + state_fields * 2) * (kRecordHeader + sp.name.size());  // a value record, each field in <= 2 pieces
+        f.written += (uint64_t)n;
+        f.header += (1 + state_fields * 2) * (kRecordHeader + sp.name.size());  // a value record, each field in <= 2 pieces
       }
     }
+  }
+  return files;
+}
+
+uint64_t state_fields_of(const Config& c) { return c.train.precision == "fp32" ? 2 : 3; }
+
+// The whole model's parameters in fp32 with its state: the bound for an impossible layout.
+uint64_t whole_model_bytes(const Config& c) {
+  const GPTConfig g = GPTConfig::from(c.model);
+  return (uint64_t)(4.0 * (1 + state_fields_of(c)) * (double)g.n_params());
+}
+
+}  // namespace
+
+uint64_t snapshot_bytes(const Config& c) {
+  const uint64_t sf = state_fields_of(c), TP = std::max(1, c.parallel.tp), DP = std::max(1, c.parallel.dp);
+  const std::vector<StageFile> files = stage_files(c, sf);
+  uint64_t total = files.empty() ? whole_model_bytes(c) : 0;
+  // every DP rank writes its file (headers) and its ZeRO-1 share of the state; the values once
+  for (const StageFile& f : files) total += TP * (DP * f.header + 4 * f.written + 4 * sf * f.written);
+  std::error_code ec;
+  uint64_t tok = c.data.tokenizer.empty() ? 0 : fs::file_size(c.data.tokenizer, ec);
+  if (ec) tok = 0;
+  return total + tok + (1u << 20);  // the manifest, a trained tokenizer's copy, the folder
+}
+
+uint64_t largest_snapshot_file_bytes(const Config& c) {
+  const uint64_t sf = state_fields_of(c), DP = std::max(1, c.parallel.dp);
+  const std::vector<StageFile> files = stage_files(c, sf);
+  if (files.empty()) return snapshot_bytes(c);  // refused elsewhere; the whole model as the bound
+  uint64_t largest = 0;
+  for (const StageFile& f : files) {
     // DP rank 0 writes the values and its ZeRO-1 share of the optimizer state (ceil(N / DP))
-    const uint64_t state = std::min(written, (held + DP - 1) / DP);
-    largest = std::max(largest, header + 4 * written + 4 * state_fields * state);
+    const uint64_t state = std::min(f.written, (f.held + DP - 1) / DP);
+    largest = std::max(largest, f.header + 4 * f.written + 4 * sf * state);
   }
   return largest;
+}
+
+int64_t first_failing_save(uint64_t total, uint64_t need, const std::vector<uint64_t>& old, int keep_last,
+                           int64_t saves) {
+  const int64_t E = (int64_t)old.size(), keep = std::max(1, keep_last);
+  // from save keep + 1 on, the folder holds keep of this run's snapshots and the one being
+  // written, and no old one: every later save needs what that one needs
+  for (int64_t j = 1; j <= std::min(saves, keep + 1); ++j) {
+    const int64_t fresh = std::min(j - 1, keep);                          // this run's, kept
+    const int64_t kept_old = j == 1 ? E : std::min(E, std::max<int64_t>(0, keep - fresh));  // the newest old ones
+    uint64_t use = (uint64_t)(fresh + 1) * need;
+    for (int64_t i = E - kept_old; i < E; ++i) use += old[i];
+    if (use > total) return j;
+  }
+  return 0;
+}
+
+uint64_t snapshot_folder_bytes(const std::string& dir) {
+  std::error_code ec;
+  if (fs::is_symlink(dir, ec)) return 0;
+  uint64_t bytes = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fe;
+    if (it->is_regular_file(fe) && !it->is_symlink(fe)) {
+      const uint64_t n = it->file_size(fe);
+      if (!fe) bytes += n;
+    }
+  }
+  return bytes;
 }
 
 namespace {

@@ -263,8 +263,10 @@ void check_machine_fits(const Config& c, const LaunchEnv& launch) {
 }
 
 // Refuses (UserError) a checkpoint directory without room for one snapshot (a signal's
-// save would fail and the run's work be lost); warns when it cannot hold the snapshots
-// that retention keeps plus the one being written.
+// save would fail and the run's work be lost), or for the snapshots that retention keeps
+// plus the one being written when the run's periodic saves need them (the save that would
+// fail is named, and a checkpoint.keep_last that fits); warns when only a stop signal's
+// save after the last periodic one would not fit.
 void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
   const uint64_t need = snapshot_bytes(c), free = free_space(ckpt_dir);
   // the file-size limit (ulimit -f): every snapshot failed (EFBIG) and the run still ended 0.
@@ -296,11 +298,43 @@ void check_snapshot_space(const Config& c, const std::string& ckpt_dir) {
       << " free but one snapshot of this model takes about " << mib(need)
       << " (saved every checkpoint.interval steps and on SIGTERM, SIGINT or SIGUSR1); free space there or set "
          "checkpoint.dir to another filesystem";
-  const uint64_t keep = c.checkpoint.interval > 0 ? (uint64_t)c.checkpoint.keep_last + 1 : 1;
-  if (free < keep * need)
-    spdlog::warn("the filesystem of {} has {} free, room for {} snapshot(s) of about {}; checkpoint.keep_last = {} needs "
-                 "{} (the kept ones and the one being written): free space before the snapshots fail",
-                 ckpt_dir, mib(free), free / need, mib(need), c.checkpoint.keep_last, keep);
+  // periodic saving: keep_last snapshots and the one being written at once (the new one is
+  // complete before retention removes the oldest); the snapshots already there count as
+  // room once retention has removed them. A save that cannot fit is refused now, not found
+  // steps into the run with the steps since the last snapshot lost (trial 45, M3)
+  std::vector<uint64_t> old;
+  for (const auto& [step, path] : list_snapshots(ckpt_dir)) old.push_back(snapshot_folder_bytes(path));
+  uint64_t total = free;
+  for (uint64_t b : old) total += b;
+  const int64_t periodic = c.checkpoint.interval > 0 ? c.train.steps / c.checkpoint.interval : 0;
+  const int keep = c.checkpoint.keep_last;
+  const int64_t fails = first_failing_save(total, need, old, keep, periodic + 1);  // + a stop signal's
+  if (fails == 0) return;
+  const std::string room = fmt::format("{} free{}, room for {} snapshot(s) of about {} at once", mib(free),
+                                       old.empty() ? "" : fmt::format(" and {} in the {} snapshot(s) already "
+                                                                      "there", mib(total - free), old.size()),
+                                       total / need, mib(need));
+  if (fails > periodic) {  // only a signal's save after the last periodic one
+    spdlog::warn("the filesystem of checkpoint.dir {} has {}; a save on SIGTERM, SIGINT or SIGUSR1 after the run's "
+                 "last periodic snapshot would not fit: free space there before stopping the run early",
+                 ckpt_dir, room);
+    return;
+  }
+  int fits = 0;  // the largest keep_last whose periodic saves all fit
+  for (int k = keep - 1; k >= 1 && fits == 0; --k)
+    if (first_failing_save(total, need, old, k, periodic) == 0) fits = k;
+  const auto nth = [](int64_t n) {
+    const char* suf = n % 100 / 10 == 1 ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
+    return std::to_string(n) + suf;
+  };
+  TROUPE_USER_CHECK(false) << "the filesystem of checkpoint.dir " << ckpt_dir << " has " << room
+                           << ", but saving every checkpoint.interval = " << c.checkpoint.interval
+                           << " steps with checkpoint.keep_last = " << keep << " needs room for "
+                           << std::min<int64_t>(keep + 1, periodic) << " at once (the kept ones and the one being "
+                           << "written: the oldest is removed only once the new one is complete), so the "
+                           << nth(fails) << " save (of " << periodic << ") would fail and the steps since the last "
+                           << "snapshot be lost; free space there, set checkpoint.dir to another filesystem"
+                           << (fits > 0 ? ", or set checkpoint.keep_last = " + std::to_string(fits) : std::string());
 }
 
 namespace {

@@ -37,8 +37,11 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
 void check_device(const Config& c);
 // Refuses more threads (train.threads) or stage workers than this machine runs in a sane time.
 void check_machine_fits(const Config& c, const LaunchEnv& launch);
-// Refuses a checkpoint.dir without room for one snapshot; warns when it cannot hold the
-// snapshots that retention keeps plus the one being written.
+// Refuses (UserError) a checkpoint.dir without room for one snapshot, or for the snapshots
+// that retention keeps plus the one being written when the run's periodic saves reach that
+// many (checkpoint/disk.h first_failing_save; the snapshots already there count once
+// retention removes them); warns when only a stop signal's extra save would not fit.
+// Also refuses a file-size limit (ulimit -f) or free inodes short of one snapshot's files.
 void check_snapshot_space(const Config& c, const std::string& ckpt_dir);
 // A job of several processes (launch.world > 1): returns its secret (TROUPE_JOB_SECRET, else
 // the first line of TROUPE_JOB_SECRET_FILE; at least 16 characters), after checking that the

@@ -209,11 +209,16 @@ TEST_CASE("a run whose last snapshot failed ends with exit 2 naming the newest s
   Scratch s(kGroup, "lastsnap");
   std::string why;
   const std::string mnt = s.path("mnt");
-  if (!run_on_tmpfs(s, mnt, 16,
-                    "'" + troupe_bin() + "' train --config configs/tiny.toml --set train.sample_tokens=0 --set "
-                    "train.steps=3 --set checkpoint.interval=1 --set data.cache_dir='" + s.path("cache") +
-                        "' --run-dir '" + mnt + "/run' > '" + s.path("out") + "' 2> '" + s.path("err") +
-                        "' || echo $? > '" + s.path("rc") + "'",
+  // 28 MiB holds the two snapshots this run keeps (about 10 MiB each), so it starts; once step
+  // 20's is on disk the filesystem is filled, and the last save (step 40) fails
+  const std::string ck = mnt + "/ck";
+  if (!run_on_tmpfs(s, mnt, 28,
+                    "set +e\n'" + troupe_bin() + "' train --config configs/tiny.toml --set train.sample_tokens=0 --set "
+                    "train.steps=40 --set checkpoint.interval=20 --set data.cache_dir='" + s.path("cache") +
+                        "' --set checkpoint.dir='" + ck + "' --run-dir '" + s.path("run") + "' > '" + s.path("out") +
+                        "' 2> '" + s.path("err") + "' &\np=$!\nfor i in $(seq 1 1200); do [ -e '" + ck +
+                        "/step-00000020/manifest.capnp' ] && break; sleep 0.05; done\ndd if=/dev/zero of='" + mnt +
+                        "/fill' bs=1M > /dev/null 2>&1\nwait $p\necho $? > '" + s.path("rc") + "'",
                     &why)) {
     SUCCEED("no tmpfs in a mount namespace here (" << why << "): nothing to check");
     return;
