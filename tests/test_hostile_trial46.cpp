@@ -57,3 +57,43 @@ TEST_CASE("snapshot_bytes is a little more than a snapshot takes", "[checkpoint]
   CHECK(est <= real + real / 8);  // (the old per-parameter bound was 17 % over: refusals on disks that fit)
   CHECK(troupe::snapshot_folder_bytes(s.path("nothing")) == 0);
 }
+
+// M4: a draw killed inside another pid namespace (a container sharing /tmp) left its folder
+// for good, as its pid cannot be checked from here. A draw locks its folder (flock) before it
+// names it; a later draw removes any named folder whose lock is free, and keeps one in use.
+TEST_CASE("a killed draw's folder from another pid namespace is removed, a live one stays", "[cli][hostile][figures]") {
+  Scratch s(kGroup, "drawns");
+  if (shell_status("command -v gnuplot > /dev/null 2>&1 && command -v python3 > /dev/null 2>&1") != 0) {
+    WARN("skipped: gnuplot or python3 is not installed (scripts/setup.sh installs them)");
+    return;
+  }
+  REQUIRE(run_troupe("train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=2 --run-dir '" +
+                         s.path("run") + "'",
+                     s).rc == 0);
+  const std::string tmp = s.path("tmp");
+  const std::string dead = tmp + "/troupe-gnuplot-4026599999-1-AAAAAA", live = tmp + "/troupe-gnuplot-4026599999-2-BBBBBB",
+                    fresh = tmp + "/.troupe-gnuplot-4026599999-3-CCCCCC", old = tmp + "/.troupe-gnuplot-4026599999-4-DDDDDD";
+  for (const auto& d : {dead, live, fresh, old}) fs::create_directories(d);
+  // (a draw's own lock, held by another process: a live draw of another pid namespace)
+  REQUIRE(shell_status("touch -d '1 hour ago' '" + dead + "' '" + live + "' '" + old + "' && python3 -c \"import fcntl, os, sys, "
+                       "time; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
+                       "open(sys.argv[2], 'w').close(); time.sleep(60)\" '" + live + "' '" + s.path("locked") +
+                       "' > /dev/null 2>&1 & echo $! > '" + s.path("holder.pid") + "'; for i in $(seq 1 100); do [ -e '" +
+                       s.path("locked") + "' ] && break; sleep 0.1; done") == 0);
+  REQUIRE(fs::exists(s.path("locked")));
+  const Run r = run_troupe("plot '" + s.path("run") + "' --out '" + s.path("a.png") + "'", s, 60,
+                           "env TMPDIR='" + tmp + "'");
+  shell_status("kill $(cat '" + s.path("holder.pid") + "') 2> /dev/null");
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(live));
+  // not named yet: a draw between mkdtemp and its lock, unless a minute old
+  CHECK(fs::exists(fresh));
+  CHECK_FALSE(fs::exists(old));
+  // once the holder is gone, the next draw removes it
+  for (int i = 0; i < 50 && shell_status("kill -0 $(cat '" + s.path("holder.pid") + "') 2> /dev/null") == 0; ++i)
+    shell_status("sleep 0.1");
+  REQUIRE(run_troupe("plot '" + s.path("run") + "' --out '" + s.path("b.png") + "'", s, 60, "env TMPDIR='" + tmp + "'").rc == 0);
+  CHECK_FALSE(fs::exists(live));
+}
