@@ -19,6 +19,7 @@
 #include "cli/common.h"
 #include "cli/launch.h"
 #include "cli/plan.h"
+#include "core/paths.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "kernels/gemm_libs.h"
@@ -379,9 +380,19 @@ void refuse_train_outputs(const CommandLine& cl, const Config& c) {
                                    cl.run_dir.empty() ? std::string() : cl.run_dir + "/checkpoints",
                                    cl.resume == "latest" ? std::string() : cl.resume};
   for (const DataSource& src : c.data.sources) dirs.push_back(src.path);  // a file or a folder
-  refuse_same_outputs({{trace_path_, "--trace"}, {trace_png_, "--trace-png"}});
-  refuse_overwriting(c.train.tensorboard_dir, "--tensorboard (train.tensorboard_dir)", files, dirs);
-  dirs.push_back(c.train.tensorboard_dir);
+  const std::string tb = c.train.tensorboard_dir, tb_option = "--tensorboard (train.tensorboard_dir)";
+  refuse_same_outputs({{trace_path_, "--trace"}, {trace_png_, "--trace-png"}, {tb, tb_option}});
+  refuse_overwriting(tb, tb_option, files, dirs);
+  const auto inside = [](const std::string& out, const std::string& dir) {
+    const std::string o = resolved_path(out).string(), d = resolved_path(dir).string();
+    return o.rfind(d + "/", 0) == 0;
+  };
+  if (!tb.empty())
+    for (const auto& [out, option] : {std::pair{trace_path_, "--trace"}, std::pair{trace_png_, "--trace-png"}})
+      TROUPE_USER_CHECK(out.empty() || out == "-" || !inside(out, tb))
+          << option << " " << out << " lies inside the folder of " << tb_option << " " << tb
+          << ", where this run writes its event files: pass a path outside it";
+  dirs.push_back(tb);
   refuse_overwriting(trace_path_, "--trace", files, dirs);
   refuse_overwriting(trace_png_, "--trace-png", files, dirs);
 }

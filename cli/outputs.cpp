@@ -35,7 +35,7 @@ void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>&
       const auto& [b, fb] = outputs[j];
       if (a.empty() || b.empty() || a == "-" || b == "-") continue;
       TROUPE_USER_CHECK(resolved_path(a) != resolved_path(b))
-          << fa << " and " << fb << " are the same file (" << a << "): one would overwrite the other; pass two paths";
+          << fa << " and " << fb << " are the same path (" << a << "): one would overwrite the other; pass two paths";
     }
 }
 

@@ -377,7 +377,8 @@ namespace {
 // key of 50,000 parts overflowed the stack (SIGSEGV in every command reading the config).
 // troupe's keys have two parts and its values little nesting, so the text is refused past
 // 64 levels, counted outside strings: dots in a key or header, open brackets and braces.
-void check_toml_nesting(const std::string& text, const std::string& where) {
+// `set`: the text is one --set value (no file, no lines to name).
+void check_toml_nesting(const std::string& text, const std::string& where, bool set = false) {
   constexpr int kMaxDepth = 64;
   int depth = 0, line = 1, dots = 0;
   char quote = 0;
@@ -403,9 +404,11 @@ void check_toml_nesting(const std::string& text, const std::string& where) {
     else if (ch == '[' || ch == '{') ++depth;
     else if ((ch == ']' || ch == '}') && depth > 0) --depth;
     TROUPE_USER_CHECK(dots <= kMaxDepth && depth <= kMaxDepth)
-        << where << " nests deeper than " << kMaxDepth << " levels at line " << line
+        << where << " nests deeper than " << kMaxDepth << " levels" << (set ? "" : " at line " + std::to_string(line))
         << (dots > kMaxDepth ? " (a key of more dotted parts)" : " (brackets or braces)")
-        << "; troupe's config keys are section.key: fix the file";
+        << "; troupe's config keys are section.key, and nothing in it nests deeper than a [[data.sources]] table "
+           "or a list of strings: "
+        << (set ? "fix the value of " + where : std::string("fix the file"));
   }
 }
 
@@ -498,7 +501,7 @@ void Config::set(const std::string& assignment) {
   }
   // Parse the value as TOML; a bare word is taken as a string.
   toml::table t;
-  check_toml_nesting("v = " + value, "--set " + name);
+  check_toml_nesting("v = " + value, "--set " + name, true);
   try {
     t = toml::parse("v = " + value);
   } catch (const toml::parse_error& e) {

@@ -97,3 +97,30 @@ TEST_CASE("a killed draw's folder from another pid namespace is removed, a live 
   REQUIRE(run_troupe("plot '" + s.path("run") + "' --out '" + s.path("b.png") + "'", s, 60, "env TMPDIR='" + tmp + "'").rc == 0);
   CHECK_FALSE(fs::exists(live));
 }
+
+// L2: a too-deep --set value was reported "at line 1 ... fix the file" (there is no file)
+TEST_CASE("a too-deep --set value names the option, not a file", "[cli][hostile][config]") {
+  Scratch s(kGroup, "deepset");
+  const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=2 --set \"data.special_tokens=$(printf '%0.s[' $(seq 1 5000))\" --run-dir '" +
+                               s.path("run") + "'",
+                           s, 60);
+  expect_user_error(r, {"--set data.special_tokens nests deeper than 64 levels (brackets or braces)",
+                        "fix the value of --set data.special_tokens"});
+  CHECK(r.err.find("fix the file") == std::string::npos);
+  CHECK(r.err.find("at line") == std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("run")));
+}
+
+// L4: --trace and --tensorboard at one path said "--trace F lies inside F"
+TEST_CASE("train's --trace and --tensorboard at one path, or one inside the other, are named", "[cli][hostile]") {
+  Scratch s(kGroup, "tbtrace");
+  const std::string train = "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=2 --run-dir '" +
+                            s.path("run") + "' ";
+  expect_user_error(run_troupe(train + "--trace '" + s.path("o.json") + "' --tensorboard '" + s.path("o.json") + "'", s, 60),
+                    {"--trace and --tensorboard (train.tensorboard_dir) are the same path", "pass two paths"});
+  const Run r = run_troupe(train + "--trace '" + s.path("tb/o.json") + "' --tensorboard '" + s.path("tb") + "'", s, 60);
+  expect_user_error(r, {"lies inside the folder of --tensorboard", "event files"});
+  CHECK(r.err.find("--trace " + s.path("tb/o.json")) != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("run")));
+  CHECK_FALSE(fs::exists(s.path("tb")));
+}
