@@ -33,6 +33,7 @@
 #include "checkpoint/disk.h"
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
+#include "core/paths.h"
 #include "core/launch_env.h"
 #include "cli/figures.h"
 #include "cli/launch.h"
@@ -207,10 +208,22 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
   return 0;
 }
 
+// The checkpoint.dir that the run in `run_dir` saved in its config.toml, when it is set and
+// is not `ckpt_dir`; "" otherwise (no config there, or one that does not load). Never throws.
+std::string saved_checkpoint_dir(const std::string& run_dir, const std::string& ckpt_dir) {
+  try {
+    const Config saved = Config::load(run_dir + "/config.toml");
+    if (!saved.checkpoint.dir.empty() && resolved_path(saved.checkpoint.dir) != resolved_path(ckpt_dir))
+      return saved.checkpoint.dir;
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
 // The snapshot to continue from (--resume DIR or latest; a restart's newest), or null for a
 // fresh run, whose checkpoint directory must then hold no snapshots. Throws UserError.
 std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string& resume, const std::string& ckpt_dir,
-                                              bool follower, int restart, int rank) {
+                                              bool follower, int restart, int rank, const std::string& run_dir) {
   std::shared_ptr<TrainState> state;
   const double load_t0 = unix_seconds();
   if (!resume.empty()) {
@@ -222,6 +235,11 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
         if (const long pid = folder_holder(ckpt_dir); !follower && pid != 0)
           throw UserError(in_use_by("checkpoint folder " + ckpt_dir, "run", pid) +
                           " that has saved no usable snapshot yet; wait for it to save one or to end, then resume");
+        // the run in --run-dir saved its snapshots elsewhere (its own checkpoint.dir)
+        if (const std::string its = follower || run_dir.empty() ? "" : saved_checkpoint_dir(run_dir, ckpt_dir);
+            !its.empty() && list_snapshots(its).size() > 0)
+          throw UserError("--resume latest looks in " + ckpt_dir + ", but the run in " + run_dir +
+                          " saved its snapshots in its checkpoint.dir " + its + ": add --set checkpoint.dir=" + its);
         throw;
       }
     } else {
@@ -563,8 +581,21 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn == "process";
   const std::string resume = resume_after_restart(c, launch, paths.ckpt_dir, restart, in_place, resume_opt);
   check_memory(c, !resume.empty());  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
+  // a live run's directory, whatever its checkpoint.dir: named now, not as "no snapshot there"
+  // (--resume latest) or after the data is loaded (trial 45, L3)
+  // (a holder that wrote no pid is not troupe: make_run_dir names it and its command)
+  if (const long pid = follower || restart > 0 || paths.automatic ? 0 : folder_holder(paths.run_dir); pid > 0) {
+    const std::string its_dir = saved_checkpoint_dir(paths.run_dir, paths.ckpt_dir);
+    throw UserError(in_use_by("run directory '" + paths.run_dir + "'", "run", pid) + "; wait for it to end" +
+                    (resume.empty() ? std::string()
+                     : its_dir.empty()
+                         ? std::string(" (then continue it with --resume latest)")
+                         : " (then continue it with --resume latest --set checkpoint.dir=" + its_dir +
+                               ": its snapshots are there)") +
+                    ", or pass another --run-dir");
+  }
   std::shared_ptr<TrainState> state = naming_option(
-      "--resume", [&] { return load_resume_state(c, resume, paths.ckpt_dir, follower, restart, launch.rank); });
+      "--resume", [&] { return load_resume_state(c, resume, paths.ckpt_dir, follower, restart, launch.rank, paths.run_dir); });
   check_before_writing(c, launch, follower, paths.ckpt_dir);
   const TrainData data = load_data(c, state.get());
   // Now the folders; the first thing written: nothing else exists yet if it fails

@@ -124,3 +124,31 @@ TEST_CASE("train's --trace and --tensorboard at one path, or one inside the othe
   CHECK_FALSE(fs::exists(s.path("run")));
   CHECK_FALSE(fs::exists(s.path("tb")));
 }
+
+// L3: --resume latest into a live run's directory whose checkpoint.dir is elsewhere said "no
+// snapshot there ... (or start without --resume)"; after it ended, the same said nothing of
+// where its snapshots are
+TEST_CASE("resume latest into a live run's directory names the run and its checkpoint.dir", "[cli][hostile][checkpoint]") {
+  Scratch s(kGroup, "liveresume");
+  const std::string base = "train --config configs/tiny.toml --set train.sample_tokens=0 --set data.cache_dir='" +
+                           s.path("cache") + "' --run-dir '" + s.path("run") + "' ";
+  REQUIRE(run_troupe("tokenize --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") + "'", s).rc == 0);
+  REQUIRE(shell_status("cd '" + std::string(TROUPE_SOURCE_DIR) + "' && { '" + troupe_bin() + "' " + base +
+                       "--set train.steps=100000 --set checkpoint.interval=5 --set checkpoint.dir='" + s.path("ck") +
+                       "' > /dev/null 2>&1 & echo $! > '" + s.path("live.pid") + "'; } ; for i in $(seq 1 300); do [ -e '" +
+                       s.path("ck") + "/step-00000005/manifest.capnp' ] && break; sleep 0.1; done") == 0);
+  const Run r = run_troupe(base + "--set train.steps=3 --resume latest", s, 60);
+  const Run fresh = run_troupe(base + "--set train.steps=3", s, 60);
+  shell_status("kill -INT $(cat '" + s.path("live.pid") + "'); for i in $(seq 1 300); do kill -0 $(cat '" +
+               s.path("live.pid") + "') 2> /dev/null || break; sleep 0.1; done");
+  expect_user_error(r, {"run directory '", "is in use by another troupe run (process ",
+                        "(then continue it with --resume latest --set checkpoint.dir=", "its snapshots are there"});
+  CHECK(r.err.find(s.path("ck")) != std::string::npos);
+  expect_user_error(fresh, {"is in use by another troupe run (process ", "wait for it to end, or pass another --run-dir"});
+  // once it ended: where its snapshots are
+  expect_user_error(run_troupe(base + "--set train.steps=100000 --resume latest", s, 60),
+                    {"--resume latest looks in ", "saved its snapshots in its checkpoint.dir ", "add --set checkpoint.dir="});
+  // with it, the snapshots are found (train.steps = 1: nothing left to train, said of the newest)
+  expect_user_error(run_troupe(base + "--set train.steps=1 --resume latest --set checkpoint.dir='" + s.path("ck") + "'", s, 60),
+                    {"nothing left to train"});
+}
