@@ -381,9 +381,10 @@ void render_png(const std::string& script, const std::string& out, const std::st
       throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); the figure is beyond what gnuplot draws here: "
                                   "draw a smaller one ({}), or leave out {}",
                                   out, reason, smaller, option));
-    throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); troupe's gnuplot script failed on this "
-                                "gnuplot: leave out {}, and report the message",
-                                out, reason, option));
+    throw UserError(fmt::format("gnuplot could not draw {} (gnuplot: {}); troupe's gnuplot script failed on {}: "
+                                "check that it is gnuplot 5 or later ({} --version); if it is, leave out {}, and "
+                                "report the message",
+                                out, reason, gnuplot_on_path(), gnuplot_on_path(), option));
   }
   if (const int err = fsync_path(tmp); err != 0)  // whole on disk before it replaces the old picture
     ec = std::error_code(err, std::generic_category());

@@ -412,6 +412,21 @@ void check_toml_nesting(const std::string& text, const std::string& where, bool 
   }
 }
 
+// True when `value` holds a TOML string literal opened at `first` ('...' or "...", not a
+// triple-quoted one) that is closed, with more than blanks after it: "1f1b" x.
+bool text_after_quotes(const std::string& value, size_t first) {
+  const char q = value[first];
+  if (value.compare(first, 3, std::string(3, q)) == 0) return false;
+  for (size_t i = first + 1; i < value.size(); ++i) {
+    if (q == '"' && value[i] == '\\') {
+      ++i;
+      continue;
+    }
+    if (value[i] == q) return value.find_first_not_of(" \t", i + 1) != std::string::npos;
+  }
+  return false;
+}
+
 // A string value that would reach the terminal or a path raw: NUL (cuts a path short),
 // C0 controls and DEL, and the C1 controls U+0080-U+009F (UTF-8 C2 80-9F).
 }  // namespace
@@ -515,8 +530,11 @@ void Config::set(const std::string& assignment) {
         << printable(std::string(e.description()), false, 120) << "); fix it"
         << (std::holds_alternative<std::string*>(k->ref(*this))
                 ? (value[first] == '"' || value[first] == '\''
-                       ? std::string(" (close the quotes; a backslash in \"...\" starts an escape: use '...' for "
-                                     "text with backslashes), or leave the quotes out for a plain word")
+                       ? (text_after_quotes(value, first)
+                              ? std::string(" (text follows the closing quote: quote the whole value, or leave the "
+                                            "quotes out for a plain word)")
+                              : std::string(" (close the quotes; a backslash in \"...\" starts an escape: use '...' "
+                                            "for text with backslashes), or leave the quotes out for a plain word"))
                        : std::string(", or quote a string that starts with '") + value[first] + "': --set '" + name +
                              "=\"...\"'")
                 : std::string());

@@ -244,7 +244,7 @@ TEST_CASE("an output that is a symbolic link or shared by two outputs is refused
                     {"--dump", "symbolic link", "target.txt"});
   CHECK(fs::is_symlink(s.path("link.txt")));
   expect_user_error(run_troupe("simulate --quiet --trace '" + s.path("x") + "' --png '" + s.path("x") + "'", s, 30),
-                    {"--trace and --png", "same file"});
+                    {"--trace and --png", "same path"});
   CHECK_FALSE(fs::exists(s.path("x")));
   expect_user_error(run_troupe("train --config configs/tiny.toml --set train.timeout_s=1e-9", s, 30),
                     {"train.timeout_s", "0.5"});

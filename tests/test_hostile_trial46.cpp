@@ -1,6 +1,8 @@
 // Hostile inputs, issue 14's fixes after the forty-fifth trial's remaining findings: a
 // checkpoint.dir with room for one snapshot but not for the two that keep_last = 1 needs at
-// once started and then lost steps (M3).
+// once started and then lost steps (M3); a draw killed in another pid namespace left its
+// folder (M4); a deep --set value, a live run's directory and --trace beside --tensorboard
+// were named unclearly (L2-L4).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -151,4 +153,23 @@ TEST_CASE("resume latest into a live run's directory names the run and its check
   // with it, the snapshots are found (train.steps = 1: nothing left to train, said of the newest)
   expect_user_error(run_troupe(base + "--set train.steps=1 --resume latest --set checkpoint.dir='" + s.path("ck") + "'", s, 60),
                     {"nothing left to train"});
+}
+
+// Trial 45's remarks: text after a closed quote was told to "close the quotes" (RN5g); a
+// program named gnuplot that is not one was "troupe's script failed: report it" (GN4)
+TEST_CASE("text after a closed quote in --set, and a gnuplot that is not one, get advice that fits", "[cli][hostile]") {
+  Scratch s(kGroup, "advice");
+  const std::string train = "train --config configs/tiny.toml --set train.steps=2 --run-dir '" + s.path("run") + "' ";
+  expect_user_error(run_troupe(train + "--set 'parallel.schedule=\"1f1b\" x'", s, 60),
+                    {"text follows the closing quote: quote the whole value"});
+  expect_user_error(run_troupe(train + "--set 'parallel.schedule=\"1f1b'", s, 60), {"(close the quotes;"});
+  CHECK_FALSE(fs::exists(s.path("run")));
+  REQUIRE(run_troupe(train + "--set train.sample_tokens=0", s).rc == 0);
+  fs::create_directories(s.path("bin"));
+  s.write("bin/gnuplot", "#!/bin/sh\necho 'not a plotter' >&2\nexit 1\n");
+  fs::permissions(s.path("bin/gnuplot"), fs::perms::owner_all);
+  expect_user_error(run_troupe("plot '" + s.path("run") + "' --out '" + s.path("a.png") + "'", s, 60,
+                               "env PATH='" + s.path("bin") + ":/usr/bin:/bin'"),
+                    {"(gnuplot: not a plotter)", "check that it is gnuplot 5 or later", "bin/gnuplot --version)"});
+  CHECK_FALSE(fs::exists(s.path("a.png")));
 }
