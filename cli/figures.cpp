@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <poll.h>
-#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,7 +21,6 @@
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -31,6 +29,7 @@
 #include "core/error.h"
 #include "core/paths.h"
 #include "core/interrupt.h"
+#include "core/temp_folder.h"
 #include "core/text.h"
 
 namespace fs = std::filesystem;
@@ -201,39 +200,6 @@ GnuplotEnd run_gnuplot(const std::string& script_path, std::string* err, std::at
   return end;
 }
 
-// The temporary folders (in `tmp`) of earlier draws that ended without clean-up (SIGKILL),
-// named troupe-gnuplot-<pid namespace>-<pid>-XXXXXX: removed. A draw locks its folder (flock)
-// before it gives it that name and holds the lock until it removes it, so a folder whose lock
-// is free is one no draw uses, whatever pid namespace (a container sharing /tmp) made it. A
-// draw killed between mkdtemp and that rename leaves .troupe-gnuplot-...: removed when its
-// lock is free a minute on. Where flock does not work (ENOLCK: some network filesystems), a
-// folder of this pid namespace whose process is gone. Another user's folders stay. Never
-// throws.
-void remove_stale_draw_folders(const std::string& tmp, const std::string& ns) {
-  std::error_code ec;
-  const std::string prefix = "troupe-gnuplot-", own = prefix + ns + "-";
-  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const bool unnamed = name.rfind("." + prefix, 0) == 0;
-    struct stat st {};
-    if ((name.rfind(prefix, 0) != 0 && !unnamed) || ::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-        st.st_uid != ::getuid() || (unnamed && ::time(nullptr) - st.st_mtime < 60))
-      continue;
-    const int fd = ::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) continue;
-    bool stale = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-    if (!stale && errno != EWOULDBLOCK && name.rfind(own, 0) == 0) {
-      const long pid = std::atol(name.c_str() + own.size());
-      stale = pid > 0 && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-    }
-    if (stale) {
-      std::error_code rm;
-      fs::remove_all(it->path(), rm);
-    }
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 void render_png(const std::string& script, const std::string& out, const std::string& option,
@@ -241,10 +207,7 @@ void render_png(const std::string& script, const std::string& out, const std::st
   check_png_output(out, option);
   const double deadline_s = gnuplot_deadline_s();
   std::error_code ec;
-  std::error_code nse;
-  std::string ns = fs::read_symlink("/proc/self/ns/pid", nse).string();  // "pid:[4026531836]"
-  ns = nse ? std::string("0") : ns.substr(std::min(ns.size(), ns.find('[') + 1));
-  if (!ns.empty() && ns.back() == ']') ns.pop_back();
+  const std::string ns = pid_namespace_id();
   std::error_code te;
   const char* tmp_env = std::getenv("TMPDIR");
   const bool tmp_set = tmp_env && *tmp_env;  // (an empty TMPDIR means the default, as for mktemp(1))
@@ -252,27 +215,22 @@ void render_png(const std::string& script, const std::string& out, const std::st
   TROUPE_USER_CHECK(!te) << "TMPDIR='" << printable(tmp_env ? tmp_env : "", false, 200)
                          << "' is not a usable folder for temporary files (" << te.message()
                          << "): set TMPDIR to a writable folder, or unset it (/tmp)";
-  remove_stale_draw_folders(tmp_dir, ns);
-  // made under a name the clean-up above leaves, locked, then named: a troupe-gnuplot-* folder
-  // is locked for as long as its draw lives
-  std::string made = tmp_dir + "/.troupe-gnuplot-" + ns + "-" + std::to_string(::getpid()) + "-XXXXXX";
-  TROUPE_USER_CHECK(::mkdtemp(made.data()) != nullptr) << "cannot create a temporary folder for gnuplot in " << tmp_dir
-                                                       << " (" << std::strerror(errno) << "); free space there, or set "
-                                                       << "TMPDIR to another folder";
-  const int lock = ::open(made.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (lock >= 0) ::flock(lock, LOCK_EX | LOCK_NB);  // (ENOLCK: the pid in its name)
-  std::string dir = tmp_dir + "/" + fs::path(made).filename().string().substr(1);
-  if (::renameat2(AT_FDCWD, made.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) != 0) dir = made;
-  const std::string script_path = dir + "/figure.gp";
+  // earlier draws killed without clean-up (SIGKILL), in this or another pid namespace: their
+  // folders' locks are free (core/temp_folder.h); where locks do not work, by the pid in the name
+  const std::string own = "troupe-gnuplot-" + ns + "-";
+  remove_abandoned_folders(tmp_dir, "troupe-gnuplot-", [&](const std::string& path) {
+    const std::string name = fs::path(path).filename().string();
+    const long pid = name.rfind(own, 0) == 0 ? std::atol(name.c_str() + own.size()) : 0;
+    return pid > 0 && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+  });
   struct FolderGone {  // the folder goes whatever ends this function, then its lock
-    const std::string& d;
-    int lock;
-    ~FolderGone() {
-      std::error_code rm;
-      fs::remove_all(d, rm);
-      if (lock >= 0) ::close(lock);
-    }
-  } folder_gone{dir, lock};
+    LockedFolder f;
+    ~FolderGone() { remove_locked_folder(f); }
+  } folder{make_locked_folder(tmp_dir, own + std::to_string(::getpid()) + "-")};
+  TROUPE_USER_CHECK(!folder.f.path.empty())
+      << "cannot create a temporary folder for gnuplot in " << tmp_dir << " (" << std::strerror(folder.f.error)
+      << "); free space there, or set TMPDIR to another folder";
+  const std::string dir = folder.f.path, script_path = dir + "/figure.gp";
   // a signal while drawing: stop gnuplot, remove its folder and the half-drawn picture, exit 2
   std::atomic<pid_t> gnuplot{0};
   InterruptGuard interrupt([&](int sig) {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/temp_folder.h"
 #include "core/error.h"
 #include "core/events.h"
 #include "core/job_error.h"
@@ -159,48 +160,28 @@ std::vector<char*> pointers(std::vector<std::string>& text) {
 // the attempt to report an error says so (core/job_error.h: the others then print nothing);
 // empty when it cannot be made.
 struct SaidOnce {
+  LockedFolder folder;
   std::string dir;
   SaidOnce() {
-    remove_orphans();
-    char tmpl[] = "/tmp/troupe-said-XXXXXX";
-    if (::mkdtemp(tmpl)) dir = tmpl;
+    // the folders of launchers killed without clean-up (SIGKILL), in this or another pid
+    // namespace: their locks are free (core/temp_folder.h); where locks do not work, those
+    // whose `launcher` file names a pid of this namespace that no longer runs
+    const std::string ns = pid_namespace_id();
+    remove_abandoned_folders("/tmp", "troupe-said-", [&](const std::string& path) {
+      long pid = 0;
+      std::string its;
+      std::ifstream(path + "/launcher") >> pid >> its;
+      return pid > 0 && its == ns && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    });
+    folder = make_locked_folder("/tmp", "troupe-said-");
+    dir = folder.path;
     // the processes honour the folder only under the launcher named here (core/job_error.cpp)
-    // (and its pid namespace: a pid means something only there, remove_orphans)
-    if (!dir.empty()) std::ofstream(dir + "/launcher") << ::getpid() << "\n" << pid_namespace() << "\n";
+    // (and its pid namespace: a pid means something only there)
+    if (!dir.empty()) std::ofstream(dir + "/launcher") << ::getpid() << "\n" << ns << "\n";
   }
-  ~SaidOnce() {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-  }
+  ~SaidOnce() { remove_locked_folder(folder); }
   SaidOnce(const SaidOnce&) = delete;
   SaidOnce& operator=(const SaidOnce&) = delete;
-
-  // The folders of this user's launchers that died without removing theirs (SIGKILL): their
-  // `launcher` file names a pid that no longer runs. A reused pid keeps its folder (harmless).
-  static std::string pid_namespace() {
-    std::error_code ec;
-    const std::string ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();  // "pid:[4026531836]"
-    return ec ? std::string() : ns;
-  }
-
-  static void remove_orphans() {
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it("/tmp", ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      struct stat st {};
-      if (name.rfind("troupe-said-", 0) != 0 || ::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-          st.st_uid != ::getuid())
-        continue;
-      long pid = 0;
-      std::string ns;
-      std::ifstream(it->path() / "launcher") >> pid >> ns;
-      // (a folder of another pid namespace, or of an older troupe that did not record one, stays)
-      if (pid > 0 && !ns.empty() && ns == pid_namespace() && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
-        std::error_code rm;
-        std::filesystem::remove_all(it->path(), rm);
-      }
-    }
-  }
 };
 
 // The children's environments and command line, built before fork (the child may not
