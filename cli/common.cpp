@@ -280,19 +280,13 @@ int lock_folder(const std::string& dir, const std::string& what, const std::stri
   }
   if (!locked) {
     const long pid = recorded_pid(fd);
-    if (const long foreign = pid > 0 ? 0 : flock_holder_pid(fd); foreign > 0) {  // it wrote no pid: not troupe
-      // every process with the file open: flock(1) and the command it runs both hold the lock
-      std::vector<long> holders = processes_with_file_open(fd);
-      if (std::find(holders.begin(), holders.end(), foreign) == holders.end()) holders.insert(holders.begin(), foreign);
-      std::string named, pids;
-      for (long h : holders) {
-        named += (named.empty() ? "" : ", ") + ("process " + std::to_string(h) + " (" + process_command(h) + ")");
-        pids += " " + std::to_string(h);
-      }
+    std::string pids;  // it wrote no pid: not troupe
+    if (const std::string named = pid > 0 ? "" : foreign_lock_holders(fd, &pids); !named.empty()) {
+      const bool many = pids.find(' ', 1) != std::string::npos;
       ::close(fd);
       throw UserError(what + " '" + dir + "' is locked by " + named + ", not troupe: " +
-                      (holders.size() > 1 ? "they hold " : "it holds ") + lock + "; end " +
-                      (holders.size() > 1 ? "them" : "that process") + " (kill" + pids + ") or " + fix);
+                      (many ? "they hold " : "it holds ") + lock + "; end " + (many ? "them" : "that process") +
+                      " (kill" + pids + ") or " + fix);
     }
     ::close(fd);
     throw UserError(in_use_by(what + " '" + dir + "'", why_busy, pid) + "; wait for it or " + fix);

@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +102,20 @@ std::string process_command(long pid) {
   std::string c = ok ? buf : "";
   while (!c.empty() && c.back() == '\n') c.pop_back();
   return c.empty() ? "?" : printable(c, false, 64);
+}
+
+std::string foreign_lock_holders(int fd, std::string* pids) {
+  const long first = flock_holder_pid(fd);
+  if (first <= 0) return "";
+  // every process with the file open: flock(1) and the command it runs both hold the lock
+  std::vector<long> holders = processes_with_file_open(fd);
+  if (std::find(holders.begin(), holders.end(), first) == holders.end()) holders.insert(holders.begin(), first);
+  std::string named;
+  for (long h : holders) {
+    named += (named.empty() ? "" : ", ") + ("process " + std::to_string(h) + " (" + process_command(h) + ")");
+    if (pids) *pids += " " + std::to_string(h);
+  }
+  return named;
 }
 
 }  // namespace troupe

@@ -30,4 +30,10 @@ std::vector<long> processes_with_file_open(int fd, size_t max = 8);
 // bytes), "?" when it cannot be read. Never throws.
 std::string process_command(long pid);
 
+// The holders of a flock on the file at `fd` that troupe did not take (it wrote no pid in
+// it): "process A (flock), process B (sleep)", the holder /proc/locks names first, then every
+// other process with the file open (at most 8). `pids` (when given) receives " A B", for a
+// kill hint. "" when no holder is found. Never throws.
+std::string foreign_lock_holders(int fd, std::string* pids = nullptr);
+
 }  // namespace troupe

@@ -65,24 +65,31 @@ std::vector<fs::path> read_made(const std::string& dir) {
   return roots;
 }
 
-// Who holds a cache folder's .lock (its holder writes its pid there), for "waiting for
-// <who> preparing DIR<state>": {"pid P", "; it is stopped (...)" when it is suspended, else
-// ""}; {"another process", ""} when the file names none (an older troupe's empty lock).
-std::pair<std::string, std::string> lock_holder(int fd) {
-  char buf[32] = {};
-  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
-  std::string named;  // a holder that is not troupe (it wrote no pid): named by its command
-  if (pid <= 0 && (pid = flock_holder_pid(fd)) > 0) named = " (" + process_command(pid) + ", not troupe)";
-  if (pid <= 0) return {"another process", ""};
+// "; it is stopped (...)" when process `pid` is suspended (Ctrl-Z, SIGSTOP), else "".
+std::string stopped_note(long pid) {
+  if (pid <= 0) return "";
   const std::string p = std::to_string(pid);
   std::ifstream stat("/proc/" + p + "/stat");
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const size_t close = text.rfind(')');
   const bool stopped = close != std::string::npos && close + 2 < text.size() &&
                        (text[close + 2] == 'T' || text[close + 2] == 't');
-  return {"pid " + p + named, stopped ? "; it is stopped (Ctrl-Z or SIGSTOP): resume it (fg, or kill -CONT " + p + ") or end it"
-                              : std::string()};
+  return stopped ? "; it is stopped (Ctrl-Z or SIGSTOP): resume it (fg, or kill -CONT " + p + ") or end it" : "";
+}
+
+// Who holds a cache folder's .lock (troupe writes its pid there), for "waiting for <who>
+// preparing DIR<state>": {"pid P", "; it is stopped (...)" when it is suspended, else ""};
+// a holder that wrote no pid is not troupe: every process holding it, by its command
+// (core/file_lock.h foreign_lock_holders), "process A (flock), process B (sleep), not
+// troupe,"; {"another process", ""} when none is found.
+std::pair<std::string, std::string> lock_holder(int fd) {
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+  if (pid > 0) return {"pid " + std::to_string(pid), stopped_note(pid)};
+  const std::string named = foreign_lock_holders(fd);
+  if (named.empty()) return {"another process", ""};
+  return {named + ", not troupe,", stopped_note(flock_holder_pid(fd))};
 }
 
 }  // namespace

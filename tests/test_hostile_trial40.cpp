@@ -83,7 +83,7 @@ TEST_CASE("a data-cache lock held past data.lock_timeout_s ends the wait and nam
   const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set data.lock_timeout_s=2 --set "
                            "data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path("run") + "'",
                            s, 60, "{ flock '" + s.path("cache/" + key + "/.lock") + "' sleep 8 & } ; sleep 0.5;");
-  expect_user_error(r, {"waited 2 s (data.lock_timeout_s) for pid ", "(flock, not troupe)", "raise data.lock_timeout_s"});
+  expect_user_error(r, {"waited 2 s (data.lock_timeout_s) for process ", "(flock)", ", not troupe, preparing", "raise data.lock_timeout_s"});
   CHECK_FALSE(fs::exists(s.path("run")));
   expect_user_error(run_troupe("train --config configs/tiny.toml --set data.lock_timeout_s=0", s),
                     {"data.lock_timeout_s = 0"});

@@ -110,5 +110,5 @@ TEST_CASE("a job past fault.max_restarts names the last loss, a dead flock pid i
                            s, 60,
                            "{ flock '" + s.path("cache/" + key + "/.lock") + "' sleep 8 & } ; sleep 0.3; kill $! ; "
                            "sleep 0.3;");
-  expect_user_error(w, {"waited 2 s (data.lock_timeout_s) for pid ", "(sleep, not troupe)"});
+  expect_user_error(w, {"waited 2 s (data.lock_timeout_s) for process ", "(sleep), not troupe, preparing"});
 }
