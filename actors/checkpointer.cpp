@@ -75,7 +75,7 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
         p.bytes += fs::file_size(p.tmp + "/manifest.capnp");
         // a forced stop emptying the folder meanwhile (a second signal): no rename of what it left
         if (!claim_partial_dir(p.tmp)) throw Error("stopped while the snapshot was being written");
-        d.kept_aside = commit_snapshot(p.tmp, d.dir);
+        d.kept_aside = commit_snapshot(p.tmp, d.dir, &d.unsynced);
         d.ok = true;
         d.superseded = set_aside_later_steps(p.ckpt_dir, k);
         d.deleted = apply_retention(p.ckpt_dir, keep_last, k, &d.not_deleted);

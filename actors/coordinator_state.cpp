@@ -161,6 +161,11 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
     if (s.step == k) s.write_s = d.write_s, s.bytes = d.bytes, s.ok = d.ok, s.dir = d.dir, s.error = d.error, s.code = d.code;
   if (d.ok) {
     note_newest_snapshot(k, d.dir);  // what a forced stop names (core/stop_notice.h)
+    if (!d.unsynced.empty())
+      spdlog::warn("the snapshot of step {} is complete in {}, but the folder that holds it could not be synced to "
+                   "disk ({}): a power loss or crash of this machine could lose it; the disk may be failing: check "
+                   "it (dmesg), or set checkpoint.dir to another disk",
+                   k, d.dir, d.unsynced);
     if (!d.kept_aside.empty())
       spdlog::warn("{} held files that are not a snapshot's: moved to {} (kept) before the snapshot of step {} was "
                    "written there; move it out of checkpoint.dir",

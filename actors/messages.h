@@ -130,6 +130,7 @@ struct SnapDone {
   std::vector<std::pair<std::string, std::string>> not_deleted;  // retention could not remove: (dir, why)
   std::vector<std::pair<std::string, std::string>> superseded;  // later steps set aside (set_aside_later_steps)
   std::string kept_aside;  // a non-snapshot folder of the snapshot's name, renamed (commit_snapshot)
+  std::string unsynced;    // ok, but checkpoint.dir's fsync after the rename failed: why (commit_snapshot)
 };
 
 // The state an in-place recovery continues from (local messages only).

@@ -186,7 +186,8 @@ std::vector<std::string> remove_half_deleted_snapshots(const std::string& ckpt_d
 
 std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir, double before,
                                                      std::vector<std::string>* kept,
-                                                     std::vector<std::pair<std::string, std::string>>* emptied) {
+                                                     std::vector<std::pair<std::string, std::string>>* emptied,
+                                                     bool locked) {
   std::vector<std::string> removed;
   std::error_code ec;
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -196,7 +197,7 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
     const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
     struct stat st {};
     if (pid <= 0 || ::stat(it->path().c_str(), &st) != 0) continue;
-    const bool writer_gone = ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    const bool writer_gone = locked ? pid != (long)::getpid() : ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
     if (!writer_gone || (double)st.st_mtime >= before) {
       if (kept) kept->push_back(it->path().string());
       continue;

@@ -64,9 +64,12 @@ std::vector<std::string> remove_half_deleted_snapshots(const std::string& ckpt_d
 // manifest.capnp, tokenizer.model and their temporaries): a folder that also holds anything
 // else keeps it and stays, in `emptied` as {folder, the first such file}. Those of a live
 // process stay, named in `kept`. Errors: none (a folder that cannot be removed is in `kept`).
+// `locked`: this process holds ckpt_dir's lock, and a snapshot writer runs only in the
+// process that does, so every other pid's writer is gone whatever runs under that pid now
+// (a reused pid, or pid 1 of a container).
 std::vector<std::string> remove_unfinished_snapshots(
     const std::string& ckpt_dir, double before, std::vector<std::string>* kept,
-    std::vector<std::pair<std::string, std::string>>* emptied = nullptr);
+    std::vector<std::pair<std::string, std::string>>* emptied = nullptr, bool locked = false);
 
 // A folder followed by what it is, not by its path: a run directory renamed during the run
 // (mv runs/a runs/b) takes its checkpoints folder along, and snapshots written by the old path

@@ -111,8 +111,13 @@ void write_manifest(const std::string& dir, const ManifestInfo& info, const std:
 // removed first (its manifest before anything else), then tmp_dir is renamed and the parent
 // directory fsynced. A folder there that is no snapshot and holds anything else (a user's
 // files) is renamed to <final_dir>.kept (.2, ...), never deleted: returns that path ("" when
-// none). Errors: Error naming the path.
-std::string commit_snapshot(const std::string& tmp_dir, const std::string& final_dir);
+// none). Errors: Error naming the path. A failed fsync of the parent directory after the
+// rename leaves final_dir a complete snapshot (as every later look at the folder sees it,
+// unless the machine loses power first): with `unsynced` given, it receives that error
+// (e.g. "cannot fsync directory D: Input/output error") and nothing is thrown; without it,
+// it is thrown.
+std::string commit_snapshot(const std::string& tmp_dir, const std::string& final_dir,
+                            std::string* unsynced = nullptr);
 
 // Throws UserError naming dir, the reason (Permission denied, ...) and the fix when this
 // process cannot list and enter the folder `dir` (access(2) R_OK | X_OK): a folder it cannot

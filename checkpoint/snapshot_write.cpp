@@ -188,7 +188,7 @@ void write_manifest(const std::string& dir, const ManifestInfo& info, const std:
   fsync_dir(dir);
 }
 
-std::string commit_snapshot(const std::string& tmp_dir, const std::string& final_dir) {
+std::string commit_snapshot(const std::string& tmp_dir, const std::string& final_dir, std::string* unsynced) {
   std::error_code ec;
   std::string kept;
   // a folder of that name that is no snapshot and holds a user's files (made during the run:
@@ -208,7 +208,12 @@ std::string commit_snapshot(const std::string& tmp_dir, const std::string& final
   }
   if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
     throw_system("cannot rename " + tmp_dir + " to " + final_dir);
-  fsync_dir(fs::path(final_dir).parent_path().string());
+  try {
+    fsync_dir(fs::path(final_dir).parent_path().string());
+  } catch (const std::exception& e) {  // the snapshot is complete in place: not a failed save
+    if (!unsynced) throw;
+    *unsynced = e.what();
+  }
   return kept;
 }
 

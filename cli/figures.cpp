@@ -84,7 +84,9 @@ void check_png_output(const std::string& out, const std::string& option) {
                                   : "gnuplot was not found on " + searched + ", but " + where +
                                         "/gnuplot exists: add " + where + " to PATH");
   }
-  check_output_file(out, option);
+  // a picture takes 50-300 KiB (a plot of a tiny run: 82 KiB): gnuplot's pngcairo exits 0
+  // with a cut or empty file on a full disk, so the room is asked for first
+  check_output_file(out, option, 512 << 10);
 }
 
 namespace {

@@ -301,7 +301,8 @@ void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shar
 void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
   std::vector<std::string> kept;
   std::vector<std::pair<std::string, std::string>> emptied;
-  for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept, &emptied))
+  // (called once this process holds the folder's lock: make_run_folders)
+  for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept, &emptied, /*locked=*/true))
     spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
   for (auto& d : remove_half_deleted_snapshots(ckpt_dir))
     spdlog::warn("removed {}: a snapshot half-deleted (no manifest) when its run was killed while replacing or "

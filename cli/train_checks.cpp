@@ -372,9 +372,14 @@ std::string job_secret() {
 std::string secret_from_file(const char* f) {
   {
     std::error_code ec;
-    TROUPE_USER_CHECK(std::filesystem::is_regular_file(f, ec) && std::filesystem::file_size(f, ec) <= 4096)
-        << "TROUPE_JOB_SECRET_FILE=" << f << " is not a regular file of at most 4096 bytes; point it at the file "
-        << "holding the job's secret (e.g. made with openssl rand -hex 32 > FILE)";
+    const auto st = std::filesystem::status(f, ec);
+    const std::string what = st.type() == std::filesystem::file_type::not_found ? "does not exist"
+                             : ec                                                 ? "cannot be read (" + ec.message() + ")"
+                             : st.type() != std::filesystem::file_type::regular   ? "is not a regular file"
+                                                                                  : "";
+    TROUPE_USER_CHECK(what.empty() && std::filesystem::file_size(f, ec) <= 4096)
+        << "TROUPE_JOB_SECRET_FILE=" << f << " " << (what.empty() ? "holds more than 4096 bytes" : what)
+        << "; point it at the file holding the job's secret (e.g. made with openssl rand -hex 32 > FILE)";
     std::ifstream in(f);
     TROUPE_USER_CHECK(in.good()) << "TROUPE_JOB_SECRET_FILE=" << f << " cannot be read; point it at a readable file";
     // as ssh says of a private key others can read: whoever reads the secret can join the job

@@ -58,8 +58,10 @@ int report_result(const Config& c, const JobResult& r, const std::string& ckpt_d
     if (sn.ok && (!newest_ok || sn.step >= newest_ok->step)) newest_ok = &sn;
   }
   if (last && !last->ok) {
-    print_error(fmt::format("the snapshot of step {} failed ({}): steps {} to {} are in no snapshot; {}, {}",
-                            last->step, last->error, newest_ok ? newest_ok->step + 1 : 1, r.last_step,
+    const int64_t first_lost = newest_ok ? newest_ok->step + 1 : 1;
+    print_error(fmt::format("the snapshot of step {} failed ({}): {} in no snapshot; {}, {}", last->step, last->error,
+                            first_lost >= r.last_step ? fmt::format("step {} is", r.last_step)
+                                                      : fmt::format("steps {} to {} are", first_lost, r.last_step),
                             snapshot_failure_fix(last->code, ckpt_dir), after_snapshot_failure(ckpt_dir)));
     return 2;
   }

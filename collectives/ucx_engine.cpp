@@ -2,6 +2,7 @@
 // it does (UCX callbacks, header probes, payload receives), connect. Failed endpoints,
 // closing and shutdown are in ucx_endpoints.cpp.
 // The operations callers post and wait for are in ucx_ops.cpp.
+#include <atomic>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 
@@ -26,10 +27,22 @@ std::string secs(double s) {
 }
 
 namespace {
+// Data-plane engines this process has started to make (the first one meets UCX fresh).
+std::atomic<int> g_engines_made{0};
+
 // ucp_init or ucp_worker_create failed (status st) creating `what`: after a failed accept()
 // UCX leaves a stale entry in its process-wide async handler table, and every later context
 // or worker of this process fails ("Element already exists"), so the cure is a new process.
-[[noreturn]] void throw_start_failure(ucs_status_t st, const std::string& what, int process) {
+// The first engine of a process meets no such state: its failure is the machine's or the
+// settings' (a port in use, no usable device, the open-files limit), and a new process would
+// fail the same way: UserError, exit 2.
+[[noreturn]] void throw_start_failure(ucs_status_t st, const std::string& what, int process, bool first) {
+  if (first)
+    throw UserError("the data plane (UCX) cannot create " + what + " of process " + std::to_string(process) +
+                    " (UCX status " + ucs_status_string(st) + "), in a process where UCX had not run before, so "
+                    "starting it again would fail the same way; UCX's own lines above name the cause (an address in "
+                    "use, no usable network device, the open-files limit): fix it (UCX_TLS, UCX_NET_DEVICES, ulimit "
+                    "-n, or free the address) and start the job again");
   throw FreshProcessError("the data plane (UCX) cannot create " + what + " of process " + std::to_string(process) +
                           " (UCX status " + ucs_status_string(st) +
                           "): UCX's state in this process can be damaged by an earlier failure (UCX's own lines "
@@ -65,15 +78,16 @@ Engine::Engine(TransportOptions o) : o_(std::move(o)) {
   pp.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   pp.estimated_num_eps = (size_t)o_.nprocs;
   pp.mt_workers_shared = 0;
+  const bool first = g_engines_made.fetch_add(1) == 0;
   const ucs_status_t st = ucp_init(&pp, cfg, &ctx_);
   ucp_config_release(cfg);
-  if (st != UCS_OK) throw_start_failure(st, "its context", o_.process);
+  if (st != UCS_OK) throw_start_failure(st, "its context", o_.process, first);
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the progress thread, or a waiting caller, holding token_
   if (const ucs_status_t ws = ucp_worker_create(ctx_, &wp, &worker_); ws != UCS_OK) {
     ucp_cleanup(ctx_);
-    throw_start_failure(ws, "its worker", o_.process);
+    throw_start_failure(ws, "its worker", o_.process, first);
   }
   ucp_address_t* addr = nullptr;
   size_t len = 0;

@@ -253,6 +253,16 @@ void check_sources(const std::vector<DataSource>& sources) {
     TROUPE_USER_CHECK(s.near_threshold > 0 && s.near_threshold <= 1)
         << "source '" << s.name << "' has near_threshold = " << s.near_threshold << "; use a Jaccard similarity in (0, 1], e.g. 0.8";
   }
+  // the blend samples source i with probability weight_i / sum: a sum past a double's range,
+  // or a share that rounds to 0 (a source never drawn), is no blend anyone meant
+  double sum = 0;
+  for (const DataSource& s : sources) sum += s.weight;
+  TROUPE_USER_CHECK(std::isfinite(sum)) << "the weights of data.sources add up past the largest double (about 1.8e308); "
+                                        << "a weight is a relative share: use numbers like 1 to 1000";
+  for (const DataSource& s : sources)
+    TROUPE_USER_CHECK(s.weight / sum >= 1e-12)
+        << "source '" << s.name << "' has weight = " << s.weight << " of a total " << sum << ": a share of "
+        << s.weight / sum << ", so it would (almost) never be drawn; raise it, or remove the source";
 }
 
 // [data]: validation fraction, corpus, tokenizer sample (MB), threads (<= 8 per core), cache

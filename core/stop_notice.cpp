@@ -80,7 +80,7 @@ void acknowledge_stop(int sig) noexcept {
          sig == SIGUSR1   ? "\n"
          : sig == SIGXCPU ? " (the soft CPU-time limit; the kernel repeats it every CPU second, which is not a second "
                             "request: send SIGTERM twice to stop at once)\n"
-                          : " (send it again to stop at once)\n");
+                          : " (send it again, a second or more from now, to stop at once)\n");
   put(line);
 }
 

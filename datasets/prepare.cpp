@@ -240,6 +240,9 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
         TROUPE_USER_CHECK(idx.tokenizer_hash == tok.hash())
             << "document index '" << (split == 0 ? s.train_idx : s.val_idx) << "' was written with tokenizer "
             << hash_hex(idx.tokenizer_hash) << ", not " << hash_hex(tok.hash());
+        if (idx.vocab_size != vocab_size)
+          return fs::path(split == 0 ? s.train_idx : s.val_idx).filename().string() + " records vocab_size " +
+                 std::to_string(idx.vocab_size) + ", not the " + std::to_string(vocab_size) + " of its tokenizer";
         const uint64_t want = m.at(split == 0 ? "train_tokens" : "val_tokens").get<uint64_t>();
         if (f.size() != want || idx.tokens() != want)
           return fs::path(bin).filename().string() + " does not hold the " + std::to_string(want) +

@@ -119,14 +119,19 @@ void refuse_binary(const DataSource& source, std::string_view text, const std::s
   // data pass a UTF-8 check (NUL is U+0000) or fail it with a misleading latin1 hint: named
   const auto b = [&](size_t i) { return i < text.size() ? (unsigned)(unsigned char)text[i] : 0x100u; };
   // a compressed file read as text: named by its magic bytes, with the command that unpacks it
-  const char* packed = b(0) == 0x1F && b(1) == 0x8B                                   ? "gzip (gunzip -k FILE)"
-                       : b(0) == 0x28 && b(1) == 0xB5 && b(2) == 0x2F && b(3) == 0xFD ? "zstd (unzstd FILE)"
-                       : b(0) == 'B' && b(1) == 'Z' && b(2) == 'h'                    ? "bzip2 (bunzip2 -k FILE)"
-                       : b(0) == 0xFD && b(1) == '7' && b(2) == 'z' && b(3) == 'X'    ? "xz (unxz -k FILE)"
+  const char* packed = b(0) == 0x1F && b(1) == 0x8B                                   ? "gzip"
+                       : b(0) == 0x28 && b(1) == 0xB5 && b(2) == 0x2F && b(3) == 0xFD ? "zstd"
+                       : b(0) == 'B' && b(1) == 'Z' && b(2) == 'h'                    ? "bzip2"
+                       : b(0) == 0xFD && b(1) == '7' && b(2) == 'z' && b(3) == 'X'    ? "xz"
                                                                                       : nullptr;
+  const std::string unpack = !packed                         ? ""
+                             : std::string(packed) == "gzip"  ? "gunzip -k FILE"
+                             : std::string(packed) == "zstd"  ? "unzstd FILE"
+                             : std::string(packed) == "bzip2" ? "bunzip2 -k FILE"
+                                                              : "unxz -k FILE";
   if (packed && line <= 1)
-    throw UserError(src_name(source) + ": '" + file + "' is " + packed + "-compressed, not text; unpack it and point " +
-                    "the source at the text");
+    throw UserError(src_name(source) + ": '" + file + "' is " + packed + "-compressed, not text; unpack it (" + unpack +
+                    ") and point the source at the text");
   const bool has_bom = (b(0) == 0xFF && b(1) == 0xFE) || (b(0) == 0xFE && b(1) == 0xFF) ||
                        (b(0) == 0 && b(1) == 0 && b(2) == 0xFE && b(3) == 0xFF);
   const char* bom = has_bom ? wide_encoding(text) : nullptr;

@@ -295,6 +295,10 @@ DocIndex read_doc_index(const std::string& path) {
   std::memcpy(&h, bytes.data(), sizeof h);
   TROUPE_USER_CHECK(std::memcmp(h.magic, kDocIndexMagic, 8) == 0 && h.version == kDocIndexVersion)
       << "'" << path << "' is not a troupe document index of version " << kDocIndexVersion << "; " << fix_for(path);
+  bool reserved_zero = h.zero0 == 0;  // (written as zeros: anything else is damage)
+  for (uint8_t z : h.zero) reserved_zero = reserved_zero && z == 0;
+  TROUPE_USER_CHECK(reserved_zero && h.vocab_size > 0)
+      << "document index '" << path << "' has a damaged header (its reserved bytes or vocab_size); " << fix_for(path);
   TROUPE_USER_CHECK(h.n_docs < (1ull << 40) && bytes.size() == sizeof h + (h.n_docs + 1) * 8)
       << "document index '" << path << "' is truncated or corrupt (" << bytes.size() << " bytes for " << h.n_docs
       << " documents); " << fix_for(path);

@@ -249,7 +249,9 @@ TEST_CASE("leftovers: killed writers' folders and an interrupted tokenizer's fil
   Scratch s("litter");
   const std::string ck = s.path("ck");
   fs::create_directories(ck);
-  // a writer that is gone (a child that has exited: its pid is free) and one that still runs (this test)
+  // a writer that is gone (a child that has exited: its pid is free), and one whose pid runs
+  // (this test) but holds no lock on the folder: not a writer, since a writer's process holds
+  // it (a reused pid, or pid 1 of a container: trial 46, TM2)
   const pid_t child = fork();
   if (child == 0) _exit(0);
   waitpid(child, nullptr, 0);
@@ -266,8 +268,8 @@ TEST_CASE("leftovers: killed writers' folders and an interrupted tokenizer's fil
   REQUIRE(r.rc == 0);
   CHECK_FALSE(fs::exists(dead));
   CHECK(r.err.find("removed " + dead) != std::string::npos);
-  CHECK(fs::exists(live));
-  CHECK(r.err.find("left " + live + " alone") != std::string::npos);
+  CHECK_FALSE(fs::exists(live));
+  CHECK(r.err.find("removed " + live) != std::string::npos);
   // the data cache: no lock file stays; an interrupted preparation's files are removed, named
   std::string cache_dir;
   for (auto& e : fs::directory_iterator(s.path("cache"))) cache_dir = e.path().string();

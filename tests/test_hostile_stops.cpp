@@ -190,8 +190,8 @@ TEST_CASE("a stop signal is acknowledged at once, and a second one that ends the
   // steps of about 2 s: the first SIGTERM comes after step 1 is saved; once it is
   // acknowledged the run is suspended (so the step under way cannot end), the second
   // SIGTERM comes more than a second later, and the run is continued
-  const std::string ack = "stopping after step [0-9]+, the step under way, and saving a snapshot \\(send it again to "
-                          "stop at once\\)";
+  const std::string ack = "stopping after step [0-9]+, the step under way, and saving a snapshot \\(send it again, a "
+                          "second or more from now, to stop at once\\)";
   const Run r = run_and_signal(
       s,
       "train --config configs/tiny.toml --set train.steps=1000 --set train.sample_tokens=0 --set train.batch_size=512 "

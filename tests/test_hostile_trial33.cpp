@@ -227,7 +227,7 @@ TEST_CASE("a run whose last snapshot failed ends with exit 2 naming the newest s
   INFO(err);
   CHECK(slurp(s.path("rc")).substr(0, 1) == "2");
   CHECK(err.find("failed (") != std::string::npos);
-  CHECK(err.find("are in no snapshot") != std::string::npos);
+  CHECK(err.find("steps 21 to 40 are in no snapshot") != std::string::npos);
   CHECK(err.find("free space on the filesystem of checkpoint.dir") != std::string::npos);  // the cause's fix
   CHECK(err.find("continue with --resume latest (the newest snapshot on disk is") != std::string::npos);
 }
