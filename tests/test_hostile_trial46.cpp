@@ -178,7 +178,7 @@ TEST_CASE("text after a closed quote in --set, and a gnuplot that is not one, ge
 // and --resume latest took it (M2); a missing TROUPE_JOB_SECRET_FILE was "not a regular
 // file" (L1); a data plane that cannot listen in a fresh process was retried four times as
 // damaged UCX state, then exit 1 (L3); a damaged document-index header went unnoticed (L5).
-TEST_CASE("an unsynced snapshot folder is a warning, not a loss; a failed first UCX start is exit 2", "[cli][hostile]") {
+TEST_CASE("an unsynced snapshot folder is a warning, not a loss, and a failed first UCX start is exit 2", "[cli][hostile]") {
   Scratch s(kGroup, "unsynced");
   if (!have_strace()) {
     WARN("skipped: strace is not installed (scripts/setup.sh installs it)");
