@@ -172,12 +172,12 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
                    d.dir, d.kept_aside, k);
     for (const auto& [from, to] : d.superseded)  // later steps of the line this run left (checkpoint/snapshot.h)
       if (!to.empty())
-        spdlog::warn("snapshot {} is of a later step than this run's step {}: it belongs to the run this one left "
+        spdlog::warn("snapshot {} is of this run's step {} or a later one: it belongs to the run this one left "
                      "when it resumed an earlier snapshot, so it is set aside as {} (kept; --resume latest now "
                      "continues this run, and --resume {} still loads it)",
                      from, k, to, to);
       else
-        spdlog::warn("snapshot {} is of a later step than this run's step {} but could not be set aside (a "
+        spdlog::warn("snapshot {} is of this run's step {} or a later one but could not be set aside (a "
                      "read-only folder?): --resume latest would take it, not this run's newest; pass --resume {} "
                      "to continue this run",
                      from, k, d.dir);

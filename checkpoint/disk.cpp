@@ -193,10 +193,12 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const size_t at = name.find(".tmp-");
-    if (name.rfind("step-", 0) != 0 || at == std::string::npos || !it->is_directory(ec)) continue;
+    if (name.rfind("step-", 0) != 0 || at == std::string::npos) continue;
     const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+    // a symbolic link of that name is no writer's folder (writers make folders): never
+    // followed, since what it points at may be a snapshot or anything else (trial 47, H1)
     struct stat st {};
-    if (pid <= 0 || ::stat(it->path().c_str(), &st) != 0) continue;
+    if (pid <= 0 || ::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
     const bool writer_gone = locked ? pid != (long)::getpid() : ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
     if (!writer_gone || (double)st.st_mtime >= before) {
       if (kept) kept->push_back(it->path().string());

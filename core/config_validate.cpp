@@ -288,6 +288,9 @@ void check_data(const DataConfig& data) {
 // A path key written "~/x": no shell expands it inside quotes or a TOML file, so troupe
 // would make a folder named '~' in the current directory (and `rm -rf ~` is one slip away).
 void check_no_tilde(const std::string& value, const std::string& key) {
+  // only blanks: a folder named with spaces in the current directory, which nobody meant
+  TROUPE_USER_CHECK(value.empty() || value.find_first_not_of(" \t") != std::string::npos)
+      << key << " = '" << value << "' holds only blanks; set a path (or leave the key out for its default)";
   if (value.empty() || value[0] != '~') return;
   TROUPE_USER_FAIL() << key << " = '" << printable(value, false, 120) << "' starts with '~', "
                      << tilde_refusal(value, "a shell does, but not inside quotes or a TOML file");

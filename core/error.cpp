@@ -62,7 +62,9 @@ bool is_out_of_memory_sentence(const std::string& sentence) {
 const char* path_error_fix(int code) {
   return code == ENAMETOOLONG ? "shorten it (a file name has at most 255 bytes, a path 4095)"
          : code == ELOOP      ? "a symbolic link on it points back into itself: fix or remove that link"
-         : code == EACCES || code == EPERM ? "check the permissions of its folders, or choose another path"
+         : code == EACCES   ? "check the permissions of its folders, or choose another path"
+         : code == EPERM    ? "check the permissions of its folders, and whether the file or its folder is immutable "
+                              "or append-only (lsattr; chattr -i or -a), or choose another path"
          : code == ENOSPC || code == EDQUOT ? "free space there (or inodes, see df -i), or choose another path"
          : code == EROFS    ? "the filesystem is read-only: choose a writable path"
          : code == EBUSY    ? "it is in use (a mount point?): choose another path"

@@ -248,6 +248,12 @@ std::string check_committed(PreparedData& p, const nlohmann::json& key, int voca
           return fs::path(bin).filename().string() + " does not hold the " + std::to_string(want) +
                  " tokens meta.json records";
         f.validate(vocab_size);
+        // every document ends with the end-of-text token: a boundary elsewhere is a changed index
+        for (size_t d = 1; d < idx.offsets.size(); ++d)
+          if (f[idx.offsets[d] - 1] != p.eot_id)
+            return fs::path(split == 0 ? s.train_idx : s.val_idx).filename().string() + " puts the end of document " +
+                   std::to_string(d) + " at token " + std::to_string(idx.offsets[d]) +
+                   ", where the token file holds no end-of-text token";
         // (caches written before the checksum was recorded have none: they are read as before)
         if (const char* sum_key = split == 0 ? "train_checksum" : "val_checksum"; m.contains(sum_key))
           if (m.at(sum_key).get<std::string>() != hash_hex(f.checksum()))
@@ -552,6 +558,12 @@ std::vector<std::string> parse_special_tokens(const std::string& list) {
         << "data.special_tokens: \"" << printable(t, false, 60) << "\" holds a space, which the tokenizer splits at "
         << "before it matches a special token (it would never be produced); write it without, e.g. \""
         << printable(replace_spaces(t), false, 60) << "\"";
+    // a plain word or number is ordinary text: every occurrence of it inside the corpus's
+    // words ("a" in "data") would become that one token
+    TROUPE_USER_CHECK(!std::all_of(t.begin(), t.end(), [](unsigned char ch) { return std::isalnum(ch) || ch == '_'; }))
+        << "data.special_tokens: \"" << printable(t, false, 60) << "\" is made only of letters, digits or '_', so "
+        << "every \"" << printable(t, false, 60) << "\" in the corpus's text, inside words too, would become that one "
+        << "token; mark it as special, e.g. \"<|" << printable(t, false, 60) << "|>\"";
     out.push_back(t);
     pos = end + 1;
   }
