@@ -55,6 +55,7 @@
 #include <iterator>
 #include "cli/common.h"
 #include "cli/train_checks.h"
+#include "cli/train_folders.h"
 #include "cli/train_report.h"
 #include "cli/train_signals.h"
 #include "core/interrupt.h"
@@ -100,45 +101,6 @@ void check_data(const Config& c, const PreparedData& d, const BlendLoader& loade
       << "the tokenizer " << d.tokenizer_path << " has " << tok.vocab_size() << " tokens but model.vocab_size = "
       << c.model.vocab_size << "; set model.vocab_size = " << tok.vocab_size() << " or use a matching data.tokenizer";
 }
-
-// Folders this run made (add() once it holds them: created, and locked where they have a
-// lock); when the scope is left by an exception before `metrics` holds a record (no step
-// was trained), those that hold no snapshot are removed again, newest first.
-class FreshFolders {
- public:
-  // `run_dir`: the run directory (read when the scope is left: its name may still change)
-  explicit FreshFolders(const std::string& run_dir) : run_dir_(run_dir) {}
-  // A folder the caller has just created ("" = none).
-  void made(const std::string& dir) {
-    if (!dir.empty()) dirs_.push_back(dir);
-  }
-  // Call before creating `dir`: records the outermost of its folders that does not exist
-  // yet (a --run-dir a/b/c made a, b and c), nothing when `dir` exists.
-  void will_create(const std::string& dir) {
-    std::error_code ec;
-    fs::path q = fs::absolute(dir, ec), first_new;
-    // (symlink_status: a dangling link on the path exists and is the user's, never removed)
-    for (; !q.empty() && !fs::exists(fs::symlink_status(q, ec)) && q != q.parent_path(); q = q.parent_path()) first_new = q;
-    if (!first_new.empty()) dirs_.push_back(first_new.string());
-  }
-  ~FreshFolders() {
-    if (std::uncaught_exceptions() == 0 || dirs_.empty()) return;
-    try {
-      std::error_code ec;
-      const std::string metrics = run_dir_ + "/metrics.jsonl";
-      if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) return;  // a step was trained: keep it all
-      for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it)
-        if (list_snapshots(*it).empty()) fs::remove_all(*it, ec);
-    } catch (...) {  // leaving litter is better than terminating during unwinding
-    }
-  }
-  FreshFolders(const FreshFolders&) = delete;
-  FreshFolders& operator=(const FreshFolders&) = delete;
-
- private:
-  std::vector<std::string> dirs_;
-  const std::string& run_dir_;
-};
 
 // "The newest snapshot on disk is DIR (step K); continue with --resume latest once the cause
 // is fixed", or that none is there (or known to this process: "" for ckpt_dir).
@@ -208,63 +170,6 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
   return 0;
 }
 
-// The checkpoint.dir that the run in `run_dir` saved in its config.toml, when it is set and
-// is not `ckpt_dir`; "" otherwise (no config there, or one that does not load). Never throws.
-std::string saved_checkpoint_dir(const std::string& run_dir, const std::string& ckpt_dir) {
-  try {
-    const Config saved = Config::load(run_dir + "/config.toml");
-    if (!saved.checkpoint.dir.empty() && resolved_path(saved.checkpoint.dir) != resolved_path(ckpt_dir))
-      return saved.checkpoint.dir;
-  } catch (const std::exception&) {
-  }
-  return "";
-}
-
-// The snapshot to continue from (--resume DIR or latest; a restart's newest), or null for a
-// fresh run, whose checkpoint directory must then hold no snapshots. Throws UserError.
-std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string& resume, const std::string& ckpt_dir,
-                                              bool follower, int restart, int rank, const std::string& run_dir) {
-  std::shared_ptr<TrainState> state;
-  const double load_t0 = unix_seconds();
-  if (!resume.empty()) {
-    std::vector<std::string> skipped;
-    if (resume == "latest") {
-      try {
-        state = std::make_shared<TrainState>(load_latest(ckpt_dir, c, &skipped));
-      } catch (const UserError&) {  // a live run that has saved nothing yet: say that, not "no snapshot"
-        if (const long pid = folder_holder(ckpt_dir); !follower && pid != 0)
-          throw UserError(in_use_by("checkpoint folder " + ckpt_dir, "run", pid) +
-                          " that has saved no usable snapshot yet; wait for it to save one or to end, then resume");
-        // the run in --run-dir saved its snapshots elsewhere (its own checkpoint.dir)
-        if (const std::string its = follower || run_dir.empty() ? "" : saved_checkpoint_dir(run_dir, ckpt_dir);
-            !its.empty() && list_snapshots(its).size() > 0)
-          throw UserError("--resume latest looks in " + ckpt_dir + ", but the run in " + run_dir +
-                          " saved its snapshots in its checkpoint.dir " + its + ": add --set checkpoint.dir=" + its);
-        throw;
-      }
-    } else {
-      state = std::make_shared<TrainState>(load_snapshot(resume, c));
-    }
-    setup_logging("");
-    for (auto& s : skipped) spdlog::warn("skipped damaged snapshot {}", s);
-    if (!skipped.empty()) spdlog::warn("falling back to the newest valid snapshot: {}", state->dir);
-    log_event("snapshot_loaded", {{"step", state->step}, {"process", rank}, {"restart", restart},
-                                  {"started", load_t0}});
-    TROUPE_USER_CHECK(state->step < c.train.steps)
-        << "snapshot " << state->dir << " is at step " << state->step << " and train.steps = " << c.train.steps
-        << ": nothing left to train; raise train.steps";
-  } else if (!follower && restart == 0) {
-    auto existing = list_snapshots(ckpt_dir);
-    if (const long pid = existing.empty() ? 0 : folder_holder(ckpt_dir); pid != 0)  // a live run, not an earlier one
-      throw UserError(in_use_by("checkpoint directory " + ckpt_dir, "run", pid) +
-                      "; wait for it to end (then continue it with --resume latest), or choose another checkpoint.dir");
-    TROUPE_USER_CHECK(existing.empty())
-        << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
-        << existing.back().first << "); continue it with --resume latest, or choose another --run-dir or checkpoint.dir";
-  }
-  return state;
-}
-
 // The data side of a job: batches from the loader, text from the tokenizer.
 void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shared_ptr<BlendLoader> loader,
               std::shared_ptr<Tokenizer> tok) {
@@ -294,71 +199,6 @@ void set_data(JobContext& ctx, const Config& c, const PreparedData& d, std::shar
   ctx.tokenizer_hash = std::to_string(d.tokenizer_hash);
   ctx.data_key = d.key;
   ctx.tokenizer_path = d.tokenizer_path;
-}
-
-// This run owns the checkpoint directory now: the unfinished snapshots of killed writers
-// (older than `started`, unix seconds) go, each named; those of live writers are named.
-void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
-  std::vector<std::string> kept;
-  std::vector<std::pair<std::string, std::string>> emptied;
-  // (called once this process holds the folder's lock: make_run_folders)
-  for (auto& d : remove_unfinished_snapshots(ckpt_dir, started, &kept, &emptied, /*locked=*/true))
-    spdlog::warn("removed {}: an unfinished snapshot left by a writer that was killed", d);
-  for (auto& d : remove_half_deleted_snapshots(ckpt_dir))
-    spdlog::warn("removed {}: a snapshot half-deleted (no manifest) when its run was killed while replacing or "
-                 "retiring it", d);
-  for (auto& [d, file] : emptied)
-    spdlog::warn("removed the snapshot files of {} (a killed writer's); kept the folder: it holds {}, which no snapshot "
-                 "writer makes (move it out of checkpoint.dir)", d, file);
-  for (auto& d : kept)
-    spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
-}
-
-// Where this run writes: the run directory, the checkpoint directory, and whether the run
-// directory is the automatic runs/<timestamp> (claimed when made).
-struct RunPaths {
-  std::string run_dir, ckpt_dir;
-  bool automatic = false;
-};
-
-// The run and checkpoint directories, checked (nothing is created). Throws UserError.
-RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, const std::string& resume_opt,
-                           bool follower, const std::string& config_path) {
-  RunPaths p;
-  const char* launch_id = std::getenv("TROUPE_LAUNCH_ID");
-  const bool known_default = launch_id && *launch_id;  // every process knows process 0's default run dir
-  p.automatic = run_dir_opt.empty() && !follower && !known_default;  // claimed when made
-  p.run_dir = !run_dir_opt.empty() ? run_dir_opt
-              : follower           ? (known_default ? default_run_dir() : std::string())
-                                   : default_run_dir();
-  if (!follower) naming_option("--run-dir", [&] {
-      check_run_dir(p.run_dir);
-      check_record_files(p.run_dir);
-    });
-  if (!follower) refuse_inside_snapshot(p.run_dir, "--run-dir");
-  // a data cache folder is emptied by a later preparation of it (an interrupted or outdated one)
-  if (!follower) refuse_overwriting(p.run_dir, "--run-dir", {}, {c.data.cache_dir});
-  refuse_inside_snapshot(c.data.cache_dir, "data.cache_dir");  // a snapshot's retention would delete the cache
-  // (a follower knows the default checkpoint directory only from an explicit --run-dir)
-  p.ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir
-               : p.run_dir.empty()        ? std::string()
-                                          : p.run_dir + "/checkpoints";
-  // a new default run directory (runs/<now>) holds no snapshot to continue from
-  TROUPE_USER_CHECK(!(p.automatic && resume_opt == "latest" && c.checkpoint.dir.empty()))
-      << "--resume latest continues the run in --run-dir, but none was given (a new run directory " << p.run_dir
-      << " would hold no snapshots); pass the earlier run's --run-dir (e.g. runs/<timestamp>), or set checkpoint.dir";
-  TROUPE_USER_CHECK(!(follower && resume_opt == "latest" && p.ckpt_dir.empty()))
-      << "--resume latest in a job of several processes needs an explicit --run-dir or checkpoint.dir, so that every "
-         "process finds the same snapshots";
-  if (!c.checkpoint.dir.empty() && !follower) {
-    // not on the run's inputs: its data cache (a .lock and retention there), corpus, tokenizer
-    std::vector<std::string> dirs = {c.data.cache_dir};
-    for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
-    refuse_overwriting(p.ckpt_dir, "checkpoint.dir", {c.data.corpus, c.data.tokenizer}, dirs);  // (nor in a snapshot)
-    naming_option("checkpoint.dir", [&] { check_checkpoint_dir(p.ckpt_dir); });
-  }  // (the run directory is checked above)
-  if (!follower) check_folder_roles(c, p.run_dir, p.ckpt_dir, config_path);
-  return p;
 }
 
 // What to resume from in a start the launcher made after a failure (restart > 0): the
@@ -424,46 +264,6 @@ TrainData load_data(const Config& c, const TrainState* state) {
   check_data(c, t.d, *t.loader, *t.tok, state);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return t;
-}
-
-// Process 0 makes the run's folders: an explicit checkpoint.dir (locked too: a second run
-// resuming from it, --resume latest, would otherwise delete this run's snapshots by its
-// keep_last retention), the TensorBoard folder, the run directory (created, locked, config
-// saved, log file opened; the automatic name claimed, which may change p.run_dir). `fresh`
-// records what is made: removed again if the run fails before its first step (a job that
-// cannot assemble, a signal while joining), so a refusal leaves no litter.
-void make_run_folders(const Config& c, RunPaths& p, FreshFolders& fresh, double started) {
-  if (!c.checkpoint.dir.empty() &&
-      fs::absolute(p.ckpt_dir).lexically_normal() != fs::absolute(p.run_dir).lexically_normal()) {
-    fresh.will_create(p.ckpt_dir);
-    lock_folder(p.ckpt_dir, "checkpoint.dir",
-                "run (its snapshots would be removed by this run's checkpoint.keep_last)",
-                "choose another checkpoint.dir", "checkpoint.dir");
-  }
-  if (!c.train.tensorboard_dir.empty()) {
-    fresh.will_create(c.train.tensorboard_dir);
-    create_event_dir(c.train.tensorboard_dir);
-  }
-  if (p.automatic) {  // a run started in the same second may have taken the name since
-    std::string made;
-    p.run_dir = claim_run_dir(p.run_dir, &made);
-    fresh.made(made);
-    if (c.checkpoint.dir.empty()) p.ckpt_dir = p.run_dir + "/checkpoints";
-  } else {
-    fresh.will_create(p.run_dir);
-  }
-  const int lock_fd = make_run_dir(p.run_dir);
-  (void)lock_fd;
-  if (c.checkpoint.dir.empty()) {  // the run's own checkpoints folder: another run may name it as its checkpoint.dir
-    fresh.will_create(p.ckpt_dir);
-    lock_folder(p.ckpt_dir, "the run's checkpoints folder",
-                "run as its checkpoint.dir (each run's checkpoint.keep_last would remove the other's snapshots)",
-                "pass another --run-dir", "--run-dir");
-  }
-  setup_logging(p.run_dir);
-  const std::string saved = save_config(c, p.run_dir);
-  spdlog::info("run directory: {} (config saved as {})", p.run_dir, fs::path(saved).filename().string());
-  clean_checkpoint_dir(p.ckpt_dir, started);
 }
 
 // The job's context: data, folders, snapshot to continue from, the launch and its restart.
@@ -582,19 +382,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   const bool in_place = launch.world > 1 && c.fault.policy == "restart" && respawn == "process";
   const std::string resume = resume_after_restart(c, launch, paths.ckpt_dir, restart, in_place, resume_opt);
   check_memory(c, !resume.empty());  // before a snapshot is loaded: under a memory limit that load failed (exit 1)
-  // a live run's directory, whatever its checkpoint.dir: named now, not as "no snapshot there"
-  // (--resume latest) or after the data is loaded (trial 45, L3)
-  // (a holder that wrote no pid is not troupe: make_run_dir names it and its command)
-  if (const long pid = follower || restart > 0 || paths.automatic ? 0 : folder_holder(paths.run_dir); pid > 0) {
-    const std::string its_dir = saved_checkpoint_dir(paths.run_dir, paths.ckpt_dir);
-    throw UserError(in_use_by("run directory '" + paths.run_dir + "'", "run", pid) + "; wait for it to end" +
-                    (resume.empty() ? std::string()
-                     : its_dir.empty()
-                         ? std::string(" (then continue it with --resume latest)")
-                         : " (then continue it with --resume latest --set checkpoint.dir=" + its_dir +
-                               ": its snapshots are there)") +
-                    ", or pass another --run-dir");
-  }
+  if (!follower && restart == 0) refuse_live_run_dir(paths, !resume.empty());
   std::shared_ptr<TrainState> state = naming_option(
       "--resume", [&] { return load_resume_state(c, resume, paths.ckpt_dir, follower, restart, launch.rank, paths.run_dir); });
   check_before_writing(c, launch, follower, paths.ckpt_dir);

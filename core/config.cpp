@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/read_file.h"
 #include "core/text.h"
+#include "core/toml_text.h"
 
 namespace troupe {
 namespace {
@@ -371,65 +372,6 @@ Config Config::load(const std::string& path) {
                          << "configs/tiny.toml and edit it";
   return c;
 }
-
-namespace {
-// toml++ parses dotted keys, [a.b.c] headers and nested arrays/inline tables by recursion: a
-// key of 50,000 parts overflowed the stack (SIGSEGV in every command reading the config).
-// troupe's keys have two parts and its values little nesting, so the text is refused past
-// 64 levels, counted outside strings: dots in a key or header, open brackets and braces.
-// `set`: the text is one --set value (no file, no lines to name).
-void check_toml_nesting(const std::string& text, const std::string& where, bool set = false) {
-  constexpr int kMaxDepth = 64;
-  int depth = 0, line = 1, dots = 0;
-  char quote = 0;
-  bool comment = false, key_part = true;  // key_part: before the '=' of a line (or in a header)
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (ch == '\n') {
-      ++line, dots = 0, comment = false, key_part = depth == 0;
-      if (quote == '"' || quote == '\'') quote = 0;  // (a multi-line string is read as several lines: conservative)
-      continue;
-    }
-    if (comment) continue;
-    if (quote) {
-      if (ch == '\\' && quote == '"') ++i;
-      else if (ch == quote) quote = 0;
-      continue;
-    }
-    if (ch == '"' || ch == '\'') quote = ch;
-    else if (ch == '#') comment = true;
-    else if (ch == '=') key_part = false;
-    // a dot after a name (a.b, also a key inside an inline table), not in a number (1.5)
-    else if (ch == '.' && (key_part || (i > 0 && !std::isdigit((unsigned char)text[i - 1])))) ++dots;
-    else if (ch == '[' || ch == '{') ++depth;
-    else if ((ch == ']' || ch == '}') && depth > 0) --depth;
-    TROUPE_USER_CHECK(dots <= kMaxDepth && depth <= kMaxDepth)
-        << where << " nests deeper than " << kMaxDepth << " levels" << (set ? "" : " at line " + std::to_string(line))
-        << (dots > kMaxDepth ? " (a key of more dotted parts)" : " (brackets or braces)")
-        << "; troupe's config keys are section.key, and nothing in it nests deeper than a [[data.sources]] table "
-           "or a list of strings: "
-        << (set ? "fix the value of " + where : std::string("fix the file"));
-  }
-}
-
-// True when `value` holds a TOML string literal opened at `first` ('...' or "...", not a
-// triple-quoted one) that is closed, with more than blanks after it: "1f1b" x.
-bool text_after_quotes(const std::string& value, size_t first) {
-  const char q = value[first];
-  if (value.compare(first, 3, std::string(3, q)) == 0) return false;
-  for (size_t i = first + 1; i < value.size(); ++i) {
-    if (q == '"' && value[i] == '\\') {
-      ++i;
-      continue;
-    }
-    if (value[i] == q) return value.find_first_not_of(" \t", i + 1) != std::string::npos;
-  }
-  return false;
-}
-
-// A string value that would reach the terminal or a path raw: NUL (cuts a path short),
-// C0 controls and DEL, and the C1 controls U+0080-U+009F (UTF-8 C2 80-9F).
-}  // namespace
 
 Config Config::parse(const std::string& text, const std::string& path) {
   check_toml_nesting(text, "config file '" + path + "'");
