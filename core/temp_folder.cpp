@@ -50,6 +50,15 @@ void remove_abandoned_folders(const std::string& parent, const std::string& pref
     if ((name.rfind(prefix, 0) != 0 && !unnamed) || ::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
         st.st_uid != ::getuid() || (unnamed && ::time(nullptr) - st.st_mtime < 60))
       continue;
+    // troupe puts only plain files there: a folder holding a folder, a link or a device is
+    // someone else's that happens to share the prefix, and stays
+    bool plain = true;
+    std::error_code le;
+    for (fs::directory_iterator jt(path, le), jend; plain && !le && jt != jend; jt.increment(le)) {
+      struct stat js {};
+      plain = ::lstat(jt->path().c_str(), &js) == 0 && S_ISREG(js.st_mode);
+    }
+    if (!plain || le) continue;
     const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     bool gone = ::flock(fd, LOCK_EX | LOCK_NB) == 0;

@@ -33,7 +33,8 @@ void remove_locked_folder(LockedFolder& f);
 // `parent`/.`prefix`* (a maker killed between mkdtemp and the rename) unlocked for a minute.
 // Where flock does not work on `parent`, a folder is removed when `dead(path)` says its
 // maker is gone (by the pid in its name or a file in it; null: never). Another user's
-// folders, links and files stay. Never throws.
+// folders, links and files stay, and so does a folder holding anything but plain files
+// (a subfolder, a link: not one troupe made). Never throws.
 void remove_abandoned_folders(const std::string& parent, const std::string& prefix,
                               const std::function<bool(const std::string& path)>& dead = nullptr);
 

@@ -120,7 +120,9 @@ TEST_CASE("a launcher removes the folders of launchers killed before they could,
   ++dead;
   char orphan[] = "/tmp/troupe-said-XXXXXX", foreign[] = "/tmp/troupe-said-XXXXXX", old[] = "/tmp/troupe-said-XXXXXX",
        live[] = "/tmp/troupe-said-XXXXXX";
-  for (char* d : {orphan, foreign, old, live}) REQUIRE(::mkdtemp(d));
+  char users[] = "/tmp/troupe-said-XXXXXX";  // a folder of that name with a subfolder: not troupe's
+  for (char* d : {orphan, foreign, old, live, users}) REQUIRE(::mkdtemp(d));
+  fs::create_directories(std::string(users) + "/notes");
   std::ofstream(std::string(orphan) + "/launcher") << dead << "\n" << troupe::pid_namespace_id() << "\n";
   std::ofstream(std::string(foreign) + "/launcher") << dead << "\n1\n";  // another pid namespace's launcher
   std::ofstream(std::string(old) + "/launcher") << dead << "\n";          // an older troupe's: no namespace recorded
@@ -140,6 +142,8 @@ TEST_CASE("a launcher removes the folders of launchers killed before they could,
   CHECK_FALSE(fs::exists(orphan));
   CHECK_FALSE(fs::exists(foreign));
   CHECK_FALSE(fs::exists(old));
+  CHECK(fs::exists(std::string(users) + "/notes"));
+  fs::remove_all(users, ec);
   if (fs::exists(s.path("holder.pid"))) {
     CHECK(fs::exists(live));
     shell_status("kill $(cat '" + s.path("holder.pid") + "') 2> /dev/null");
