@@ -167,7 +167,8 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
                    "it (dmesg), or set checkpoint.dir to another disk",
                    k, d.dir, d.unsynced);
     if (!d.kept_aside.empty())
-      spdlog::warn("{} held files that are not a snapshot's: moved to {} (kept) before the snapshot of step {} was "
+      spdlog::warn("{} was not a snapshot (a file, or a folder holding files a snapshot writer does not make): "
+                   "moved to {} (kept) before the snapshot of step {} was "
                    "written there; move it out of checkpoint.dir",
                    d.dir, d.kept_aside, k);
     for (const auto& [from, to] : d.superseded)  // later steps of the line this run left (checkpoint/snapshot.h)

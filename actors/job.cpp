@@ -204,6 +204,16 @@ JobResult Coordinator::run() {
     if (after_step(k, res)) break;
   }
   wait_snapshots();
+  // a stop signal after the last step's hand-off, while earlier snapshots were still being
+  // written: it was acknowledged as "stopping after step k, saving a snapshot", so step k is
+  // saved now if no snapshot holds it (trial 48, H2)
+  const bool last_saved = !res.snapshots.empty() && res.snapshots.back().step == res.last_step;
+  if (!res.stopped_by_signal && a_.writer && res.last_step > 0 && !last_saved && stop_signal() != 0) {
+    if (!ctx_.quiet)
+      spdlog::info("signal {}: every step is trained; saving the snapshot of step {}", stop_signal(), res.last_step);
+    take_snapshot(res.last_step, kSnapDisk);
+    wait_snapshots();
+  }
   if (res.stopped_by_signal) {
     metrics.write({{"summary", true}, {"steps", res.last_step}, {"stopped_by_signal", true}});
     if (ctx_.collect_params) res.params = dump_params();

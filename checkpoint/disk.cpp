@@ -198,7 +198,11 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
     // a symbolic link of that name is no writer's folder (writers make folders): never
     // followed, since what it points at may be a snapshot or anything else (trial 47, H1)
     struct stat st {};
-    if (pid <= 0 || ::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (pid <= 0 || ::lstat(it->path().c_str(), &st) != 0) continue;
+    if (!S_ISDIR(st.st_mode)) {  // named, left alone
+      if (kept) kept->push_back(it->path().string());
+      continue;
+    }
     const bool writer_gone = locked ? pid != (long)::getpid() : ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
     if (!writer_gone || (double)st.st_mtime >= before) {
       if (kept) kept->push_back(it->path().string());

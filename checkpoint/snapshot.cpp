@@ -236,8 +236,12 @@ Manifest decode_manifest(const std::string& dir, const std::vector<char>& mbytes
         << "snapshot manifest " << mpath << " is damaged (step " << st.step << ", updates " << st.updates << ")";
     // (a suffix after the name is troupe's setting aside, step-<k>.superseded / .unreadable, or a user's copy)
     const std::string base = fs::path(dir).lexically_normal().filename().string();
-    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || base.substr(0, base.find('.')) == snapshot_name(st.step))
-        << "snapshot " << dir << " holds step " << st.step << ", not the step its name says; use another snapshot";
+    // the number compared, not the text: step-3 (renamed by hand) is step-00000003
+    const std::string named = base.substr(0, base.find('.')).substr(std::min<size_t>(5, base.size()));
+    const bool number = !named.empty() && named.size() <= 18 && named.find_first_not_of("0123456789") == std::string::npos;
+    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || !number || std::stoll(named) == st.step)
+        << "snapshot " << dir << " holds step " << st.step << ", not the step its name says (" << base
+        << "); use another snapshot, or name it " << snapshot_name(st.step);
     st.loss_scale = m.getLossScaler().getScale();
     st.growth_tracker = m.getLossScaler().getGrowthTracker();
     st.hysteresis_tracker = m.getLossScaler().getHysteresisTracker();
@@ -246,8 +250,25 @@ Manifest decode_manifest(const std::string& dir, const std::vector<char>& mbytes
         << "snapshot manifest " << mpath << " is damaged (TP = " << mf.TP << ")";
     mf.precision = m.getPrecision();
     st.tokenizer_hash = m.getTokenizerHash();
-    check_resume_config(dir, cfg, Config::parse(m.getConfig(), mpath));
     for (auto f : m.getFiles()) mf.files.push_back({f.getName(), f.getBytes(), f.getCrc32()});
+    try {
+      check_resume_config(dir, cfg, Config::parse(m.getConfig(), mpath));
+    } catch (const SnapshotMismatch&) {
+      // a manifest swapped in from another run names that run's config: before blaming this
+      // run's settings, check that it describes the files beside it (trial 48, M4)
+      for (const FileEntry& f : mf.files) {
+        const std::string path = dir + "/" + f.name;
+        std::error_code ec;
+        uint32_t crc = 0;
+        const bool same = f.name.find('/') == std::string::npos && fs::is_regular_file(path, ec) &&
+                          fs::file_size(path, ec) == f.bytes && (read_all(path, &crc), crc == f.crc32);
+        TROUPE_USER_CHECK(same) << "snapshot " << dir << ": its manifest does not describe its files (" << f.name
+                                << " differs from what " << kManifest << " records), so the manifest or the files "
+                                << "come from another snapshot (copied or swapped); use the snapshot as its run wrote "
+                                << "it, or another one";
+      }
+      throw;
+    }
     for (auto t : m.getTensors()) {
       std::vector<int64_t> shape;
       for (auto d : t.getShape()) shape.push_back(d);

@@ -85,6 +85,8 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   if (all.empty()) {
     std::error_code ec;
     bool steps = false, unfinished = false;  // step-<k> folders (none complete); step-<k>.tmp-<pid> ones
+    std::string aside;  // the newest complete snapshot troupe set aside (.superseded, .unreadable)
+    int64_t aside_step = -1;
     if (!fs::exists(fs::symlink_status(ckpt_dir, ec)))
       why = " (the folder does not exist: no run has saved a snapshot there)";
     else {
@@ -92,9 +94,18 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
       for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string n = it->path().filename().string();
         if (n.rfind("step-", 0) != 0) continue;
+        if (n.find(".superseded") != std::string::npos || n.find(".unreadable") != std::string::npos) {
+          const int64_t k = std::strtoll(n.c_str() + 5, nullptr, 10);
+          if (fs::exists(it->path() / kManifest, ec) && k > aside_step) aside_step = k, aside = it->path().string();
+          continue;
+        }
         (n.find(".tmp-") != std::string::npos ? unfinished : steps) = true;
       }
-      why = steps        ? " (none is complete: each step-<k> folder lacks its manifest)"
+      why = !aside.empty() && !steps
+                ? " (none is of the run's own line: only snapshots troupe set aside are there, the newest " + aside +
+                      " (.superseded: of a line a resume left; .unreadable: refused when read); to continue from it, "
+                      "pass --resume " + aside + ")"
+            : steps      ? " (none is complete: each step-<k> folder lacks its manifest)"
             : unfinished ? " (none is complete: only step-<k>.tmp-<pid> folders are there, saves a stopped or killed "
                            "writer did not finish; the next run removes them)"
                          : " (it holds no snapshot)";

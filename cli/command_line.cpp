@@ -358,12 +358,17 @@ void check_option_values(CLI::App& app) {
           TROUPE_USER_FAIL() << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name) << " of troupe "
                              << sub->get_name() << " is '" << printable(r, false, 120) << "', which starts with '~', "
                              << tilde_refusal(r, "the shell did not: it was quoted or after '='");
-        if (name == "--title") continue;  // (an empty or blank title is allowed)
-        // only blanks: a file or folder named with spaces in the current directory
-        TROUPE_USER_CHECK(name == "--set" || r.empty() || r.find_first_not_of(" \t") != std::string::npos)
-            << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name) << " of troupe "
-            << sub->get_name() << " is '" << r << "', only blanks; give it a path"
-            << (opt->get_required() ? std::string() : std::string(" or leave it out"));
+        if (name == "--title" || name == "--prompt") continue;  // (text: empty or blank is allowed)
+        // only blanks (U+00A0 and U+3000 too): a file or folder named with them in the current
+        // directory; a blank at either end: a typing slip that names another path
+        const std::string shown = name.empty() || name[0] != '-' ? "the " + name + " argument" : name;
+        TROUPE_USER_CHECK(name == "--set" || !blank_text(r))
+            << shown << " of troupe " << sub->get_name() << " is '" << printable(r, false, 80)
+            << "', only blanks; give it a path" << (opt->get_required() ? std::string() : std::string(" or leave it out"));
+        TROUPE_USER_CHECK(name == "--set" || !padded_text(r))
+            << shown << " of troupe " << sub->get_name() << " is '" << printable(r, false, 200)
+            << "', which starts or ends with a blank; remove it (a name with a blank at either end is almost "
+               "always a slip)";
         if (name == "--run-dir" || name == "--tensorboard") continue;
         // a required one cannot be left out: its fix is a value, shown by its description
         TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)

@@ -191,9 +191,14 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
   // of step k would take its place (one holding only snapshot files is a half-deleted snapshot)
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ckpt_dir.empty() && !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
-    if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos ||
-        !it->is_directory(ec) || fs::exists(it->path() / "manifest.capnp", ec))
+    if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos)
       continue;
+    // a file of that name (not a folder, nor a link to one): the snapshot would replace it
+    TROUPE_USER_CHECK(it->is_directory(ec))
+        << "checkpoint folder " << ckpt_dir << " holds " << n << ", a file, not a snapshot folder: this run's "
+        << "snapshot of that step would take its place; move it out of "
+        << (c.checkpoint.dir.empty() ? "the run's checkpoints folder" : "checkpoint.dir");
+    if (fs::exists(it->path() / "manifest.capnp", ec)) continue;
     const std::string foreign = non_snapshot_file(it->path().string());
     TROUPE_USER_CHECK(foreign.empty())
         << "checkpoint folder " << ckpt_dir << " holds " << n << "/, which is not a snapshot (no manifest.capnp) and "

@@ -112,8 +112,14 @@ void clean_checkpoint_dir(const std::string& ckpt_dir, double started) {
   for (auto& [d, file] : emptied)
     spdlog::warn("removed the snapshot files of {} (a killed writer's); kept the folder: it holds {}, which no snapshot "
                  "writer makes (move it out of checkpoint.dir)", d, file);
+  std::error_code ec;
   for (auto& d : kept)
-    spdlog::warn("left {} alone: an unfinished snapshot whose writer may still run (remove it once it has stopped)", d);
+    spdlog::warn("left {} alone: {}", d,
+                 fs::is_symlink(fs::symlink_status(d, ec)) || !fs::is_directory(fs::symlink_status(d, ec))
+                     ? "a link or file named like an unfinished snapshot, which no snapshot writer makes (remove it if "
+                       "it is not yours)"
+                     : "an unfinished snapshot changed since this run started, or that could not be removed "
+                       "(remove it by hand once no run writes it)");
 }
 
 // The run and checkpoint directories, checked (nothing is created). Throws UserError.

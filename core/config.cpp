@@ -58,18 +58,6 @@ const Key* find_key(const std::string& name) {
   return nullptr;
 }
 
-// The UTF-8 length of a space character at s[i] (ASCII space or tab, U+00A0, U+2000..U+200A,
-// U+202F, U+205F, U+3000), 0 when none.
-size_t space_at(const std::string& s, size_t i) {
-  const auto u = [&](size_t k) { return i + k < s.size() ? (unsigned char)s[i + k] : 0u; };
-  if (u(0) == ' ' || u(0) == '\t') return 1;
-  if (u(0) == 0xC2 && u(1) == 0xA0) return 2;
-  if (u(0) == 0xE2 && u(1) == 0x80 && (u(2) <= 0x8A || u(2) == 0xAF) && u(2) >= 0x80) return 3;
-  if (u(0) == 0xE2 && u(1) == 0x81 && u(2) == 0x9F) return 3;
-  if (u(0) == 0xE3 && u(1) == 0x80 && u(2) == 0x80) return 3;
-  return 0;
-}
-
 // name with its non-ASCII spaces shown as \u{XXXX} (a no-break space prints as a space)
 std::string shown_key(const std::string& name) {
   std::string out;

@@ -128,4 +128,32 @@ std::string tilde_refusal(std::string_view value, std::string_view why_unexpande
          (own ? std::string(", e.g. ") + (home ? home : "$HOME") + rest : std::string());
 }
 
+size_t space_at(std::string_view s, size_t i) {
+  const auto u = [&](size_t k) { return i + k < s.size() ? (unsigned char)s[i + k] : 0u; };
+  if (u(0) == ' ' || u(0) == '\t') return 1;
+  if (u(0) == 0xC2 && u(1) == 0xA0) return 2;
+  if (u(0) == 0xE2 && u(1) == 0x80 && ((u(2) >= 0x80 && u(2) <= 0x8B) || u(2) == 0xAF)) return 3;
+  if (u(0) == 0xE2 && u(1) == 0x81 && u(2) == 0x9F) return 3;
+  if (u(0) == 0xE3 && u(1) == 0x80 && u(2) == 0x80) return 3;
+  return 0;
+}
+
+bool blank_text(std::string_view s) {
+  if (s.empty()) return false;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = space_at(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+bool padded_text(std::string_view s) {
+  if (s.empty()) return false;
+  if (space_at(s, 0)) return true;
+  for (size_t n = 1; n <= 3 && n <= s.size(); ++n)
+    if (space_at(s, s.size() - n) == n) return true;
+  return false;
+}
+
 }  // namespace troupe

@@ -43,4 +43,15 @@ std::string tilde_refusal(std::string_view value, std::string_view why_unexpande
 // "1.2 GiB" (binary units, one decimal).
 std::string size_text(uint64_t bytes);
 
+// The UTF-8 length of a blank at s[i]: an ASCII space or tab, U+00A0, U+2000..U+200B (the
+// last zero-width), U+202F, U+205F or U+3000; 0 when none.
+size_t space_at(std::string_view s, size_t i);
+
+// True when `s` is not empty and holds only blanks (space_at): a path of them names a folder
+// nobody can see or meant.
+bool blank_text(std::string_view s);
+
+// True when `s` starts or ends with a blank (space_at): " x " as a path is a typing slip.
+bool padded_text(std::string_view s);
+
 }  // namespace troupe

@@ -564,6 +564,11 @@ std::vector<std::string> parse_special_tokens(const std::string& list) {
         << "data.special_tokens: \"" << printable(t, false, 60) << "\" is made only of letters, digits or '_', so "
         << "every \"" << printable(t, false, 60) << "\" in the corpus's text, inside words too, would become that one "
         << "token; mark it as special, e.g. \"<|" << printable(t, false, 60) << "|>\"";
+    // one character ("." or "é", or an invisible U+200B): ordinary text too
+    const auto chars = std::count_if(t.begin(), t.end(), [](char ch) { return ((unsigned char)ch & 0xC0) != 0x80; });
+    TROUPE_USER_CHECK(chars > 1)
+        << "data.special_tokens: \"" << printable(t, false, 60) << "\" is one character, so every one in the "
+        << "corpus's text would become that token; mark it as special, e.g. \"<|" << printable(t, false, 60) << "|>\"";
     out.push_back(t);
     pos = end + 1;
   }
