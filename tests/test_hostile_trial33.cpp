@@ -193,7 +193,7 @@ TEST_CASE("a NUL in a config key, a bad local world size alone, an odd --format 
                                "TROUPE_LOCAL_WORLD_SIZE=abc"),
                     {"TROUPE_LOCAL_WORLD_SIZE='abc' must be an integer"});
   expect_user_error(run_troupe("export --format 'safetensors ' '" + s.path("nosnap") + "' '" + s.path("o.st") + "'", s),
-                    {"--format 'safetensors ' is not supported"});
+                    {"--format of troupe export is 'safetensors ', which starts or ends with a blank"});
   const Run r = run_troupe("train --config configs/tiny.toml --set train.steps=1 --set train.sample_tokens=0 "
                            "--set train.initial_loss_scale=1024 --set data.cache_dir='" + s.path("cache") +
                                "' --run-dir '" + s.path("run") + "'",
