@@ -167,15 +167,15 @@ void Coordinator::on_snap_done(int64_t k, SnapDone& d) {
                    "it (dmesg), or set checkpoint.dir to another disk",
                    k, d.dir, d.unsynced);
     if (!d.kept_aside.empty())
-      spdlog::warn("{} was not a snapshot (a file, or a folder holding files a snapshot writer does not make): "
+      spdlog::warn("{} was not a snapshot (a file, a link, or a folder holding files a snapshot writer does not make): "
                    "moved to {} (kept) before the snapshot of step {} was "
                    "written there; move it out of checkpoint.dir",
                    d.dir, d.kept_aside, k);
     for (const auto& [from, to] : d.superseded)  // later steps of the line this run left (checkpoint/snapshot.h)
       if (!to.empty())
-        spdlog::warn("snapshot {} is of this run's step {} or a later one: it belongs to the run this one left "
-                     "when it resumed an earlier snapshot, so it is set aside as {} (kept; --resume latest now "
-                     "continues this run, and --resume {} still loads it)",
+        spdlog::warn("snapshot {} is of this run's step {} or a later one but not of this run's line (a run this "
+                     "one left when it resumed an earlier snapshot, or a copy put there), so it is set aside as {} "
+                     "(kept; --resume latest now continues this run, and --resume {} still loads it)",
                      from, k, to, to);
       else
         spdlog::warn("snapshot {} is of this run's step {} or a later one but could not be set aside (a "

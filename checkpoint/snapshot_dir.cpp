@@ -59,6 +59,25 @@ std::string move_aside(const std::string& dir, const std::string& suffix) {
 
 TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vector<std::string>* skipped) {
   auto all = list_snapshots(ckpt_dir);
+  // step-<k> folders whose manifest.capnp is there but no regular file (a FIFO, a device, a
+  // link to one): no snapshot list takes them, so they would be passed over without a word
+  std::vector<std::pair<int64_t, std::string>> odd;
+  {
+    std::error_code ec;
+    for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string n = it->path().filename().string();
+      std::error_code fe;
+      if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos ||
+          !it->is_directory(fe))
+        continue;
+      const fs::path m = it->path() / kManifest;
+      if (fs::exists(fs::symlink_status(m, fe)) && !fs::is_regular_file(m, fe))
+        odd.emplace_back(std::strtoll(n.c_str() + 5, nullptr, 10), it->path().string());
+    }
+  }
+  for (const auto& [k, dir] : odd)
+    if (skipped) skipped->push_back(dir + ": its " + std::string(kManifest) + " is not a regular file (a FIFO, a device, "
+                                    "or a link to one or to nothing)");
   std::vector<std::string> passed;  // newer snapshots that did not load
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
@@ -70,6 +89,11 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
           (*skipped)[skipped->size() - passed.size() + i] +=
               " (moved aside to " + aside + ": no snapshot of this run replaces or deletes it)";
       }
+      for (const auto& [k, dir] : odd)  // (the odd ones newer than the step resumed: out of the way, kept)
+        if (k > st.step && skipped) {
+          const std::string aside = move_aside(dir, ".unreadable");
+          if (!aside.empty()) skipped->push_back(dir + " moved aside to " + aside);
+        }
       return st;
     } catch (const SnapshotMismatch&) {
       throw;  // intact, but another run's: the config must change, not the snapshot
@@ -94,7 +118,8 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
       for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string n = it->path().filename().string();
         if (n.rfind("step-", 0) != 0) continue;
-        if (n.find(".superseded") != std::string::npos || n.find(".unreadable") != std::string::npos) {
+        if (n.find(".superseded") != std::string::npos || n.find(".unreadable") != std::string::npos ||
+            n.find(".kept") != std::string::npos) {
           const int64_t k = std::strtoll(n.c_str() + 5, nullptr, 10);
           if (fs::exists(it->path() / kManifest, ec) && k > aside_step) aside_step = k, aside = it->path().string();
           continue;
@@ -103,7 +128,8 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
       }
       why = !aside.empty() && !steps
                 ? " (none is of the run's own line: only snapshots troupe set aside are there, the newest " + aside +
-                      " (.superseded: of a line a resume left; .unreadable: refused when read); to continue from it, "
+                      " (.superseded: of a line a resume left; .unreadable: refused when read; .kept: moved out of a "
+                      "snapshot's way); to continue from it, "
                       "pass --resume " + aside + ")"
             : steps      ? " (none is complete: each step-<k> folder lacks its manifest)"
             : unfinished ? " (none is complete: only step-<k>.tmp-<pid> folders are there, saves a stopped or killed "

@@ -195,14 +195,16 @@ std::string commit_snapshot(const std::string& tmp_dir, const std::string& final
   // one there at the start is refused) is renamed aside, never deleted
   // (and so is a file of that name: a user's, made during the run, trial 48 H1)
   const fs::file_status was = fs::symlink_status(final_dir, ec);
-  const bool user_file = fs::exists(was) && !fs::is_directory(was) && !fs::is_symlink(was);
+  // (a symbolic link there, to anything, is a user's too: troupe writes folders, never links)
+  const bool user_file = was.type() != fs::file_type::not_found && was.type() != fs::file_type::none &&
+                         !fs::is_directory(was);
   if (user_file || (fs::exists(final_dir, ec) && !fs::exists(fs::path(final_dir) / kManifest, ec) &&
                     !non_snapshot_file(final_dir).empty())) {
     kept = final_dir + ".kept";
     for (int n = 2; fs::exists(fs::symlink_status(kept, ec)) && n < 1000; ++n) kept = final_dir + ".kept." + std::to_string(n);
     if (::rename(final_dir.c_str(), kept.c_str()) != 0)
       throw Error("cannot move " + final_dir + " (not a snapshot: " +
-                  (user_file ? std::string("a file") : "it holds " + non_snapshot_file(final_dir)) +
+                  (user_file ? std::string("a file or link") : "it holds " + non_snapshot_file(final_dir)) +
                   ") out of the way of the snapshot: " + errno_text() + "; move it out of checkpoint.dir");
   }
   if (fs::exists(final_dir, ec)) {

@@ -362,9 +362,10 @@ void check_option_values(CLI::App& app) {
         // only blanks (U+00A0 and U+3000 too): a file or folder named with them in the current
         // directory; a blank at either end: a typing slip that names another path
         const std::string shown = name.empty() || name[0] != '-' ? "the " + name + " argument" : name;
-        TROUPE_USER_CHECK(name == "--set" || !blank_text(r))
-            << shown << " of troupe " << sub->get_name() << " is '" << printable(r, false, 80)
-            << "', only blanks; give it a path" << (opt->get_required() ? std::string() : std::string(" or leave it out"));
+        TROUPE_USER_CHECK(name == "--set" || (!blank_text(r) && !blank_part(r)))
+            << shown << " of troupe " << sub->get_name() << " is '" << printable(r, false, 80) << "', "
+            << (blank_text(r) ? "only blanks" : "with a part made only of blanks or invisible characters")
+            << "; give it a path" << (opt->get_required() ? std::string() : std::string(" or leave it out"));
         TROUPE_USER_CHECK(name == "--set" || !padded_text(r))
             << shown << " of troupe " << sub->get_name() << " is '" << printable(r, false, 200)
             << "', which starts or ends with a blank; remove it (a name with a blank at either end is almost "

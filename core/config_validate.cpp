@@ -289,9 +289,10 @@ void check_data(const DataConfig& data) {
 // would make a folder named '~' in the current directory (and `rm -rf ~` is one slip away).
 void check_no_tilde(const std::string& value, const std::string& key) {
   // only blanks: a folder named with spaces in the current directory, which nobody meant
-  TROUPE_USER_CHECK(!blank_text(value))
-      << key << " = '" << printable(value, false, 80)
-      << "' holds only blanks; set a path (or leave the key out for its default)";
+  TROUPE_USER_CHECK(!blank_text(value) && !blank_part(value))
+      << key << " = '" << printable(value, false, 80) << "' "
+      << (blank_text(value) ? "holds only blanks or invisible characters" : "has a part made only of blanks or invisible characters")
+      << "; set a path (or leave the key out for its default)";
   TROUPE_USER_CHECK(!padded_text(value))
       << key << " = '" << printable(value, false, 200)
       << "' starts or ends with a blank; remove it (a path with a blank at either end is almost always a slip)";

@@ -132,9 +132,14 @@ size_t space_at(std::string_view s, size_t i) {
   const auto u = [&](size_t k) { return i + k < s.size() ? (unsigned char)s[i + k] : 0u; };
   if (u(0) == ' ' || u(0) == '\t') return 1;
   if (u(0) == 0xC2 && u(1) == 0xA0) return 2;
-  if (u(0) == 0xE2 && u(1) == 0x80 && ((u(2) >= 0x80 && u(2) <= 0x8B) || u(2) == 0xAF)) return 3;
-  if (u(0) == 0xE2 && u(1) == 0x81 && u(2) == 0x9F) return 3;
-  if (u(0) == 0xE3 && u(1) == 0x80 && u(2) == 0x80) return 3;
+  // U+2000..U+200D (spaces, zero-widths), U+2028/U+2029 (line/paragraph separators),
+  // U+202A..U+202F (bidi embeddings and overrides, a narrow no-break space)
+  if (u(0) == 0xE2 && u(1) == 0x80 && ((u(2) >= 0x80 && u(2) <= 0x8D) || (u(2) >= 0xA8 && u(2) <= 0xAF))) return 3;
+  // U+205F (a medium space), U+2060 (word joiner), U+2066..U+2069 (bidi isolates)
+  if (u(0) == 0xE2 && u(1) == 0x81 && (u(2) == 0x9F || u(2) == 0xA0 || (u(2) >= 0xA6 && u(2) <= 0xA9))) return 3;
+  if (u(0) == 0xE3 && u(1) == 0x80 && u(2) == 0x80) return 3;                      // U+3000
+  if (u(0) == 0xEF && u(1) == 0xBB && u(2) == 0xBF) return 3;                      // U+FEFF
+  if (u(0) == 0xE1 && ((u(1) == 0x9A && u(2) == 0x80) || (u(1) == 0xA0 && u(2) == 0x8E))) return 3;  // U+1680, U+180E
   return 0;
 }
 
@@ -146,6 +151,16 @@ bool blank_text(std::string_view s) {
     i += n;
   }
   return true;
+}
+
+bool blank_part(std::string_view path) {
+  for (size_t a = 0; a <= path.size();) {
+    size_t b = path.find('/', a);
+    if (b == std::string_view::npos) b = path.size();
+    if (b > a && blank_text(path.substr(a, b - a))) return true;
+    a = b + 1;
+  }
+  return false;
 }
 
 bool padded_text(std::string_view s) {

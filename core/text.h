@@ -43,13 +43,17 @@ std::string tilde_refusal(std::string_view value, std::string_view why_unexpande
 // "1.2 GiB" (binary units, one decimal).
 std::string size_text(uint64_t bytes);
 
-// The UTF-8 length of a blank at s[i]: an ASCII space or tab, U+00A0, U+2000..U+200B (the
-// last zero-width), U+202F, U+205F or U+3000; 0 when none.
+// The UTF-8 length of a blank or invisible character at s[i]: an ASCII space or tab, U+00A0,
+// U+1680, U+180E, U+2000..U+200D (spaces and zero-widths), U+2028/U+2029, U+202A..U+202F
+// (bidi controls, a narrow space), U+205F, U+2060, U+2066..U+2069, U+3000 or U+FEFF; 0 when none.
 size_t space_at(std::string_view s, size_t i);
 
 // True when `s` is not empty and holds only blanks (space_at): a path of them names a folder
 // nobody can see or meant.
 bool blank_text(std::string_view s);
+
+// True when a '/'-separated part of `path` is blank_text: a/\u00A0/b names a folder nobody sees.
+bool blank_part(std::string_view path);
 
 // True when `s` starts or ends with a blank (space_at): " x " as a path is a typing slip.
 bool padded_text(std::string_view s);

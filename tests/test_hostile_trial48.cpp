@@ -111,3 +111,35 @@ TEST_CASE("a stop signal after the last step saves that step", "[cli][hostile][s
   if (err.find("every step is trained") == std::string::npos)
     WARN("the signal came before the last step's hand-off: the usual path saved it");
 }
+
+// Trial 49: invisible characters (U+FEFF, U+2028, a bidi override) and a blank part inside a
+// path; a manifest that is a FIFO passed over without a word; .kept left out of the message
+TEST_CASE("invisible path parts and a FIFO manifest are named", "[cli][hostile][checkpoint]") {
+  Scratch s(kGroup, "invisible");
+  expect_user_error(run_troupe("train --config configs/tiny.toml --run-dir \"$(printf '\\357\\273\\277')\"", s, 60),
+                    {"--run-dir of troupe train is '\\u{FEFF}', only blanks"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --run-dir \"" + s.path("a") + "/$(printf '\\302\\240')/b\"",
+                               s, 60),
+                    {"with a part made only of blanks or invisible characters"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set \"checkpoint.dir=\\\"$(printf '\\342\\200\\256')\\\"\"",
+                               s, 60),
+                    {"holds only blanks or invisible characters"});
+  CHECK_FALSE(fs::exists(s.path("a")));
+  REQUIRE(run_troupe(train(s, "run", 3), s).rc == 0);
+  const std::string ck = s.path("run/checkpoints");
+  fs::remove(ck + "/step-00000003/manifest.capnp");
+  REQUIRE(shell_status("mkfifo '" + ck + "/step-00000003/manifest.capnp'") == 0);
+  const Run r = run_troupe(train(s, "run", 4, " --resume latest"), s);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("step-00000003: its manifest.capnp is not a regular file") != std::string::npos);
+  CHECK(fs::exists(ck + "/step-00000003.unreadable"));
+  // only a .kept snapshot: named as set aside, not as missing its manifest
+  Scratch t(kGroup, "keptonly");
+  fs::create_directories(t.path("ck"));
+  fs::copy(ck + "/step-00000002", t.path("ck/step-00000002.kept"), fs::copy_options::recursive);
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.steps=9 --set checkpoint.dir='" + t.path("ck") +
+                                   "' --run-dir '" + t.path("run") + "' --resume latest",
+                               t),
+                    {"only snapshots troupe set aside are there"});
+}
