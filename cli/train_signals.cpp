@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "cli/common.h"
 #include "core/interrupt.h"
@@ -71,6 +72,15 @@ void install_stop_signals() {
   rlimit cpu{};
   const bool room = ::getrlimit(RLIMIT_CPU, &cpu) != 0 || cpu.rlim_max == RLIM_INFINITY ||
                     (cpu.rlim_cur != RLIM_INFINITY && cpu.rlim_max - cpu.rlim_cur >= kCpuLimitRoomS);
+  // said at the start: a run that meets such a limit ends there, losing the steps since its
+  // last snapshot (trial 49, L4)
+  if (!room)
+    std::fprintf(stderr,
+                 "warning: the CPU-time limit (ulimit -t) is %lld s with %lld s below its hard limit, too little to "
+                 "save a snapshot when it is reached: the run would end there at once, losing the steps since its "
+                 "last snapshot; raise it (ulimit -t unlimited), or leave the soft limit 60 s or more below the hard "
+                 "one (ulimit -S -t N)\n",
+                 (long long)cpu.rlim_cur, (long long)(cpu.rlim_max - cpu.rlim_cur));
   struct sigaction xs = sa;
   xs.sa_handler = room ? on_stop_signal : on_cpu_limit_now;
   sigaction(SIGXCPU, &xs, nullptr);

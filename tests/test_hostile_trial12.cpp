@@ -215,6 +215,8 @@ TEST_CASE("a schedule file with a UTF-8 byte-order mark reads as without it, and
   INFO(t.err);
   CHECK(t.rc != 137);
   CHECK(t.err.find("SIGXCPU") != std::string::npos);
+  // said at the start too (trial 49, L4): such a limit cannot be met with a save
+  CHECK(t.err.find("warning: the CPU-time limit (ulimit -t) is 2 s with 1 s below its hard limit") != std::string::npos);
 }
 
 TEST_CASE("a gzip corpus is named as compressed, and an unknown option as unknown", "[cli][hostile]") {
