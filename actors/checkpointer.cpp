@@ -76,11 +76,11 @@ void checkpoint_writer(caf::blocking_actor* self, CoordinatorActor coordinator, 
         // a forced stop emptying the folder meanwhile (a second signal): no rename of what it left
         if (!claim_partial_dir(p.tmp)) throw Error("stopped while the snapshot was being written");
         // a complete snapshot of this step already there is of the line this run left when it
-        // resumed an earlier one: set aside with the later ones, never replaced (trial 47, L4)
+        // resumed an earlier one: set aside with the later ones (every step >= k, once, before the
+        // rename), never replaced (trial 47, L4)
         d.superseded = set_aside_later_steps(p.ckpt_dir, k - 1);
         d.kept_aside = commit_snapshot(p.tmp, d.dir, &d.unsynced);
         d.ok = true;
-        for (auto& m : set_aside_later_steps(p.ckpt_dir, k)) d.superseded.push_back(std::move(m));
         d.deleted = apply_retention(p.ckpt_dir, keep_last, k, &d.not_deleted);
       } catch (const std::exception& e) {
         p.error = e.what();
