@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/snapshot.h"
+#include "checkpoint/snapshot_name.h"
 #include "core/error.h"
 #include "model/gpt.h"
 #include "stages/stage.h"
@@ -173,8 +174,7 @@ std::vector<std::string> remove_half_deleted_snapshots(const std::string& ckpt_d
   std::error_code ec;
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
-    if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos ||
-        it->is_symlink(ec) || !it->is_directory(ec) || fs::exists(it->path() / "manifest.capnp", ec) ||
+    if (snapshot_name_step(n) < 1 || it->is_symlink(ec) || !it->is_directory(ec) || fs::exists(it->path() / "manifest.capnp", ec) ||
         !non_snapshot_file(it->path().string()).empty())
       continue;
     std::error_code rm;

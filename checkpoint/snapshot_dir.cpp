@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "checkpoint/snapshot.h"
 #include "checkpoint/snapshot_format.h"
+#include "checkpoint/snapshot_name.h"
 #include "core/error.h"
 #include "core/job_error.h"
 
@@ -32,11 +35,9 @@ std::vector<std::pair<int64_t, std::string>> list_snapshots(const std::string& c
     if (ec) listing_failed(ec);
     const fs::directory_entry& e = *it;
     const std::string n = e.path().filename().string();
-    if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.size() < 6) continue;
-    if (!fs::is_regular_file(e.path() / kManifest)) continue;
-    char* end = nullptr;
-    const long long k = std::strtoll(n.c_str() + 5, &end, 10);
-    if (end && *end == '\0' && k > 0) out.emplace_back(k, e.path().string());
+    const int64_t k = snapshot_name_step(n);  // step-<ASCII digits> only: never step-+3 or step- 3
+    if (k < 1 || !e.is_directory() || !fs::is_regular_file(e.path() / kManifest)) continue;
+    out.emplace_back(k, e.path().string());
   }
   if (ec) listing_failed(ec);
   std::sort(out.begin(), out.end());
@@ -67,12 +68,10 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
     for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string n = it->path().filename().string();
       std::error_code fe;
-      if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos ||
-          !it->is_directory(fe))
-        continue;
+      if (snapshot_name_step(n) < 1 || !it->is_directory(fe)) continue;
       const fs::path m = it->path() / kManifest;
       if (fs::exists(fs::symlink_status(m, fe)) && !fs::is_regular_file(m, fe))
-        odd.emplace_back(std::strtoll(n.c_str() + 5, nullptr, 10), it->path().string());
+        odd.emplace_back(snapshot_name_step(n), it->path().string());
     }
   }
   for (const auto& [k, dir] : odd)
@@ -139,6 +138,9 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   } else {
     why = " (every one was refused" + why + ")";
   }
+  // a snapshot renamed by hand (STEP-00000003, step-3.0): named, with the name to give it
+  if (const auto near = near_named_snapshots(ckpt_dir); !near.empty())
+    why += "; " + near[0] + (near.size() > 1 ? fmt::format(" ({} more such folders)", near.size() - 1) : "");
   throw UserError("no usable snapshot in " + ckpt_dir + why +
                   "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
 }

@@ -22,6 +22,7 @@
 
 #include "checkpoint/disk.h"
 #include "checkpoint/snapshot.h"
+#include "checkpoint/snapshot_name.h"
 #include "core/launch_env.h"
 #include "cli/common.h"
 #include "cli/figures.h"
@@ -191,8 +192,7 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
   // of step k would take its place (one holding only snapshot files is a half-deleted snapshot)
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ckpt_dir.empty() && !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
-    if (n.size() <= 5 || n.rfind("step-", 0) != 0 || n.find_first_not_of("0123456789", 5) != std::string::npos)
-      continue;
+    if (snapshot_name_step(n) < 1) continue;
     // a file of that name (not a folder, nor a link to one): the snapshot would replace it
     TROUPE_USER_CHECK(it->is_directory(ec))
         << "checkpoint folder " << ckpt_dir << " holds " << n << ", a file, not a snapshot folder: this run's "

@@ -10,6 +10,7 @@
 
 #include "checkpoint/disk.h"
 #include "checkpoint/snapshot.h"
+#include "checkpoint/snapshot_name.h"
 #include "cli/common.h"
 #include "cli/train_checks.h"
 #include "core/error.h"
@@ -81,6 +82,9 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
     setup_logging("");
     for (auto& s : skipped) spdlog::warn("skipped damaged snapshot {}", s);
     if (!skipped.empty()) spdlog::warn("falling back to the newest valid snapshot: {}", state->dir);
+    // a snapshot renamed by hand (STEP-00000003, step-3.0) is no step-<k>: never taken by latest
+    if (resume == "latest" && !follower)
+      for (const auto& s : near_named_snapshots(ckpt_dir)) spdlog::warn("resuming from {}; {}", state->dir, s);
     log_event("snapshot_loaded", {{"step", state->step}, {"process", rank}, {"restart", restart},
                                   {"started", load_t0}});
     TROUPE_USER_CHECK(state->step < c.train.steps)

@@ -143,6 +143,12 @@ size_t space_at(std::string_view s, size_t i) {
   return 0;
 }
 
+size_t utf8_at(std::string_view s, size_t i, uint32_t* cp) {
+  const size_t n = i < s.size() ? utf8_len(s, i) : 0;
+  if (n) *cp = code_point(s, i, n);
+  return n;
+}
+
 bool blank_text(std::string_view s) {
   if (s.empty()) return false;
   for (size_t i = 0; i < s.size();) {

@@ -55,6 +55,11 @@ bool blank_text(std::string_view s);
 // True when a '/'-separated part of `path` is blank_text: a/\u00A0/b names a folder nobody sees.
 bool blank_part(std::string_view path);
 
+// The length (1..4) of the valid UTF-8 character at s[i], its code point stored in *cp;
+// 0 when s[i] starts none (a stray continuation byte, an overlong or cut sequence, a
+// surrogate) or starts a C1 control (U+0080..U+009F). i < s.size(). Never throws.
+size_t utf8_at(std::string_view s, size_t i, uint32_t* cp);
+
 // True when `s` starts or ends with a blank (space_at): " x " as a path is a typing slip.
 bool padded_text(std::string_view s);
 

@@ -35,6 +35,7 @@
 #include "core/config.h"
 #include "datasets/clean.h"
 #include "datasets/corpus.h"
+#include "datasets/special_tokens.h"
 
 namespace troupe {
 
@@ -99,9 +100,6 @@ std::string report_json(const PreparedData& p, const std::vector<std::string>& s
 // The report as a text table, one row per source (for stdout).
 std::string report_table(const PreparedData& p);
 
-// data.special_tokens split at commas, blanks trimmed. Errors: UserError for an empty entry or
-// one that clashes with <|endoftext|>, <unk> or a byte piece.
-std::vector<std::string> parse_special_tokens(const std::string& list);
 
 // Tokenizes documents in order, each followed by the tokenizer's end-of-text id. Uses up to
 // `threads` threads (0 = hardware concurrency, capped at 8); deterministic. `what` names
