@@ -123,7 +123,10 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
           if (fs::exists(it->path() / kManifest, ec) && k > aside_step) aside_step = k, aside = it->path().string();
           continue;
         }
-        (n.find(".tmp-") != std::string::npos ? unfinished : steps) = true;
+        if (n.find(".tmp-") != std::string::npos)
+          unfinished = true;
+        else if (snapshot_name_step(n) >= 1)  // (a near name, step-+3, is named below instead)
+          steps = true;
       }
       why = !aside.empty() && !steps
                 ? " (none is of the run's own line: only snapshots troupe set aside are there, the newest " + aside +

@@ -80,7 +80,9 @@ std::optional<int64_t> near_snapshot_name(std::string_view name) {
       i += 1 + n;
     }
   }
-  while (i < name.size() && space_at(name, i)) i += space_at(name, i);
+  // trailing blanks, or a newline or other control character pasted in with the name
+  while (i < name.size() && (space_at(name, i) || (unsigned char)name[i] < 0x20 || name[i] == 0x7F))
+    i += std::max<size_t>(1, space_at(name, i));
   if (i != name.size()) return std::nullopt;  // step-3.tmp-9, step-3.kept.2, step-3-copy
   return value;
 }

@@ -32,16 +32,16 @@ bool holds_space(const std::string& t) {
   return false;
 }
 
-bool opening_bracket(uint32_t cp) {
-  static const uint32_t open[] = {'<',    '[',    '{',    '(',    0x00AB, 0x2039, 0x3008, 0x300A, 0x300C, 0x300E,
+// Each opening bracket, and at the same index its closer.
+const uint32_t kOpen[] = {'<',    '[',    '{',    '(',    0x00AB, 0x2039, 0x3008, 0x300A, 0x300C, 0x300E,
                                   0x3010, 0x3014, 0x3016, 0x27E6, 0x27E8, 0xFF08, 0xFF1C, 0xFF3B, 0xFF5B};
-  return std::find(std::begin(open), std::end(open), cp) != std::end(open);
-}
-
-bool closing_bracket(uint32_t cp) {
-  static const uint32_t close[] = {'>',    ']',    '}',    ')',    0x00BB, 0x203A, 0x3009, 0x300B, 0x300D, 0x300F,
+const uint32_t kClose[] = {'>',    ']',    '}',    ')',    0x00BB, 0x203A, 0x3009, 0x300B, 0x300D, 0x300F,
                                    0x3011, 0x3015, 0x3017, 0x27E7, 0x27E9, 0xFF09, 0xFF1E, 0xFF3D, 0xFF5D};
-  return std::find(std::begin(close), std::end(close), cp) != std::end(close);
+
+// Whether `open` is an opening bracket and `close` its own closer (<x] or (x> is no pair).
+bool bracket_pair(uint32_t open, uint32_t close) {
+  const auto at = std::find(std::begin(kOpen), std::end(kOpen), open);
+  return at != std::end(kOpen) && kClose[at - std::begin(kOpen)] == close;
 }
 
 // A letter or digit of any script: ASCII ones, and code points from U+00C0 on that are no
@@ -58,7 +58,7 @@ bool letter_or_digit(uint32_t cp) {
   return true;
 }
 
-// Whether t begins with an opening bracket and ends with a closing one, a letter or digit
+// Whether t begins with an opening bracket and ends with its closer, a letter or digit
 // between; *has_word tells whether t holds a letter or digit at all (for the suggestion).
 bool marked_off(const std::string& t, bool* has_word) {
   std::vector<uint32_t> cps;
@@ -70,7 +70,7 @@ bool marked_off(const std::string& t, bool* has_word) {
     i += n;
   }
   *has_word = std::any_of(cps.begin(), cps.end(), letter_or_digit);
-  return cps.size() >= 3 && opening_bracket(cps.front()) && closing_bracket(cps.back()) &&
+  return cps.size() >= 3 && bracket_pair(cps.front(), cps.back()) &&
          std::any_of(cps.begin() + 1, cps.end() - 1, letter_or_digit);
 }
 }  // namespace

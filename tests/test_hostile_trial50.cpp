@@ -57,6 +57,8 @@ TEST_CASE("snapshot names: step-<ASCII digits> only, near names recognised", "[c
   CHECK(near_snapshot_name("step-\xD9\xA3") == 3);                // Arabic-Indic ٣
   CHECK(near_snapshot_name("step-\xEF\xBC\x91\xEF\xBC\x92") == 12);  // full-width １２
   CHECK(near_snapshot_name("step-0") == 0);
+  CHECK(near_snapshot_name("step-3\n") == 3);  // (trial 50: a newline pasted in with the name)
+  CHECK(near_snapshot_name("step-3\r\n") == 3);
   CHECK(near_snapshot_name("step-3.5") == -1);
   CHECK(near_snapshot_name("step-99999999999999999999") == -1);
   for (const char* n : {"step-00000003", "step-3.tmp-99", "step-3.kept", "step-3.kept.2", "step-3.superseded",
@@ -89,6 +91,7 @@ TEST_CASE("a snapshot renamed to a near name is named, with the name to give it"
   CHECK(r.err.find("is named like a snapshot but is not read as one") != std::string::npos);
   CHECK(r.err.find("rename it " + t.path("ck/step-00000003")) != std::string::npos);
   CHECK(r.err.find("(1 more such folders)") != std::string::npos);
+  CHECK(r.err.find("lacks its manifest") == std::string::npos);  // (trial 50: no step-<k> folder is there)
   CHECK(fs::exists(t.path("ck/step-0x3/manifest.capnp")));  // (nothing moved)
 }
 
@@ -96,7 +99,8 @@ TEST_CASE("special tokens must be marked off from ordinary text", "[data][hostil
   CHECK(troupe::parse_special_tokens("<|user|>, <|bot|>,[INST],<s>,\xE3\x80\x90\xE7\x94\xA8\xE6\x88\xB7\xE3\x80\x91") ==
         std::vector<std::string>{"<|user|>", "<|bot|>", "[INST]", "<s>", "\xE3\x80\x90\xE7\x94\xA8\xE6\x88\xB7\xE3\x80\x91"});
   CHECK(troupe::parse_special_tokens("<|..|x>,{sep_1}").size() == 2);
-  for (const char* t : {"..", "->", "||", "ab.", "e\xCC\x81", "<>", "<|>", "<=>", "<<a<", ">a<", "<s>\xCC\x81", "<\xE2\x80\x94>"}) {
+  for (const char* t : {"..", "->", "||", "ab.", "e\xCC\x81", "<>", "<|>", "<=>", "<<a<", ">a<", "<s>\xCC\x81", "<\xE2\x80\x94>",
+                        "<x]", "(x]", "[x)", "[x>", "\xE2\x80\xB9x\xC2\xBB"}) {  // (trial 50: mismatched pairs)
     const std::string why = refusal(t);
     INFO(t << ": " << why);
     CHECK((why.find("is not marked off from ordinary text") != std::string::npos ||
