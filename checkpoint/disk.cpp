@@ -203,6 +203,10 @@ std::vector<std::string> remove_unfinished_snapshots(const std::string& ckpt_dir
       if (kept) kept->push_back(it->path().string());
       continue;
     }
+    // a folder with a manifest holds a snapshot its writer finished (killed before the
+    // folder's rename), or a damaged one: promote_finished_snapshots's, never removed here
+    std::error_code me;
+    if (fs::exists(fs::symlink_status(it->path() / "manifest.capnp", me))) continue;
     const bool writer_gone = locked ? pid != (long)::getpid() : ::kill((pid_t)pid, 0) != 0 && errno == ESRCH;
     if (!writer_gone || (double)st.st_mtime >= before) {
       if (kept) kept->push_back(it->path().string());

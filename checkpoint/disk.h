@@ -60,7 +60,8 @@ std::vector<std::string> remove_half_deleted_snapshots(const std::string& ckpt_d
 
 // The unfinished snapshot folders (step-<k>.tmp-<pid>) in ckpt_dir that were last changed
 // before `before` (unix seconds) by a writer that no longer runs on this host: they are
-// removed and their names returned. Only the files a snapshot writer makes go (shard-*,
+// removed and their names returned. One that holds a manifest.capnp is not touched (a
+// snapshot finished but not renamed: snapshot_recover.h's promote_finished_snapshots). Only the files a snapshot writer makes go (shard-*,
 // manifest.capnp, tokenizer.model and their temporaries): a folder that also holds anything
 // else keeps it and stays, in `emptied` as {folder, the first such file}. Those of a live
 // process stay, named in `kept`. Errors: none (a folder that cannot be removed is in `kept`).

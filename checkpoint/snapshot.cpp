@@ -413,6 +413,8 @@ bool named_like_snapshot(const std::string& dir) {
 }
 
 void check_snapshot_readable(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) return;  // a file: named by the callers' own checks
   if (::access(dir.c_str(), R_OK | X_OK) == 0) return;
   const int err = errno;
   if (err == ENOENT || err == ENOTDIR) return;  // named by the callers' own checks

@@ -121,7 +121,8 @@ std::string commit_snapshot(const std::string& tmp_dir, const std::string& final
 
 // Throws UserError naming dir, the reason (Permission denied, ...) and the fix when this
 // process cannot list and enter the folder `dir` (access(2) R_OK | X_OK): a folder it cannot
-// read is not called incomplete. Does nothing for a readable folder.
+// read is not called incomplete. Does nothing for a readable folder, or for a path that is no
+// folder (a file: the callers name it "not a directory").
 void check_snapshot_readable(const std::string& dir);
 
 // Throws UserError "snapshot DIR was removed while it was being read (a running troupe run's

@@ -11,6 +11,7 @@
 #include "checkpoint/snapshot.h"
 #include "checkpoint/snapshot_format.h"
 #include "checkpoint/snapshot_name.h"
+#include "checkpoint/snapshot_recover.h"
 #include "core/error.h"
 #include "core/job_error.h"
 
@@ -99,7 +100,18 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
     } catch (const UserError& e) {
       if (noted_stop_signal() != 0) throw;  // stopped by a signal (stop_point), not an unreadable snapshot
       passed.push_back(it->second);
-      if (skipped) skipped->push_back(it->second + ": " + e.what());
+      std::error_code le;
+      if (skipped && fs::is_symlink(fs::symlink_status(it->second, le))) {
+        // a link to another run's snapshot, or to one of another step: not a damaged snapshot (trial 50, M6)
+        const int64_t k = manifest_step(it->second);
+        skipped->push_back(it->second + ": a symbolic link to " + fs::read_symlink(it->second, le).string() +
+                           (k >= 1 && k != it->first ? ", a snapshot of step " + std::to_string(k) + ", not of step " +
+                                                           std::to_string(it->first) + " as the link's name says"
+                                                     : std::string()) +
+                           ": " + e.what());
+      } else if (skipped) {
+        skipped->push_back(it->second + ": " + e.what());
+      }
     }
   }
   std::string why;
@@ -112,6 +124,11 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
     int64_t aside_step = -1;
     if (!fs::exists(fs::symlink_status(ckpt_dir, ec)))
       why = " (the folder does not exist: no run has saved a snapshot there)";
+    else if (!fs::is_directory(ckpt_dir, ec))
+      why = " (it is " + std::string(fs::is_symlink(fs::symlink_status(ckpt_dir, ec)) && !fs::exists(ckpt_dir, ec)
+                                         ? "a dangling symbolic link"
+                                         : "a file") +
+            ", not a folder (Not a directory): snapshots are folders inside checkpoint.dir, so none is there)";
     else {
       check_snapshot_readable(ckpt_dir);  // Permission denied is said as such
       for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -135,7 +152,7 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
                       "pass --resume " + aside + ")"
             : steps      ? " (none is complete: each step-<k> folder lacks its manifest)"
             : unfinished ? " (none is complete: only step-<k>.tmp-<pid> folders are there, saves a stopped or killed "
-                           "writer did not finish; the next run removes them)"
+                           "writer did not finish; the next run removes those without a manifest)"
                          : " (it holds no snapshot)";
     }
   } else {

@@ -7,6 +7,7 @@
 
 #include "checkpoint/snapshot.h"
 #include "checkpoint/snapshot_format.h"
+#include "checkpoint/snapshot_recover.h"
 #include "core/text.h"
 
 namespace fs = std::filesystem;
@@ -87,18 +88,38 @@ std::optional<int64_t> near_snapshot_name(std::string_view name) {
   return value;
 }
 
+bool set_aside_name(std::string_view name) {
+  const size_t dot = name.find('.');
+  if (dot == std::string_view::npos || snapshot_name_step(name.substr(0, dot)) < 1) return false;
+  std::string_view rest = name.substr(dot);
+  auto digits = [](std::string_view d) { return !d.empty() && d.find_first_not_of("0123456789") == std::string_view::npos; };
+  if (rest.rfind(".tmp-", 0) == 0) return digits(rest.substr(5));
+  for (std::string_view suffix : {".superseded", ".unreadable", ".kept"}) {
+    if (rest.rfind(suffix, 0) != 0) continue;
+    rest = rest.substr(suffix.size());
+    return rest.empty() || (rest[0] == '.' && digits(rest.substr(1)));
+  }
+  return false;
+}
+
 std::vector<std::string> near_named_snapshots(const std::string& ckpt_dir) {
   std::vector<std::string> out;
   std::error_code ec;
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
-    const auto k = near_snapshot_name(n);
     std::error_code fe;
-    if (!k || !it->is_directory(fe) || !fs::exists(fs::symlink_status(it->path() / snapshot_format::kManifest, fe))) continue;
-    std::string s = it->path().string() + " is named like a snapshot but is not read as one (troupe reads only folders "
-                    "named step-<k>: lower-case \"step-\", then the step in the digits 0-9)";
-    if (*k >= 1)
-      s += "; if it is one, rename it " + (fs::path(ckpt_dir) / snapshot_name(*k)).string();
+    if (snapshot_name_step(n) >= 1 || set_aside_name(n) || !it->is_directory(fe) ||
+        !fs::exists(fs::symlink_status(it->path() / snapshot_format::kManifest, fe)))
+      continue;
+    // a near name (STEP-00000003, step-3.0) gives its step; any other (step-3 (copy),
+    // backup-step-3) the step its manifest records, when that reads
+    const auto near = near_snapshot_name(n);
+    const int64_t k = near ? *near : manifest_step(it->path().string());
+    std::string s = it->path().string() + (near ? " is named like a snapshot" : " holds a snapshot manifest") +
+                    " but is not read as one (troupe reads only folders named step-<k>: lower-case \"step-\", then "
+                    "the step in the digits 0-9)";
+    if (k >= 1)
+      s += "; if it is one, rename it " + (fs::path(ckpt_dir) / snapshot_name(k)).string();
     else
       s += "; if it is one, rename it step-<k>, k the step it holds";
     out.push_back(printable(s, false));

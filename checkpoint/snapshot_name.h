@@ -26,11 +26,18 @@ int64_t snapshot_name_step(std::string_view name);
 // that do not start so. Pure; never throws.
 std::optional<int64_t> near_snapshot_name(std::string_view name);
 
-// The folders in ckpt_dir that hold a manifest.capnp (of any file type) and are named nearly
-// like a snapshot (near_snapshot_name): each as one sentence, "<path> is named like a snapshot
-// but is not read as one (troupe reads only folders named step-<k>: lower-case "step-", then
-// the step in the digits 0-9); if it is one, rename it <dir>/step-0000000k". Sorted by name;
-// none when the folder cannot be listed. Never throws.
+// Whether `name` is one troupe gives a snapshot folder it is writing or has set aside:
+// step-<k>.tmp-<pid>, step-<k>.superseded / .unreadable / .kept, each optionally .<n>. Pure.
+bool set_aside_name(std::string_view name);
+
+// The folders in ckpt_dir that hold a manifest.capnp (of any file type) under a name that is
+// neither a snapshot's (step-<k>) nor one troupe sets aside (set_aside_name): a snapshot a
+// user renamed (STEP-00000003, step-3.0, step-3 (copy), step-3-old, backup-step-3), which no
+// --resume latest reads. Each as one sentence, "<path> is named like a snapshot (or: holds a
+// snapshot manifest) but is not read as one (troupe reads only folders named step-<k>:
+// lower-case "step-", then the step in the digits 0-9); if it is one, rename it
+// <dir>/step-0000000k", k from the near name or else the manifest's step. Control characters
+// in names are escaped (printable). Sorted; none when the folder cannot be listed. Never throws.
 std::vector<std::string> near_named_snapshots(const std::string& ckpt_dir);
 
 }  // namespace troupe

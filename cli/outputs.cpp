@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <signal.h>
 
@@ -22,6 +23,7 @@
 #include "core/interrupt.h"
 #include "core/paths.h"
 #include "core/text.h"
+#include "core/toml_text.h"
 
 namespace fs = std::filesystem;
 
@@ -38,6 +40,25 @@ void refuse_same_outputs(const std::vector<std::pair<std::string, std::string>>&
           << fa << " and " << fb << " are the same path (" << a << "): one would overwrite the other; pass two paths";
     }
 }
+
+namespace {
+// Whether the regular file at `path` is a troupe config: TOML (at most 1 MiB) with a [model],
+// [train], [data], [parallel] or [checkpoint] table. Never throws.
+bool troupe_config_file(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > (1u << 20) || ec) return false;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    check_toml_nesting(text, "file");  // (deep nesting overflows toml++'s recursion)
+    const toml::table t = toml::parse(text);
+    for (const char* k : {"model", "train", "data", "parallel", "checkpoint"})
+      if (t[k].is_table()) return true;
+  } catch (...) {
+  }
+  return false;
+}
+}  // namespace
 
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
                         const std::vector<std::string>& dirs) {
@@ -63,6 +84,10 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
     TROUPE_USER_FAIL() << option << " " << out << " is the " << name << " of the troupe run " << o.parent_path().string()
                        << ": writing it would destroy that run's record (plot, calibrate and --resume read it); pass "
                           "another path";
+  // a config (configs/tiny.toml): an output never replaces one (trial 50, M5)
+  TROUPE_USER_CHECK(!troupe_config_file(o))
+      << option << " " << out << " is a troupe config (it has a [model], [train] or [data] table): writing it would "
+      << "destroy it; pass another path";
 }
 
 namespace {

@@ -247,8 +247,16 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
       << "--dump writes the schedule and exits before simulating, so " << (o.trace.empty() ? "--png" : "--trace")
       << " would write nothing; run simulate twice: once with --dump, once with --trace/--png";
   refuse_same_outputs({{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}});
+  // the config's own inputs too: its corpus, tokenizer, data sources and folders (trial 50, M5)
+  std::vector<std::string> inputs = {builtin ? std::string() : o.schedule, o.config}, folders;
+  if (!o.config.empty()) {
+    const Config in = Config::load(o.config);
+    inputs.insert(inputs.end(), {in.data.corpus, in.data.tokenizer});
+    folders = {in.data.cache_dir, in.checkpoint.dir};
+    for (const DataSource& src : in.data.sources) folders.push_back(src.path);
+  }
   for (auto [out, flag] : {std::pair{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}})
-    refuse_overwriting(out, flag, {builtin ? std::string() : o.schedule, o.config}, {});
+    refuse_overwriting(out, flag, inputs, folders);
   if (!o.dump.empty() && o.dump != "-") check_output_file(o.dump, "--dump");
   if (!o.trace.empty()) check_output_file(o.trace, "--trace");
   if (!o.png.empty()) check_png_output(o.png, "--png");  // refused before the report is printed

@@ -194,8 +194,13 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
     const std::string n = it->path().filename().string();
     if (snapshot_name_step(n) < 1) continue;
     // a file of that name (not a folder, nor a link to one): the snapshot would replace it
+    std::error_code le;
+    const fs::file_status own = fs::symlink_status(it->path(), le);
+    const std::string kind = !fs::is_symlink(own)            ? "a file"
+                             : !fs::exists(it->path(), le)   ? "a dangling symbolic link (to " + fs::read_symlink(it->path(), le).string() + ")"
+                                                             : "a symbolic link to a file";
     TROUPE_USER_CHECK(it->is_directory(ec))
-        << "checkpoint folder " << ckpt_dir << " holds " << n << ", a file, not a snapshot folder: this run's "
+        << "checkpoint folder " << ckpt_dir << " holds " << n << ", " << printable(kind, false) << ", not a snapshot folder: this run's "
         << "snapshot of that step would take its place; move it out of "
         << (c.checkpoint.dir.empty() ? "the run's checkpoints folder" : "checkpoint.dir");
     if (fs::exists(it->path() / "manifest.capnp", ec)) continue;

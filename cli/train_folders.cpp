@@ -11,6 +11,7 @@
 #include "checkpoint/disk.h"
 #include "checkpoint/snapshot.h"
 #include "checkpoint/snapshot_name.h"
+#include "checkpoint/snapshot_recover.h"
 #include "cli/common.h"
 #include "cli/train_checks.h"
 #include "core/error.h"
@@ -54,12 +55,29 @@ std::string saved_checkpoint_dir(const std::string& run_dir, const std::string& 
   return "";
 }
 
+// The snapshots a killed writer finished but did not rename (step-<k>.tmp-<pid> holding a
+// manifest) are checked and put in place as step-<k>, each named, before --resume latest
+// looks or a fresh run checks that the folder holds none (trial 50, M3: they were deleted as
+// unfinished); one that stays (damaged, or step-<k> taken) is named with the fix. Only when
+// no live run holds the folder: a live one's writer may be renaming its own now.
+void promote_killed_writers_snapshots(const std::string& ckpt_dir) {
+  if (folder_holder(ckpt_dir) != 0) return;
+  const Promoted p = promote_finished_snapshots(ckpt_dir);
+  if (p.moved.empty() && p.left.empty()) return;
+  setup_logging("");
+  for (const auto& [from, to] : p.moved)
+    spdlog::warn("renamed {} to {}: a complete snapshot (its manifest and every file's crc32 checked) whose writer was "
+                 "killed before it renamed it", from, to);
+  for (const auto& [dir, why] : p.left) spdlog::warn("left {} alone: {}", dir, why);
+}
+
 // The snapshot to continue from (--resume DIR or latest; a restart's newest), or null for a
 // fresh run, whose checkpoint directory must then hold no snapshots. Throws UserError.
 std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string& resume, const std::string& ckpt_dir,
                                               bool follower, int restart, int rank, const std::string& run_dir) {
   std::shared_ptr<TrainState> state;
   const double load_t0 = unix_seconds();
+  if (!follower) promote_killed_writers_snapshots(ckpt_dir);
   if (!resume.empty()) {
     std::vector<std::string> skipped;
     if (resume == "latest") {
@@ -80,7 +98,8 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
       state = std::make_shared<TrainState>(load_snapshot(resume, c));
     }
     setup_logging("");
-    for (auto& s : skipped) spdlog::warn("skipped damaged snapshot {}", s);
+    for (auto& s : skipped)  // (a link to a snapshot of another step is no damaged snapshot)
+      spdlog::warn("skipped {} {}", s.find(": a symbolic link to ") != std::string::npos ? "the link" : "damaged snapshot", s);
     if (!skipped.empty()) spdlog::warn("falling back to the newest valid snapshot: {}", state->dir);
     // a snapshot renamed by hand (STEP-00000003, step-3.0) is no step-<k>: never taken by latest
     if (resume == "latest" && !follower)

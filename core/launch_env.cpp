@@ -71,7 +71,13 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
   }
   // a local rank without a launcher's rank and world (checked: a one-process run is local rank 0)
   if (e.source == "none")
-    if (const char* l = get("TROUPE_LOCAL_RANK")) e.local_rank = parse_int("TROUPE_LOCAL_RANK", l, 0, 0);
+    if (const char* l = get("TROUPE_LOCAL_RANK"); l && std::string(l) != "0") {
+      parse_int("TROUPE_LOCAL_RANK", l, 0, 1 << 20);  // (not a number: said so first)
+      TROUPE_USER_FAIL() << "environment variable TROUPE_LOCAL_RANK='" << l << "' is set without TROUPE_RANK and "
+                         << "TROUPE_WORLD_SIZE, so this is a one-process run, whose only process is local rank 0: "
+                         << "unset TROUPE_LOCAL_RANK (and TROUPE_LOCAL_WORLD_SIZE), or start the job with troupe "
+                         << "launch, which sets them all";
+    }
   if (const char* c = get("TROUPE_COORDINATOR")) {
     const std::string hp = c;
     // a host name or address: letters, digits, '.', '-', '_', ':' and IPv6's brackets (an

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/text.h"
 
@@ -32,6 +34,32 @@ bool holds_space(const std::string& t) {
   return false;
 }
 
+// The first invisible format character in t (Unicode category Cf: a soft hyphen U+00AD,
+// zero-width U+200B..U+200F, bidirectional marks, word joiners, a BOM, tag characters), or -1.
+int64_t invisible_in(const std::string& t) {
+  const uint32_t cf[][2] = {{0x00AD, 0x00AD}, {0x061C, 0x061C}, {0x180E, 0x180E}, {0x200B, 0x200F},
+                            {0x202A, 0x202E}, {0x2060, 0x206F}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB},
+                            {0xE0001, 0xE007F}};
+  for (size_t i = 0; i < t.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_at(t, i, &cp);
+    if (n == 0) return -1;
+    for (const auto& r : cf)
+      if (cp >= r[0] && cp <= r[1]) return cp;
+    i += n;
+  }
+  return -1;
+}
+
+// The suggestion "<|core|>" for a token t that is not marked off: t without the brackets and
+// '|' it already has at either end ("<|x" gives "<|x|>", not "<|<|x|>").
+std::string suggestion(const std::string& t, bool has_word) {
+  if (!has_word) return "<|sep|>";
+  const size_t b = t.find_first_not_of("<[{(|"), e = t.find_last_not_of(">]})|");
+  const std::string core = b == std::string::npos || e < b ? t : t.substr(b, e - b + 1);
+  return "<|" + printable(core, false, 60) + "|>";
+}
+
 // Each opening bracket, and at the same index its closer.
 const uint32_t kOpen[] = {'<',    '[',    '{',    '(',    0x00AB, 0x2039, 0x3008, 0x300A, 0x300C, 0x300E,
                                   0x3010, 0x3014, 0x3016, 0x27E6, 0x27E8, 0xFF08, 0xFF1C, 0xFF3B, 0xFF5B};
@@ -56,6 +84,18 @@ bool letter_or_digit(uint32_t cp) {
   for (const auto& r : marks)
     if (cp >= r[0] && cp <= r[1]) return false;
   return true;
+}
+
+// Whether t holds a letter or digit (of any script).
+bool word_in(const std::string& t) {
+  for (size_t i = 0; i < t.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_at(t, i, &cp);
+    if (n == 0) return false;
+    if (letter_or_digit(cp)) return true;
+    i += n;
+  }
+  return false;
 }
 
 // Whether t begins with an opening bracket and ends with its closer, a letter or digit
@@ -86,6 +126,10 @@ std::vector<std::string> parse_special_tokens(const std::string& list) {
     t.erase(0, t.find_first_not_of(" \t"));
     t.erase(t.find_last_not_of(" \t") + 1);
     const std::string shown = printable(t, false, 60);
+    // the list is split at each comma: "<,>" is the entries "<" and ">" (trial 50, L8)
+    const std::string split = list.find(',') == std::string::npos
+                                  ? ""
+                                  : " (data.special_tokens is split at each comma, so a token cannot hold one)";
     TROUPE_USER_CHECK(!t.empty()) << "data.special_tokens = \"" << list
                                   << "\" has an empty entry; list tokens separated by commas, e.g. \"<|user|>,<|bot|>\"";
     TROUPE_USER_CHECK(t != "<|endoftext|>" && t != "<unk>" && !(t.size() == 6 && t.rfind("<0x", 0) == 0))
@@ -107,15 +151,20 @@ std::vector<std::string> parse_special_tokens(const std::string& list) {
     // one character ("." or "é", or an invisible U+200B): ordinary text too
     const auto chars = std::count_if(t.begin(), t.end(), [](char ch) { return ((unsigned char)ch & 0xC0) != 0x80; });
     TROUPE_USER_CHECK(chars > 1)
-        << "data.special_tokens: \"" << shown << "\" is one character, so every one in the "
-        << "corpus's text would become that token; mark it as special, e.g. \"<|" << shown << "|>\"";
+        << "data.special_tokens: \"" << shown << "\" is one character" << split << ", so every one in the "
+        << "corpus's text would become that token; mark it as special, e.g. \"" << suggestion(t, word_in(t)) << "\"";
+    // an invisible character (U+00AD, U+200B): the token would look like another, or like text
+    const int64_t hidden = invisible_in(t);
+    TROUPE_USER_CHECK(hidden < 0)
+        << "data.special_tokens: \"" << shown << "\" holds an invisible character (U+" << fmt::format("{:04X}", hidden)
+        << "), so it looks like a token it is not; write it without";
     // punctuation ("..", "->", "||"), a word with a mark ("ab.", "e" + U+0301): text as well
     bool has_word = false;
     TROUPE_USER_CHECK(marked_off(t, &has_word))
         << "data.special_tokens: \"" << shown << "\" is not marked off from ordinary text (a special token begins "
-        << "with a bracket such as '<' or '[' and ends with its closer, a letter or digit between), so every \""
-        << shown << "\" in the corpus's text would become that token; write it as, e.g., \"<|"
-        << (has_word ? shown : std::string("sep")) << "|>\"";
+        << "with a bracket such as '<' or '[' and ends with its closer, a letter or digit between)" << split
+        << ", so every \"" << shown << "\" in the corpus's text would become that token; write it as, e.g., \""
+        << suggestion(t, has_word) << "\"";
     out.push_back(t);
     pos = end + 1;
   }

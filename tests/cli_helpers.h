@@ -91,6 +91,15 @@ inline Run run_troupe_as_nobody(const std::string& args, const Scratch& s, int t
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(err)};
 }
 
+// The arguments of a tiny run (configs/tiny.toml, a snapshot every step, no samples) of
+// `steps` steps in run directory s.path(run), its data cache in s.path("cache"); `more`
+// appended (" --resume latest").
+inline std::string tiny_train(const Scratch& s, const std::string& run, int steps, const std::string& more = "") {
+  return "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=" + std::to_string(steps) +
+         " --set checkpoint.interval=1 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path(run) + "'" +
+         more;
+}
+
 // Exit 2 and exactly one "error:" line, containing every `needle`.
 inline void expect_user_error(const Run& r, std::initializer_list<const char*> needles) {
   INFO("stderr: " << r.err);

@@ -310,7 +310,9 @@ TEST_CASE("a full disk is refused before the run, a failed signal save says what
       " --set checkpoint.dir='" + mnt + "/ck' > /dev/null 2> '" + s.path("full.err") + "' &\npid=$!\n"
       "for i in $(seq 1 600); do [ -e '" + mnt + "/ck/step-00000002/manifest.capnp' ] && break; sleep 0.1; done\n"
       "dd if=/dev/zero of='" + mnt + "/fill' bs=1M > /dev/null 2>&1\nkill -TERM $pid\nwait $pid\necho $? > '" +
-      s.path("full.rc") + "'\n" + bin + "export \"$(ls -d '" + mnt + "'/ck/step-* | grep -v '\\.tmp-' | tail -1)\" '" + mnt +
+      s.path("full.rc") + "'\n"
+      // (a save cut short by the full disk removes its temporary folder: fill what that freed)
+      "dd if=/dev/zero of='" + mnt + "/fill2' bs=1M > /dev/null 2>&1\n" + bin + "export \"$(ls -d '" + mnt + "'/ck/step-* | grep -v '\\.tmp-' | tail -1)\" '" + mnt +
       "/m.safetensors' 2> '" +
       s.path("export.err") + "'; echo $? > '" + s.path("export.rc") + "'\nls -A '" + mnt + "' > '" + s.path("mnt.txt") +
       "'\n";

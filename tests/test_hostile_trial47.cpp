@@ -17,22 +17,18 @@ namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial47";
 
-std::string train(const Scratch& s, const std::string& run, int steps) {
-  return "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=" + std::to_string(steps) +
-         " --set checkpoint.interval=1 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path(run) + "'";
-}
 }  // namespace
 
 TEST_CASE("an unfinished-snapshot name that is a symbolic link is never followed", "[cli][hostile][checkpoint]") {
   Scratch s(kGroup, "tmplink");
-  REQUIRE(run_troupe(train(s, "run", 3), s).rc == 0);
+  REQUIRE(run_troupe(tiny_train(s, "run", 3), s).rc == 0);
   const std::string ck = s.path("run/checkpoints");
   fs::copy(ck + "/step-00000002", s.path("outside"));
   fs::create_directory_symlink("step-00000002", ck + "/step-00000007.tmp-99997");
   fs::create_directory_symlink(s.path("outside"), ck + "/step-00000011.tmp-99998");
   REQUIRE(shell_status("touch -h -d '1 hour ago' '" + ck + "/step-00000007.tmp-99997' '" + ck +
                        "/step-00000011.tmp-99998'") == 0);
-  const Run r = run_troupe(train(s, "run", 5) + " --resume latest", s);
+  const Run r = run_troupe(tiny_train(s, "run", 5) + " --resume latest", s);
   INFO(r.err);
   CHECK(r.rc == 0);
   CHECK(fs::exists(s.path("outside/manifest.capnp")));
@@ -68,7 +64,7 @@ TEST_CASE("paths of blanks, a plain word as a special token and a moved document
   REQUIRE(shell_status("python3 -c \"import struct, sys; b = bytearray(open(sys.argv[1], 'rb').read()); "
                        "o = struct.unpack_from('<Q', b, 72)[0]; struct.pack_into('<Q', b, 72, o - 1); "
                        "open(sys.argv[1], 'wb').write(b)\" '" + idx + "'") == 0);
-  expect_user_error(run_troupe(train(s, "run", 1), s, 60),
+  expect_user_error(run_troupe(tiny_train(s, "run", 1), s, 60),
                     {"is damaged: corpus.train.idx puts the end of document 1 at token ", "no end-of-text token"});
   CHECK_FALSE(fs::exists(s.path("run")));
 }
@@ -77,10 +73,10 @@ TEST_CASE("EPERM's advice names immutable files, and a re-written step sets the 
   CHECK(std::string(troupe::path_error_fix(EPERM)).find("chattr -i") != std::string::npos);
   CHECK(std::string(troupe::path_error_fix(EACCES)).find("chattr") == std::string::npos);
   Scratch s(kGroup, "rewrite");
-  REQUIRE(run_troupe(train(s, "run", 3), s).rc == 0);
+  REQUIRE(run_troupe(tiny_train(s, "run", 3), s).rc == 0);
   const std::string ck = s.path("run/checkpoints");
   // continue from step 2 another way (PP 1): its step 3 is another line's
-  const Run r = run_troupe(train(s, "run", 3) + " --resume '" + ck + "/step-00000002' --set parallel.pp=1", s);
+  const Run r = run_troupe(tiny_train(s, "run", 3) + " --resume '" + ck + "/step-00000002' --set parallel.pp=1", s);
   INFO(r.err);
   CHECK(r.rc == 0);
   CHECK(r.err.find("snapshot " + ck + "/step-00000003 is of this run's step 3 or a later one") != std::string::npos);

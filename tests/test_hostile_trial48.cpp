@@ -15,26 +15,21 @@ namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial48";
 
-std::string train(const Scratch& s, const std::string& run, int steps, const std::string& more = "") {
-  return "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=" + std::to_string(steps) +
-         " --set checkpoint.interval=1 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path(run) + "'" +
-         more;
-}
 }  // namespace
 
 TEST_CASE("a file named like a snapshot, odd .tmp entries and set-aside snapshots are named", "[cli][hostile][checkpoint]") {
   Scratch s(kGroup, "names");
-  REQUIRE(run_troupe(train(s, "run", 3), s).rc == 0);
+  REQUIRE(run_troupe(tiny_train(s, "run", 3), s).rc == 0);
   const std::string ck = s.path("run/checkpoints");
   s.write("run/checkpoints/step-00000004", "a user's notes\n");
-  expect_user_error(run_troupe(train(s, "run", 5, " --resume latest"), s),
+  expect_user_error(run_troupe(tiny_train(s, "run", 5, " --resume latest"), s),
                     {"holds step-00000004, a file, not a snapshot folder", "move it out"});
   CHECK(slurp(ck + "/step-00000004") == "a user's notes\n");
   fs::remove(ck + "/step-00000004");
   // a FIFO and a file of an unfinished snapshot's name: left, and named
   REQUIRE(shell_status("mkfifo '" + ck + "/step-00000005.tmp-99996'") == 0);
   s.write("run/checkpoints/step-00000008.tmp-99994", "x\n");
-  const Run r = run_troupe(train(s, "run", 4, " --resume latest"), s);
+  const Run r = run_troupe(tiny_train(s, "run", 4, " --resume latest"), s);
   INFO(r.err);
   CHECK(r.rc == 0);
   CHECK(r.err.find("left " + ck + "/step-00000005.tmp-99996 alone: a link or file named like an unfinished snapshot") !=
@@ -42,7 +37,7 @@ TEST_CASE("a file named like a snapshot, odd .tmp entries and set-aside snapshot
   CHECK(fs::exists(ck + "/step-00000008.tmp-99994"));
   // a hand-renamed step-3 is step 3
   fs::rename(ck + "/step-00000003", ck + "/step-3");
-  const Run h = run_troupe(train(s, "run", 5, " --resume '" + ck + "/step-3'"), s);
+  const Run h = run_troupe(tiny_train(s, "run", 5, " --resume '" + ck + "/step-3'"), s);
   INFO(h.err);
   CHECK(h.rc == 0);
   CHECK(h.err.find("not the step its name says") == std::string::npos);
@@ -59,11 +54,11 @@ TEST_CASE("a file named like a snapshot, odd .tmp entries and set-aside snapshot
 
 TEST_CASE("a manifest of another run with other settings is named as swapped, not as the settings", "[cli][hostile][checkpoint]") {
   Scratch s(kGroup, "swap");
-  REQUIRE(run_troupe(train(s, "a", 3), s).rc == 0);
-  REQUIRE(run_troupe(train(s, "b", 3, " --set train.seed=7"), s).rc == 0);
+  REQUIRE(run_troupe(tiny_train(s, "a", 3), s).rc == 0);
+  REQUIRE(run_troupe(tiny_train(s, "b", 3, " --set train.seed=7"), s).rc == 0);
   fs::copy_file(s.path("b/checkpoints/step-00000003/manifest.capnp"), s.path("a/checkpoints/step-00000003/manifest.capnp"),
                 fs::copy_options::overwrite_existing);
-  const Run r = run_troupe(train(s, "a", 5, " --resume '" + s.path("a/checkpoints/step-00000003") + "'"), s);
+  const Run r = run_troupe(tiny_train(s, "a", 5, " --resume '" + s.path("a/checkpoints/step-00000003") + "'"), s);
   expect_user_error(r, {"its manifest does not describe its files", "copied or swapped"});
   CHECK(r.err.find("resume with the same value") == std::string::npos);
 }
@@ -95,7 +90,7 @@ TEST_CASE("a stop signal after the last step saves that step", "[cli][hostile][s
   const std::string cmd =
       "cd '" + std::string(TROUPE_SOURCE_DIR) + "' && { strace -f -qq -o /dev/null -e trace=fsync,fdatasync -e "
       "inject=fsync,fdatasync:delay_enter=1000000 '" + troupe_bin() + "' " +
-      train(s, "run", 3, " --set checkpoint.interval=2") + " > /dev/null 2> '" + s.path("err") + "' & p=$!; } ; "
+      tiny_train(s, "run", 3, " --set checkpoint.interval=2") + " > /dev/null 2> '" + s.path("err") + "' & p=$!; } ; "
       "for i in $(seq 1 600); do grep -qE 'step +3/3 \\| val loss' '" + s.path("err") + "' 2> /dev/null && break; sleep 0.1; done; "
       "kill -TERM $(pgrep -P $p) 2> /dev/null; wait $p; echo $? > '" + s.path("rc") + "'";
   REQUIRE(shell_status("timeout 300 sh -c \"$(cat <<'EOS'\n" + cmd + "\nEOS\n)\"") == 0);
@@ -125,11 +120,11 @@ TEST_CASE("invisible path parts and a FIFO manifest are named", "[cli][hostile][
                                s, 60),
                     {"holds only blanks or invisible characters"});
   CHECK_FALSE(fs::exists(s.path("a")));
-  REQUIRE(run_troupe(train(s, "run", 3), s).rc == 0);
+  REQUIRE(run_troupe(tiny_train(s, "run", 3), s).rc == 0);
   const std::string ck = s.path("run/checkpoints");
   fs::remove(ck + "/step-00000003/manifest.capnp");
   REQUIRE(shell_status("mkfifo '" + ck + "/step-00000003/manifest.capnp'") == 0);
-  const Run r = run_troupe(train(s, "run", 4, " --resume latest"), s);
+  const Run r = run_troupe(tiny_train(s, "run", 4, " --resume latest"), s);
   INFO(r.err);
   CHECK(r.rc == 0);
   CHECK(r.err.find("step-00000003: its manifest.capnp is not a regular file") != std::string::npos);

@@ -19,11 +19,6 @@ namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial50";
 
-std::string train(const Scratch& s, const std::string& run, int steps, const std::string& more = "") {
-  return "train --config configs/tiny.toml --set train.sample_tokens=0 --set train.steps=" + std::to_string(steps) +
-         " --set checkpoint.interval=1 --set data.cache_dir='" + s.path("cache") + "' --run-dir '" + s.path(run) + "'" +
-         more;
-}
 
 std::string refusal(const std::string& list) {
   try {
@@ -68,11 +63,11 @@ TEST_CASE("snapshot names: step-<ASCII digits> only, near names recognised", "[c
 
 TEST_CASE("a snapshot renamed to a near name is named, with the name to give it", "[cli][hostile]") {
   Scratch s(kGroup, "near");
-  REQUIRE(run_troupe(train(s, "run", 3), s).rc == 0);
+  REQUIRE(run_troupe(tiny_train(s, "run", 3), s).rc == 0);
   const std::string ck = s.path("run/checkpoints");
   // the newest renamed by hand: latest takes step 2, and says why not step 3
   fs::rename(ck + "/step-00000003", ck + "/STEP-00000003");
-  Run r = run_troupe(train(s, "run", 3, " --resume latest"), s);
+  Run r = run_troupe(tiny_train(s, "run", 3, " --resume latest"), s);
   INFO(r.err);
   CHECK(r.rc == 0);
   CHECK(r.err.find(ck + "/STEP-00000003 is named like a snapshot but is not read as one") != std::string::npos);
