@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "actors/cluster_impl.h"
@@ -64,8 +65,14 @@ std::string hex(const uint8_t* p, size_t n) {
 
 namespace {
 std::atomic<double> g_failure_noticed{0};
-}
+std::mutex g_failure_logged_mu;
+std::string g_failure_logged;
+}  // namespace
 double failure_noticed_at() { return g_failure_noticed.load(); }
+std::string failure_logged() {
+  std::lock_guard<std::mutex> lk(g_failure_logged_mu);
+  return g_failure_logged;
+}
 
 std::string executable_hash() {
   static const std::string hash = [] {
@@ -97,7 +104,11 @@ void Cluster::Impl::fail(const std::string& reason, bool quiet) {
     cv.notify_all();
   }
   g_failure_noticed = unix_seconds();
-  if (!quiet) spdlog::error("{}", reason);
+  if (!quiet) {
+    spdlog::error("{}", reason);
+    std::lock_guard<std::mutex> lk(g_failure_logged_mu);
+    g_failure_logged = reason;
+  }
   log_event("lost", {{"process", o.env.rank}, {"reason", reason}});
   if (transport) transport->abort(reason);
   if (coord) caf::anon_send(coord, fail_atom::value, -2, reason);  // -2: a lost process (no diagnosis)

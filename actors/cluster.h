@@ -176,6 +176,10 @@ class Cluster {
 // When this process last noticed a failure of its job (a lost peer, an abort), unix seconds;
 // 0 when it never has. An in-place recovery measures its time from here.
 double failure_noticed_at();
+// The reason of the last failure this process logged as an error line (a lost peer: "lost
+// process 1 (host h, pid p): ..."), "" when none: a caller that reports the same failure
+// again (an in-place recovery's warning) names it once. Thread-safe.
+std::string failure_logged();
 
 // sha256 (hex) of this process's executable (/proc/self/exe): processes of one job must
 // run the same binary.

@@ -174,9 +174,10 @@ std::vector<std::string> remove_half_deleted_snapshots(const std::string& ckpt_d
   std::error_code ec;
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
-    if (snapshot_name_step(n) < 1 || it->is_symlink(ec) || !it->is_directory(ec) || fs::exists(it->path() / "manifest.capnp", ec) ||
-        !non_snapshot_file(it->path().string()).empty())
-      continue;
+    const bool half_deleted = snapshot_name_step(n) >= 1 && !it->is_symlink(ec) && it->is_directory(ec) &&
+                              !fs::exists(it->path() / "manifest.capnp", ec) &&
+                              non_snapshot_file(it->path().string()).empty();
+    if (!half_deleted) continue;
     std::error_code rm;
     fs::remove_all(it->path(), rm);
     if (!rm) removed.push_back(it->path().string());

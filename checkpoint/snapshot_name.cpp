@@ -118,8 +118,12 @@ std::vector<std::string> near_named_snapshots(const std::string& ckpt_dir) {
     std::string s = it->path().string() + (near ? " is named like a snapshot" : " holds a snapshot manifest") +
                     " but is not read as one (troupe reads only folders named step-<k>: lower-case \"step-\", then "
                     "the step in the digits 0-9)";
-    if (k >= 1)
-      s += "; if it is one, rename it " + (fs::path(ckpt_dir) / snapshot_name(k)).string();
+    const fs::path target = fs::path(ckpt_dir) / snapshot_name(k >= 1 ? k : 1);
+    if (k >= 1 && fs::exists(fs::symlink_status(target, fe)))  // (a copy of one that is there: no name to give)
+      s += "; " + target.string() + " is there already (is it a copy of that one?): move it out of the folder "
+           "if it is not wanted";
+    else if (k >= 1)
+      s += "; if it is one, rename it " + target.string();
     else
       s += "; if it is one, rename it step-<k>, k the step it holds";
     out.push_back(printable(s, false));

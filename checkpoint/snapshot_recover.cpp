@@ -84,12 +84,24 @@ void fsync_folder(const std::string& dir) {  // best effort: the rename is made 
 }  // namespace
 
 int64_t check_snapshot_files(const std::string& dir) {
+  // a writer makes plain files: a link (to another snapshot's files) is no snapshot of this
+  // folder, and renaming it into place would leave a step-<k> that breaks when its target moves
+  auto no_link = [&](const std::string& name) {
+    std::error_code ec;
+    TROUPE_USER_CHECK(!fs::is_symlink(fs::symlink_status(dir + "/" + name, ec)))
+        << "snapshot " << dir << " holds " << name << " as a symbolic link (to "
+        << fs::read_symlink(dir + "/" + name, ec).string() << "), which no snapshot writer makes";
+  };
+  no_link(kManifest);
   const ManifestFacts f = read_facts(dir);
   for (const FileEntry& e : f.files) {
     const std::string path = dir + "/" + e.name;
     std::error_code ec;
-    TROUPE_USER_CHECK(e.name.find('/') == std::string::npos && fs::is_regular_file(path, ec))
+    TROUPE_USER_CHECK(e.name.find('/') == std::string::npos && fs::exists(fs::symlink_status(path, ec)))
         << "snapshot " << dir << " lacks " << e.name << ", which its manifest lists";
+    no_link(e.name);
+    TROUPE_USER_CHECK(fs::is_regular_file(path, ec))
+        << "snapshot " << dir << " holds " << e.name << " as no regular file (a folder, a FIFO, a device)";
     const uint64_t bytes = fs::file_size(path, ec);
     TROUPE_USER_CHECK(!ec && bytes == e.bytes)
         << "snapshot file " << path << " has " << bytes << " bytes, not the " << e.bytes << " its manifest records";

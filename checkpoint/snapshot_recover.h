@@ -14,8 +14,9 @@ namespace troupe {
 
 // Checks the snapshot in folder `dir` without a run's config: its manifest (trailer and
 // crc32, format) parses, and every file it lists is in `dir` with the recorded size in bytes
-// and crc32. Returns the step the manifest records (>= 1). Throws UserError naming the file
-// and what is wrong (missing, another size, a failed checksum, a damaged manifest).
+// and crc32, each a regular file and none a symbolic link (a writer makes plain files).
+// Returns the step the manifest records (>= 1). Throws UserError naming the file and what is
+// wrong (missing, a link, another size, a failed checksum, a damaged manifest).
 int64_t check_snapshot_files(const std::string& dir);
 
 // The step the manifest in folder `dir` records (its trailer and crc32 checked; the shard

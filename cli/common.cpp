@@ -39,6 +39,7 @@
 #include "checkpoint/disk.h"
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
+#include "checkpoint/snapshot_name.h"
 #include "core/launch_env.h"
 #include "cli/launch.h"
 #include "core/config.h"
@@ -84,18 +85,9 @@ void print_error(const std::string& text, bool one_line) {
 }
 
 namespace {
-// step-<digits>, or step-<digits>.tmp-<digits> (the folder a save writes before its rename)
+// step-<k>, or step-<k>.tmp-<pid> (the folder a save writes before its rename)
 bool is_step_folder_name(const std::string& n) {
-  auto digits = [&](size_t from, size_t to) {
-    if (from >= to) return false;
-    for (size_t i = from; i < to; ++i)
-      if (n[i] < '0' || n[i] > '9') return false;
-    return true;
-  };
-  if (n.rfind("step-", 0) != 0) return false;
-  const size_t tmp = n.find(".tmp-");
-  if (tmp == std::string::npos) return digits(5, n.size());
-  return digits(5, tmp) && digits(tmp + 5, n.size());
+  return snapshot_name_step(n) >= 1 || (n.find(".tmp-") != std::string::npos && set_aside_name(n));
 }
 }  // namespace
 

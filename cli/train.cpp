@@ -145,9 +145,11 @@ int run_with_recovery(const Config& c, JobContext& ctx, const LaunchEnv& launch,
           throw FinalError(fmt::format("{}; the job failed {} time(s), more than fault.max_restarts = {}: stopping for "
                                        "good. {}",
                                        e.what(), generation, c.fault.max_restarts, newest_snapshot_sentence(ckpt_dir)));
-        spdlog::warn("{}\n(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for every "
+        // (a lost process's line is on the screen already, as an error: not said twice, trial 51 F6)
+        const bool said = failure_logged() == e.what();
+        spdlog::warn("{}(fault.policy = restart: recovering in place, restart {} of at most {}; waiting for every "
                      "process to join again)",
-                     e.what(), generation, c.fault.max_restarts);
+                     said ? std::string() : std::string(e.what()) + "\n", generation, c.fault.max_restarts);
         note_step_under_way(kRecovering);
         ctx.recovering = true;
         ctx.generation = generation;
@@ -292,7 +294,8 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
                                          "TROUPE_RESTART_COUNT", "TROUPE_RESPAWN", "TROUPE_LAUNCH_ERRDIR",
                                          "TROUPE_LAUNCH_ID", "TROUPE_LAUNCH_RANK", "TROUPE_FAILURE_TIME", "TROUPE_LOST_AS", "TROUPE_STOP_SIGNALS_HELD",
                                          "TROUPE_CACHE_DIR", "TROUPE_EVENT_LOG", "TROUPE_GEMM", "TROUPE_NO_PROGRESS_BAR",
-                                         "TROUPE_REQUIRE_GPU", "TROUPE_KEEP_SCRATCH", "TROUPE_BIN"};
+                                         "TROUPE_REQUIRE_GPU", "TROUPE_KEEP_SCRATCH", "TROUPE_BIN",
+                                         "TROUPE_GNUPLOT_TIMEOUT_S"};  // (train --trace-png draws with gnuplot)
     if (var.rfind("TROUPE_", 0) == 0 && var.rfind("TROUPE_FAULT_", 0) != 0 &&
         std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return var == k; }) == std::end(kKnown))
       std::fprintf(stderr, "warning: environment variable %s is not one troupe reads (a misspelling of TROUPE_RANK, "

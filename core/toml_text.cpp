@@ -17,24 +17,35 @@ void check_toml_nesting(const std::string& text, const std::string& where, bool 
   int depth = 0, line = 1, dots = 0;
   char quote = 0;
   bool comment = false, key_part = true;  // key_part: before the '=' of a line (or in a header)
+  // key_ok: the line so far can be a dotted key (names, blanks, dots, brackets): a line of prose
+  // ("Hello world. It is.") is no key, the parser stops at its second word, and its dots are
+  // not nesting (trial 51, F4). after_name: a name ended with a blank, so a '.' or '=' must follow.
+  bool key_ok = true, after_name = false;
+  auto bare = [](char c) { return std::isalnum((unsigned char)c) || c == '_' || c == '-'; };
   for (size_t i = 0; i < text.size(); ++i) {
     const char ch = text[i];
     if (ch == '\n') {
-      ++line, dots = 0, comment = false, key_part = depth == 0;
+      ++line, dots = 0, comment = false, key_part = depth == 0, key_ok = true, after_name = false;
       if (quote == '"' || quote == '\'') quote = 0;  // (a multi-line string is read as several lines: conservative)
       continue;
     }
     if (comment) continue;
     if (quote) {
       if (ch == '\\' && quote == '"') ++i;
-      else if (ch == quote) quote = 0;
+      else if (ch == quote) quote = 0, after_name = key_part;  // (a quoted key: a '.' or '=' must follow)
       continue;
+    }
+    if (key_part && key_ok && ch != '.' && ch != '=' && ch != '#' && ch != '[' && ch != ']') {
+      if (bare(ch) || ch == '"' || ch == '\'') key_ok = key_ok && !after_name;
+      else if (ch == ' ' || ch == '\t') after_name = after_name || (i > 0 && bare(text[i - 1]));
+      else key_ok = false;
     }
     if (ch == '"' || ch == '\'') quote = ch;
     else if (ch == '#') comment = true;
     else if (ch == '=') key_part = false;
     // a dot after a name (a.b, also a key inside an inline table), not in a number (1.5)
-    else if (ch == '.' && (key_part || (i > 0 && !std::isdigit((unsigned char)text[i - 1])))) ++dots;
+    else if (ch == '.' && key_part && !key_ok) continue;  // prose, not a key: the parser refuses it there
+    else if (ch == '.' && (key_part || (i > 0 && !std::isdigit((unsigned char)text[i - 1])))) ++dots, after_name = false;
     else if (ch == '[' || ch == '{') ++depth;
     else if ((ch == ']' || ch == '}') && depth > 0) --depth;
     TROUPE_USER_CHECK(dots <= kMaxDepth && depth <= kMaxDepth)

@@ -138,7 +138,9 @@ std::string Utf8Stream::push(std::string_view bytes) {
       continue;
     }
     if (!complete) break;  // a valid start: wait for the rest
-    if (c == 0xC2 && s[i + 1] <= 0x9F) out += kReplacement;  // a C1 control character
+    const bool bidi = c == 0xE2 && ((s[i + 1] == 0x80 && s[i + 2] >= 0xAA && s[i + 2] <= 0xAE) ||
+                                    (s[i + 1] == 0x81 && s[i + 2] >= 0xA6 && s[i + 2] <= 0xA9));
+    if ((c == 0xC2 && s[i + 1] <= 0x9F) || bidi) out += kReplacement;  // a C1 control character, a bidi override
     else out.append(pending_, i, len);
     i += len;
   }

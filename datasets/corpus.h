@@ -36,7 +36,9 @@ size_t find_invalid_utf8(std::string_view text);
 // Turns bytes that arrive in pieces (a generation's tokens) into printable text as they
 // come: each complete character is returned at once, an incomplete one waits (at most 3
 // bytes) for its continuation, an invalid byte becomes U+FFFD, and control characters
-// other than newline and tab (C0, DEL, C1) become U+FFFD too. Work per push is bounded
+// other than newline and tab (C0, DEL, C1) become U+FFFD too, and so do the bidirectional
+// overrides, embeddings and isolates (U+202A..U+202E, U+2066..U+2069), which reorder the
+// terminal's line (Trojan Source, CVE-2021-42574). Work per push is bounded
 // by the piece's size, whatever came before.
 class Utf8Stream {
  public:

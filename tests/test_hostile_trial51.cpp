@@ -14,6 +14,8 @@
 #include "cli_helpers.h"
 #include "core/error.h"
 #include "core/launch_env.h"
+#include "core/toml_text.h"
+#include "datasets/corpus.h"
 #include "datasets/special_tokens.h"
 
 namespace fs = std::filesystem;
@@ -52,6 +54,11 @@ TEST_CASE("a snapshot its killed writer finished but did not rename is put in pl
     f.seekp(100);
     f.put('X');
   }
+  // step 1 as a folder of links to a snapshot's files (trial 51, F1): no writer's, never put in place
+  fs::create_directory(ck + "/step-00000001.tmp-79");
+  for (const auto& e : fs::directory_iterator(ck + "/step-00000001"))
+    fs::create_symlink(e.path(), ck + "/step-00000001.tmp-79/" + e.path().filename().string());
+  fs::rename(ck + "/step-00000001", ck + "/step-00000001.kept");
   // a fresh run: the snapshot is put in place, and the folder's snapshots refuse the run
   Run r = run_troupe(tiny_train(s, "run", 6, kKeep), s);
   INFO(r.err);
@@ -61,6 +68,9 @@ TEST_CASE("a snapshot its killed writer finished but did not rename is put in pl
   CHECK(fs::exists(ck + "/step-00000004/manifest.capnp"));
   CHECK(has(r.err, "left " + ck + "/step-00000003.tmp-77 alone: it holds a complete snapshot of step 3"));
   CHECK(has(r.err, "left " + ck + "/step-00000002.tmp-78 alone: it holds a manifest, but the snapshot is damaged"));
+  CHECK(has(r.err, "left " + ck + "/step-00000001.tmp-79 alone: it holds a manifest, but the snapshot is damaged"));
+  CHECK(has(r.err, "manifest.capnp as a symbolic link"));
+  CHECK_FALSE(fs::exists(ck + "/step-00000001"));
   // --resume latest continues from it; the two that stay are still there afterwards
   fs::rename(ck + "/step-00000004", ck + "/step-00000004.tmp-1");
   r = run_troupe(tiny_train(s, "run", 5, kKeep + " --resume latest"), s);
@@ -80,10 +90,15 @@ TEST_CASE("snapshots copied under other names, links to other steps and dangling
   fs::copy(ck + "/step-00000003", ck + "/step-3 (copy)", fs::copy_options::recursive);
   fs::rename(ck + "/step-00000003", ck + "/backup-step-3");
   fs::copy(ck + "/step-00000002", ck + "/step-\x1b[31m2", fs::copy_options::recursive);
+  fs::copy(ck + "/step-00000002", ck + "/step-2-old", fs::copy_options::recursive);  // step-00000002 is there
   fs::create_directory_symlink(ck + "/step-00000002", ck + "/step-00000009");  // a link to step 2, named 9
-  Run r = run_troupe(tiny_train(s, "run", 4, kKeep + " --resume latest"), s);
+  // (a variable troupe reads is no misspelling: trial 51, F2)
+  Run r = run_troupe(tiny_train(s, "run", 4, kKeep + " --resume latest"), s, 120, "TROUPE_GNUPLOT_TIMEOUT_S=30");
   INFO(r.err);
   CHECK(r.rc == 0);
+  CHECK_FALSE(has(r.err, "is not one troupe reads"));
+  CHECK(has(r.err, ck + "/step-2-old holds a snapshot manifest but is not read as one"));
+  CHECK(has(r.err, ck + "/step-00000002 is there already (is it a copy of that one?)"));
   CHECK(has(r.err, ck + "/backup-step-3 holds a snapshot manifest but is not read as one"));
   CHECK(has(r.err, ck + "/step-3 (copy) holds a snapshot manifest but is not read as one"));
   CHECK(has(r.err, "rename it " + ck + "/step-00000003"));
@@ -158,4 +173,22 @@ TEST_CASE("a local rank set without a launcher's rank and world says so", "[laun
   }
   auto zero = [](const char* n) -> const char* { return std::string(n) == "TROUPE_LOCAL_RANK" ? "0" : nullptr; };
   CHECK(troupe::read_launch_env(zero).local_rank == 0);
+}
+
+TEST_CASE("prose passed as a config is no nesting, and a generation's bidi overrides are not printed", "[hostile]") {
+  // a line of prose has dots, but is no dotted key: the parser refuses it ("not valid TOML")
+  std::string prose;
+  for (int i = 0; i < 80; ++i) prose += "It rained. ";
+  CHECK_NOTHROW(troupe::check_toml_nesting(prose + "\n", "config file 'p'"));
+  std::string deep = "x", spaced = "x";
+  for (int i = 0; i < 70; ++i) deep += ".y", spaced += " . y";
+  CHECK_THROWS_WITH(troupe::check_toml_nesting(deep + " = 1\n", "config file 'd'"),
+                    Catch::Contains("nests deeper than 64 levels at line 1"));
+  CHECK_THROWS_WITH(troupe::check_toml_nesting(spaced + " = 1\n", "config file 'd'"),
+                    Catch::Contains("nests deeper than 64 levels at line 1"));
+  CHECK_THROWS_WITH(troupe::check_toml_nesting("[a" + deep.substr(1) + "]\n", "config file 'h'"),
+                    Catch::Contains("nests deeper"));
+  troupe::Utf8Stream u;
+  const std::string fffd = "\xEF\xBF\xBD";
+  CHECK(u.push("a\xE2\x80\xAE" "b\xE2\x81\xA6" "c\xE2\x80\x8E") == "a" + fffd + "b" + fffd + "c\xE2\x80\x8E");
 }

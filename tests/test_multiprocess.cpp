@@ -208,6 +208,13 @@ TEST_CASE("fault.policy = restart: a 4-process job whose process is killed finis
       REQUIRE(r.rc == 0);
       CHECK(r.err.find("restart 1") != std::string::npos);
       CHECK(r.err.find(kill.expect) != std::string::npos);
+      // each process names the lost one once, not as an error and again in its recovery's warning (trial 51, F6)
+      std::map<std::string, int> said;
+      std::istringstream lines(r.err);
+      for (std::string l; std::getline(lines, l);)
+        if (const size_t at = l.find("] lost process "), who = l.find("[process "); at != std::string::npos && who < at)
+          ++said[l.substr(who, at - who) + l.substr(at)];
+      for (const auto& [line, n] : said) CHECK(n == 1);
       CHECK(losses_by_step(s.path(run)) == ref);  // the last record of each step wins (a restart repeats steps)
       CHECK(final_shards(run) == final_shards("straight"));
     }
