@@ -161,7 +161,7 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   // a snapshot renamed by hand (STEP-00000003, step-3.0): named, with the name to give it
   if (const auto near = near_named_snapshots(ckpt_dir); !near.empty()) {
     for (size_t i = 0; i < near.size() && i < 3; ++i) why += "; " + near[i];
-    if (near.size() > 3) why += fmt::format(" ({} more such folders)", near.size() - 3);
+    if (near.size() > 3) why += fmt::format(" ({} more such folder{})", near.size() - 3, near.size() == 4 ? "" : "s");
   }
   throw UserError("no usable snapshot in " + ckpt_dir + why +
                   "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");

@@ -133,17 +133,20 @@ Config load_config(const std::string& path, const std::vector<std::string>& sets
   // a key given twice takes its last value (scripts put their defaults first and the caller's
   // overrides after them, as with git's and argparse's options), said once per key
   std::map<std::string, std::string> given;
+  std::vector<std::string> notes;
   for (const auto& s : sets) {
     const std::string key = s.substr(0, s.find('='));
     const auto [it, fresh] = given.emplace(key, s);
     if (!fresh && it->second != s)
-      std::fprintf(stderr, "note: --set %s is given more than once (--set %s, then --set %s): the last one is used\n",
-                   printable(key, false, 80).c_str(), printable(it->second, false, 80).c_str(),
-                   printable(s, false, 80).c_str());
+      notes.push_back(fmt::format("note: --set {} is given more than once (--set {}, then --set {}): the last one is "
+                                  "used\n",
+                                  printable(key, false, 80), printable(it->second, false, 80), printable(s, false, 80)));
     it->second = s;
   }
   for (auto& s : sets) c.set(s);
   c.validate(max_workers);
+  // said once the config holds: a refused value gets its error line alone (fresh-user check, session 22)
+  for (const std::string& n : notes) std::fputs(n.c_str(), stderr);
   return c;
 }
 

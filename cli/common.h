@@ -103,8 +103,11 @@ void check_output_file(const std::string& path, const std::string& option, uint6
 // Refuses (UserError naming `option`) an output path that would destroy what the command
 // reads or writes: one of `files`, any path inside one of `dirs` (compared after resolving
 // symlinks and "..", so another spelling of the same file is caught too), any path in a
-// troupe snapshot (refuse_inside_snapshot), or a run's record (config.toml, metrics.jsonl,
-// train.log in a folder holding metrics.jsonl). Empty entries are skipped.
+// troupe snapshot (refuse_inside_snapshot), any path inside a prepared data cache (a folder
+// holding meta.json beside corpus.train.bin/.idx or tokenizer.model), a troupe config (TOML
+// with a [model], [train], [data], [parallel] or [checkpoint] table), or a run's record
+// (config.toml, metrics.jsonl, train.log in a folder holding metrics.jsonl). Empty entries
+// are skipped.
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
                         const std::vector<std::string>& dirs);
 // The snapshot folder that `path` is or lies inside, "" when none: the nearest folder at or

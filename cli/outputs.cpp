@@ -58,6 +58,19 @@ bool troupe_config_file(const fs::path& path) {
   }
   return false;
 }
+// The data-cache folder (cache_dir/<hash>-v<V>: meta.json beside the prepared token files or
+// the tokenizer) that `o` (resolved) lies inside, "" when none. Never throws.
+std::string cache_around(const fs::path& o) {
+  std::error_code ec;
+  for (fs::path q = o.parent_path(); !q.empty(); q = q.parent_path()) {
+    if (fs::exists(q / "meta.json", ec) &&
+        (fs::exists(q / "corpus.train.bin", ec) || fs::exists(q / "corpus.train.idx", ec) ||
+         fs::exists(q / "tokenizer.model", ec)))
+      return q.string();
+    if (q == q.parent_path()) break;
+  }
+  return "";
+}
 }  // namespace
 
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
@@ -84,6 +97,11 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
     TROUPE_USER_FAIL() << option << " " << out << " is the " << name << " of the troupe run " << o.parent_path().string()
                        << ": writing it would destroy that run's record (plot, calibrate and --resume read it); pass "
                           "another path";
+  // a prepared data cache (hours of work for a large blend): no output lands inside one (trial 52)
+  if (const std::string cache = cache_around(o); !cache.empty())
+    TROUPE_USER_FAIL() << option << " " << out << " lies inside the data cache " << cache
+                       << " (prepared token files that train reads): writing there would damage it; pass a path "
+                          "outside";
   // a config (configs/tiny.toml): an output never replaces one (trial 50, M5)
   TROUPE_USER_CHECK(!troupe_config_file(o))
       << option << " " << out << " is a troupe config (it has a [model], [train] or [data] table): writing it would "

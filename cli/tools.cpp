@@ -223,6 +223,12 @@ int cmd_generate(const GenerateOptions& o) {
 
 int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   const bool builtin = o.schedule == "gpipe" || o.schedule == "1f1b" || o.schedule == "interleaved" || o.schedule == "zb-h1";
+  // a name that is no path (2f2b): a misspelled built-in, not a missing file (fresh-user check, session 22)
+  TROUPE_USER_CHECK(builtin || o.schedule.find('/') != std::string::npos || o.schedule.find('.') != std::string::npos ||
+                    std::filesystem::exists(o.schedule))
+      << "unknown schedule '" << printable(o.schedule, false, 80)
+      << "'; use gpipe, 1f1b, interleaved, zb-h1 or a path to a schedule file (e.g. ./" << printable(o.schedule, false, 80)
+      << ")";
   if (!builtin) {  // a schedule file: P, M and V come from it unless given
     Schedule f = read_schedule(o.schedule);
     TROUPE_USER_CHECK(!p_set || o.P == f.P) << "schedule file " << o.schedule << " has " << f.P

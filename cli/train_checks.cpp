@@ -233,9 +233,15 @@ void check_checkpoint_dir(const std::string& ckpt_dir) {
       << PATH_MAX - 1 - kSnapshotDepth << " bytes";
   fs::path p = fs::absolute(ckpt_dir);
   while (!p.empty() && !fs::exists(p) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
-  TROUPE_USER_CHECK(fs::is_directory(p) && ::access(p.c_str(), W_OK) == 0)
-      << "checkpoint.dir = '" << ckpt_dir << "' cannot be created (" << p.string()
-      << (fs::is_directory(p) ? " is not writable" : " is not a directory") << "); choose a writable directory";
+  // (an existing folder is not "created": say it is not writable, trial 52)
+  const bool exists = fs::absolute(ckpt_dir).lexically_normal() == p.lexically_normal(), dir = fs::is_directory(p);
+  const int werr = dir && ::access(p.c_str(), W_OK) != 0 ? errno : 0;  // EACCES, EROFS
+  TROUPE_USER_CHECK(dir && werr == 0)
+      << "checkpoint.dir = '" << ckpt_dir << "' "
+      << (exists && dir ? std::string("is not writable (") + std::strerror(werr) + ")"
+                        : "cannot be created (" + p.string() + (dir ? " is not writable)" : " is not a directory)"))
+      << "; choose a writable checkpoint.dir (a snapshot in this one can still be resumed: --resume DIR with "
+         "another checkpoint.dir)";
   // really try (root passes access() on /proc): create it and a probe file, then remove the
   // probe and the folders this check created (the checkpointer creates them when it saves),
   // so a run refused later leaves no empty folder

@@ -238,7 +238,8 @@ void check_sources(const std::vector<DataSource>& sources) {
     const DataSource& s = sources[i];
     const std::string at = fmt::format("data.sources[{}]", i);
     TROUPE_USER_CHECK(!s.name.empty() && s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos)
-        << at << " has name = \"" << s.name << "\"; give each source a name of letters, digits, '_' or '-'";
+        << at << (s.name.empty() ? std::string(" has no name") : " has name = \"" + s.name + "\"")
+        << "; give each source a name of letters, digits, '_' or '-'";
     TROUPE_USER_CHECK(names.insert(s.name).second) << at << ": the name \"" << s.name
                                                    << "\" is used twice; give each source its own name";
     TROUPE_USER_CHECK(!s.path.empty()) << "source '" << s.name << "' has no path; set path = a file or folder";
