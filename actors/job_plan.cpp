@@ -88,6 +88,12 @@ void read_delay_switches(const std::function<const char*(const char*)>& get, int
 
 }  // namespace
 
+void read_fault_switches(const std::function<const char*(const char*)>& get, int process, int world, int64_t steps,
+                         int generation, FaultSwitches& f) {
+  read_kill_switch(get, process, world, steps, generation, f);
+  read_delay_switches(get, world, generation, f);
+}
+
 bool JobPlan::is_local(int r) const {
   const auto& mine = local_ranks();
   return std::binary_search(mine.begin(), mine.end(), r);
@@ -140,8 +146,7 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   plan.faults.inf_step = in.fault_inf_step;
   plan.faults.inf_rank = in.fault_inf_rank;
   plan.faults.kill_in_snapshot = in.fault_kill_in_snapshot;
-  read_kill_switch(get, plan.process, std::max(1, in.launch.world), cfg.train.steps, in.generation, plan.faults);
-  read_delay_switches(get, std::max(1, in.launch.world), in.generation, plan.faults);
+  read_fault_switches(get, plan.process, std::max(1, in.launch.world), cfg.train.steps, in.generation, plan.faults);
   return plan;
 }
 

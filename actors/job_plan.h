@@ -99,4 +99,12 @@ struct JobPlan {
 // with a split-backward (W) schedule, a placement rule place() refuses.
 JobPlan make_job_plan(const Config& cfg, const PlanInputs& in);
 
+// The tests' kill and delay switches (TROUPE_FAULT_KILL_RANK/_STEP/_SIGNAL/_PHASE,
+// TROUPE_FAULT_DELAY_RANK/_STEP/_S, TROUPE_FAULT_IGNORE_REFUSAL) read through `get` into f for
+// process `process` of `world` (a job of `steps` steps, after `generation` failures; process
+// -1 checks them without firing any). Throws UserError naming a switch whose value it cannot
+// mean (docs/multiprocess.md).
+void read_fault_switches(const std::function<const char*(const char*)>& get, int process, int world, int64_t steps,
+                         int generation, FaultSwitches& f);
+
 }  // namespace troupe

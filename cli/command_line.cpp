@@ -399,11 +399,13 @@ void refuse_train_outputs(const CommandLine& cl, const Config& c) {
     const std::string o = resolved_path(out).string(), d = resolved_path(dir).string();
     return o.rfind(d + "/", 0) == 0;
   };
-  if (!tb.empty())
-    for (const auto& [out, option] : {std::pair{trace_path_, "--trace"}, std::pair{trace_png_, "--trace-png"}})
+  if (!tb.empty()) {
+    for (const auto& [out, option] : {std::pair{trace_path_, "--trace"}, std::pair{trace_png_, "--trace-png"}}) {
       TROUPE_USER_CHECK(out.empty() || out == "-" || !inside(out, tb))
           << option << " " << out << " lies inside the folder of " << tb_option << " " << tb
           << ", where this run writes its event files: pass a path outside it";
+    }
+  }
   dirs.push_back(tb);
   refuse_overwriting(trace_path_, "--trace", files, dirs);
   refuse_overwriting(trace_png_, "--trace-png", files, dirs);

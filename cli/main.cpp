@@ -379,8 +379,8 @@ int check_umask(int argc, char** argv) {
   const mode_t m = ::umask(0);
   ::umask(m);
   if ((m & 0700) == 0 || ::geteuid() == 0 || !writes_files(argc, argv)) return 0;
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%04o", (unsigned)m);
+  char mode[16];  // (a mode_t is at most 07777 here: 4 digits; room for any unsigned)
+  std::snprintf(mode, sizeof mode, "%04o", (unsigned)(m & 07777));
   print_error(std::string("the umask (") + mode +
               ") takes the owner's own read, write or search permission from every file and folder troupe "
               "creates, so it could not use them; set one that keeps them (umask 022, or 077 for files only you may "

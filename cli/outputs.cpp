@@ -18,6 +18,8 @@
 #include <fstream>
 
 #include "checkpoint/disk.h"
+#include "checkpoint/snapshot.h"
+#include "checkpoint/snapshot_name.h"
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -102,6 +104,14 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
     TROUPE_USER_FAIL() << option << " " << out << " lies inside the data cache " << cache
                        << " (prepared token files that train reads): writing there would damage it; pass a path "
                           "outside";
+  // a snapshot's name in a folder of snapshots (checkpoints/step-00000010): that run's
+  // --resume latest would stop at it as "a file, not a snapshot folder" (trial 53, F2)
+  const std::string leaf = o.filename().string();
+  const fs::path folder = o.parent_path();
+  TROUPE_USER_CHECK(!((snapshot_name_step(leaf) >= 1 || set_aside_name(leaf)) &&
+                      (folder.filename() == "checkpoints" || !list_snapshots(folder.string()).empty())))
+      << option << " " << out << " takes a snapshot's name in the folder of snapshots " << folder.string()
+      << ": the run that saves there would find it in its way; pass another name or folder";
   // a config (configs/tiny.toml): an output never replaces one (trial 50, M5)
   TROUPE_USER_CHECK(!troupe_config_file(o))
       << option << " " << out << " is a troupe config (it has a [model], [train] or [data] table): writing it would "

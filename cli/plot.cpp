@@ -196,7 +196,7 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
       << "'" << run_dir << "' is not a troupe run directory (it has no metrics.jsonl); pass the --run-dir of a "
       << "troupe train run, e.g. runs/<timestamp>";
   TROUPE_USER_CHECK(fs::is_regular_file(run_dir + "/metrics.jsonl", ec))
-      << run_dir << "/metrics.jsonl is not a regular file (a FIFO, a device or a link to one); pass the --run-dir of a "
+      << run_dir << "/metrics.jsonl is not a regular file (a folder, a FIFO, a device or a link to one); pass the --run-dir of a "
       << "troupe train run, whose metrics.jsonl is a file";
   const uint64_t size = fs::file_size(run_dir + "/metrics.jsonl", ec);
   TROUPE_USER_CHECK(size <= (1ull << 30)) << run_dir << "/metrics.jsonl has " << size

@@ -30,6 +30,7 @@
 
 #include "actors/cluster.h"
 #include "actors/job.h"
+#include "actors/job_plan.h"
 #include "checkpoint/disk.h"
 #include "checkpoint/export.h"
 #include "checkpoint/snapshot.h"
@@ -268,19 +269,11 @@ TrainData load_data(const Config& c, const TrainState* state) {
   return t;
 }
 
-// The job's context: data, folders, snapshot to continue from, the launch and its restart.
-void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, const RunPaths& p, bool follower,
-                      std::shared_ptr<TrainState> state, const LaunchEnv& launch, const std::string& secret,
-                      int restart, bool in_place) {
-  set_data(ctx, c, data.d, data.loader, data.tok);
-  ctx.run_dir = p.run_dir;
-  ctx.trace_path = trace_path_;
-  ctx.checkpoint_dir = follower ? std::string("(process 0's checkpoint writer)") : p.ckpt_dir;
-  ctx.resume = std::move(state);
-  ctx.stop_signal = &train_stop_signal();
-  ctx.launch = launch;
-  ctx.job_secret = secret;
-  if (follower) ctx.run_dir.clear();
+// The environment's TROUPE_* variables: a name troupe does not read is warned about (a
+// misspelling), a TROUPE_FAULT_* name that is no switch, or a switch's value it cannot mean,
+// is refused (UserError). Called before anything is written (trial 53, F1: the run directory
+// had its config.toml and train.log by then).
+void check_environment_switches(const Config& c, const LaunchEnv& launch) {
   for (char** e = environ; e && *e; ++e) {  // a misspelled switch would inject nothing, silently
     const std::string var(*e, std::strcspn(*e, "="));
     static const char* const kSwitches[] = {"TROUPE_FAULT_KILL_RANK",      "TROUPE_FAULT_KILL_STEP",
@@ -314,8 +307,28 @@ void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, c
     TROUPE_USER_CHECK(*f && *end == '\0' && k >= 1 && k <= c.train.steps)
         << "TROUPE_FAULT_KILL_IN_SNAPSHOT='" << f << "' is not a step from 1 to train.steps = " << c.train.steps
         << "; it is a fault-injection switch of the tests (docs/multiprocess.md): fix it or unset it";
-    if (restart == 0) ctx.fault_kill_in_snapshot = k;
+    (void)k;
   }
+  FaultSwitches unused;  // every kill and delay switch's value, checked as the job's plan will read it
+  read_fault_switches([](const char* n) { return std::getenv(n); }, -1, std::max(1, launch.world), c.train.steps, 0,
+                      unused);
+}
+
+// The job's context: data, folders, snapshot to continue from, the launch and its restart.
+void fill_job_context(JobContext& ctx, const Config& c, const TrainData& data, const RunPaths& p, bool follower,
+                      std::shared_ptr<TrainState> state, const LaunchEnv& launch, const std::string& secret,
+                      int restart, bool in_place) {
+  set_data(ctx, c, data.d, data.loader, data.tok);
+  ctx.run_dir = p.run_dir;
+  ctx.trace_path = trace_path_;
+  ctx.checkpoint_dir = follower ? std::string("(process 0's checkpoint writer)") : p.ckpt_dir;
+  ctx.resume = std::move(state);
+  ctx.stop_signal = &train_stop_signal();
+  ctx.launch = launch;
+  ctx.job_secret = secret;
+  if (follower) ctx.run_dir.clear();
+  if (const char* f = std::getenv("TROUPE_FAULT_KILL_IN_SNAPSHOT"); f && restart == 0)
+    ctx.fault_kill_in_snapshot = std::strtoll(f, nullptr, 10);  // (checked: check_environment_switches)
   if (c.checkpoint.memory_interval > 0 && launch.world > 1 && !in_place && !follower)
     spdlog::warn("checkpoint.memory_interval = {} has no effect here: only an in-place recovery (fault.policy = "
                  "restart under troupe launch --respawn process) reads memory snapshots; set it to 0 to save their cost",
@@ -389,6 +402,7 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   std::shared_ptr<TrainState> state = naming_option(
       "--resume", [&] { return load_resume_state(c, resume, paths.ckpt_dir, follower, restart, launch.rank, paths.run_dir); });
   check_before_writing(c, launch, follower, paths.ckpt_dir);
+  check_environment_switches(c, launch);
   const TrainData data = load_data(c, state.get());
   // Now the folders; the first thing written: nothing else exists yet if it fails
   FreshFolders fresh(paths.run_dir);

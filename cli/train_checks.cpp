@@ -154,6 +154,31 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
       << " of troupe's own)); raise it (ulimit -u unlimited) or lower train.threads";
 }
 
+namespace {
+// data.cache_dir must be a folder for caches alone (trial 53, F3): not inside a prepared cache
+// (cache/<hash>-v<V>, whose files train reads), not another run's directory, not a folder of
+// snapshots (each run's retention and the cache's cleanup would meet). Throws UserError.
+void check_cache_dir_role(const std::string& cache_dir) {
+  if (cache_dir.empty()) return;
+  std::error_code ec;
+  const fs::path cd = resolved_path(cache_dir);
+  for (fs::path q = cd; !q.empty(); q = q.parent_path()) {
+    TROUPE_USER_CHECK(!(fs::exists(q / "meta.json", ec) &&
+                        (fs::exists(q / "corpus.train.bin", ec) || fs::exists(q / "tokenizer.model", ec))))
+        << "data.cache_dir = '" << cache_dir << "' " << (q == cd ? "is" : "lies inside") << " the prepared data cache "
+        << q.string() << ": set data.cache_dir to the folder that holds such caches (e.g. " << q.parent_path().string()
+        << ")";
+    if (q == q.parent_path()) break;
+  }
+  TROUPE_USER_CHECK(!(fs::exists(cd / "config.toml", ec) && fs::exists(cd / "metrics.jsonl", ec)))
+      << "data.cache_dir = '" << cache_dir << "' is the run directory of a troupe run (it holds config.toml and "
+      << "metrics.jsonl): choose a folder for data caches alone (e.g. data/cache)";
+  TROUPE_USER_CHECK(list_snapshots(cd.string()).empty())
+      << "data.cache_dir = '" << cache_dir << "' holds snapshots (step-<k> folders): it is a run's folder of "
+      << "snapshots; choose a folder for data caches alone (e.g. data/cache)";
+}
+}  // namespace
+
 // An explicit checkpoint.dir: created and probed with a file (root passes access() on
 // /proc), so an unwritable one is refused (UserError) before the run starts.
 void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,
@@ -162,6 +187,7 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
   std::vector<std::string> inputs = {config_path, c.data.corpus, c.data.tokenizer};
   for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
   const auto what = [&](const std::string& in) { return in == config_path ? "config file " : "input "; };
+  check_cache_dir_role(c.data.cache_dir);
   // a run directory among the run's data: its records, lock and snapshots land beside the data
   // (a tracked folder of a repository, say) and a later cleanup of the run would reach it
   const fs::path rd = resolved_path(run_dir);

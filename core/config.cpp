@@ -88,9 +88,15 @@ std::string shown_key(const std::string& name) {
         break;
       }
   }
-  if ((a > 0 || b < name.size()) && find_key(name.substr(a, b - a)))
-    throw UserError("config key '" + shown_key(name) + "'" + where + " has spaces around it; write it without them (--set " +
-                    name.substr(a, b - a) + "=VALUE)");
+  if ((a > 0 || b < name.size()) && find_key(name.substr(a, b - a))) {
+    // space_at takes invisible characters too (U+200B, U+FEFF): call them so (trial 53, F4)
+    const std::string cut = name.substr(0, a) + name.substr(b);
+    const bool blank = cut.find_first_not_of(" \t") == std::string::npos ||
+                       cut.find("\xC2\xA0") != std::string::npos || cut.find("\xE3\x80\x80") != std::string::npos;
+    throw UserError("config key '" + shown_key(name) + "'" + where +
+                    (blank ? " has spaces around it" : " has an invisible character beside it") +
+                    "; write it without them (--set " + name.substr(a, b - a) + "=VALUE)");
+  }
   // a look-alike letter (a Cyrillic 'а' in "trаin.steps", pasted from a document): named, as
   // the key prints the same as the one meant
   for (size_t i = 0; i < name.size(); ++i) {
