@@ -42,7 +42,13 @@ void read_kill_switch(const std::function<const char*(const char*)>& get, int pr
   const char* ks = get("TROUPE_FAULT_KILL_STEP");
   const char* sig = get("TROUPE_FAULT_SIGNAL");  // KILL (default) or STOP: a hung process
   const char* ph = get("TROUPE_FAULT_PHASE");    // F | B | O: the step's first forward, backward or optimizer action
-  if (!kr && !ks) return;
+  if (!kr && !ks) {  // a signal or phase alone acts on nothing (trial 54): said, not ignored
+    TROUPE_USER_CHECK(!sig && !ph) << (sig ? "TROUPE_FAULT_SIGNAL" : "TROUPE_FAULT_PHASE")
+                                   << " is set without TROUPE_FAULT_KILL_RANK and TROUPE_FAULT_KILL_STEP, so it acts "
+                                      "on nothing; set those too (the tests' fault injection, docs/multiprocess.md) "
+                                      "or unset it";
+    return;
+  }
   TROUPE_USER_CHECK(kr && ks) << (kr ? "TROUPE_FAULT_KILL_RANK" : "TROUPE_FAULT_KILL_STEP") << " is set but "
                               << (kr ? "TROUPE_FAULT_KILL_STEP" : "TROUPE_FAULT_KILL_RANK")
                               << " is not; set both (the tests' fault injection, docs/multiprocess.md) or neither";

@@ -99,6 +99,11 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
     TROUPE_USER_FAIL() << option << " " << out << " is the " << name << " of the troupe run " << o.parent_path().string()
                        << ": writing it would destroy that run's record (plot, calibrate and --resume read it); pass "
                           "another path";
+  // a lock file (a run's, its checkpoints folder's, a cache's): replaced, it no longer keeps a
+  // second run out of the folder (trial 54)
+  TROUPE_USER_CHECK(!(o.filename() == ".lock" && fs::exists(fs::symlink_status(o, ec))))
+      << option << " " << out << " is a troupe lock file: replacing it would let a second run into the folder it "
+      << "guards; pass another path";
   // a prepared data cache (hours of work for a large blend): no output lands inside one (trial 52)
   if (const std::string cache = cache_around(o); !cache.empty())
     TROUPE_USER_FAIL() << option << " " << out << " lies inside the data cache " << cache

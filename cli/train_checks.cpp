@@ -177,6 +177,30 @@ void check_cache_dir_role(const std::string& cache_dir) {
       << "data.cache_dir = '" << cache_dir << "' holds snapshots (step-<k> folders): it is a run's folder of "
       << "snapshots; choose a folder for data caches alone (e.g. data/cache)";
 }
+
+// A prepared data cache (meta.json beside corpus.train.bin or tokenizer.model) at most two
+// levels inside `run_dir` (run_dir/<hash>-v<V>, run_dir/cache/<hash>-v<V>): a run's records
+// there would make the caches' folder a run directory, which data.cache_dir then refuses
+// (trial 54). Throws UserError.
+void check_run_dir_holds_no_cache(const std::string& run_dir) {
+  if (run_dir.empty()) return;
+  std::error_code ec;
+  auto is_cache = [&](const fs::path& q) {
+    return fs::exists(q / "meta.json", ec) && (fs::exists(q / "corpus.train.bin", ec) || fs::exists(q / "tokenizer.model", ec));
+  };
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fe;
+    if (!it->is_directory(fe) || it->is_symlink(fe)) continue;
+    std::string found = is_cache(it->path()) ? it->path().string() : "";
+    for (fs::directory_iterator jt(it->path(), fe); found.empty() && !fe && jt != end; jt.increment(fe)) {
+      std::error_code ge;
+      if (jt->is_directory(ge) && !jt->is_symlink(ge) && is_cache(jt->path())) found = jt->path().string();
+    }
+    TROUPE_USER_CHECK(found.empty()) << "--run-dir " << run_dir << " holds the prepared data cache " << found
+                                     << ": a run's records do not belong among data caches; pass a new folder (e.g. "
+                                        "runs/<name>)";
+  }
+}
 }  // namespace
 
 // An explicit checkpoint.dir: created and probed with a file (root passes access() on
@@ -188,6 +212,7 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
   for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
   const auto what = [&](const std::string& in) { return in == config_path ? "config file " : "input "; };
   check_cache_dir_role(c.data.cache_dir);
+  check_run_dir_holds_no_cache(run_dir);
   // a run directory among the run's data: its records, lock and snapshots land beside the data
   // (a tracked folder of a repository, say) and a later cleanup of the run would reach it
   const fs::path rd = resolved_path(run_dir);
