@@ -163,8 +163,13 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
     for (size_t i = 0; i < near.size() && i < 3; ++i) why += "; " + near[i];
     if (near.size() > 3) why += fmt::format(" ({} more such folder{})", near.size() - 3, near.size() == 4 ? "" : "s");
   }
+  // every snapshot refused: a fresh start in this folder is refused too (it holds snapshots), so
+  // name the fixes that work (fresh-user check, session 22)
   throw UserError("no usable snapshot in " + ckpt_dir + why +
-                  "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are (or start without --resume)");
+                  (all.empty() ? "; pass the earlier run's --run-dir or set checkpoint.dir to where its snapshots are "
+                                 "(or start without --resume)"
+                               : "; move the refused snapshots out of " + ckpt_dir + ", or start anew with another "
+                                 "--run-dir (or checkpoint.dir)"));
 }
 
 std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_last, int64_t written_step,

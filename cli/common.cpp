@@ -207,8 +207,17 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
   if (fs::exists(p, ec)) {
     TROUPE_USER_CHECK(fs::is_directory(p, ec)) << what << " '" << dir
                                                << "' exists and is not a directory; pass " << flag << " with a folder";
-    TROUPE_USER_CHECK(::access(p.c_str(), W_OK) == 0 && can_create_file(p.string()))
-        << what << " '" << dir << "' is not writable; pass " << flag << " with a writable folder";
+    if (!(::access(p.c_str(), W_OK) == 0 && can_create_file(p.string()))) {
+      // a read-only run directory's snapshots can still be continued elsewhere (fresh-user check, session 22)
+      std::string newest;
+      try {
+        if (const auto snaps = list_snapshots((p / "checkpoints").string()); !snaps.empty()) newest = snaps.back().second;
+      } catch (const std::exception&) {
+      }
+      TROUPE_USER_FAIL() << what << " '" << dir << "' is not writable; pass " << flag << " with a writable folder"
+                         << (newest.empty() ? std::string()
+                                            : " (to continue its run there: " + flag + " NEW --resume " + newest + ")");
+    }
     check_room(p.string(), dir, what, flag);
     return;
   }
