@@ -116,7 +116,12 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   }
   std::string why;
   if (skipped)
-    for (size_t i = 0; i < skipped->size() && i < 3; ++i) why += (i ? "; " : ": ") + (*skipped)[i];
+    for (size_t i = 0; i < skipped->size() && i < 3; ++i) {
+      // each reason's own "use another snapshot" is said once, as the fix at the end
+      std::string r = (*skipped)[i];
+      for (size_t p; (p = r.find("; use another snapshot")) != std::string::npos;) r.erase(p, 22);
+      why += (i ? "; " : ": ") + r;
+    }
   if (all.empty()) {
     std::error_code ec;
     bool steps = false, unfinished = false;  // step-<k> folders (none complete); step-<k>.tmp-<pid> ones

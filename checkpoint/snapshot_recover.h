@@ -16,8 +16,10 @@ namespace troupe {
 // crc32, format) parses, and every file it lists is in `dir` with the recorded size in bytes
 // and crc32, each a regular file and none a symbolic link (a writer makes plain files).
 // Returns the step the manifest records (>= 1). Throws UserError naming the file and what is
-// wrong (missing, a link, another size, a failed checksum, a damaged manifest).
-int64_t check_snapshot_files(const std::string& dir);
+// wrong (missing, a link, another size, a failed checksum, a damaged manifest). With
+// read_checksums = false the files' crc32 is not computed (no file is read past the
+// manifest: a check of metadata only, for a refusal's advice).
+int64_t check_snapshot_files(const std::string& dir, bool read_checksums = true);
 
 // The step the manifest in folder `dir` records (its trailer and crc32 checked; the shard
 // files are not read), or -1 when `dir` holds no readable, intact manifest. Never throws.

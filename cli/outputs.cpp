@@ -26,6 +26,7 @@
 #include "core/paths.h"
 #include "core/text.h"
 #include "core/toml_text.h"
+#include "datasets/cache_folder.h"
 
 namespace fs = std::filesystem;
 
@@ -60,19 +61,6 @@ bool troupe_config_file(const fs::path& path) {
   }
   return false;
 }
-// The data-cache folder (cache_dir/<hash>-v<V>: meta.json beside the prepared token files or
-// the tokenizer) that `o` (resolved) lies inside, "" when none. Never throws.
-std::string cache_around(const fs::path& o) {
-  std::error_code ec;
-  for (fs::path q = o.parent_path(); !q.empty(); q = q.parent_path()) {
-    if (fs::exists(q / "meta.json", ec) &&
-        (fs::exists(q / "corpus.train.bin", ec) || fs::exists(q / "corpus.train.idx", ec) ||
-         fs::exists(q / "tokenizer.model", ec)))
-      return q.string();
-    if (q == q.parent_path()) break;
-  }
-  return "";
-}
 }  // namespace
 
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
@@ -105,7 +93,7 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
       << option << " " << out << " is a troupe lock file: replacing it would let a second run into the folder it "
       << "guards; pass another path";
   // a prepared data cache (hours of work for a large blend): no output lands inside one (trial 52)
-  if (const std::string cache = cache_around(o); !cache.empty())
+  if (const std::string cache = prepared_cache_around(o.parent_path().string()); !cache.empty())
     TROUPE_USER_FAIL() << option << " " << out << " lies inside the data cache " << cache
                        << " (prepared token files that train reads): writing there would damage it; pass a path "
                           "outside";
@@ -141,6 +129,15 @@ void remove_dead_writers_files(const fs::path& abs) {
                    it->path().c_str(), pid.c_str(), abs.c_str());
   }
 }
+// A file name to suggest inside a folder given where `option` wants a file: the kind of
+// file the option writes (plot --out and the --png options draw PNG pictures).
+std::string example_file_name(const std::string& option) {
+  if (option == "--out" || option.find("png") != std::string::npos) return "out.png";
+  if (option == "--trace" || option == "--logits-out" || option == "--report") return "out.json";
+  if (option == "--dump") return "schedule.csv";
+  if (option == "output") return "model.safetensors";
+  return "out";
+}
 }  // namespace
 
 void check_output_file(const std::string& path, const std::string& option, uint64_t bytes) {
@@ -150,7 +147,7 @@ void check_output_file(const std::string& path, const std::string& option, uint6
   TROUPE_USER_CHECK(path != "-") << option << " - : this option writes a file, not standard output; pass a file path "
                                  << "(./- for a file named '-')";
   TROUPE_USER_CHECK(path.back() != '/') << option << " " << path << " ends with '/', so it names a folder; pass a file "
-                                        << "path, e.g. " << path << "out";
+                                        << "path, e.g. " << path << example_file_name(option);
   check_cwd_exists(path, option);
   std::error_code ec;
   const fs::path abs = fs::absolute(path, ec);
@@ -171,7 +168,7 @@ void check_output_file(const std::string& path, const std::string& option, uint6
                                      "terminals, pipes or devices: pass a file path");
   }
   TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
-                                                << (abs / "out").string();
+                                                << (abs / example_file_name(option)).string();
   // file systems take names of at most 255 bytes, and the temporary file beside the output
   // adds ".tmp-<pid>" to its name
   const size_t name_bytes = abs.filename().string().size();

@@ -28,6 +28,7 @@
 #include "cli/figures.h"
 #include "core/error.h"
 #include "core/read_file.h"
+#include "datasets/cache_folder.h"
 #include "core/paths.h"
 #include "core/peak.h"
 #include "core/text.h"
@@ -162,14 +163,10 @@ void check_cache_dir_role(const std::string& cache_dir) {
   if (cache_dir.empty()) return;
   std::error_code ec;
   const fs::path cd = resolved_path(cache_dir);
-  for (fs::path q = cd; !q.empty(); q = q.parent_path()) {
-    TROUPE_USER_CHECK(!(fs::exists(q / "meta.json", ec) &&
-                        (fs::exists(q / "corpus.train.bin", ec) || fs::exists(q / "tokenizer.model", ec))))
-        << "data.cache_dir = '" << cache_dir << "' " << (q == cd ? "is" : "lies inside") << " the prepared data cache "
-        << q.string() << ": set data.cache_dir to the folder that holds such caches (e.g. " << q.parent_path().string()
-        << ")";
-    if (q == q.parent_path()) break;
-  }
+  const std::string q = prepared_cache_around(cd.string());
+  TROUPE_USER_CHECK(q.empty()) << "data.cache_dir = '" << cache_dir << "' " << (fs::path(q) == cd ? "is" : "lies inside")
+                               << " the prepared data cache " << q << ": set data.cache_dir to the folder that holds "
+                               << "such caches (e.g. " << fs::path(q).parent_path().string() << ")";
   TROUPE_USER_CHECK(!(fs::exists(cd / "config.toml", ec) && fs::exists(cd / "metrics.jsonl", ec)))
       << "data.cache_dir = '" << cache_dir << "' is the run directory of a troupe run (it holds config.toml and "
       << "metrics.jsonl): choose a folder for data caches alone (e.g. data/cache)";
@@ -178,23 +175,20 @@ void check_cache_dir_role(const std::string& cache_dir) {
       << "snapshots; choose a folder for data caches alone (e.g. data/cache)";
 }
 
-// A prepared data cache (meta.json beside corpus.train.bin or tokenizer.model) at most two
+// A prepared data cache (is_prepared_cache, datasets/cache_folder.h) at most two
 // levels inside `run_dir` (run_dir/<hash>-v<V>, run_dir/cache/<hash>-v<V>): a run's records
 // there would make the caches' folder a run directory, which data.cache_dir then refuses
 // (trial 54). Throws UserError.
 void check_run_dir_holds_no_cache(const std::string& run_dir) {
   if (run_dir.empty()) return;
   std::error_code ec;
-  auto is_cache = [&](const fs::path& q) {
-    return fs::exists(q / "meta.json", ec) && (fs::exists(q / "corpus.train.bin", ec) || fs::exists(q / "tokenizer.model", ec));
-  };
   for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code fe;
     if (!it->is_directory(fe) || it->is_symlink(fe)) continue;
-    std::string found = is_cache(it->path()) ? it->path().string() : "";
+    std::string found = is_prepared_cache(it->path().string()) ? it->path().string() : "";
     for (fs::directory_iterator jt(it->path(), fe); found.empty() && !fe && jt != end; jt.increment(fe)) {
       std::error_code ge;
-      if (jt->is_directory(ge) && !jt->is_symlink(ge) && is_cache(jt->path())) found = jt->path().string();
+      if (jt->is_directory(ge) && !jt->is_symlink(ge) && is_prepared_cache(jt->path().string())) found = jt->path().string();
     }
     TROUPE_USER_CHECK(found.empty()) << "--run-dir " << run_dir << " holds the prepared data cache " << found
                                      << ": a run's records do not belong among data caches; pass a new folder (e.g. "

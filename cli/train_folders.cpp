@@ -114,9 +114,30 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
     if (const long pid = existing.empty() ? 0 : folder_holder(ckpt_dir); pid != 0)  // a live run, not an earlier one
       throw UserError(in_use_by("checkpoint directory " + ckpt_dir, "run", pid) +
                       "; wait for it to end (then continue it with --resume latest), or choose another checkpoint.dir");
-    TROUPE_USER_CHECK(existing.empty())
-        << "checkpoint directory " << ckpt_dir << " already holds snapshots of an earlier run (newest: step "
-        << existing.back().first << "); continue it with --resume latest, or choose another --run-dir or checkpoint.dir";
+    if (!existing.empty()) {
+      // the advice must work: --resume latest continues only from a complete snapshot (its files
+      // there, with the sizes its manifest records: metadata only, no file is read)
+      int64_t usable = -1;
+      std::string damage;
+      for (auto it = existing.rbegin(); it != existing.rend() && usable < 0; ++it) try {
+          check_snapshot_files(it->second, /*read_checksums=*/false);
+          usable = it->first;
+        } catch (const UserError& e) {
+          if (damage.empty()) damage = e.what();
+        }
+      if (usable == existing.back().first)
+        throw UserError(fmt::format("checkpoint directory {} already holds snapshots of an earlier run (newest: step "
+                                    "{}); continue it with --resume latest, or choose another --run-dir or "
+                                    "checkpoint.dir", ckpt_dir, usable));
+      if (usable >= 1)
+        throw UserError(fmt::format("checkpoint directory {} already holds snapshots of an earlier run (newest complete: "
+                                    "step {}; the newer step {} is damaged); continue it with --resume latest (it "
+                                    "starts from step {}), or choose another --run-dir or checkpoint.dir",
+                                    ckpt_dir, usable, existing.back().first, usable));
+      throw UserError(fmt::format("checkpoint directory {} already holds snapshots of an earlier run, none of them "
+                                  "complete (newest: step {}: {}); move them out of {}, or choose another --run-dir or "
+                                  "checkpoint.dir", ckpt_dir, existing.back().first, damage, ckpt_dir));
+    }
   }
   return state;
 }

@@ -94,6 +94,24 @@ std::pair<std::string, std::string> lock_holder(int fd) {
 
 }  // namespace
 
+bool is_prepared_cache(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  if (!fs::exists(d / cache_files::kMeta, ec)) return false;
+  for (const std::string& f : {std::string(cache_files::kTokenizer), std::string("corpus") + cache_files::kTrainBin,
+                              std::string("corpus") + cache_files::kTrainIdx})
+    if (fs::exists(d / f, ec)) return true;
+  return false;
+}
+
+std::string prepared_cache_around(const std::string& path) {
+  for (fs::path q(path); !q.empty(); q = q.parent_path()) {
+    if (is_prepared_cache(q.string())) return q.string();
+    if (q == q.parent_path()) break;
+  }
+  return "";
+}
+
 std::string link_in_cache(const std::string& path) {
   std::error_code ec;
   const std::string target = fs::read_symlink(path, ec).string();

@@ -34,6 +34,16 @@ inline constexpr const char* kScratch = ".scratch";  // pass 1's cleaned text, g
 inline constexpr const char* kSourceSuffixes[] = {kTrainBin, kValBin, kTrainIdx, kValIdx, kScratch};
 }  // namespace cache_files
 
+// Whether `dir` is a prepared data cache folder: meta.json beside tokenizer.model or the token
+// files corpus.train.bin/.idx (what prepare writes, datasets/prepare.h). Never throws (an
+// unreadable folder is none).
+bool is_prepared_cache(const std::string& dir);
+
+// The prepared data cache that `path` is or lies inside (the nearest folder, `path` included,
+// for which is_prepared_cache holds), "" when none. `path` should be absolute (resolved_path).
+// Never throws.
+std::string prepared_cache_around(const std::string& path);
+
 // The refusal of a symbolic link at `path`, a file troupe writes in a data cache folder (its
 // .lock, a scratch file): "'PATH' is a symbolic link (to 'T'): ... remove it (rm 'PATH') and
 // run again (data.cache_dir)". Writing through it would change the file it points to.

@@ -17,8 +17,10 @@ namespace troupe {
 namespace {
 
 void check_common(const char* name, int P, int M, int V, const ScheduleNames& names = {}) {
-  TROUPE_USER_CHECK(P >= 1) << "schedule " << name << ": the number of stages must be >= 1 (got " << P << ")";
-  TROUPE_USER_CHECK(M >= 1) << "schedule " << name << ": the number of microbatches must be >= 1 (got " << M << ")";
+  TROUPE_USER_CHECK(P >= 1) << "schedule " << name << ": the number of stages (" << names.stages
+                            << ") must be >= 1 (got " << P << ")";
+  TROUPE_USER_CHECK(M >= 1) << "schedule " << name << ": the number of microbatches (" << names.microbatches
+                            << ") must be >= 1 (got " << M << ")";
   TROUPE_USER_CHECK(V >= 1) << "schedule " << name << ": " << names.chunks << " must be >= 1 (got " << V << ")";
   check_schedule_size(std::string("schedule ") + name, P, M, V);
 }
@@ -162,6 +164,10 @@ std::string ScheduleNames::set(const std::string& name, const std::string& value
 }
 
 Schedule make_schedule(const std::string& name, int P, int M, int V, const ScheduleNames& n) {
+  // (each parameter named as its reader types it: a config key or simulate's flag)
+  for (const auto& [v, key] : {std::pair<int, const std::string&>{P, n.stages}, {M, n.microbatches}, {V, n.chunks}})
+    TROUPE_USER_CHECK(v >= 1) << "schedule " << printable(name, false) << ": " << key << " must be >= 1 (got " << v << "); set "
+                              << n.set(key, "1") << " or more";
   if (name == "gpipe" || name == "1f1b" || name == "zb-h1") {
     TROUPE_USER_CHECK(V == 1) << "schedule " << name << " runs one chunk per stage; set " << n.set(n.chunks, "1")
                               << " or use " << n.set(n.schedule, "interleaved") << " for " << V << " chunks";
