@@ -121,8 +121,8 @@ int64_t manifest_step(const std::string& dir) {
   }
 }
 
-Promoted promote_finished_snapshots(const std::string& ckpt_dir) {
-  Promoted out;
+std::vector<std::pair<int64_t, std::string>> finished_tmp_snapshots(const std::string& ckpt_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -137,10 +137,18 @@ Promoted promote_finished_snapshots(const std::string& ckpt_dir) {
     const std::string dir = it->path().string();
     std::error_code fe;
     // a link of that name is no writer's folder (never followed); no manifest: unfinished
-    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-        !fs::exists(fs::symlink_status(it->path() / kManifest, fe)))
-      continue;
-    const std::string target = (fs::path(ckpt_dir) / name.substr(0, at)).string();
+    if (::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+        fs::exists(fs::symlink_status(it->path() / kManifest, fe)))
+      out.emplace_back(k, dir);
+  }
+  return out;
+}
+
+Promoted promote_finished_snapshots(const std::string& ckpt_dir) {
+  Promoted out;
+  for (const auto& [k, dir] : finished_tmp_snapshots(ckpt_dir)) {
+    std::error_code fe;
+    const std::string target = dir.substr(0, dir.rfind(".tmp-"));
     try {
       const int64_t step = check_snapshot_files(dir);
       TROUPE_USER_CHECK(step == k) << "its manifest records step " << step << ", not " << k;

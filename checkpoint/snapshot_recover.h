@@ -31,6 +31,11 @@ struct Promoted {
   std::vector<std::pair<std::string, std::string>> left;   // {folder, why it stays: a sentence with the fix}
 };
 
+// The step-<k>.tmp-<pid> folders of ckpt_dir (pid not this process's; folders, not links)
+// that hold a manifest: {k, path}, in listing order. Their files are not checked. Never throws
+// (an unlistable folder has none).
+std::vector<std::pair<int64_t, std::string>> finished_tmp_snapshots(const std::string& ckpt_dir);
+
 // Puts in place each step-<k>.tmp-<pid> folder of ckpt_dir (pid not this process's) that
 // holds a complete snapshot of step k (check_snapshot_files): renamed to step-<k> (without
 // replacing anything: renameat2 RENAME_NOREPLACE), ckpt_dir fsynced. A step-<k> there that

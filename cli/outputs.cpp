@@ -101,8 +101,15 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
   // --resume latest would stop at it as "a file, not a snapshot folder" (trial 53, F2)
   const std::string leaf = o.filename().string();
   const fs::path folder = o.parent_path();
+  auto holds_snapshots = [](const fs::path& f) {  // (a folder that cannot be listed: the write's own check says why)
+    try {
+      return !list_snapshots(f.string()).empty();
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
   TROUPE_USER_CHECK(!((snapshot_name_step(leaf) >= 1 || set_aside_name(leaf)) &&
-                      (folder.filename() == "checkpoints" || !list_snapshots(folder.string()).empty())))
+                      (folder.filename() == "checkpoints" || holds_snapshots(folder))))
       << option << " " << out << " takes a snapshot's name in the folder of snapshots " << folder.string()
       << ": the run that saves there would find it in its way; pass another name or folder";
   // a config (configs/tiny.toml): an output never replaces one (trial 50, M5)
@@ -161,6 +168,11 @@ void check_output_file(const std::string& path, const std::string& option, uint6
       if (ec) break;
       target = next.is_absolute() ? next : target.parent_path() / next;
     }
+    // a chain that never ends (a -> b -> a) is a loop: said as one, naming the link's own target
+    TROUPE_USER_CHECK(!fs::is_symlink(target, ec))
+        << option << " " << path << " is a symbolic link (to " << fs::read_symlink(abs, ec).string()
+        << ") in a loop of links (Too many levels of symbolic links): it leads to no file; remove it (rm " << path
+        << ") or pass another path";
     const bool regular = fs::is_regular_file(target, ec);
     TROUPE_USER_FAIL() << option << " " << path << " is a symbolic link (to " << target.string() << "); "
                        << (regular ? "pass that path, or another file"

@@ -43,6 +43,7 @@ struct RunCurves {
   int64_t runs = 1, first_line = 1;            // fresh runs in the file; where the last (drawn) one starts
   int64_t beyond = 0;                          // values left out: beyond what gnuplot scales (|x| > 1e300, < 1e-300)
   std::string first_beyond;                    // the first, as "loss 1e+308 at step 1"
+  size_t torn_bytes = 0;                       // the last line, unreadable and without its newline (still written?)
 };
 
 // j[key] x scale for gnuplot's data block, "NaN" (a gap) when absent or not a number. A
@@ -86,12 +87,15 @@ RunCurves read_run(const std::string& run_dir) {
   RunCurves rc;
   rc.tokens_per_step = tokens_per_step(run_dir);
   std::vector<std::string> lines;
+  bool torn_end = false;  // the file does not end with a newline: its last line may still be being written
   {
     // (a read that fails, /proc/self/mem's EIO, is named: an istream would read it as empty)
-    std::istringstream in(std::filesystem::exists(run_dir + "/metrics.jsonl")
-                              ? read_file_checked(run_dir + "/metrics.jsonl", "metrics file",
-                                                  "plot a run directory that troupe train wrote")
-                              : std::string());
+    const std::string text = std::filesystem::exists(run_dir + "/metrics.jsonl")
+                                 ? read_file_checked(run_dir + "/metrics.jsonl", "metrics file",
+                                                     "plot a run directory that troupe train wrote")
+                                 : std::string();
+    torn_end = !text.empty() && text.back() != '\n';
+    std::istringstream in(text);
     for (std::string line; std::getline(in, line);) lines.push_back(line);
   }
   double tps = rc.tokens_per_step;  // tokens per step (from the config, else from the records)
@@ -101,7 +105,10 @@ RunCurves read_run(const std::string& run_dir) {
     const std::string& line = lines[line_no - 1];
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() && line_no == lines.size()) break;  // a run still writing its last line
+    if (j.is_discarded() && line_no == lines.size() && torn_end) {  // a run still writing its last line
+      rc.torn_bytes = line.size();
+      break;
+    }
     const bool odd_step = j.is_object() && j.contains("step") && !j["step"].is_number_integer() && !j.contains("summary");
     if (j.is_discarded() || !j.is_object() || odd_step) {  // a line cut short (power lost mid-write): skipped, said below
       if (rc.bad_lines++ == 0) rc.first_bad_line = (int64_t)line_no, rc.first_bad_why = why_unreadable(line);
@@ -217,8 +224,12 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
               << " " << rc.first_bad_why << "; skipped"
               << (rc.bad_lines > 1 ? fmt::format(", with {} more unreadable line(s)", rc.bad_lines - 1) : std::string())
               << std::endl;
-  TROUPE_USER_CHECK(rc.step_records > 0) << run_dir << "/metrics.jsonl holds no step records yet; plot the run once it "
-                                         << "has trained a step";
+  TROUPE_USER_CHECK(rc.step_records > 0)
+      << run_dir << "/metrics.jsonl holds no step records yet"
+      << (rc.torn_bytes > 0 ? fmt::format(" (its last line, {} bytes without a newline, is no JSON record: a write still "
+                                          "going on, or a file troupe did not write)", rc.torn_bytes)
+                            : std::string())
+      << "; plot the run once it has trained a step";
   if (out.empty()) out = run_dir + "/plot.png";
   refuse_overwriting(out, "--out", {run_dir + "/metrics.jsonl", run_dir + "/train.log", run_dir + "/config.toml",
                                     run_dir + "/.lock"},

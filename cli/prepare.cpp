@@ -46,6 +46,7 @@ std::string removed_companion(const std::string& report) {
 
 int cmd_prepare(const Config& c, const std::string& report, const std::string& config_path) {
   refuse_inside_snapshot(c.data.cache_dir, "data.cache_dir");  // a snapshot's retention would delete the cache
+  check_cache_dir_role(c.data.cache_dir);  // (as train does: a cache a run directory holds blocks its resume)
   if (!report.empty()) {  // refuse an unwritable report path, or one on the data, before the work
     std::vector<std::string> inputs = {c.data.corpus, c.data.tokenizer, c.data.cache_dir};
     for (const DataSource& src : c.data.sources) inputs.push_back(src.path);

@@ -155,10 +155,6 @@ void check_thread_limit(const Config& c, const LaunchEnv& launch) {
       << " of troupe's own)); raise it (ulimit -u unlimited) or lower train.threads";
 }
 
-namespace {
-// data.cache_dir must be a folder for caches alone (trial 53, F3): not inside a prepared cache
-// (cache/<hash>-v<V>, whose files train reads), not another run's directory, not a folder of
-// snapshots (each run's retention and the cache's cleanup would meet). Throws UserError.
 void check_cache_dir_role(const std::string& cache_dir) {
   if (cache_dir.empty()) return;
   std::error_code ec;
@@ -175,13 +171,14 @@ void check_cache_dir_role(const std::string& cache_dir) {
       << "snapshots; choose a folder for data caches alone (e.g. data/cache)";
 }
 
-// A prepared data cache (is_prepared_cache, datasets/cache_folder.h) at most two
-// levels inside `run_dir` (run_dir/<hash>-v<V>, run_dir/cache/<hash>-v<V>): a run's records
-// there would make the caches' folder a run directory, which data.cache_dir then refuses
-// (trial 54). Throws UserError.
 void check_run_dir_holds_no_cache(const std::string& run_dir) {
   if (run_dir.empty()) return;
   std::error_code ec;
+  // the run directory is a cache, or lies inside one: its records would land among the token files
+  if (const std::string q = prepared_cache_around(resolved_path(run_dir).string()); !q.empty())
+    throw UserError("--run-dir " + run_dir + (fs::path(q) == resolved_path(run_dir) ? " is" : " lies inside") +
+                    " the prepared data cache " + q + ": a run's records do not belong among data caches; pass a new "
+                    "folder (e.g. runs/<name>)");
   for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code fe;
     if (!it->is_directory(fe) || it->is_symlink(fe)) continue;
@@ -190,13 +187,13 @@ void check_run_dir_holds_no_cache(const std::string& run_dir) {
       std::error_code ge;
       if (jt->is_directory(ge) && !jt->is_symlink(ge) && is_prepared_cache(jt->path().string())) found = jt->path().string();
     }
-    TROUPE_USER_CHECK(found.empty()) << "--run-dir " << run_dir << " holds the prepared data cache " << found
-                                     << ": a run's records do not belong among data caches; pass a new folder (e.g. "
-                                        "runs/<name>)";
+    TROUPE_USER_CHECK(found.empty())
+        << "--run-dir " << run_dir << " holds the prepared data cache " << found
+        << ": a run's records do not belong among data caches; pass a new folder (e.g. runs/<name>), or, to "
+        << "continue a run there, move the cache out (mv " << found << " data/cache/, then point data.cache_dir at "
+        << "data/cache)";
   }
 }
-}  // namespace
-
 // An explicit checkpoint.dir: created and probed with a file (root passes access() on
 // /proc), so an unwritable one is refused (UserError) before the run starts.
 void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,
@@ -206,7 +203,6 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
   for (const DataSource& src : c.data.sources) inputs.push_back(src.path);
   const auto what = [&](const std::string& in) { return in == config_path ? "config file " : "input "; };
   check_cache_dir_role(c.data.cache_dir);
-  check_run_dir_holds_no_cache(run_dir);
   // a run directory among the run's data: its records, lock and snapshots land beside the data
   // (a tracked folder of a repository, say) and a later cleanup of the run would reach it
   const fs::path rd = resolved_path(run_dir);

@@ -31,6 +31,16 @@ void check_checkpoint_dir(const std::string& ckpt_dir);
 // Throws UserError naming the folder and what to pass instead.
 void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,
                         const std::string& config_path);
+// data.cache_dir must be a folder for caches alone (trial 53, F3; prepare too, trial 55): not
+// inside a prepared cache (cache/<hash>-v<V>, whose files train reads), not another run's
+// directory (config.toml beside metrics.jsonl), not a folder of snapshots (each run's retention
+// and the cache's cleanup would meet). "" passes. Throws UserError naming a folder to use.
+void check_cache_dir_role(const std::string& cache_dir);
+// A run directory that is, lies inside, or holds at most two levels down a prepared data
+// cache (datasets/cache_folder.h is_prepared_cache): a run's records there would make the
+// caches' folder a run directory, which data.cache_dir then refuses (trials 54, 55). ""
+// passes. Throws UserError (pass a new folder, or move the cache out to continue a run).
+void check_run_dir_holds_no_cache(const std::string& run_dir);
 // train.device = "cuda": refused, naming why — no usable GPU (the CUDA runtime's answer, or
 // a build without CUDA), or, with a GPU, that the stage and shard workers do not run on
 // GPUs yet (issue 16). "cpu": nothing to check.

@@ -3,9 +3,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/disk.h"
@@ -16,6 +18,7 @@
 #include "cli/train_checks.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/job_error.h"
 #include "core/paths.h"
 #include "core/tensorboard.h"
 
@@ -71,6 +74,27 @@ void promote_killed_writers_snapshots(const std::string& ckpt_dir) {
   for (const auto& [dir, why] : p.left) spdlog::warn("left {} alone: {}", dir, why);
 }
 
+// A follower's --resume latest waits (at most 10 s) while the folder holds a killed writer's
+// finished snapshot newer than its newest step-<k>, which process 0 is putting in place
+// (promote_killed_writers_snapshots): else it would start from an older one than process 0,
+// and the join would refuse the start. One process 0 leaves (damaged, or its name taken)
+// ends the wait at its deadline.
+void wait_for_promotion(const std::string& ckpt_dir) {
+  const double deadline = unix_seconds() + 10;
+  for (;;) {
+    int64_t newest = 0;
+    try {
+      if (const auto snaps = list_snapshots(ckpt_dir); !snaps.empty()) newest = snaps.back().first;
+    } catch (const UserError&) {
+      return;  // (load_latest says why the folder cannot be listed)
+    }
+    bool newer = false;
+    for (const auto& [k, dir] : finished_tmp_snapshots(ckpt_dir)) newer = newer || k > newest;
+    if (!newer || unix_seconds() > deadline || noted_stop_signal() != 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 // The snapshot to continue from (--resume DIR or latest; a restart's newest), or null for a
 // fresh run, whose checkpoint directory must then hold no snapshots. Throws UserError.
 std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string& resume, const std::string& ckpt_dir,
@@ -78,6 +102,7 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
   std::shared_ptr<TrainState> state;
   const double load_t0 = unix_seconds();
   if (!follower) promote_killed_writers_snapshots(ckpt_dir);
+  else if (resume == "latest") wait_for_promotion(ckpt_dir);
   if (!resume.empty()) {
     std::vector<std::string> skipped;
     if (resume == "latest") {
@@ -176,13 +201,17 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
   p.run_dir = !run_dir_opt.empty() ? run_dir_opt
               : follower           ? (known_default ? default_run_dir() : std::string())
                                    : default_run_dir();
-  if (!follower) naming_option("--run-dir", [&] {
+  if (!follower) {
+    // what the folder is comes first: the writability probe below creates a file in it (trial 55)
+    refuse_inside_snapshot(p.run_dir, "--run-dir");
+    // a data cache folder is emptied by a later preparation of it (an interrupted or outdated one)
+    refuse_overwriting(p.run_dir, "--run-dir", {}, {c.data.cache_dir});
+    check_run_dir_holds_no_cache(p.run_dir);
+    naming_option("--run-dir", [&] {
       check_run_dir(p.run_dir);
       check_record_files(p.run_dir);
     });
-  if (!follower) refuse_inside_snapshot(p.run_dir, "--run-dir");
-  // a data cache folder is emptied by a later preparation of it (an interrupted or outdated one)
-  if (!follower) refuse_overwriting(p.run_dir, "--run-dir", {}, {c.data.cache_dir});
+  }
   refuse_inside_snapshot(c.data.cache_dir, "data.cache_dir");  // a snapshot's retention would delete the cache
   // (a follower knows the default checkpoint directory only from an explicit --run-dir)
   p.ckpt_dir = !c.checkpoint.dir.empty() ? c.checkpoint.dir

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
+#include <string>
 
 namespace troupe {
 
@@ -22,6 +24,29 @@ namespace {
 // is an event. TROUPE_EVENT_LOG left pointing at another file (a config, a log) would
 // otherwise get JSON appended to it; such a path is ignored, with one warning.
 bool event_log_usable(const char* path) {
+  // a run's own records (metrics.jsonl, train.log, config.toml, .lock), or a file inside a
+  // snapshot (a folder holding manifest.capnp) or a prepared data cache (meta.json beside
+  // tokenizer.model: datasets/cache_folder.h is_prepared_cache): events
+  // would be mixed into them, or change what a snapshot's or a cache's checks read (trial 55)
+  const std::filesystem::path p = std::filesystem::absolute(path);
+  std::string inside;
+  for (const char* record : {"metrics.jsonl", "train.log", "config.toml", ".lock"})
+    if (p.filename() == record) inside = "a run's own record";
+  std::error_code ec;
+  for (std::filesystem::path q = p.parent_path(); inside.empty() && !q.empty(); q = q.parent_path()) {
+    if (std::filesystem::exists(q / "manifest.capnp", ec)) inside = "inside the snapshot " + q.string();
+    if (std::filesystem::exists(q / "meta.json", ec) &&
+        (std::filesystem::exists(q / "tokenizer.model", ec) || std::filesystem::exists(q / "corpus.train.bin", ec)))
+      inside = "inside the data cache " + q.string();
+    if (q == q.parent_path()) break;
+  }
+  if (!inside.empty()) {
+    std::fprintf(stderr,
+                 "warning: TROUPE_EVENT_LOG=%s is %s; no events are written (point TROUPE_EVENT_LOG at a new file "
+                 "outside runs' folders)\n",
+                 path, inside.c_str());
+    return false;
+  }
   struct stat st {};
   if (::stat(path, &st) != 0) return true;  // (not there yet: created on the first event)
   if (!S_ISREG(st.st_mode)) {                // a folder, /dev/full, a FIFO: ignored, said once

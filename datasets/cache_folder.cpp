@@ -153,10 +153,11 @@ CacheLock::CacheLock(const std::string& dir, const DataLogFn& log, double timeou
     const int err = errno;
     TROUPE_USER_CHECK(fd_ >= 0 || err != ELOOP) << link_in_cache(path_);
     // (make_cache_folder made the folder: only another process removes it)
-    TROUPE_USER_CHECK(fd_ >= 0 || err != ENOENT)
-        << "the data cache folder " << dir << " was removed while this process waited to prepare it: the process "
-        << "preparing it ended without finishing it (its own output says why: a refusal, a failure or a stop); run "
-        << "the command again to prepare it, after fixing what that process reported";
+    if (fd_ < 0 && err == ENOENT)
+      throw CacheFolderRemoved("the data cache folder " + dir + " was removed while this process waited to prepare "
+                               "it: the process preparing it ended without finishing it (its own output says why: a "
+                               "refusal, a failure or a stop); run the command again to prepare it, after fixing what "
+                               "that process reported");
     TROUPE_USER_CHECK(fd_ >= 0) << "cannot create '" << path_ << "': " << std::strerror(err) << "; "
                                 << path_error_fix(err) << " (data.cache_dir)";
     bool locked = false;

@@ -13,6 +13,7 @@
 #pragma once
 #include <string>
 
+#include "core/error.h"
 #include "datasets/corpus.h"
 
 namespace troupe {
@@ -54,10 +55,17 @@ std::string link_in_cache(const std::string& path);
 // data.cache_dir when `dir` cannot be made.
 std::string make_cache_folder(const std::string& dir);
 
+// What CacheLock throws when `dir` was removed while this process waited for its lock: the
+// process preparing it ended without finishing it (stopped, refused or failed).
+class CacheFolderRemoved : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // Holds an exclusive flock on <dir>/.lock for its lifetime, and removes the file as it lets
 // go (no litter). A waiter that then holds a lock on the removed file opens the new one. A
 // folder removed while this process waited (the preparation it waited for was stopped) is a
-// UserError that says so.
+// CacheFolderRemoved that says so.
 class CacheLock {
  public:
   // Waits at most timeout_s seconds for another holder (UserError after it, naming the

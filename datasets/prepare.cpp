@@ -483,12 +483,22 @@ PreparedData prepare_data(const DataConfig& cfg, int vocab_size, const DataLogFn
     throw;
   }
   std::optional<CacheLock> lock;
-  try {
-    lock.emplace(p.dir, log, cfg.lock_timeout_s);
-  } catch (...) {  // (the folder was removed while this process waited: the one it waited for was stopped)
-    remove_made_if_empty(p.dir, made_here);
-    throw;
-  }
+  for (int attempt = 1;; ++attempt) try {
+      lock.emplace(p.dir, log, cfg.lock_timeout_s);
+      break;
+    } catch (const CacheFolderRemoved&) {
+      // the process it waited for ended without finishing (stopped, say): this one prepares the
+      // folder instead, made again (trial 55); a third removal in a row is said
+      if (attempt >= 3 || noted_stop_signal() != 0) {
+        remove_made_if_empty(p.dir, made_here);
+        throw;
+      }
+      say("data: the process preparing " + p.dir + " ended without finishing it; this process prepares it");
+      make_cache_folder(p.dir);  // (the folders it makes are in .made, which a stopped build removes)
+    } catch (...) {
+      remove_made_if_empty(p.dir, made_here);
+      throw;
+    }
   phase = kReading;
   if (fs::exists(p.dir + "/" + cache_files::kMeta)) {
     const std::string problem = check_committed(p, key, vocab_size);

@@ -32,6 +32,10 @@ Costs parse_costs(const std::string& spec) {
     auto eq = item.find('=');
     TROUPE_USER_CHECK(eq != std::string::npos) << "--cost item '" << item << "' must look like f=1 (keys f, b, w, p2p)";
     std::string k = item.substr(0, eq);
+    // the key first: its value's message names it (trial 55: ",,,=" said "--cost  = ''")
+    TROUPE_USER_CHECK(!k.empty()) << "--cost item '" << item << "' has no key before '='; use f, b, w, p2p (e.g. f=1,b=2)";
+    TROUPE_USER_CHECK(k == "f" || k == "b" || k == "w" || k == "p2p")
+        << "--cost key '" << k << "' is unknown; use f, b, w, p2p";
     TROUPE_USER_CHECK(seen.insert(k).second) << "--cost " << k << " is given twice; give each of f, b, w, p2p once";
     // strtod, not stod: stod throws out_of_range for a tiny value (1e-320) that is a number;
     // an overflow (1e999) comes back infinite and meets the range check below
@@ -46,8 +50,7 @@ Costs parse_costs(const std::string& spec) {
     if (k == "f") c.f = v;
     else if (k == "b") c.b = v;
     else if (k == "w") c.w = v, w_set = true;
-    else if (k == "p2p") c.p2p = v;
-    else throw UserError("--cost key '" + k + "' is unknown; use f, b, w, p2p");
+    else c.p2p = v;
   }
   if (!w_set) c.w = c.b / 2;
   TROUPE_USER_CHECK(c.w <= c.b) << "--cost w = " << c.w << " is part of b = " << c.b << " and cannot exceed it";

@@ -16,7 +16,21 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace troupe::test {
+
+// The message of the UserError that f() throws, "" when it throws none (any other exception
+// passes through).
+template <class F>
+std::string user_error_of(F&& f) {
+  try {
+    f();
+  } catch (const troupe::UserError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // The troupe binary: $TROUPE_BIN (ctest sets it), else build/troupe in the source tree.
 inline std::string troupe_bin() {

@@ -21,12 +21,7 @@ const char* const kGroup = "hostile-trial50";
 
 
 std::string refusal(const std::string& list) {
-  try {
-    troupe::parse_special_tokens(list);
-  } catch (const troupe::UserError& e) {
-    return e.what();
-  }
-  return "";
+  return user_error_of([&] { troupe::parse_special_tokens(list); });
 }
 }  // namespace
 

@@ -27,12 +27,7 @@ const std::string kKeep = " --set checkpoint.keep_last=9";
 
 
 std::string refusal(const std::string& list) {
-  try {
-    troupe::parse_special_tokens(list);
-  } catch (const troupe::UserError& e) {
-    return e.what();
-  }
-  return "";
+  return user_error_of([&] { troupe::parse_special_tokens(list); });
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
