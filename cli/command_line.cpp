@@ -140,7 +140,7 @@ std::string parse_error_sentence(CLI::App& app, const CLI::ParseError& e) {
 
 // Every command and the values CLI11 fills in. Not movable: the options point into it.
 struct CommandLine {
-  CLI::App app{"troupe: GPT training with pipeline-stage actors"};
+  CLI::App app{"troupe: GPT training with pipeline-stage actors", "troupe"};
   std::string config_path, run_dir, resume, report, tensorboard;
   std::vector<std::string> sets;
   SimulateOptions so;
@@ -251,7 +251,7 @@ int print_help(CommandLine& cl, int argc, char** argv) {
   }
   for (CLI::App* a : cl.app.get_subcommands({}))
     if (a->get_name() == sub) {
-      std::cout << a->help();
+      std::cout << a->help("troupe");
       return 0;
     }
   print_error("troupe help " + sub + ": no such command; troupe help lists them");

@@ -70,8 +70,10 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
   const fs::path o = resolved_path(out);
   for (const std::string& f : files)
     if (!f.empty() && resolved_path(f) == o)
-      TROUPE_USER_FAIL() << option << " " << out << " is " << f
-                         << ", which this command reads or writes: writing it would destroy it; pass another path";
+      TROUPE_USER_FAIL() << option << " " << out << " is "
+                         << (f == out ? std::string("a file this command reads or writes")
+                                      : f + ", which this command reads or writes")
+                         << ": writing it would destroy it; pass another path";
   for (const std::string& d : dirs) {
     if (d.empty()) continue;
     const std::string root = resolved_path(d).string();

@@ -199,6 +199,8 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   // a folder this user may not enter (or one on the way) is not "not a run directory"
   if (const std::string why = missing_reason(run_dir + "/metrics.jsonl"); why.rfind("cannot be reached", 0) == 0)
     TROUPE_USER_FAIL() << "'" << run_dir << "/metrics.jsonl' " << why << " pass the --run-dir of a troupe train run";
+  TROUPE_USER_CHECK(fs::exists(fs::symlink_status(run_dir, ec)))
+      << "'" << run_dir << "' does not exist; pass the --run-dir of a troupe train run, e.g. runs/<timestamp>";
   TROUPE_USER_CHECK(fs::is_directory(run_dir, ec) && fs::exists(run_dir + "/metrics.jsonl", ec))
       << "'" << run_dir << "' is not a troupe run directory (it has no metrics.jsonl); pass the --run-dir of a "
       << "troupe train run, e.g. runs/<timestamp>";

@@ -62,8 +62,14 @@ int cmd_prepare(const Config& c, const std::string& report, const std::string& c
   std::fputs(report_table(d).c_str(), stdout);
   std::fflush(stdout);
   if (!report.empty()) {
-    write_file_atomic(report, read_file_bytes(d.report_path, "report"));
     const std::string removed = removed_companion(report);  // (again: it may have appeared meanwhile)
+    // the copy names the removed documents' copy beside it, not the cache's file (fresh-user check 3)
+    std::string text = read_file_bytes(d.report_path, "report");
+    if (nlohmann::json j = nlohmann::json::parse(text, nullptr, false); j.is_object() && j.contains("removed_samples")) {
+      j["removed_samples"] = removed;
+      text = j.dump(2) + "\n";
+    }
+    write_file_atomic(report, text);
     write_file_atomic(removed, read_file_bytes(d.removed_path, "removed samples"));
     spdlog::info("report: {} (removed documents sampled in {})", report, removed);
   }

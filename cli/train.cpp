@@ -52,6 +52,7 @@
 #include "stages/simulator.h"
 #include "stages/stage.h"
 #include <algorithm>
+#include <vector>
 #include <cstring>
 #include <iterator>
 #include "cli/common.h"
@@ -273,6 +274,34 @@ TrainData load_data(const Config& c, const TrainState* state) {
 // misspelling), a TROUPE_FAULT_* name that is no switch, or a switch's value it cannot mean,
 // is refused (UserError). Called before anything is written (trial 53, F1: the run directory
 // had its config.toml and train.log by then).
+// The names of `known` nearest to `name` (Levenshtein distance at most 3, the nearest first,
+// at most 3 of them), joined by " or "; when none is that near, the launcher's variables.
+template <size_t N>
+std::string near_names(const std::string& name, const char* const (&known)[N]) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::vector<std::pair<size_t, std::string>> near;
+  for (const char* k : known)
+    if (const size_t d = distance(name.substr(0, 80), k); d <= 3) near.emplace_back(d, k);
+  std::stable_sort(near.begin(), near.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  if (near.empty()) return "TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_COORDINATOR, TROUPE_JOB_SECRET...";
+  std::string out;
+  for (size_t i = 0; i < near.size() && i < 3; ++i) out += (i ? " or " : "") + near[i].second;
+  return out;
+}
+
 void check_environment_switches(const Config& c, const LaunchEnv& launch) {
   for (char** e = environ; e && *e; ++e) {  // a misspelled switch would inject nothing, silently
     const std::string var(*e, std::strcspn(*e, "="));
@@ -291,9 +320,9 @@ void check_environment_switches(const Config& c, const LaunchEnv& launch) {
                                          "TROUPE_GNUPLOT_TIMEOUT_S"};  // (train --trace-png draws with gnuplot)
     if (var.rfind("TROUPE_", 0) == 0 && var.rfind("TROUPE_FAULT_", 0) != 0 &&
         std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return var == k; }) == std::end(kKnown))
-      std::fprintf(stderr, "warning: environment variable %s is not one troupe reads (a misspelling of TROUPE_RANK, "
-                           "TROUPE_WORLD_SIZE, TROUPE_COORDINATOR, TROUPE_JOB_SECRET...?); it is ignored\n",
-                   printable(var, false, 80).c_str());
+      std::fprintf(stderr, "warning: environment variable %s is not one troupe reads (a misspelling of %s?); it is "
+                           "ignored\n",
+                   printable(var, false, 80).c_str(), near_names(var, kKnown).c_str());
     if (var.rfind("TROUPE_FAULT_", 0) != 0) continue;
     TROUPE_USER_CHECK(std::find_if(std::begin(kSwitches), std::end(kSwitches),
                                    [&](const char* k) { return var == k; }) != std::end(kSwitches))

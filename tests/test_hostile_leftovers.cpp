@@ -95,3 +95,27 @@ TEST_CASE("a prepared data cache is one test for outputs, run directories and da
   CHECK_FALSE(fs::exists(s.path("r")));
   CHECK_FALSE(fs::exists(s.path("c/config.toml")));
 }
+
+TEST_CASE("fresh-user check 3: the words of a misspelled variable, a missing run, help and the report's copy",
+          "[cli][hostile]") {
+  Scratch s(kGroup, "fresh3");
+  const Run r = run_troupe(tiny_train(s, "r", 1), s, 120, "env TROUPE_GEM=blis");
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.find("a misspelling of TROUPE_GEMM") != std::string::npos);
+  expect_user_error(run_troupe("plot '" + s.path("nope") + "'", s), {"does not exist"});
+  CHECK(run_troupe("help train", s).rc == 0);
+  CHECK(slurp(s.path("stdout.txt")).find("Usage: troupe train [OPTIONS]") != std::string::npos);
+  CHECK(run_troupe("help", s).rc == 0);
+  CHECK(slurp(s.path("stdout.txt")).find("Usage: troupe [OPTIONS]") != std::string::npos);
+  // prepare --report's copy names the removed documents' copy beside it
+  REQUIRE(run_troupe("prepare --config configs/tiny.toml --set data.cache_dir='" + s.path("cache") + "' --report '" +
+                         s.path("rep.json") + "'",
+                     s)
+              .rc == 0);
+  CHECK(slurp(s.path("rep.json")).find("\"removed_samples\": \"" + s.path("rep.removed.jsonl") + "\"") !=
+        std::string::npos);
+  // a path given in the same words as the config's is not quoted twice
+  expect_user_error(run_troupe("simulate --quiet --trace tests/data/tiny_corpus.txt --config configs/tiny.toml", s),
+                    {"--trace tests/data/tiny_corpus.txt is a file this command reads or writes"});
+}

@@ -133,7 +133,7 @@ TEST_CASE("checkpoints as a file, and simulate's outputs over a config or its co
   r = run_troupe("simulate --config '" + s.path("c2.toml") + "' --trace '" + corpus + "'", s);
   INFO(r.err);
   CHECK(r.rc == 2);
-  CHECK(has(r.err, "--trace " + corpus + " is " + corpus + ", which this command reads or writes"));
+  CHECK(has(r.err, "--trace " + corpus + " is a file this command reads or writes"));
   std::ifstream back(corpus);
   std::string now((std::istreambuf_iterator<char>(back)), std::istreambuf_iterator<char>());
   CHECK(now == "hello world\n");
