@@ -201,9 +201,16 @@ void check_run_dir(const std::string& dir, const std::string& what, const std::s
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
   // a link to nothing: "exists" is false, yet creating the folder fails (File exists)
-  if (fs::is_symlink(p, ec) && !fs::exists(p, ec))
+  if (fs::is_symlink(p, ec) && !fs::exists(p, ec)) {
+    // a loop of links (a -> b -> a): no folder can be made where it points, only the link removed
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0 && errno == ELOOP)
+      TROUPE_USER_FAIL() << what << " '" << dir << "' is a symbolic link (to " << fs::read_symlink(p, ec).string()
+                         << ") in a loop of links (Too many levels of symbolic links); remove it (rm " << dir
+                         << "), or pass " << flag << " with another folder";
     TROUPE_USER_FAIL() << what << " '" << dir << "' " << missing_reason(dir) << " create the folder it points to ("
                        << fs::read_symlink(p, ec).string() << "), or pass " << flag << " with another folder";
+  }
   if (fs::exists(p, ec)) {
     TROUPE_USER_CHECK(fs::is_directory(p, ec)) << what << " '" << dir
                                                << "' exists and is not a directory; pass " << flag << " with a folder";
@@ -349,7 +356,11 @@ void check_record_files(const std::string& dir) {
   const fs::path canon = resolved_path(dir);
   const bool a_runs_checkpoints = canon.filename() == "checkpoints" && fs::exists(canon.parent_path() / "config.toml", ec);
   if (a_runs_checkpoints || !fs::exists(fs::path(dir) / "config.toml", ec)) {
-    const auto snaps = list_snapshots(dir);
+    std::vector<std::pair<int64_t, std::string>> snaps;
+    try {
+      snaps = list_snapshots(dir);
+    } catch (const UserError&) {  // a folder that cannot be listed: check_run_dir says why
+    }
     TROUPE_USER_CHECK(snaps.empty())
         << "--run-dir " << dir << " holds snapshots (" << fs::path(snaps.empty() ? "" : snaps.back().second).filename().string()
         << "): it is a folder of snapshots, not a run directory; to continue that run pass its run directory with "

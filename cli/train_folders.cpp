@@ -208,8 +208,8 @@ RunPaths resolve_run_paths(const Config& c, const std::string& run_dir_opt, cons
     refuse_overwriting(p.run_dir, "--run-dir", {}, {c.data.cache_dir});
     check_run_dir_holds_no_cache(p.run_dir);
     naming_option("--run-dir", [&] {
+      check_record_files(p.run_dir);  // (a folder of snapshots is refused before the probe writes in it)
       check_run_dir(p.run_dir);
-      check_record_files(p.run_dir);
     });
   }
   refuse_inside_snapshot(c.data.cache_dir, "data.cache_dir");  // a snapshot's retention would delete the cache

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cctype>
@@ -41,8 +42,17 @@ Costs parse_costs(const std::string& spec) {
     // an overflow (1e999) comes back infinite and meets the range check below
     const std::string text = item.substr(eq + 1);
     char* end = nullptr;
+    // decimal only, as every number troupe reads (strtod also takes 0x10 and inf)
+    TROUPE_USER_CHECK(text.find_first_of("xXpP") == std::string::npos)
+        << "--cost " << k << " = '" << text << "': 0x numbers are not taken here; write the cost in decimal (e.g. "
+        << k << "=1.5)";
+    errno = 0;
     const double v = text.empty() || std::isspace((unsigned char)text[0]) ? NAN : std::strtod(text.c_str(), &end);
     TROUPE_USER_CHECK(end == text.c_str() + text.size()) << "--cost " << k << " = '" << text << "' is not a number";
+    // an underflow past the subnormals (1e-400) comes back 0 with ERANGE: not the number written
+    TROUPE_USER_CHECK(!(errno == ERANGE && v == 0)) << "--cost " << k << " = " << text
+                                                    << " is too small for a double (it would be 0); write 0, or a "
+                                                       "cost of at least 1e-300";
     // a schedule's makespan adds up to millions of costs: a bound keeps every sum finite
     TROUPE_USER_CHECK(v >= 0 && std::isfinite(v) && v <= kMaxCost)
         << "--cost " << k << " = " << item.substr(eq + 1) << " must be a finite number from 0 to " << kMaxCost
