@@ -41,7 +41,7 @@ TEST_CASE("a refused resume changes nothing in the folder of snapshots", "[cli][
   CHECK(r.err.find("create the folder it points to") == std::string::npos);
 }
 
-TEST_CASE("--cost takes decimal numbers only, and none that underflows to 0", "[cli][hostile]") {
+TEST_CASE("simulate takes decimal costs only, and none that underflows to 0", "[cli][hostile]") {
   Scratch s(kGroup, "cost");
   expect_user_error(run_troupe("simulate --quiet --cost f=0x10", s), {"0x numbers are not taken here"});
   expect_user_error(run_troupe("simulate --quiet --cost b=0x1p3", s), {"0x numbers are not taken here"});
