@@ -82,9 +82,9 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
       TrainState st = load_snapshot(it->second, cfg);
-      // nothing left to train: refused before a damaged newer snapshot is moved aside below,
-      // so a refused start changes nothing in the folder (trial 56)
-      // (intact, but the config must change: not taken for a damaged one by the catch below)
+      // nothing left to train: refused before a damaged newer snapshot is moved aside below, so
+      // a refused start changes nothing (trial 56); a SnapshotMismatch (intact, the config must
+      // change), which the catch below does not take for a damaged snapshot
       if (st.step >= cfg.train.steps)
         throw SnapshotMismatch("snapshot " + st.dir + " is at step " + std::to_string(st.step) + " and train.steps = " +
                                std::to_string(cfg.train.steps) + ": nothing left to train; raise train.steps");

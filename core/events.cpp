@@ -28,11 +28,12 @@ bool event_log_usable(const char* path) {
   // snapshot (a folder holding manifest.capnp) or a prepared data cache (meta.json beside
   // tokenizer.model: datasets/cache_folder.h is_prepared_cache): events
   // would be mixed into them, or change what a snapshot's or a cache's checks read (trial 55)
-  const std::filesystem::path p = std::filesystem::absolute(path);
+  std::error_code ec;  // (never throws: a removed working folder leaves the path as given)
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) p = path;
   std::string inside;
   for (const char* record : {"metrics.jsonl", "train.log", "config.toml", ".lock"})
     if (p.filename() == record) inside = "a run's own record";
-  std::error_code ec;
   for (std::filesystem::path q = p.parent_path(); inside.empty() && !q.empty(); q = q.parent_path()) {
     if (std::filesystem::exists(q / "manifest.capnp", ec)) inside = "inside the snapshot " + q.string();
     if (std::filesystem::exists(q / "meta.json", ec) &&
