@@ -176,10 +176,17 @@ void check_output_file(const std::string& path, const std::string& option, uint6
         << ") in a loop of links (Too many levels of symbolic links): it leads to no file; remove it (rm " << path
         << ") or pass another path";
     const bool regular = fs::is_regular_file(target, ec);
+    const bool dangling = !fs::exists(fs::symlink_status(target, ec)) || !fs::exists(target, ec);
+    // an output is written beside its path and renamed over it: that would replace the link,
+    // not write where it points (trial 57, F4: a dangling link was told about devices)
     TROUPE_USER_FAIL() << option << " " << path << " is a symbolic link (to " << target.string() << "); "
-                       << (regular ? "pass that path, or another file"
-                                   : "troupe writes its outputs to files (written beside them, then renamed), not to "
-                                     "terminals, pipes or devices: pass a file path");
+                       << (regular || dangling
+                               ? std::string("troupe writes an output beside its path and renames it over the path, "
+                                             "which would replace the link: pass ") +
+                                     (dangling ? "the link's target (it does not exist yet)" : "that path") +
+                                     ", another file, or remove the link (rm " + path + ")"
+                               : "troupe writes its outputs to files (written beside them, then renamed), not to "
+                                 "terminals, pipes or devices: pass a file path");
   }
   TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
                                                 << (abs / example_file_name(option)).string();

@@ -274,31 +274,14 @@ TrainData load_data(const Config& c, const TrainState* state) {
 // misspelling), a TROUPE_FAULT_* name that is no switch, or a switch's value it cannot mean,
 // is refused (UserError). Called before anything is written (trial 53, F1: the run directory
 // had its config.toml and train.log by then).
-// The names of `known` nearest to `name` (Levenshtein distance at most 3, the nearest first,
-// at most 3 of them), joined by " or "; when none is that near, the launcher's variables.
+// The names of `known` nearest to `name` (nearest_names: distance at most 3, at most 3 of
+// them), joined by " or "; when none is that near, the launcher's variables.
 template <size_t N>
 std::string near_names(const std::string& name, const char* const (&known)[N]) {
-  auto distance = [](const std::string& a, const std::string& b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      size_t diag = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        const size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-        diag = up;
-      }
-    }
-    return row[b.size()];
-  };
-  std::vector<std::pair<size_t, std::string>> near;
-  for (const char* k : known)
-    if (const size_t d = distance(name.substr(0, 80), k); d <= 3) near.emplace_back(d, k);
-  std::stable_sort(near.begin(), near.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  const auto near = nearest_names(name, std::vector<std::string_view>(std::begin(known), std::end(known)));
   if (near.empty()) return "TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_COORDINATOR, TROUPE_JOB_SECRET...";
   std::string out;
-  for (size_t i = 0; i < near.size() && i < 3; ++i) out += (i ? " or " : "") + near[i].second;
+  for (size_t i = 0; i < near.size(); ++i) out += (i ? " or " : "") + near[i];
   return out;
 }
 

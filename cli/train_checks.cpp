@@ -187,11 +187,15 @@ void check_run_dir_holds_no_cache(const std::string& run_dir) {
       std::error_code ge;
       if (jt->is_directory(ge) && !jt->is_symlink(ge) && is_prepared_cache(jt->path().string())) found = jt->path().string();
     }
-    TROUPE_USER_CHECK(found.empty())
-        << "--run-dir " << run_dir << " holds the prepared data cache " << found
-        << ": a run's records do not belong among data caches; pass a new folder (e.g. runs/<name>), or, to "
-        << "continue a run there, move the cache out (mv " << found << " data/cache/, then point data.cache_dir at "
-        << "data/cache)";
+    if (found.empty()) continue;
+    // the cache moves beside the run directory, outside it (trial 57, F2: "mv ./data/cache/x
+    // data/cache/" moved it onto itself when the run directory was ./data)
+    const fs::path run = resolved_path(run_dir);
+    const std::string dest = (run.parent_path() / (run.filename().string() + "-caches")).string();
+    throw UserError("--run-dir " + run_dir + " holds the prepared data cache " + found +
+                    ": a run's records do not belong among data caches; pass a new folder (e.g. runs/<name>), or, to "
+                    "continue a run there, move the cache out of it (mkdir -p " + dest + " && mv " + found + " " +
+                    dest + "/, then point data.cache_dir at " + dest + ")");
   }
 }
 // An explicit checkpoint.dir: created and probed with a file (root passes access() on

@@ -122,8 +122,12 @@ std::string shown_key(const std::string& name) {
     if (k.name.rfind(sec + ".", 0) == 0) known += (known.empty() ? "" : ", ") + k.name;
   if (known.empty())
     for (auto& k : key_table()) known += (known.empty() ? "" : ", ") + k.name;
+  std::vector<std::string_view> all;  // a misspelling is named (train.stepz -> train.steps)
+  for (auto& k : key_table()) all.emplace_back(k.name);
+  std::string near;
+  for (auto& n : nearest_names(name, all, 2, 3)) near += (near.empty() ? "" : " or ") + n;
   throw UserError("unknown config key '" + shown_key(printable(name, false, 300)) + "'" + where +
-                  "; remove it or use one of: " + known);
+                  (near.empty() ? "; remove it or use one of: " : "; did you mean " + near + "? Otherwise remove it or use one of: ") + known);
 }
 
 std::string example(const Ref& r) {
@@ -256,9 +260,12 @@ std::vector<DataSource> parse_sources(const toml::node& node, const std::string&
       const std::string k(key.str());
       const auto it = std::find_if(source_keys().begin(), source_keys().end(), [&](auto& e) { return e.first == k; });
       if (it == source_keys().end()) {
-        std::string known;
-        for (auto& e : source_keys()) known += (known.empty() ? "" : ", ") + e.first;
-        throw UserError("unknown key '" + k + "' in " + where + "; use one of: " + known);
+        std::string known, near;
+        std::vector<std::string_view> names;
+        for (auto& e : source_keys()) known += (known.empty() ? "" : ", ") + e.first, names.emplace_back(e.first);
+        for (auto& n : nearest_names(k, names, 2, 3)) near += (near.empty() ? "" : " or ") + n;
+        throw UserError("unknown key '" + printable(k, false, 300) + "' in " + where +
+                        (near.empty() ? "; use one of: " : "; did you mean " + near + "? Otherwise use one of: ") + known);
       }
       std::visit(
           [&](auto member) {
@@ -375,10 +382,30 @@ Config Config::parse(const std::string& text, const std::string& path) {
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     const std::string why = parser_message(e.description());
-    os << "config file '" << path << "' is not valid TOML at line " << e.source().begin.line << ": " << why
+    size_t line = e.source().begin.line;
+    const bool bad_utf8 = why.find("invalid utf-8") != std::string::npos || why.find("invalid UTF-8") != std::string::npos;
+    if (bad_utf8) {
+      // toml++ names the line before when the bad byte starts its line (trial 57, F1): the
+      // first byte that starts no UTF-8 character is found and its line counted here
+      for (size_t i = 0, l = 1; i < text.size(); ++i) {
+        uint32_t cp = 0;
+        const size_t n = utf8_at(text, i, &cp);
+        const bool c1 = (unsigned char)text[i] == 0xC2 && i + 1 < text.size() &&
+                        (unsigned char)text[i + 1] >= 0x80 && (unsigned char)text[i + 1] <= 0x9F;
+        if (n == 0 && !c1) {
+          line = l;
+          break;
+        }
+        if (text[i] == '\n') ++l;
+        i += (c1 ? 2 : n) - 1;
+      }
+    }
+    os << "config file '" << path << "' is not valid TOML at line " << line << ": " << why
        << (why.find("not representable") != std::string::npos
                ? "; TOML integers are 64-bit (at most 9223372036854775807): write a smaller number"
-               : "; fix the syntax");
+               : bad_utf8 ? "; TOML files are UTF-8: delete that byte, or convert the file (e.g. iconv -f LATIN1 "
+                            "-t UTF-8 " + path + " > new.toml)"
+                          : "; fix the syntax");
     throw UserError(os.str());
   }
   Config c;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 
 namespace troupe {
 namespace {
@@ -175,6 +176,32 @@ bool padded_text(std::string_view s) {
   for (size_t n = 1; n <= 3 && n <= s.size(); ++n)
     if (space_at(s, s.size() - n) == n) return true;
   return false;
+}
+
+std::vector<std::string> nearest_names(std::string_view name, const std::vector<std::string_view>& known,
+                                       size_t max_distance, size_t max_count) {
+  const std::string_view a = name.substr(0, 80);
+  auto distance = [&](std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::vector<std::pair<size_t, std::string_view>> near;
+  for (std::string_view k : known)
+    if (const size_t d = distance(k); d <= max_distance) near.emplace_back(d, k);
+  std::stable_sort(near.begin(), near.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<std::string> out;
+  for (size_t i = 0; i < near.size() && i < max_count; ++i) out.emplace_back(near[i].second);
+  return out;
 }
 
 }  // namespace troupe

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace troupe {
 
@@ -62,5 +63,13 @@ size_t utf8_at(std::string_view s, size_t i, uint32_t* cp);
 
 // True when `s` starts or ends with a blank (space_at): " x " as a path is a typing slip.
 bool padded_text(std::string_view s);
+
+// The names of `known` nearest to `name` by edit distance (Levenshtein: insertions, deletions
+// and substitutions of bytes, each costing 1), those at distance <= max_distance only, the
+// nearest first (ties in `known`'s order), at most max_count of them; the first 80 bytes of
+// `name` are compared. For "did you mean" hints on a misspelled key or variable name
+// (train.stepz -> train.steps). Never throws except std::bad_alloc.
+std::vector<std::string> nearest_names(std::string_view name, const std::vector<std::string_view>& known,
+                                       size_t max_distance = 3, size_t max_count = 3);
 
 }  // namespace troupe
