@@ -16,6 +16,7 @@
 #include "actors/wire_types.h"
 #include "core/error.h"
 #include "core/events.h"
+#include "core/interrupt.h"
 #include "core/progress.h"
 #include "core/stop_notice.h"
 #include "kernels/gemm_libs.h"
@@ -369,9 +370,12 @@ bool Coordinator::after_step(int64_t k, JobResult& res) {
     if (a_.writer && !(where & kSnapDisk)) take_snapshot(k, kSnapDisk);
   }
   res.stopped_by_signal = true;
-  if (!ctx_.quiet)
-    spdlog::info("signal {}: stopping after step {}{}", signo, k,
+  if (!ctx_.quiet) {
+    // the signal named as the README says ("signal 2 (SIGINT)": trial 58, F4)
+    const std::string label = stop_signal_label(signo), name = label.substr(0, label.find(' '));
+    spdlog::info("signal {}{}: stopping after step {}{}", signo, name.rfind("SIG", 0) == 0 ? " (" + name + ")" : "", k,
                  a_.writer ? " (saving a snapshot)" : " (no checkpoint directory: nothing saved)");
+  }
   return true;
 }
 

@@ -206,7 +206,8 @@ void check_resume_config(const std::string& dir, const Config& cfg, const Config
     if (resume_may_differ(mine[i].first) || mine[i].second == theirs[i].second) continue;
     throw SnapshotMismatch(fmt::format(
         "snapshot {} was saved with {} = {} but this run has {}; resume with the same value (only parallel.*, "
-        "train.steps, checkpoint.*, fault.* and run options such as train.threads may differ)",
+        "train.steps, checkpoint.*, fault.*, cluster.* and run options such as train.threads may differ: README, "
+        "Snapshots)",
         dir, mine[i].first, theirs[i].second, mine[i].second));
   }
 }
@@ -391,10 +392,11 @@ bool resume_may_differ(const std::string& key) {
   static const std::set<std::string> run_options = {
       "train.steps",        "train.eval_interval", "train.eval_batches", "train.threads",
       "train.sample_tokens", "train.timeout_s",    "data.cache_dir",      "train.tensorboard_dir",
-      "data.threads",
+      "data.threads",       "data.lock_timeout_s",
   };
+  // cluster.* describes the hardware to `troupe plan` only; training ignores it
   return key.rfind("parallel.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("fault.", 0) == 0 ||
-         run_options.count(key) > 0;
+         key.rfind("cluster.", 0) == 0 || run_options.count(key) > 0;
 }
 
 void refuse_if_snapshot_removed(const std::string& dir, double wait_s) {

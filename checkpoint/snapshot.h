@@ -198,7 +198,11 @@ std::vector<std::string> apply_retention(const std::string& ckpt_dir, int keep_l
 std::vector<std::pair<std::string, std::string>> set_aside_later_steps(const std::string& ckpt_dir,
                                                                         int64_t written_step);
 
-// Config keys allowed to differ between a snapshot and the run that resumes from it.
+// Config keys allowed to differ between a snapshot and the run that resumes from it: parallel.*
+// (re-sharded on load), checkpoint.*, fault.*, cluster.* (troupe plan's only) and the run
+// options train.steps, train.eval_interval, train.eval_batches, train.threads,
+// train.sample_tokens, train.timeout_s, train.tensorboard_dir, data.cache_dir, data.threads
+// and data.lock_timeout_s (none changes the math; README "Keys that may differ on resume").
 bool resume_may_differ(const std::string& key);
 
 }  // namespace troupe

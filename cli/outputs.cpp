@@ -183,7 +183,12 @@ void check_output_file(const std::string& path, const std::string& option, uint6
                        << (regular || dangling
                                ? std::string("troupe writes an output beside its path and renames it over the path, "
                                              "which would replace the link: pass ") +
-                                     (dangling ? "the link's target (it does not exist yet)" : "that path") +
+                                     (!dangling ? std::string("that path")
+                                      : fs::is_directory(target.parent_path(), ec)
+                                          ? std::string("the link's target (it does not exist yet)")
+                                          // (its folder is missing too: trial 58, F5)
+                                          : "the link's target once its folder exists (mkdir -p " +
+                                                target.parent_path().string() + ")") +
                                      ", another file, or remove the link (rm " + path + ")"
                                : "troupe writes its outputs to files (written beside them, then renamed), not to "
                                  "terminals, pipes or devices: pass a file path");

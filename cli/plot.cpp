@@ -38,7 +38,7 @@ struct RunCurves {
   double tokens_per_step = 0;
   bool has[8] = {};  // per column of `train`: any finite value
   bool has_val = false;  // any finite val_loss
-  int64_t bad_lines = 0, first_bad_line = 0;  // lines skipped: not JSON objects, or a step that is not a whole number
+  int64_t bad_lines = 0, first_bad_line = 0;  // lines skipped: not JSON objects, or a step that is not a whole number >= 0
   std::string first_bad_why;                   // what is wrong with the first, as a clause ("is not a JSON object ...")
   int64_t runs = 1, first_line = 1;            // fresh runs in the file; where the last (drawn) one starts
   int64_t beyond = 0;                          // values left out: beyond what gnuplot scales (|x| > 1e300, < 1e-300)
@@ -75,7 +75,7 @@ double tokens_per_step(const std::string& run_dir) {
 std::string why_unreadable(const std::string& line) {
   try {
     const auto j = nlohmann::json::parse(line);
-    return j.is_object() ? "has a \"step\" that is not a whole number" : "is JSON but not an object";
+    return j.is_object() ? "has a \"step\" that is not a whole number of 0 or more" : "is JSON but not an object";
   } catch (const nlohmann::json::out_of_range&) {  // 1e999: a whole line, with a number no double holds
     return "holds a number out of range (beyond a double's 1.8e308)";
   } catch (const std::exception&) {
@@ -109,7 +109,9 @@ RunCurves read_run(const std::string& run_dir) {
       rc.torn_bytes = line.size();
       break;
     }
-    const bool odd_step = j.is_object() && j.contains("step") && !j["step"].is_number_integer() && !j.contains("summary");
+    // (a negative step is no step troupe counts: trial 58, F6)
+    const bool odd_step = j.is_object() && j.contains("step") && !j.contains("summary") &&
+                          (!j["step"].is_number_integer() || (j["step"].is_number_integer() && j["step"].get<int64_t>() < 0));
     if (j.is_discarded() || !j.is_object() || odd_step) {  // a line cut short (power lost mid-write): skipped, said below
       if (rc.bad_lines++ == 0) rc.first_bad_line = (int64_t)line_no, rc.first_bad_why = why_unreadable(line);
       continue;

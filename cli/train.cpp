@@ -95,9 +95,14 @@ void check_data(const Config& c, const PreparedData& d, const BlendLoader& loade
         << "; raise data.val_fraction or lower train.seq_len";
   }
   if (state && !state->tokenizer_hash.empty()) {
-    TROUPE_USER_CHECK(state->tokenizer_hash == std::to_string(d.tokenizer_hash))
-        << "snapshot " << state->dir << " was trained with another tokenizer (hash " << state->tokenizer_hash
-        << ", the data now gives " << d.tokenizer_hash << "); resume with the same corpus and data.tokenizer";
+    // the manifest keeps the hash in decimal; shown in hex, as the "data ready ... tokenizer
+    // <hash>" line and meta.json show it (trial 58, F2)
+    const std::string& saved = state->tokenizer_hash;
+    const bool digits = saved.size() <= 20 && saved.find_first_not_of("0123456789") == std::string::npos;
+    TROUPE_USER_CHECK(saved == std::to_string(d.tokenizer_hash))
+        << "snapshot " << state->dir << " was trained with another tokenizer (hash "
+        << (digits ? hash_hex(std::strtoull(saved.c_str(), nullptr, 10)) : printable(saved, false, 40))
+        << ", the data now gives " << hash_hex(d.tokenizer_hash) << "); resume with the same corpus and data.tokenizer";
   }
   TROUPE_USER_CHECK(tok.vocab_size() == c.model.vocab_size)
       << "the tokenizer " << d.tokenizer_path << " has " << tok.vocab_size() << " tokens but model.vocab_size = "

@@ -179,25 +179,38 @@ void check_run_dir_holds_no_cache(const std::string& run_dir) {
     throw UserError("--run-dir " + run_dir + (fs::path(q) == resolved_path(run_dir) ? " is" : " lies inside") +
                     " the prepared data cache " + q + ": a run's records do not belong among data caches; pass a new "
                     "folder (e.g. runs/<name>)");
+  // every cache a level or two down is named, so one move clears them all (trial 58, F3)
+  std::vector<std::string> found;
   for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code fe;
     if (!it->is_directory(fe) || it->is_symlink(fe)) continue;
-    std::string found = is_prepared_cache(it->path().string()) ? it->path().string() : "";
-    for (fs::directory_iterator jt(it->path(), fe); found.empty() && !fe && jt != end; jt.increment(fe)) {
-      std::error_code ge;
-      if (jt->is_directory(ge) && !jt->is_symlink(ge) && is_prepared_cache(jt->path().string())) found = jt->path().string();
+    if (is_prepared_cache(it->path().string())) {
+      found.push_back(it->path().string());
+      continue;
     }
-    if (found.empty()) continue;
-    // the cache moves beside the run directory, outside it (trial 57, F2: "mv ./data/cache/x
-    // data/cache/" moved it onto itself when the run directory was ./data)
-    const fs::path run = resolved_path(run_dir);
-    const std::string dest = (run.parent_path() / (run.filename().string() + "-caches")).string();
-    throw UserError("--run-dir " + run_dir + " holds the prepared data cache " + found +
-                    ": a run's records do not belong among data caches; pass a new folder (e.g. runs/<name>), or, to "
-                    "continue a run there, move the cache out of it (mkdir -p " + dest + " && mv " + found + " " +
-                    dest + "/, then point data.cache_dir at " + dest + ")");
+    for (fs::directory_iterator jt(it->path(), fe); !fe && jt != end; jt.increment(fe)) {
+      std::error_code ge;
+      if (jt->is_directory(ge) && !jt->is_symlink(ge) && is_prepared_cache(jt->path().string()))
+        found.push_back(jt->path().string());
+    }
   }
+  if (found.empty()) return;
+  std::sort(found.begin(), found.end());
+  // the caches move beside the run directory, outside it (trial 57, F2: "mv ./data/cache/x
+  // data/cache/" moved it onto itself when the run directory was ./data)
+  const fs::path run = resolved_path(run_dir);
+  const std::string dest = (run.parent_path() / (run.filename().string() + "-caches")).string();
+  std::string names, list;
+  for (size_t i = 0; i < found.size(); ++i) {
+    names += (i ? (i + 1 == found.size() ? " and " : ", ") : "") + found[i];
+    list += " " + found[i];
+  }
+  throw UserError("--run-dir " + run_dir + " holds the prepared data cache" + (found.size() > 1 ? "s " : " ") + names +
+                  ": a run's records do not belong among data caches; pass a new folder (e.g. runs/<name>), or, to "
+                  "continue a run there, move the cache" + (found.size() > 1 ? "s" : "") + " out of it (mkdir -p " +
+                  dest + " && mv" + list + " " + dest + "/, then point data.cache_dir at " + dest + ")");
 }
+
 // An explicit checkpoint.dir: created and probed with a file (root passes access() on
 // /proc), so an unwritable one is refused (UserError) before the run starts.
 void check_folder_roles(const Config& c, const std::string& run_dir, const std::string& ckpt_dir,

@@ -72,6 +72,8 @@ TEST_CASE("SIGUSR2, SIGALRM and SIGHUP stop training with a snapshot, and end ot
     INFO(err);
     CHECK(rc_of(s) == 0);
     CHECK(err.find("stopping after step") != std::string::npos);
+    // the log's line names the signal, as the README says (trial 58, F4)
+    CHECK(slurp(run + "/train.log").find(std::string("(SIG") + sig + "): stopping after step") != std::string::npos);
     CHECK(has_snapshot(run + "/checkpoints"));
     bool tmp = false;
     for (auto& e : fs::directory_iterator(run + "/checkpoints"))
