@@ -85,7 +85,7 @@ TrainState load_latest(const std::string& ckpt_dir, const Config& cfg, std::vect
       // nothing left to train: refused before a damaged newer snapshot is moved aside below, so
       // a refused start changes nothing (trial 56); a SnapshotMismatch (intact, the config must
       // change), which the catch below does not take for a damaged snapshot
-      if (st.step >= cfg.train.steps)
+      if (cfg.train.steps > 0 && st.step >= cfg.train.steps)  // (0 only evaluates the resumed parameters)
         throw SnapshotMismatch("snapshot " + st.dir + " is at step " + std::to_string(st.step) + " and train.steps = " +
                                std::to_string(cfg.train.steps) + ": nothing left to train; raise train.steps");
       // the run continues from an older step: the unreadable newer ones are kept, out of the way

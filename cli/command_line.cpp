@@ -4,6 +4,7 @@
 #include "cli/command_line.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -59,10 +60,17 @@ const CLI::Validator kWholeNumberInRange(
 // which nobody means on a command line (trial 40).
 const CLI::Validator kDecimalReal(
     [](std::string& s) -> std::string {
-      return s.find_first_of("xX") == std::string::npos
-                 ? std::string()
-                 : "'" + s.substr(0, 40) + "' is not a decimal number (hexadecimal is not taken here): write it in "
-                   "decimal, e.g. 0.5 or 1e9";
+      if (s.find_first_of("xX") != std::string::npos)
+        return "'" + s.substr(0, 40) + "' is not a decimal number (hexadecimal is not taken here): write it in "
+               "decimal, e.g. 0.5 or 1e9";
+      // 1e309 would read as inf, and be refused as "inf" (trial 59, L2): named as typed
+      errno = 0;
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (end != s.c_str() && errno == ERANGE && std::isinf(v))
+        return "'" + s.substr(0, 40) + "' is beyond the largest number a double holds (about 1.8e308): write a "
+               "smaller one";
+      return std::string();
     },
     "NUMBER");
 
@@ -183,14 +191,14 @@ void add_tool_commands(CommandLine& cl) {
   SimulateOptions& so = cl.so;
   cl.simulate = app.add_subcommand("simulate", "simulate a pipeline schedule: bubble, memory, timeline, trace");
   auto* sim = cl.simulate;
-  sim->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b)");
-  sim->add_option("--stages", so.P, "pipeline stages P, 1 to " + std::to_string(kMaxStages) + " (default 4)")->check(kWholeNumberInRange);
-  sim->add_option("--microbatches", so.M, "microbatches M, 1 to " + std::to_string(kMaxMicrobatches) + " (default 8)")->check(kWholeNumberInRange);
-  sim->add_option("--chunks", so.V, "virtual chunks per stage V, 1 to " + std::to_string(kMaxChunks) + " (default 1)")->check(kWholeNumberInRange);
+  sim->add_option("--schedule", so.schedule, "gpipe | 1f1b | interleaved | zb-h1 | FILE (default 1f1b, or --config's)");
+  sim->add_option("--stages", so.P, "pipeline stages P, 1 to " + std::to_string(kMaxStages) + " (default 4, or --config's parallel.pp)")->check(kWholeNumberInRange);
+  sim->add_option("--microbatches", so.M, "microbatches M, 1 to " + std::to_string(kMaxMicrobatches) + " (default 8, or --config's parallel.microbatches)")->check(kWholeNumberInRange);
+  sim->add_option("--chunks", so.V, "virtual chunks per stage V, 1 to " + std::to_string(kMaxChunks) + " (default 1, or --config's parallel.chunks for interleaved)")->check(kWholeNumberInRange);
   sim->add_option("--cost", so.cost, "f=1,b=2,w=1,p2p=0 (b = full backward, w = its weight part)");
   sim->add_option("--trace", so.trace, "write a Chrome trace JSON");
   sim->add_option("--dump", so.dump, "write the schedule as an editable text file ('-' = stdout) and exit");
-  sim->add_option("--config", so.config, "model config for activation bytes");
+  sim->add_option("--config", so.config, "a training config: its model for activation bytes, its [parallel] schedule, pp, microbatches and chunks for the flags not given");
   sim->add_flag("--quiet", so.quiet, "no ASCII timeline");
   sim->add_option("--png", so.png, "draw the timeline per stage as a PNG (gnuplot)");
   cl.plot = app.add_subcommand("plot", "draw a run's curves (loss, val loss, lr, throughput, MFU) as a PNG");
@@ -417,7 +425,8 @@ int run_parsed_command(CommandLine& cl) {
   if (cl.simulate->parsed())
     return cmd_simulate(cl.so, cl.simulate->get_option("--stages")->count() > 0,
                         cl.simulate->get_option("--microbatches")->count() > 0,
-                        cl.simulate->get_option("--chunks")->count() > 0);
+                        cl.simulate->get_option("--chunks")->count() > 0,
+                        cl.simulate->get_option("--schedule")->count() > 0);
   if (cl.export_cmd->parsed()) {
     set_out_of_memory_fixes("run it on a machine with more memory (export holds the whole model once in fp32)");
     return cmd_export(cl.export_dir, cl.export_format, cl.export_out);

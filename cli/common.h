@@ -23,7 +23,7 @@ extern std::string log_prefix_;  // "[process r] " in a job of several processes
 extern std::shared_ptr<spdlog::logger> file_log_;
 // After a run: one warning on standard error when lines of train.log could not be written
 // (core/line_file_sink.h counts them); nothing otherwise.
-void report_train_log_losses();  // train.log only (errors: the console gets them from main)
+void report_train_log_losses();  // train.log only (errors: the console gets them from main); once per process
 
 // One "error: <text>" report on stderr in a single write(2), so the lines of several
 // processes sharing a terminal do not interleave. Inside troupe launch only the job's first
@@ -168,7 +168,9 @@ struct SimulateOptions {
   int P = 4, M = 8, V = 1;
   bool quiet = false;
 };
-int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set);
+// With o.config, the config's parallel.schedule, pp, microbatches and chunks stand in for
+// the flags not given (*_set false).
+int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool schedule_set);
 // troupe plot (cli/plot.cpp): RUN_DIR's curves as a PNG (default RUN_DIR/plot.png), titled
 // `title` (default: RUN_DIR).
 int cmd_plot(const std::string& run_dir, std::string out, const std::string& title);

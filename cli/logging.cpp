@@ -26,7 +26,8 @@ std::shared_ptr<spdlog::logger> file_log_;
 std::shared_ptr<LineFileSink> train_log_sink_;
 
 void report_train_log_losses() {
-  if (!train_log_sink_ || train_log_sink_->lost_lines() == 0) return;
+  static std::atomic<bool> said{false};  // once: at the end of a run, or on its way out by an error
+  if (!train_log_sink_ || train_log_sink_->lost_lines() == 0 || said.exchange(true)) return;
   std::fprintf(stderr, "%swarning: %lld line(s) of the log could not be written to train.log (%s); it holds "
                        "every other line whole, and the console had them all\n",
                log_prefix_.c_str(), (long long)train_log_sink_->lost_lines(),

@@ -118,6 +118,17 @@ std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl
 }  // namespace
 
 int cmd_plan(const Config& c, const PlanCommand& pcmd) {
+  // no hardware named: the fix names this config's device count, so following it works
+  // (fresh-user check 4: "add gpu = a100-80g" was then refused for 8 devices against 2)
+  if (c.cluster.gpu.empty()) {
+    const int devices = c.parallel.tp * c.parallel.pp * c.parallel.dp;
+    TROUPE_USER_FAIL() << "cluster.gpu is not set: troupe plan needs the hardware to plan for; use --set cluster.gpu=cpu "
+                       << "(this machine, measured), or a GPU of a100-40g, a100-80g, h100-sxm, h200-sxm with as many "
+                       << "devices as the layout's tp x pp x dp = " << devices << " (e.g. --set cluster.gpu=a100-80g "
+                       << "--set cluster.gpus_per_node=" << std::min(devices, 8)
+                       << (devices > 8 && devices % 8 == 0 ? " --set cluster.nodes=" + std::to_string(devices / 8) : "")
+                       << "), or add them as [cluster] gpu = \"...\" to the config";
+  }
   const Cluster cl = make_cluster(c.cluster, c.train.threads);
   PlanOptions o;
   TROUPE_USER_CHECK(std::isfinite(pcmd.tokens) && pcmd.tokens >= 0 && pcmd.tokens <= 1e18)

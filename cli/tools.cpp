@@ -221,7 +221,22 @@ int cmd_generate(const GenerateOptions& o) {
 }
 
 
-int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
+int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool schedule_set) {
+  // --config: its [parallel] layout (schedule, pp, microbatches, chunks) unless a flag sets
+  // one, so the activation bytes are those of the layout the config trains (fresh-user
+  // check 4: the defaults P=4, M=8 were simulated beside tiny.toml's pp = 2, M = 4)
+  std::string from_config;
+  if (!o.config.empty()) {
+    const Config in = Config::load(o.config);
+    if (!schedule_set) o.schedule = in.parallel.schedule, from_config += "schedule";
+    const bool file = o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" && o.schedule != "zb-h1";
+    if (!file) {  // (a schedule file brings its own P, M and V)
+      if (!p_set) o.P = in.parallel.pp, from_config += std::string(from_config.empty() ? "" : ", ") + "stages";
+      if (!m_set) o.M = in.parallel.microbatches, from_config += std::string(from_config.empty() ? "" : ", ") + "microbatches";
+      if (!v_set && o.schedule == "interleaved")
+        o.V = in.parallel.chunks, from_config += std::string(from_config.empty() ? "" : ", ") + "chunks";
+    }
+  }
   const bool builtin = o.schedule == "gpipe" || o.schedule == "1f1b" || o.schedule == "interleaved" || o.schedule == "zb-h1";
   // a name that is no path (2f2b): a misspelled built-in, not a missing file (fresh-user check, session 22)
   TROUPE_USER_CHECK(builtin || o.schedule.find('/') != std::string::npos || o.schedule.find('.') != std::string::npos ||
@@ -292,6 +307,9 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set) {
   if (s.P * s.V <= g.L) bounds = partition_layers(g, s.P * s.V);
   std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs f=%g b=%g w=%g p2p=%g%s\n",
               s.name.c_str(), s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, s.split_backward ? " (B = b-w, W = w)" : "");
+  if (!from_config.empty())
+    std::printf("(%s from %s's [parallel]; the flags override them)\n", from_config.c_str(),
+                printable(o.config, false, 200).c_str());
   std::printf("makespan %.6g time units; bubble overall %.6g\n", r.makespan, r.bubble_overall);
   if (const std::string d = p2p_order_disagreement(s); d.empty())
     std::printf("p2p order: every pair of neighbouring stages agrees (an in-order transport such as NCCL can run it)\n");

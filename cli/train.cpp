@@ -424,6 +424,11 @@ int cmd_train(const Config& c, const std::string& run_dir_opt, const std::string
   // Now the folders; the first thing written: nothing else exists yet if it fails
   FreshFolders fresh(paths.run_dir);
   if (!follower) make_run_folders(c, paths, fresh, started);
+  // train.log's lost lines are counted on every way out, an error's too (trial 59, L4: a run
+  // that a full disk ended with exit 2 counted metrics.jsonl's only)
+  struct LogLossReport {
+    ~LogLossReport() { report_train_log_losses(); }
+  } log_loss_report;
   if (!follower) spdlog::info("data: {} train tokens, {} val tokens ({:.1f} s); unigram entropy {:.4f} nats/token",
                               data.d.train_tokens, data.d.val_tokens, data.seconds, data.d.unigram_entropy);
   JobContext ctx;

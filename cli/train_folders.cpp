@@ -131,7 +131,7 @@ std::shared_ptr<TrainState> load_resume_state(const Config& c, const std::string
       for (const auto& s : near_named_snapshots(ckpt_dir)) spdlog::warn("resuming from {}; {}", state->dir, s);
     log_event("snapshot_loaded", {{"step", state->step}, {"process", rank}, {"restart", restart},
                                   {"started", load_t0}});
-    TROUPE_USER_CHECK(state->step < c.train.steps)
+    TROUPE_USER_CHECK(c.train.steps == 0 || state->step < c.train.steps)  // (0 only evaluates: trial 59, M1)
         << "snapshot " << state->dir << " is at step " << state->step << " and train.steps = " << c.train.steps
         << ": nothing left to train; raise train.steps";
   } else if (!follower && restart == 0) {

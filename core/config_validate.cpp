@@ -44,9 +44,9 @@ void check_model(const ModelConfig& m) {
                                                     << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";
   // (a trained tokenizer needs 259 and more, checked where the corpus is known: 2 is the model's own floor)
   TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size
-                                       << " must be at least 2 for the model, and a tokenizer troupe trains needs at "
-                                          "least 259 (2 special + 256 byte pieces + the corpus's characters): use 512 "
-                                          "or more";
+                                       << " must be at least 2 for the model, and a tokenizer troupe trains needs more "
+                                          "than 259 (2 special + 256 byte pieces + one per character of the corpus, "
+                                          "named once the corpus is read): use 512 or more";
 }
 
 // [parallel]: pp, chunks, tp, dp against the model and the worker limit `max_workers`;
@@ -130,7 +130,7 @@ void check_train(const TrainConfig& t) {
       << "train.eval_batches = " << t.eval_batches << "; use 1 to " << kMaxEvalBatches;
   TROUPE_USER_CHECK(t.threads >= 0 && t.threads <= kMaxThreads)
       << "train.threads = " << t.threads << "; use 0 (all cores) to " << kMaxThreads
-      << " (more threads than cores only slow the workers down)";
+      << ", and at most 8 per core of the machine that runs it (more threads than cores only slow the workers down)";
   TROUPE_USER_CHECK(t.sample_tokens >= 0 && t.sample_tokens <= kMaxSampleTokens)
       << "train.sample_tokens = " << t.sample_tokens << "; use 0 (no sample) to " << kMaxSampleTokens;
   TROUPE_USER_CHECK(t.timeout_s >= 0.5 && t.timeout_s <= kMaxWaitS)

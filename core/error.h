@@ -6,7 +6,10 @@
 // Both capture the expression text, function and file:line. Only `main` turns an
 // error into an exit code: UserError → 2, any other exception → 1 (see cli/main.cpp).
 #pragma once
+#include <charconv>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 #include <stdexcept>
 #include <filesystem>
 #include <string>
@@ -135,7 +138,19 @@ class CheckFailure {
   }
   template <class T>
   CheckFailure& operator<<(const T& v) {
-    os_ << v;
+    if constexpr (std::is_floating_point_v<T>) {
+      // a number as typed: the shortest text that reads back as it (31536001, not the
+      // stream's 3.1536e+07, which looks equal to a bound of 31536000: trial 59, L2); a
+      // computed one that needs more than 12 characters (a ratio) with 6 digits
+      char buf[64];
+      const auto r = std::to_chars(buf, buf + sizeof buf, (double)v);
+      if (r.ec == std::errc() && r.ptr - buf <= 12)
+        os_ << std::string_view(buf, (size_t)(r.ptr - buf));
+      else
+        os_ << v;
+    } else {
+      os_ << v;
+    }
     return *this;
   }
   ~CheckFailure() noexcept(false) { throw E(os_.str()); }

@@ -14,6 +14,8 @@
 #include <thread>
 #include <utility>
 #include <cerrno>
+
+#include <fmt/format.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -184,7 +186,7 @@ CacheLock::CacheLock(const std::string& dir, const DataLogFn& log, double timeou
           const auto [who, state] = lock_holder(fd_);
           ::close(fd_);
           fd_ = -1;
-          throw UserError("waited " + std::to_string((long long)timeout_s) + " s (data.lock_timeout_s) for " + who +
+          throw UserError("waited " + fmt::format("{}", timeout_s) + " s (data.lock_timeout_s) for " + who +
                           " preparing the data cache " + dir + state + ", and it still holds " + path_ +
                           "; check that process (it may be stuck, or not troupe), or raise data.lock_timeout_s");
         }

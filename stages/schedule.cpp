@@ -179,6 +179,9 @@ Schedule make_schedule(const std::string& name, int P, int M, int V, const Sched
   TROUPE_USER_CHECK(name.find('/') != std::string::npos || name.find('.') != std::string::npos)
       << "unknown schedule '" << name << "'; use gpipe, 1f1b, interleaved, zb-h1 or a path to a schedule file";
   Schedule s = read_schedule(name);
+  // the file's own faults first: a typo (F4 for F3) also changes the M it seems to use, and
+  // "set microbatches = 5" would not mend it (trial 59, L3)
+  validate_schedule(s);
   TROUPE_USER_CHECK(s.P == P) << "schedule file " << name << " has " << s.P << " rows (stages) but "
                               << n.set(n.stages, std::to_string(P)) << "; set " << n.set(n.stages, std::to_string(s.P))
                               << ", or give the file one row per stage";

@@ -88,7 +88,7 @@ TEST_CASE("error sentences stay one line and keep their fix", "[cli][hostile]") 
   expect_user_error(dot, {"\"model.n_layer\"", "quoted", "without the quotes"});
   CHECK(dot.err.find("unknown") == std::string::npos);
   // a device count past int: no overflowed number in the sentence
-  const Run nodes = run_troupe("plan --config configs/tiny.toml --set cluster.nodes=1000000000", s, 60);
+  const Run nodes = run_troupe("plan --config configs/tiny.toml --set cluster.gpu=a100-80g --set cluster.nodes=1000000000", s, 60);
   expect_user_error(nodes, {"cluster.nodes", "8000000000", "lower cluster.nodes"});
   CHECK(nodes.err.find("= -") == std::string::npos);
 }

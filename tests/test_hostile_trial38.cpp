@@ -147,7 +147,7 @@ TEST_CASE("trial 38's messages: look-alike key letters, vocab floor, two ports, 
   Scratch s(kGroup, "messages");
   expect_user_error(run_troupe("train --config configs/tiny.toml --set 'tr\xD0\xB0in.steps=3'", s),
                     {"its character 3 is U+0430, not ASCII", "type the key again"});
-  expect_user_error(run_troupe("train --config configs/tiny.toml --set model.vocab_size=1", s), {"at least 259"});
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set model.vocab_size=1", s), {"more than 259"});
   expect_user_error(run_troupe("train --config configs/tiny.toml --run-dir '" + s.path("run") + "'", s, 60,
                                "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 TROUPE_JOB_SECRET=0123456789abcdef0123456789abcdef "
                                "TROUPE_COORDINATOR=127.0.0.1:5000:6000"),
