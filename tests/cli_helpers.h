@@ -163,6 +163,14 @@ inline Run run_and_signal(const Scratch& s, const std::string& args, const std::
   return {std::atoi(slurp(rc).c_str()), slurp(err)};
 }
 
+// A folder that passes for a prepared data cache (datasets/cache_folder.h is_prepared_cache):
+// meta.json, tokenizer.model and corpus.train.bin/.idx, each holding "x".
+inline void fake_cache(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"meta.json", "tokenizer.model", "corpus.train.bin", "corpus.train.idx"})
+    std::ofstream(dir + "/" + f) << "x";
+}
+
 // A shell script run in its own mount namespace over a small tmpfs at `mnt` (root only);
 // false when this machine cannot do that (the caller skips, saying so).
 inline bool run_on_tmpfs(const Scratch& s, const std::string& mnt, int mib, const std::string& body, std::string* why) {

@@ -21,12 +21,6 @@ namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial55";
 
-void fake_cache(const std::string& dir) {
-  fs::create_directories(dir);
-  for (const char* f : {"meta.json", "tokenizer.model", "corpus.train.bin", "corpus.train.idx"})
-    std::ofstream(dir + "/" + f) << "x";
-}
-
 void fake_snapshot(const std::string& dir) {
   fs::create_directories(dir);
   std::ofstream(dir + "/manifest.capnp") << "x";

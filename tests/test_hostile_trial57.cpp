@@ -34,9 +34,7 @@ TEST_CASE("a config's invalid UTF-8 byte is named on its own line, with the conv
 
 TEST_CASE("a run directory named data that holds a cache is told to move it outside", "[cli][hostile]") {
   Scratch s(kGroup, "datadir");
-  fs::create_directories(s.path("data/cache/abc-v512"));
-  for (const char* f : {"meta.json", "tokenizer.model", "corpus.train.bin", "corpus.train.idx"})
-    std::ofstream(s.path("data/cache/abc-v512/") + f) << "x";
+  fake_cache(s.path("data/cache/abc-v512"));
   const Run r = run_troupe("train --config configs/tiny.toml --run-dir '" + s.path("data") + "' --resume latest", s);
   expect_user_error(r, {"holds the prepared data cache"});
   const std::string& err = r.err;

@@ -19,12 +19,6 @@ namespace fs = std::filesystem;
 namespace {
 using namespace troupe::test;
 const char* const kGroup = "hostile-trial58";
-
-void fake_cache(const std::string& dir) {
-  fs::create_directories(dir);
-  for (const char* f : {"meta.json", "tokenizer.model", "corpus.train.bin", "corpus.train.idx"})
-    std::ofstream(dir + "/" + f) << "x";
-}
 }  // namespace
 
 TEST_CASE("run options and cluster keys may differ on resume, a changed tokenizer is named in hex", "[cli][hostile]") {
