@@ -204,6 +204,9 @@ struct ChildArgs {
           name == "TROUPE_RESTART_COUNT" || name == "TROUPE_LAUNCH_ID" || name == "TROUPE_FAILURE_TIME" ||
           name == "TROUPE_RESPAWN" || name == "TROUPE_LAUNCH_ERRDIR" || name == "TROUPE_LAUNCH_RANK")
         continue;
+      // an events file the launcher refused (and warned about) would be refused, and warned
+      // about, by each process again
+      if (name == "TROUPE_EVENT_LOG" && event_log_refused()) continue;
       base.push_back(kv);
     }
     base.push_back("TROUPE_WORLD_SIZE=" + std::to_string(o.nprocs));

@@ -75,13 +75,25 @@ bool event_log_usable(const char* path) {
 }
 }  // namespace
 
-void log_event(const std::string& name, nlohmann::json fields) {
-  const char* path = std::getenv("TROUPE_EVENT_LOG");
-  if (!path || !*path) return;
+namespace {
+// Whether the TROUPE_EVENT_LOG `path` takes events: event_log_usable, once per process.
+bool usable_once(const char* path) {
   static std::once_flag checked;
   static bool usable = false;
   std::call_once(checked, [&] { usable = event_log_usable(path); });
-  if (!usable) return;
+  return usable;
+}
+}  // namespace
+
+bool event_log_refused() {
+  const char* path = std::getenv("TROUPE_EVENT_LOG");
+  return path && *path && !usable_once(path);
+}
+
+void log_event(const std::string& name, nlohmann::json fields) {
+  const char* path = std::getenv("TROUPE_EVENT_LOG");
+  if (!path || !*path) return;
+  if (!usable_once(path)) return;
   fields["event"] = name;
   fields["t"] = unix_seconds();
   fields["pid"] = (int)::getpid();
