@@ -140,8 +140,8 @@ Options parse_args(int argc, char** argv) {
       o.port = (int)port;
     } else if (name == "--grace") {
       take_value("35");
-      TROUPE_USER_CHECK(parse_seconds(val, 1e6, &o.grace_s))
-          << "--grace '" << val << "' is not a number of seconds from 0 to 1000000; pass e.g. --grace 35 (the default is "
+      TROUPE_USER_CHECK(parse_seconds(val, 604800, &o.grace_s))  // (every timeout at most a week: README)
+          << "--grace '" << val << "' is not a number of seconds from 0 to 604800 (a week); pass e.g. --grace 35 (the default is "
           << kDefaultGraceS << ")";
     } else if (name == "--respawn-backoff") {
       take_value("4");

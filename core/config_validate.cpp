@@ -40,7 +40,7 @@ void check_model(const ModelConfig& m) {
                        << "; use n_embd = " << (lo > 0 ? std::to_string(lo) + " or " : "") << hi
                        << ", or an n_head that divides " << m.n_embd;
   }
-  TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << fmt::format("{}", m.dropout)
+  TROUPE_USER_CHECK(m.dropout >= 0 && m.dropout < 1) << "model.dropout = " << m.dropout
                                                     << " must be in [0, 1), e.g. 0.1 (0 disables dropout)";
   // (a trained tokenizer needs 259 and more, checked where the corpus is known: 2 is the model's own floor)
   TROUPE_USER_CHECK(m.vocab_size >= 2) << "model.vocab_size = " << m.vocab_size
@@ -85,7 +85,7 @@ void check_parallel(const Config& c, int64_t max_workers) {
   }
   TROUPE_USER_CHECK(p.dp >= 1) << "parallel.dp = " << p.dp << " must be at least 1";
   TROUPE_USER_CHECK(p.dp_bucket_mb >= 0 && p.dp_bucket_mb <= 1 << 20)
-      << "parallel.dp_bucket_mb = " << fmt::format("{}", p.dp_bucket_mb)  // (1048577, not 1.04858e+06)
+      << "parallel.dp_bucket_mb = " << p.dp_bucket_mb  // (1048577, not 1.04858e+06)
       << " must be between 0 (no overlap: one reduce-scatter after the backward) and 1048576 MiB";
   TROUPE_USER_CHECK((int64_t)p.pp * p.tp * p.dp <= max_workers)
       << "parallel.pp x tp x dp = " << (int64_t)p.pp * p.tp * p.dp << " stage workers exceed the limit of "
@@ -134,7 +134,7 @@ void check_train(const TrainConfig& t) {
   TROUPE_USER_CHECK(t.sample_tokens >= 0 && t.sample_tokens <= kMaxSampleTokens)
       << "train.sample_tokens = " << t.sample_tokens << "; use 0 (no sample) to " << kMaxSampleTokens;
   TROUPE_USER_CHECK(t.timeout_s >= 0.5 && t.timeout_s <= kMaxWaitS)
-      << "train.timeout_s = " << fmt::format("{}", t.timeout_s) << "; use 0.5 to " << kMaxWaitS << " seconds"
+      << "train.timeout_s = " << t.timeout_s << "; use 0.5 to " << kMaxWaitS << " seconds"
       << " (a week; the default is 300)";
   TROUPE_USER_CHECK(t.device == "cpu" || t.device == "cuda")
       << "train.device = '" << t.device << "'; use \"cpu\" (the default) or \"cuda\"";
@@ -149,17 +149,17 @@ void check_train(const TrainConfig& t) {
 // <= 2^64; a growth window of at least one step.
 void check_loss_scale(const TrainConfig& t) {
   TROUPE_USER_CHECK(t.min_loss_scale > 0 && t.initial_loss_scale >= t.min_loss_scale && std::isfinite(t.initial_loss_scale))
-      << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
-      << " and train.min_loss_scale = " << fmt::format("{}", t.min_loss_scale)
+      << "train.initial_loss_scale = " << t.initial_loss_scale
+      << " and train.min_loss_scale = " << t.min_loss_scale
       << "; need finite numbers with 0 < min_loss_scale <= initial_loss_scale (Megatron's defaults: 4294967296 and 1)";
   TROUPE_USER_CHECK(t.initial_loss_scale <= 0x1p64)
-      << "train.initial_loss_scale = " << fmt::format("{}", t.initial_loss_scale)
+      << "train.initial_loss_scale = " << t.initial_loss_scale
       << "; use at most 2^64 = 18446744073709551616 (Megatron's default is 2^32 = 4294967296): a larger scale "
          "overflows fp16 gradients at every step";
   for (auto [name, v] : {std::pair<const char*, double>{"train.initial_loss_scale", t.initial_loss_scale},
                          {"train.min_loss_scale", t.min_loss_scale}}) {
     int e = 0;
-    TROUPE_USER_CHECK(std::frexp(v, &e) == 0.5) << name << " = " << fmt::format("{}", v)
+    TROUPE_USER_CHECK(std::frexp(v, &e) == 0.5) << name << " = " << v
                                                 << " must be a power of two (unscaling by it is then exact), e.g. "
                                                 << fmt::format("{}", std::exp2(std::round(std::log2(v))));
   }
@@ -174,10 +174,10 @@ void check_fault(const FaultConfig& fault) {
   TROUPE_USER_CHECK(fault.max_restarts >= 0)
       << "fault.max_restarts = " << fault.max_restarts << "; use 0 or more";
   TROUPE_USER_CHECK(fault.timeout_s >= 0.5 && fault.timeout_s <= kMaxWaitS)
-      << "fault.timeout_s = " << fmt::format("{}", fault.timeout_s) << "; use 0.5 to " << kMaxWaitS << " seconds"
+      << "fault.timeout_s = " << fault.timeout_s << "; use 0.5 to " << kMaxWaitS << " seconds"
       << " (default 30)";
   TROUPE_USER_CHECK(fault.heartbeat_s >= 0.05 && fault.heartbeat_s < fault.timeout_s)
-      << "fault.heartbeat_s = " << fmt::format("{}", fault.heartbeat_s) << "; use a period of at least 0.05 s, shorter than fault.timeout_s ("
+      << "fault.heartbeat_s = " << fault.heartbeat_s << "; use a period of at least 0.05 s, shorter than fault.timeout_s ("
       << fault.timeout_s << ")";
   TROUPE_USER_CHECK(fault.join_timeout_s > 0 && fault.join_timeout_s <= kMaxWaitS)
       << "fault.join_timeout_s = " << fault.join_timeout_s << "; use a positive number of seconds up to "
@@ -200,35 +200,35 @@ void check_checkpoint(const CheckpointConfig& checkpoint) {
 
 // [optim]: learning rates, warmup and decay steps, weight decay, clipping, Adam betas and eps.
 void check_optim(const OptimConfig& o) {
-  TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << fmt::format("{}", o.lr) << " must be a finite positive number (GPT-2 small trains at 6e-4)";
+  TROUPE_USER_CHECK(o.lr > 0 && std::isfinite(o.lr)) << "optim.lr = " << o.lr << " must be a finite positive number (GPT-2 small trains at 6e-4)";
   // AdamW moves every weight by about lr per step (its update is normalised by sqrt(v)): past
   // 1 the first steps diverge, which the run would only say after spending them
-  TROUPE_USER_CHECK(o.lr <= 1) << "optim.lr = " << fmt::format("{}", o.lr)
+  TROUPE_USER_CHECK(o.lr <= 1) << "optim.lr = " << o.lr
                                << " is above 1: AdamW moves every weight by about lr per step, so the run would diverge "
                                   "at once; set optim.lr at most 1 (GPT-2 small trains at 6e-4)";
-  TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << fmt::format("{}", o.min_lr)
-                                                       << " must be between 0 and optim.lr = " << fmt::format("{}", o.lr);
+  TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << o.min_lr
+                                                       << " must be between 0 and optim.lr = " << o.lr;
   TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps must be >= 0";
   TROUPE_USER_CHECK(o.lr_decay_steps > o.warmup_steps)
       << "optim.lr_decay_steps = " << o.lr_decay_steps << " must exceed optim.warmup_steps = " << o.warmup_steps;
   TROUPE_USER_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay))
-      << "optim.weight_decay = " << fmt::format("{}", o.weight_decay)
+      << "optim.weight_decay = " << o.weight_decay
       << " must be a finite number >= 0 (0 turns it off; GPT-2 and Megatron-LM use 0.1 or 0.01)";
   // AdamW's decoupled decay (Loshchilov & Hutter 2019, Alg. 2 line 12) scales each weight by
   // 1 - lr * weight_decay per step: at 1 or more it zeroes or flips every weight at once
   TROUPE_USER_CHECK(o.lr * o.weight_decay < 1)
-      << "optim.weight_decay = " << fmt::format("{}", o.weight_decay) << " with optim.lr = " << fmt::format("{}", o.lr)
+      << "optim.weight_decay = " << o.weight_decay << " with optim.lr = " << o.lr
       << " would scale every weight by 1 - lr * weight_decay = " << fmt::format("{:.6g}", std::abs(1 - o.lr * o.weight_decay) < 1e-12 ? 0.0 : 1 - o.lr * o.weight_decay)
       << " each step; set optim.weight_decay below 1 / optim.lr = " << fmt::format("{}", 1 / o.lr)
       << " (0.1 is usual)";
   TROUPE_USER_CHECK(o.grad_clip >= 0 && std::isfinite(o.grad_clip))
-      << "optim.grad_clip = " << fmt::format("{}", o.grad_clip) << " must be a finite number >= 0 (0 disables clipping)";
+      << "optim.grad_clip = " << o.grad_clip << " must be a finite number >= 0 (0 disables clipping)";
   TROUPE_USER_CHECK(o.beta1 >= 0 && o.beta1 < 1)
-      << "optim.beta1 = " << fmt::format("{}", o.beta1) << " must be in [0, 1) (AdamW's moment decay; default 0.9)";
+      << "optim.beta1 = " << o.beta1 << " must be in [0, 1) (AdamW's moment decay; default 0.9)";
   TROUPE_USER_CHECK(o.beta2 >= 0 && o.beta2 < 1)
-      << "optim.beta2 = " << fmt::format("{}", o.beta2) << " must be in [0, 1) (AdamW's moment decay; default 0.95)";
+      << "optim.beta2 = " << o.beta2 << " must be in [0, 1) (AdamW's moment decay; default 0.95)";
   TROUPE_USER_CHECK(o.eps > 0 && std::isfinite(o.eps))
-      << "optim.eps = " << fmt::format("{}", o.eps) << " must be a finite number > 0 (default 1e-8)";
+      << "optim.eps = " << o.eps << " must be a finite number > 0 (default 1e-8)";
 }
 
 // [[data.sources]]: unique names of [A-Za-z0-9_-], a path, format, weight > 0, utf8 and near_threshold.
@@ -270,7 +270,7 @@ void check_sources(const std::vector<DataSource>& sources) {
 // folder, then the blend (check_sources).
 void check_data(const DataConfig& data) {
   TROUPE_USER_CHECK(data.val_fraction > 0 && data.val_fraction < 1)
-      << "data.val_fraction = " << fmt::format("{}", data.val_fraction) << " must be in (0, 1), e.g. 0.05";
+      << "data.val_fraction = " << data.val_fraction << " must be in (0, 1), e.g. 0.05";
   TROUPE_USER_CHECK(!data.corpus.empty()) << "data.corpus is empty; set it to a UTF-8 text file (make data writes data/sotu.txt)";
   TROUPE_USER_CHECK(std::isfinite(data.lock_timeout_s) && data.lock_timeout_s > 0 && data.lock_timeout_s <= 31536000)
       << "data.lock_timeout_s = " << data.lock_timeout_s << "; use a number of seconds from above 0 to 31536000 (a "

@@ -6,7 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cmath>
+#include <sstream>
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -133,7 +137,17 @@ std::string missing_reason(const std::string& path) {
            " bytes, too long for the system (File name too long; a path has at most 4095 bytes, a name 255): "
            "shorten it;";
   if (errno == ELOOP) return "is a loop of symbolic links (one points back to another); fix or remove the link, and";
-  if (errno == ENOTDIR) return "does not exist: the path goes through a file as if it were a folder;";
+  if (errno == ENOTDIR) {  // the file it goes through is named: "create that folder" could not work (trial 60, F4)
+    std::string file;
+    for (size_t slash = path.find('/', 1); slash != std::string::npos && file.empty(); slash = path.find('/', slash + 1)) {
+      const std::string part = path.substr(0, slash);
+      if (::stat(part.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) file = part;
+    }
+    if (!file.empty())
+      return "does not exist: the path goes through the file '" + file + "' as if it were a folder (a file cannot "
+             "hold one); move that file out of the way, or";
+    return "does not exist: the path goes through a file as if it were a folder;";
+  }
   if (errno == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     char target[512];
     const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
@@ -199,3 +213,32 @@ std::string describe_exception(const std::exception& e) {
 }
 
 }  // namespace troupe
+
+namespace troupe::detail {
+
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  char buf[400];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  const std::string fixed = r.ec == std::errc() ? std::string(buf, r.ptr) : std::string();
+  if (!fixed.empty() && fixed.size() <= 12) return fixed;
+  r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string sci;
+  if (r.ec == std::errc()) {  // 1.5e+300 -> 1.5e300, 2.5e-07 -> 2.5e-7
+    const std::string t(buf, r.ptr);
+    const size_t e = t.find('e');
+    std::string exp = t.substr(e + 1);
+    const bool minus = exp[0] == '-';
+    exp = exp.substr(exp[0] == '-' || exp[0] == '+' ? 1 : 0);
+    exp.erase(0, std::min(exp.find_first_not_of('0'), exp.size() - 1));
+    sci = t.substr(0, e) + "e" + (minus ? "-" : "") + exp;
+  }
+  if (!sci.empty() && sci.size() <= 8) return sci;                                  // 2e18, 3.5e38
+  if (!fixed.empty() && v == std::trunc(v) && fixed.size() <= 20) return fixed;  // 9007199254740993 read as ...992
+  std::ostringstream os;
+  os << v;  // a computed ratio: 6 significant digits
+  return os.str();
+}
+
+}  // namespace troupe::detail

@@ -6,9 +6,7 @@
 // Both capture the expression text, function and file:line. Only `main` turns an
 // error into an exit code: UserError → 2, any other exception → 1 (see cli/main.cpp).
 #pragma once
-#include <charconv>
 #include <sstream>
-#include <string_view>
 #include <type_traits>
 #include <stdexcept>
 #include <filesystem>
@@ -127,6 +125,14 @@ std::string missing_reason(const std::string& path);
 std::string broken_link_on(const std::string& path);
 
 namespace detail {
+// A number as a user types it, for a message: the shortest text that reads back as `v`, in
+// plain digits when that takes at most 12 characters (31536001, 0.0000001, 1000000: not the
+// stream's 3.1536e+07, which looks equal to a bound of 31536000: trials 59 and 60), else with
+// a plain exponent when that takes at most 8 (2e18, 1.5e300, 2.5e-20), else a whole number
+// of up to 20 digits in full (9007199254740992); any other (a computed ratio, 1/3) with 6
+// significant digits. inf, -inf and nan as such.
+std::string number_text(double v);
+
 // Collects the streamed context, throws on destruction (the macro's temporary ends at
 // the end of the full expression). Destructor is noexcept(false) on purpose.
 template <class E>
@@ -139,15 +145,7 @@ class CheckFailure {
   template <class T>
   CheckFailure& operator<<(const T& v) {
     if constexpr (std::is_floating_point_v<T>) {
-      // a number as typed: the shortest text that reads back as it (31536001, not the
-      // stream's 3.1536e+07, which looks equal to a bound of 31536000: trial 59, L2); a
-      // computed one that needs more than 12 characters (a ratio) with 6 digits
-      char buf[64];
-      const auto r = std::to_chars(buf, buf + sizeof buf, (double)v);
-      if (r.ec == std::errc() && r.ptr - buf <= 12)
-        os_ << std::string_view(buf, (size_t)(r.ptr - buf));
-      else
-        os_ << v;
+      os_ << number_text((double)v);
     } else {
       os_ << v;
     }

@@ -254,12 +254,19 @@ Plan plan_job(const Config& c, const Cluster& cl, const PlanOptions& o) {
     // a layout that fits: dp fills the cluster when tp x pp divides it; else the fewest nodes
     // whose devices tp x pp divides, or the devices per node this layout needs
     const int64_t mp = (int64_t)pc.tp * pc.pp, gpn = cl.gpus_per_node;
+    // a dp the batch cannot be split into comes with the batch size that it can (trial 60, F2)
+    const auto with_dp = [&](int64_t dp) {
+      const int64_t unit = dp * pc.microbatches, b = c.train.batch_size;
+      return b % unit == 0 ? fmt::format("parallel.dp = {}", dp)
+                           : fmt::format("parallel.dp = {} and train.batch_size = {} (a multiple of dp x "
+                                         "parallel.microbatches = {})", dp, (b + unit - 1) / unit * unit, unit);
+    };
     std::string fix;
     if (cl.devices() % mp == 0) {
-      fix = fmt::format("set parallel.dp = {}", cl.devices() / mp);
+      fix = "set " + with_dp(cl.devices() / mp);
     } else {
       const int64_t nodes = std::lcm(gpn, mp) / gpn;
-      fix = fmt::format("e.g. cluster.nodes = {} with parallel.dp = {}", nodes, nodes * gpn / mp);
+      fix = fmt::format("e.g. cluster.nodes = {} with {}", nodes, with_dp(nodes * gpn / mp));
       if (devices % cl.nodes == 0) fix += fmt::format(", or cluster.gpus_per_node = {}", devices / cl.nodes);
     }
     TROUPE_USER_FAIL() << "parallel.tp x parallel.pp x parallel.dp = " << pc.tp << " x " << pc.pp << " x " << pc.dp

@@ -116,8 +116,8 @@ Cluster make_cluster(const ClusterConfig& c, int threads) {
                          Range{"cluster.latency_us", c.latency_us, 0, kMaxLatencyUs, "us"}})
     TROUPE_USER_CHECK(r.v == 0 || (r.v > 0 && r.v >= r.lo && r.v <= r.hi))  // NaN fails every comparison
         << r.key << " = " << r.v << " is outside the range troupe plans for; use 0 (the device table's value) or "
-        << (r.lo > 0 ? fmt::format("{:g} to {:g} {}", r.lo, r.hi, r.unit)
-                     : fmt::format("a number above 0 up to {:g} {}", r.hi, r.unit));
+        << (r.lo > 0 ? detail::number_text(r.lo) + " to " : std::string("a number above 0 up to "))
+        << detail::number_text(r.hi) << " " << r.unit;
   Cluster out;
   out.dev = find_device(c.gpu, threads);
   out.gpus_per_node = c.gpus_per_node;

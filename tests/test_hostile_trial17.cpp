@@ -100,7 +100,7 @@ TEST_CASE("paths: --resume latest without a run directory, a path through a file
   const Run r = run_troupe("train --config configs/tiny.toml --resume latest", s);
   expect_user_error(r, {"--resume latest continues the run in --run-dir, but none was given"});
   expect_user_error(run_troupe("train --config configs/tiny.toml/../tiny.toml", s),
-                    {"goes through a file as if it were a folder"});
+                    {"goes through the file 'configs/tiny.toml' as if it were a folder"});
   fs::create_symlink(s.path("l2"), s.path("l1"));
   fs::create_symlink(s.path("l1"), s.path("l2"));
   expect_user_error(run_troupe("simulate --schedule 1f1b --stages 2 --microbatches 4 --quiet --trace '" +
