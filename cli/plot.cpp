@@ -203,6 +203,11 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
     TROUPE_USER_FAIL() << "'" << run_dir << "/metrics.jsonl' " << why << " pass the --run-dir of a troupe train run";
   TROUPE_USER_CHECK(fs::exists(fs::symlink_status(run_dir, ec)))
       << "'" << run_dir << "' does not exist; pass the --run-dir of a troupe train run, e.g. runs/<timestamp>";
+  // the metrics file itself: its folder is meant (trial 61)
+  TROUPE_USER_CHECK(fs::is_directory(run_dir, ec) || !fs::exists(run_dir, ec))
+      << "'" << run_dir << "' is a file; plot takes the run directory that holds metrics.jsonl: pass "
+      << (fs::path(run_dir).has_parent_path() ? fs::path(run_dir).parent_path().string() : std::string("."))
+      << " (troupe plot RUN_DIR)";
   TROUPE_USER_CHECK(fs::is_directory(run_dir, ec) && fs::exists(run_dir + "/metrics.jsonl", ec))
       << "'" << run_dir << "' is not a troupe run directory (it has no metrics.jsonl); pass the --run-dir of a "
       << "troupe train run, e.g. runs/<timestamp>";

@@ -234,10 +234,11 @@ std::string number_text(double v) {
     exp.erase(0, std::min(exp.find_first_not_of('0'), exp.size() - 1));
     sci = t.substr(0, e) + "e" + (minus ? "-" : "") + exp;
   }
-  if (!sci.empty() && sci.size() <= 8) return sci;                                  // 2e18, 3.5e38
-  if (!fixed.empty() && v == std::trunc(v) && fixed.size() <= 20) return fixed;  // 9007199254740993 read as ...992
+  if (!sci.empty() && sci.size() <= 8) return sci;   // 2e18, 3.5e38
+  if (!fixed.empty() && fixed.size() <= 20) return fixed;  // 9007199254740992, 604800.0000000001 (trial 61)
+  if (!sci.empty()) return sci;                       // every digit: rounding could make it equal a bound
   std::ostringstream os;
-  os << v;  // a computed ratio: 6 significant digits
+  os << v;
   return os.str();
 }
 

@@ -128,9 +128,10 @@ namespace detail {
 // A number as a user types it, for a message: the shortest text that reads back as `v`, in
 // plain digits when that takes at most 12 characters (31536001, 0.0000001, 1000000: not the
 // stream's 3.1536e+07, which looks equal to a bound of 31536000: trials 59 and 60), else with
-// a plain exponent when that takes at most 8 (2e18, 1.5e300, 2.5e-20), else a whole number
-// of up to 20 digits in full (9007199254740992); any other (a computed ratio, 1/3) with 6
-// significant digits. inf, -inf and nan as such.
+// a plain exponent when that takes at most 8 (2e18, 1.5e300, 2.5e-20), else in plain digits
+// up to 20 characters (9007199254740992, 604800.0000000001), else with an exponent and every
+// digit it needs: never rounded, so a value past a bound never prints as the bound (trial 61).
+// inf, -inf and nan as such.
 std::string number_text(double v);
 
 // Collects the streamed context, throws on destruction (the macro's temporary ends at

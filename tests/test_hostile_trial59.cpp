@@ -58,7 +58,8 @@ TEST_CASE("a number in a message is shown as typed, and 1e309 is named so", "[cl
   CHECK(message_of(0.5) == "v = 0.5");
   CHECK(message_of(2.5e-7) == "v = 0.00000025");
   CHECK(message_of(2.5e-20) == "v = 2.5e-20");
-  CHECK(message_of(1.0 / 3) == "v = 0.333333");  // a computed ratio keeps 6 digits
+  CHECK(message_of(1.0 / 3) == "v = 0.3333333333333333");  // every digit: never rounded onto a bound
+  CHECK(message_of(604800.0000000001) == "v = 604800.0000000001");
   CHECK(message_of(0.0000001) == "v = 0.0000001");  // plain digits while short (trial 60, F1)
   CHECK(message_of(1e6) == "v = 1000000");
   CHECK(message_of(2e18) == "v = 2e18");  // else a plain exponent, as typed
@@ -66,7 +67,7 @@ TEST_CASE("a number in a message is shown as typed, and 1e309 is named so", "[cl
   CHECK(message_of(-3.5e-38) == "v = -3.5e-38");
   CHECK(message_of(9223372036854775807.0) == "v = 9223372036854775808");
   CHECK(message_of(1e30) == "v = 1e30");
-  CHECK(message_of(2.0 / 3e10) == "v = 6.66667e-11");
+  CHECK(message_of(2.0 / 3e10) == "v = 6.666666666666667e-11");
   Scratch s(kGroup, "numbers");
   expect_user_error(run_troupe("train --config configs/tiny.toml --set data.lock_timeout_s=31536001 --run-dir '" +
                                    s.path("r") + "'", s),

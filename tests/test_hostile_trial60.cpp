@@ -42,4 +42,12 @@ TEST_CASE("fixes that work when followed: plan's dp with its batch, a file in an
                                    s.path("r") + "'", s),
                     {"train.initial_loss_scale = 3.5e38;"});
   CHECK_FALSE(fs::exists(s.path("r")));
+  // trial 61: a value past a bound never prints as the bound; plot given the metrics file
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set train.timeout_s=604800.0000000001 --run-dir '" +
+                                   s.path("r") + "'", s),
+                    {"train.timeout_s = 604800.0000000001;"});
+  fs::create_directories(s.path("run"));
+  s.write("run/metrics.jsonl", "{\"step\":1,\"loss\":2}\n");
+  expect_user_error(run_troupe("plot '" + s.path("run/metrics.jsonl") + "'", s),
+                    {"is a file; plot takes the run directory that holds metrics.jsonl", ("pass " + s.path("run")).c_str()});
 }
