@@ -26,7 +26,7 @@ train: data
 	$(BUILD)/troupe train --config $(CONFIG)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure --timeout 900
+	BUILD=$(BUILD) JOBS=$(JOBS) bash scripts/test.sh
 
 bench: data
 	@bash scripts/setup.sh --reference

@@ -144,7 +144,7 @@ JobPlan make_job_plan(const Config& cfg, const PlanInputs& in) {
   plan.cores = cfg.train.threads > 0 ? cfg.train.threads : (int)std::max(1u, in.hardware_threads);
   if (plan.multi && cfg.train.threads <= 0) plan.cores = std::max(1, plan.cores / local);
   plan.per_worker = std::max(1, plan.cores / (int)plan.local_ranks().size());
-  auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, plan.P, plan.M, plan.V));
+  auto sched = std::make_shared<Schedule>(make_schedule(p.schedule, plan.P, plan.M, plan.V, ScheduleNames::config(cfg.train.batch_size, p.dp)));
   validate_schedule(*sched);
   plan.schedule = sched;
   plan.bounds = partition_layers(plan.gpt, plan.P * plan.V);

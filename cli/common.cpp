@@ -450,7 +450,7 @@ void check_memory(const Config& c, bool resuming) {
   const double per_layer = c.train.recompute == "full" ? 4.0 * mbB * T * g.C
                            : (half ? full_layer / 2 : full_layer) - (selective ? (half ? 2.0 : 4.0) * mbB * g.NH * T * T : 0.0);
   // (microbatch, chunk) pairs stashed on each stage: the schedule's simulated peak
-  Schedule sched = make_schedule(c.parallel.schedule, P, M, V);
+  Schedule sched = make_schedule(c.parallel.schedule, P, M, V, ScheduleNames::config(c.train.batch_size, c.parallel.dp));
   validate_schedule(sched);
   const SimResult sim = simulate(sched, Costs{});
   double acts = 0;

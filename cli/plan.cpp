@@ -1,5 +1,6 @@
 // cli/plan.cpp — troupe plan: memory and iteration time of a layout on a cluster
 // (planner/), one layout or a search over keys; text or --json.
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -118,21 +119,14 @@ std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl
 }  // namespace
 
 int cmd_plan(const Config& c, const PlanCommand& pcmd) {
-  // no hardware named: the fix names this config's device count, so following it works
-  // (fresh-user check 4: "add gpu = a100-80g" was then refused for 8 devices against 2)
-  if (c.cluster.gpu.empty()) {
-    const int devices = c.parallel.tp * c.parallel.pp * c.parallel.dp;
-    TROUPE_USER_FAIL() << "cluster.gpu is not set: troupe plan needs the hardware to plan for; use --set cluster.gpu=cpu "
-                       << "(this machine, measured), or a GPU of a100-40g, a100-80g, h100-sxm, h200-sxm with as many "
-                       << "devices as the layout's tp x pp x dp = " << devices << " (e.g. --set cluster.gpu=a100-80g "
-                       << "--set cluster.gpus_per_node=" << std::min(devices, 8)
-                       << (devices > 8 && devices % 8 == 0 ? " --set cluster.nodes=" + std::to_string(devices / 8) : "")
-                       << "), or add them as [cluster] gpu = \"...\" to the config";
-  }
-  const Cluster cl = make_cluster(c.cluster, c.train.threads);
+  const int64_t layout = (int64_t)c.parallel.tp * c.parallel.pp * c.parallel.dp;
+  const Cluster cl = make_cluster(c.cluster, c.train.threads, (int)std::min<int64_t>(layout, 1 << 30));
   PlanOptions o;
   TROUPE_USER_CHECK(std::isfinite(pcmd.tokens) && pcmd.tokens >= 0 && pcmd.tokens <= 1e18)
       << "--tokens " << pcmd.tokens << " is not a token count; use 0 to 1e18 (e.g. --tokens 270e9 for MT-NLG)";
+  TROUPE_USER_CHECK(pcmd.tokens == std::floor(pcmd.tokens))  // a token is not split (trial 61)
+      << "--tokens " << pcmd.tokens << " is not a whole number of tokens; use e.g. --tokens "
+      << detail::number_text(std::ceil(pcmd.tokens));
   o.tokens = pcmd.tokens;
   if (!pcmd.calibrate.empty()) {
     TROUPE_USER_CHECK(cl.dev.name == "cpu") << "--calibrate fits this machine's costs, but cluster.gpu = \"" << cl.dev.name

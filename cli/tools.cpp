@@ -225,19 +225,22 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   // --config: its [parallel] layout (schedule, pp, microbatches, chunks) unless a flag sets
   // one, so the activation bytes are those of the layout the config trains (fresh-user
   // check 4: the defaults P=4, M=8 were simulated beside tiny.toml's pp = 2, M = 4)
+  // the config is read once: its layout, its inputs (not to be overwritten), its model
+  const Config cfg = o.config.empty() ? Config{} : Config::load(o.config);
+  const auto builtin_name = [](const std::string& n) {
+    return n == "gpipe" || n == "1f1b" || n == "interleaved" || n == "zb-h1";
+  };
   std::string from_config;
+  const auto took = [&](const char* what) { from_config += std::string(from_config.empty() ? "" : ", ") + what; };
   if (!o.config.empty()) {
-    const Config in = Config::load(o.config);
-    if (!schedule_set) o.schedule = in.parallel.schedule, from_config += "schedule";
-    const bool file = o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" && o.schedule != "zb-h1";
-    if (!file) {  // (a schedule file brings its own P, M and V)
-      if (!p_set) o.P = in.parallel.pp, from_config += std::string(from_config.empty() ? "" : ", ") + "stages";
-      if (!m_set) o.M = in.parallel.microbatches, from_config += std::string(from_config.empty() ? "" : ", ") + "microbatches";
-      if (!v_set && o.schedule == "interleaved")
-        o.V = in.parallel.chunks, from_config += std::string(from_config.empty() ? "" : ", ") + "chunks";
+    if (!schedule_set) o.schedule = cfg.parallel.schedule, took("schedule");
+    if (builtin_name(o.schedule)) {  // (a schedule file brings its own P, M and V)
+      if (!p_set) o.P = cfg.parallel.pp, took("stages");
+      if (!m_set) o.M = cfg.parallel.microbatches, took("microbatches");
+      if (!v_set && o.schedule == "interleaved") o.V = cfg.parallel.chunks, took("chunks");
     }
   }
-  const bool builtin = o.schedule == "gpipe" || o.schedule == "1f1b" || o.schedule == "interleaved" || o.schedule == "zb-h1";
+  const bool builtin = builtin_name(o.schedule);
   // a name that is no path (2f2b): a misspelled built-in, not a missing file (fresh-user check, session 22)
   TROUPE_USER_CHECK(builtin || o.schedule.find('/') != std::string::npos || o.schedule.find('.') != std::string::npos ||
                     std::filesystem::exists(o.schedule))
@@ -271,10 +274,9 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   // the config's own inputs too: its corpus, tokenizer, data sources and folders (trial 50, M5)
   std::vector<std::string> inputs = {builtin ? std::string() : o.schedule, o.config}, folders;
   if (!o.config.empty()) {
-    const Config in = Config::load(o.config);
-    inputs.insert(inputs.end(), {in.data.corpus, in.data.tokenizer});
-    folders = {in.data.cache_dir, in.checkpoint.dir};
-    for (const DataSource& src : in.data.sources) folders.push_back(src.path);
+    inputs.insert(inputs.end(), {cfg.data.corpus, cfg.data.tokenizer});
+    folders = {cfg.data.cache_dir, cfg.checkpoint.dir};
+    for (const DataSource& src : cfg.data.sources) folders.push_back(src.path);
   }
   for (auto [out, flag] : {std::pair{o.dump, "--dump"}, {o.trace, "--trace"}, {o.png, "--png"}})
     refuse_overwriting(out, flag, inputs, folders);
@@ -294,7 +296,6 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   Costs c = parse_costs(o.cost);
   SimResult r = simulate(s, c);
   // activation bytes for a model config (the default one unless --config)
-  Config cfg = o.config.empty() ? Config{} : Config::load(o.config);
   GPTConfig g = GPTConfig::from(cfg.model);
   const int mbB = std::max(1, cfg.train.batch_size / std::max(1, o.M));
   const double per_layer = activation_bytes_per_layer(mbB, cfg.train.seq_len, g.C, g.NH);

@@ -285,9 +285,7 @@ template <size_t N>
 std::string near_names(const std::string& name, const char* const (&known)[N]) {
   const auto near = nearest_names(name, std::vector<std::string_view>(std::begin(known), std::end(known)));
   if (near.empty()) return "TROUPE_RANK, TROUPE_WORLD_SIZE, TROUPE_COORDINATOR, TROUPE_JOB_SECRET...";
-  std::string out;
-  for (size_t i = 0; i < near.size(); ++i) out += (i ? " or " : "") + near[i];
-  return out;
+  return join(near, " or ");
 }
 
 void check_environment_switches(const Config& c, const LaunchEnv& launch) {

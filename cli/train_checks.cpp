@@ -496,7 +496,8 @@ std::string check_job_of_several(const Config& c, const LaunchEnv& launch) {
 // the checkpoint directory's space, threads and the device. Throws UserError.
 void check_before_writing(const Config& c, const LaunchEnv& launch, bool follower, const std::string& ckpt_dir) {
   {
-    Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks);
+    Schedule s = make_schedule(c.parallel.schedule, c.parallel.pp, c.parallel.microbatches, c.parallel.chunks,
+                               ScheduleNames::config(c.train.batch_size, c.parallel.dp));
     validate_schedule(s);
   }
   (void)kernels::gemm_choice();  // an unknown or uninstalled TROUPE_GEMM is refused before anything is written

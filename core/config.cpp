@@ -102,13 +102,8 @@ std::string shown_key(const std::string& name) {
   for (size_t i = 0; i < name.size(); ++i) {
     const unsigned char c0 = (unsigned char)name[i];
     if (c0 < 0x80) continue;
-    const size_t len = c0 >= 0xF0 ? 4 : c0 >= 0xE0 ? 3 : c0 >= 0xC0 ? 2 : 1;
-    unsigned cp = len == 1 ? c0 : c0 & (0x7Fu >> len);
-    bool valid = len > 1 && i + len <= name.size();
-    for (size_t k = 1; valid && k < len; ++k) {
-      valid = ((unsigned char)name[i + k] & 0xC0) == 0x80;
-      cp = (cp << 6) | ((unsigned char)name[i + k] & 0x3Fu);
-    }
+    uint32_t cp = 0;
+    const bool valid = valid_utf8_at(name, i, &cp) > 0;
     size_t column = 0;  // characters before it
     for (size_t k = 0; k < i; ++k) column += (((unsigned char)name[k] & 0xC0) != 0x80);
     throw UserError("unknown config key '" + shown_key(printable(name, false, 300)) + "'" + where +
@@ -124,8 +119,7 @@ std::string shown_key(const std::string& name) {
     for (auto& k : key_table()) known += (known.empty() ? "" : ", ") + k.name;
   std::vector<std::string_view> all;  // a misspelling is named (train.stepz -> train.steps)
   for (auto& k : key_table()) all.emplace_back(k.name);
-  std::string near;
-  for (auto& n : nearest_names(name, all, 2, 3)) near += (near.empty() ? "" : " or ") + n;
+  const std::string near = join(nearest_names(name, all, 2, 3), " or ");
   throw UserError("unknown config key '" + shown_key(printable(name, false, 300)) + "'" + where +
                   (near.empty() ? "; remove it or use one of: " : "; did you mean " + near + "? Otherwise remove it or use one of: ") + known);
 }
@@ -260,10 +254,10 @@ std::vector<DataSource> parse_sources(const toml::node& node, const std::string&
       const std::string k(key.str());
       const auto it = std::find_if(source_keys().begin(), source_keys().end(), [&](auto& e) { return e.first == k; });
       if (it == source_keys().end()) {
-        std::string known, near;
+        std::string known;
         std::vector<std::string_view> names;
         for (auto& e : source_keys()) known += (known.empty() ? "" : ", ") + e.first, names.emplace_back(e.first);
-        for (auto& n : nearest_names(k, names, 2, 3)) near += (near.empty() ? "" : " or ") + n;
+        const std::string near = join(nearest_names(k, names, 2, 3), " or ");
         throw UserError("unknown key '" + printable(k, false, 300) + "' in " + where +
                         (near.empty() ? "; use one of: " : "; did you mean " + near + "? Otherwise use one of: ") + known);
       }
@@ -389,15 +383,13 @@ Config Config::parse(const std::string& text, const std::string& path) {
       // first byte that starts no UTF-8 character is found and its line counted here
       for (size_t i = 0, l = 1; i < text.size(); ++i) {
         uint32_t cp = 0;
-        const size_t n = utf8_at(text, i, &cp);
-        const bool c1 = (unsigned char)text[i] == 0xC2 && i + 1 < text.size() &&
-                        (unsigned char)text[i + 1] >= 0x80 && (unsigned char)text[i + 1] <= 0x9F;
-        if (n == 0 && !c1) {
+        const size_t n = valid_utf8_at(text, i, &cp);
+        if (n == 0) {
           line = l;
           break;
         }
         if (text[i] == '\n') ++l;
-        i += (c1 ? 2 : n) - 1;
+        i += n - 1;
       }
     }
     os << "config file '" << path << "' is not valid TOML at line " << line << ": " << why

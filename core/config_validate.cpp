@@ -108,8 +108,11 @@ void check_batch(const Config& c) {
       << ": a microbatch holds at least one sequence; use parallel.microbatches <= " << t.batch_size;
   if (t.batch_size % ((int64_t)p.dp * p.microbatches) != 0) {
     const int per = t.batch_size / std::max(1, p.dp);
-    std::string divs;  // the divisors of per, listed while there are few
-    for (int d = 1, n = 0; d <= std::max(1, per) && n < 24; ++d)
+    // the divisors of per, listed while there are few; interleaved takes multiples of pp only
+    // (trial 61: {1, 2, 4} was offered where pp = 2 refuses 1)
+    const int step = p.schedule == "interleaved" ? std::max(1, p.pp) : 1;
+    std::string divs;
+    for (int d = step, n = 0; d <= std::max(1, per) && n < 24; d += step)
       if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d), ++n;
     TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.dp = " << p.dp
                        << " replicas x parallel.microbatches = " << p.microbatches << " equal microbatches; "

@@ -9,7 +9,7 @@
 namespace troupe {
 namespace {
 // Length of the valid UTF-8 sequence starting at s[i] (1..4), or 0 when it is not one.
-size_t utf8_len(std::string_view s, size_t i) {
+size_t utf8_len(std::string_view s, size_t i, bool allow_c1 = false) {
   const auto b = [&](size_t k) { return (uint8_t)s[k]; };
   const uint8_t c = b(i);
   size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
@@ -20,7 +20,7 @@ size_t utf8_len(std::string_view s, size_t i) {
   for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (b(i + k) & 0x3F);
   const bool overlong = (n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
   if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  if (cp >= 0x80 && cp <= 0x9F) return 0;  // C1 controls (a terminal's CSI is U+009B)
+  if (!allow_c1 && cp >= 0x80 && cp <= 0x9F) return 0;  // C1 controls (a terminal's CSI is U+009B)
   return n;
 }
 
@@ -150,6 +150,12 @@ size_t utf8_at(std::string_view s, size_t i, uint32_t* cp) {
   return n;
 }
 
+size_t valid_utf8_at(std::string_view s, size_t i, uint32_t* cp) {
+  const size_t n = i < s.size() ? utf8_len(s, i, true) : 0;
+  if (n) *cp = code_point(s, i, n);
+  return n;
+}
+
 bool blank_text(std::string_view s) {
   if (s.empty()) return false;
   for (size_t i = 0; i < s.size();) {
@@ -201,6 +207,12 @@ std::vector<std::string> nearest_names(std::string_view name, const std::vector<
   std::stable_sort(near.begin(), near.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   std::vector<std::string> out;
   for (size_t i = 0; i < near.size() && i < max_count; ++i) out.emplace_back(near[i].second);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) (i ? out.append(sep) : out).append(parts[i]);
   return out;
 }
 

@@ -60,6 +60,9 @@ bool blank_part(std::string_view path);
 // 0 when s[i] starts none (a stray continuation byte, an overlong or cut sequence, a
 // surrogate) or starts a C1 control (U+0080..U+009F). i < s.size(). Never throws.
 size_t utf8_at(std::string_view s, size_t i, uint32_t* cp);
+// As utf8_at, but a C1 control is a valid character too: for finding where text stops being
+// UTF-8 at all (a decoder's view), not where it stops being safe to show.
+size_t valid_utf8_at(std::string_view s, size_t i, uint32_t* cp);
 
 // True when `s` starts or ends with a blank (space_at): " x " as a path is a typing slip.
 bool padded_text(std::string_view s);
@@ -71,5 +74,8 @@ bool padded_text(std::string_view s);
 // (train.stepz -> train.steps). Never throws except std::bad_alloc.
 std::vector<std::string> nearest_names(std::string_view name, const std::vector<std::string_view>& known,
                                        size_t max_distance = 3, size_t max_count = 3);
+
+// `parts` joined with `sep` between them: join({"a", "b"}, " or ") is "a or b"; "" for none.
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
 }  // namespace troupe

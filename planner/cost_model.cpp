@@ -273,7 +273,8 @@ Plan plan_job(const Config& c, const Cluster& cl, const PlanOptions& o) {
                        << " = " << devices << " devices, but the cluster has cluster.nodes x cluster.gpus_per_node = "
                        << cl.nodes << " x " << cl.gpus_per_node << " = " << cl.devices() << "; " << fix;
   }
-  Schedule sched = make_schedule(pc.schedule, pc.pp, pc.microbatches, pc.chunks);
+  Schedule sched = make_schedule(pc.schedule, pc.pp, pc.microbatches, pc.chunks,
+                                 ScheduleNames::config(c.train.batch_size, pc.dp));
   validate_schedule(sched);
   return plan_layout(c, cl, o, &sched);
 }

@@ -60,8 +60,8 @@ const std::vector<DeviceSpec>& device_table() {
   return t;
 }
 
-DeviceSpec find_device(const std::string& name, int threads) {
-  std::string names;
+DeviceSpec find_device(const std::string& name, int threads, int layout_devices) {
+  std::string names, gpus;
   for (auto& d : device_table()) {
     if (d.name == name) {
       if (name != "cpu") return d;
@@ -77,6 +77,17 @@ DeviceSpec find_device(const std::string& name, int threads) {
       return c;
     }
     names += (names.empty() ? "" : ", ") + d.name;
+    if (d.name != "cpu") gpus += (gpus.empty() ? "" : ", ") + d.name;
+  }
+  // no hardware named: the fix names the layout's device count, so following it works
+  // (fresh-user check 4: "add gpu = a100-80g" was then refused for 8 devices against 2)
+  if (name.empty() && layout_devices > 0) {
+    const int n = layout_devices;
+    TROUPE_USER_FAIL() << "cluster.gpu is not set: troupe plan needs the hardware to plan for; use --set cluster.gpu=cpu "
+                       << "(this machine, measured), or a GPU of " << gpus << " with as many devices as the layout's "
+                       << "tp x pp x dp = " << n << " (e.g. --set cluster.gpu=a100-80g --set cluster.gpus_per_node="
+                       << std::min(n, 8) << (n > 8 && n % 8 == 0 ? " --set cluster.nodes=" + std::to_string(n / 8) : "")
+                       << "), or add them as [cluster] gpu = \"...\" to the config";
   }
   if (name.empty()) TROUPE_USER_FAIL() << "cluster.gpu is not set; add [cluster] gpu = \"a100-80g\" (one of: " << names << ")";
   throw UserError("cluster.gpu = \"" + name + "\" is not in the device table; use one of: " + names);
@@ -87,7 +98,8 @@ const ModelConstants& model_constants() {
   return c;
 }
 
-Cluster make_cluster(const ClusterConfig& c, int threads) {
+Cluster make_cluster(const ClusterConfig& c, int threads, int layout_devices) {
+  if (c.gpu.empty()) (void)find_device(c.gpu, threads, layout_devices);  // throws, naming the fix
   TROUPE_USER_CHECK(c.gpus_per_node >= 1) << "cluster.gpus_per_node = " << c.gpus_per_node << "; use 1 or more (DGX: 8)";
   TROUPE_USER_CHECK(c.nodes >= 1) << "cluster.nodes = " << c.nodes << "; use 1 or more";
   // the device count is an int everywhere (Cluster::devices()): bounded before it can overflow

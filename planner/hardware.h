@@ -34,8 +34,9 @@ struct DeviceSpec {
 // bandwidth by a 64 MiB copy; about 0.2 s, once per process).
 const std::vector<DeviceSpec>& device_table();
 // The entry for `name` (cpu: measured with `threads` cores, 0 = all). Throws UserError
-// listing the known names.
-DeviceSpec find_device(const std::string& name, int threads = 0);
+// listing the known names; for an empty name with layout_devices > 0 (the config's
+// tp x pp x dp), one whose example cluster has that many devices.
+DeviceSpec find_device(const std::string& name, int threads = 0, int layout_devices = 0);
 
 // Constants of the cost model that are not per device, each with its source.
 struct ModelConstants {
@@ -74,6 +75,8 @@ struct Cluster {
   int gpus_per_node = 8, nodes = 1;
   int devices() const { return gpus_per_node * nodes; }
 };
-Cluster make_cluster(const ClusterConfig& c, int threads);
+// The cluster [cluster] describes, its device from find_device (layout_devices: as there).
+// Throws UserError on a count out of range or an unknown or unset cluster.gpu.
+Cluster make_cluster(const ClusterConfig& c, int threads, int layout_devices = 0);
 
 }  // namespace troupe::plan

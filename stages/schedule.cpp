@@ -67,12 +67,22 @@ Schedule schedule_1f1b(int P, int M) {
 Schedule schedule_interleaved(int P, int M, int V, const ScheduleNames& names) {
   check_common("interleaved", P, M, V, names);
   if (M % P != 0) {
-    int lo = M / P * P, hi = lo + P;
+    // the multiples of P nearest M; where the batch is known, those it splits into (trial 61)
+    const bool known = names.batch_size > 0;
+    const int64_t per = known ? names.batch_size / names.dp : 0;
+    const auto fits = [&](int64_t m) { return !known || (names.batch_size % names.dp == 0 && per % m == 0); };
+    int64_t lo = M / P * P, hi = lo + P;
+    while (lo > 0 && !fits(lo)) lo -= P;
+    while (known && hi <= per && !fits(hi)) hi += P;
+    if (known && hi > per) hi = 0;  // none above M that fits
+    std::string use;
+    if (lo > 0 && hi > 0) use = names.set(names.microbatches, std::to_string(lo) + " or " + std::to_string(hi));
+    else if (lo > 0 || hi > 0) use = names.set(names.microbatches, std::to_string(lo > 0 ? lo : hi));
+    else use = names.set_microbatches(M / P * P + P);  // with the batch size it needs
     TROUPE_USER_FAIL() << "schedule interleaved sends microbatches through the " << V << " chunks in groups of "
                        << names.set(names.stages, std::to_string(P)) << ", so " << names.microbatches
-                       << " must be a multiple of " << P << " (got " << M << "); use "
-                       << names.set(names.microbatches, (lo > 0 ? std::to_string(lo) + " or " : "") + std::to_string(hi))
-                       << ", or " << names.set(names.schedule, "1f1b");
+                       << " must be a multiple of " << P << " (got " << M << "); use " << use << ", or "
+                       << names.set(names.schedule, "1f1b");
   }
   Schedule s = make("interleaved", P, M, V);
   const int total = M * V, group = P * V;
@@ -163,6 +173,22 @@ std::string ScheduleNames::set(const std::string& name, const std::string& value
   return name + " = " + (name == schedule ? "\"" + value + "\"" : value);
 }
 
+ScheduleNames ScheduleNames::config(int64_t batch_size, int dp) {
+  ScheduleNames n;
+  n.batch_size = batch_size;
+  n.dp = std::max(1, dp);
+  return n;
+}
+
+std::string ScheduleNames::set_microbatches(int M) const {
+  std::string s = set(microbatches, std::to_string(M));
+  const int64_t unit = (int64_t)dp * M;
+  if (batch_size > 0 && batch_size % unit != 0)
+    s += " and train.batch_size = " + std::to_string((batch_size + unit - 1) / unit * unit) + " (a multiple of " +
+         (dp > 1 ? "parallel.dp x " + microbatches + " = " + std::to_string(unit) : std::to_string(M)) + ")";
+  return s;
+}
+
 Schedule make_schedule(const std::string& name, int P, int M, int V, const ScheduleNames& n) {
   // (each parameter named as its reader types it: a config key or simulate's flag)
   for (const auto& [v, key] : {std::pair<int, const std::string&>{P, n.stages}, {M, n.microbatches}, {V, n.chunks}})
@@ -188,7 +214,7 @@ Schedule make_schedule(const std::string& name, int P, int M, int V, const Sched
   TROUPE_USER_CHECK(s.M == M) << "schedule file " << name << " uses " << s.M
                               << (s.M == 1 ? " microbatch" : " microbatches") << " but "
                               << n.set(n.microbatches, std::to_string(M)) << "; set "
-                              << n.set(n.microbatches, std::to_string(s.M)) << ", or write the file for " << M << " (F0..F"
+                              << n.set_microbatches(s.M) << ", or write the file for " << M << " (F0..F"
                               << M - 1 << " on every row)";
   TROUPE_USER_CHECK(s.V == V) << "schedule file " << name << " uses " << s.V << " chunks but "
                               << n.set(n.chunks, std::to_string(V)) << "; set " << n.set(n.chunks, std::to_string(s.V))

@@ -53,6 +53,14 @@ struct ScheduleNames {
   std::string set(const std::string& name, const std::string& value) const;
   // The names of simulate's flags.
   static ScheduleNames flags() { return {"--stages", "--microbatches", "--chunks", "--schedule"}; }
+  // A config's names, with its train.batch_size and parallel.dp: advice to change the
+  // microbatch count then also names a batch size the new count divides (trial 61).
+  static ScheduleNames config(int64_t batch_size, int dp);
+  int64_t batch_size = 0;  // sequences per step; 0: not known (simulate)
+  int dp = 1;              // data-parallel replicas the batch is split over
+  // "parallel.microbatches = 8", and " and train.batch_size = 16 (...)" when batch_size is
+  // known and dp x M does not divide it.
+  std::string set_microbatches(int M) const;
 };
 
 // Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021 sec. 2.2) with V chunks per stage:
