@@ -58,6 +58,31 @@ const Key* find_key(const std::string& name) {
   return nullptr;
 }
 
+// A --set key written with TOML quotes (train."steps", 'train'.steps) as the dotted name a
+// config file reads it as (train.steps); `name` unchanged when it has no quotes, is no TOML
+// key, or a part is not a bare key (a quoted "a.b" stays one part, as in a file).
+std::string unquoted_key(const std::string& name) {
+  if (name.find_first_of("\"'") == std::string::npos) return name;
+  toml::table t;
+  try {
+    t = toml::parse(name + " = 0");
+  } catch (const std::exception&) {
+    return name;
+  }
+  std::string out;
+  const toml::node* n = &t;
+  while (const toml::table* tb = n->as_table()) {
+    if (tb->size() != 1) return name;
+    const std::string part(tb->begin()->first.str());
+    if (part.empty() || part.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                            std::string::npos)
+      return name;
+    out += (out.empty() ? "" : ".") + part;
+    n = &tb->begin()->second;
+  }
+  return out;
+}
+
 // name with its non-ASCII spaces shown as \u{XXXX} (a no-break space prints as a space)
 std::string shown_key(const std::string& name) {
   std::string out;
@@ -439,7 +464,8 @@ void Config::set(const std::string& assignment) {
   auto eq = assignment.find('=');
   TROUPE_USER_CHECK(eq != std::string::npos && eq > 0)
       << "--set '" << assignment << "' must look like section.key=value (e.g. --set train.steps=10)";
-  std::string name = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  // train."steps"=1 names train.steps, as it would in a file
+  std::string name = unquoted_key(assignment.substr(0, eq)), value = assignment.substr(eq + 1);
   TROUPE_USER_CHECK(name.rfind("data.sources", 0) != 0)
       << "--set cannot change data.sources; edit the [[data.sources]] tables of the config file";
   const Key* k = find_key(name);

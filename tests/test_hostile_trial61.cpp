@@ -76,3 +76,14 @@ TEST_CASE("text helpers: join, and UTF-8 read as a decoder reads it", "[cli][hos
                     {"its character 3 is the byte 0xC0"});
   CHECK_FALSE(fs::exists(s.path("r")));
 }
+
+TEST_CASE("a --set key in TOML quotes names the key a config file would", "[cli][hostile][config]") {
+  Scratch s(kGroup, "quoted");
+  const std::string train = "train --config configs/tiny.toml --run-dir '" + s.path("r") + "' --set ";
+  expect_user_error(run_troupe(train + "'train.\"steps\"=-1'", s), {"train.steps = -1 must be >= 0"});
+  expect_user_error(run_troupe(train + "\"'train'.steps=-1\"", s), {"train.steps = -1 must be >= 0"});
+  // one quoted part holding a dot is one key, as in a file: unknown, with the key meant named
+  expect_user_error(run_troupe(train + "'\"train.steps\"=1'", s), {"unknown config key", "did you mean train.steps?"});
+  expect_user_error(run_troupe(train + "'train.\"ste ps\"=1'", s), {"unknown config key"});
+  CHECK_FALSE(fs::exists(s.path("r")));
+}
