@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
@@ -81,6 +82,49 @@ std::string unquoted_key(const std::string& name) {
     n = &tb->begin()->second;
   }
   return out;
+}
+
+// A decimal's significant digits and the power of ten of the first ("0.0500" -> "5", -2);
+// {"", 0} for text that is no plain decimal (inf, nan, a hex float) or is zero.
+std::pair<std::string, int> decimal_digits(std::string_view text) {
+  std::string digits;
+  int point = -1, exp = 0;
+  size_t i = text.find_first_not_of("+-");
+  for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+    if (text[i] == '_') continue;  // TOML's 1_000.5
+    if (text[i] == '.') point = (int)digits.size();
+    else if (std::isdigit((unsigned char)text[i])) digits += text[i];
+    else return {"", 0};
+  }
+  if (i < text.size()) {
+    const std::string e(text.substr(i + 1));
+    if (e.empty() || e.size() > 6 || e.find_first_not_of("+-0123456789") != std::string::npos) return {"", 0};
+    exp = std::atoi(e.c_str());
+  }
+  if (point < 0) point = (int)digits.size();
+  const size_t lead = digits.find_first_not_of('0');
+  if (lead == std::string::npos) return {"", 0};
+  digits.erase(digits.find_last_not_of('0') + 1);
+  const int first = point - (int)lead - 1 + exp;
+  return {digits.substr(lead), first};
+}
+
+// Records `text` when the double it reads as (d) has other digits: more than a double holds.
+void note_rounding(Config& c, const std::string& key, std::string_view text, double d) {
+  const auto typed = decimal_digits(text);
+  if (typed.first.empty() || !std::isfinite(d)) return;
+  if (typed != decimal_digits(fmt::format("{}", d))) c.rounded_reals[key] = {std::string(text), d};
+}
+
+// The decimal token of a TOML value at 1-based (line, column) of `text`: "0.99999999999999999".
+std::string token_at(std::string_view text, size_t line, size_t column) {
+  size_t at = 0;
+  for (size_t l = 1; l < line && at != std::string_view::npos; ++l) at = text.find('\n', at), at += at != std::string_view::npos;
+  if (at == std::string_view::npos || column == 0) return "";
+  at += column - 1;
+  size_t end = at;
+  while (end < text.size() && std::strchr("0123456789+-._eE", text[end]) && text[end] != '\0') ++end;
+  return at < text.size() ? std::string(text.substr(at, end - at)) : "";
 }
 
 // name with its non-ASCII spaces shown as \u{XXXX} (a no-break space prints as a space)
@@ -455,6 +499,8 @@ Config Config::parse(const std::string& text, const std::string& path) {
       const Key* k = find_key(name);
       if (!k) unknown_key(name, where);
       assign(c, *k, val, where);
+      if (const auto* d = val.as_floating_point())
+        note_rounding(c, name, token_at(text, val.source().begin.line, val.source().begin.column), d->get());
     }
   }
   return c;
@@ -542,6 +588,8 @@ void Config::set(const std::string& assignment) {
     }
   }
   assign(*this, *k, *t["v"].node(), " (from --set)", &value);
+  rounded_reals.erase(name);
+  if (const auto* d = t["v"].node()->as_floating_point()) note_rounding(*this, name, value, d->get());
 }
 
 std::vector<std::pair<std::string, std::string>> Config::key_values() const {

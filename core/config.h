@@ -6,6 +6,7 @@
 // impossible combination — see Config::validate).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,11 @@ struct Config {
   // Checks every cross-key constraint (throws UserError with the fix). max_workers bounds
   // parallel.pp x tp x dp: kMaxWorkers for a run, kMaxPlanDevices for troupe plan.
   void validate(int64_t max_workers = kMaxWorkers) const;
+  void validate_keys(int64_t max_workers) const;  // (validate's checks, before rounded_reals are quoted)
+  // Decimals typed with more digits than a double holds whose value reads as another
+  // (optim.beta2 = 0.99999999999999999 reads as 1): key -> (the text, the double). A refusal
+  // of such a key quotes the text with what it read as (validate).
+  std::map<std::string, std::pair<std::string, double>> rounded_reals;
   // The resolved configuration as TOML text (every key, including defaults).
   std::string to_toml() const;
   // Every key with its value as text (doubles in the shortest form that round-trips), in key-table order.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 #include <thread>
@@ -318,7 +319,36 @@ void check_paths(const Config& c) {
 
 }  // namespace
 
+namespace {
+
+// A refusal that quotes "key = <double>" for a key typed with more digits than a double
+// holds quotes the text typed, and what it read as (trial 61: "optim.beta2 = 1 must be in
+// [0, 1)" for 0.99999999999999999).
+std::string with_typed_reals(const Config& c, std::string msg) {
+  for (const auto& [key, typed] : c.rounded_reals) {
+    const std::string said = key + " = " + detail::number_text(typed.second);
+    const size_t at = msg.find(said);
+    const size_t end = at + said.size();
+    if (at == std::string::npos || (end < msg.size() && std::strchr("0123456789.e", msg[end]) && msg[end] != '\0'))
+      continue;
+    msg.replace(at, said.size(), key + " = " + printable(typed.first, false, 80) + " (read as " +
+                                     detail::number_text(typed.second) + ": a double holds about 16 significant digits)");
+  }
+  return msg;
+}
+
+}  // namespace
+
 void Config::validate(int64_t max_workers) const {
+  try {
+    validate_keys(max_workers);
+  } catch (const UserError& e) {
+    if (rounded_reals.empty()) throw;
+    throw UserError(with_typed_reals(*this, e.what()));
+  }
+}
+
+void Config::validate_keys(int64_t max_workers) const {
   check_paths(*this);
   check_model(model);
   check_parallel(*this, max_workers);

@@ -87,3 +87,19 @@ TEST_CASE("a --set key in TOML quotes names the key a config file would", "[cli]
   expect_user_error(run_troupe(train + "'train.\"ste ps\"=1'", s), {"unknown config key"});
   CHECK_FALSE(fs::exists(s.path("r")));
 }
+
+TEST_CASE("a decimal with more digits than a double holds is quoted as typed when its key is refused",
+          "[cli][hostile][config]") {
+  Scratch s(kGroup, "digits");
+  const std::string run = " --run-dir '" + s.path("r") + "'";
+  const char* const said = "optim.beta2 = 0.99999999999999999 (read as 1: a double holds about 16 significant digits)";
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set optim.beta2=0.99999999999999999" + run, s),
+                    {said, "must be in [0, 1)"});
+  const std::string file = s.write("b2.toml", "[optim]\nbeta2 = 0.99999999999999999\n");
+  expect_user_error(run_troupe("train --config '" + file + "'" + run, s), {said});
+  // a --set of the key replaces the file's text
+  expect_user_error(run_troupe("train --config '" + file + "' --set optim.beta2=2" + run, s), {"optim.beta2 = 2 must"});
+  // digits a double holds are quoted as they read
+  expect_user_error(run_troupe("train --config configs/tiny.toml --set optim.beta2=1.000" + run, s), {"optim.beta2 = 1 must"});
+  CHECK_FALSE(fs::exists(s.path("r")));
+}
