@@ -32,7 +32,7 @@ namespace {
 // fresh start), the snapshot this start resumed from, or, when the processes join again to
 // recover from a lost one (steps were trained), the newest snapshot on disk to continue from.
 std::string stopped_while_joining(const Cluster::Impl& im, int sig) {
-  const std::string head = fmt::format("stopped by signal {} ({})", sig, strsignal(sig));
+  const std::string head = fmt::format("stopped by signal {} ({})", sig, signal_name(sig));
   if (im.o.recovering) {
     const std::string during = fmt::format(
         "{} while the processes joined again to recover from a lost process (restart {} of at most {}): the job "

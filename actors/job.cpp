@@ -179,7 +179,7 @@ void Coordinator::start_results(JobResult& res, MetricsLog& metrics) {
     if (ctx_.generation > 0) mark["recovery"] = ctx_.generation;  // after a failure (fault.policy = restart)
     metrics.write(mark);
     if (!ctx_.quiet)
-      spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {:g})", ctx_.resume->dir,
+      spdlog::info("resumed from {} at step {} (AdamW updates {}, loss scale {})", ctx_.resume->dir,
                    ctx_.resume->step, ctx_.resume->updates, ctx_.resume->loss_scale);
   }
 }
@@ -296,7 +296,7 @@ void Coordinator::train_step(int64_t k, int64_t k0, MetricsLog& metrics, JobResu
                  k, steps, loss, lr, skip ? std::string("n/a") : fmt::format("{:.4f}", norm), tps, dt * 1e3, 100 * mfu,
                  progress_text(std::chrono::duration<double>(Clock::now() - loop_t0_).count(), k - k0 + 1, steps - k),
                  p.dtype != DType::f16 ? std::string()
-                                       : fmt::format(" | loss scale {:g}{}", done.loss_scale,
+                                       : fmt::format(" | loss scale {}{}", done.loss_scale,
                                                      skip ? " | skipped (inf/NaN gradients)" : ""));
   if (k == k0) log_first_step(k);
   metrics.write({{"step", k}, {"loss", loss}, {"lr", lr}, {"grad_norm", skip ? nlohmann::json() : nlohmann::json(norm)},

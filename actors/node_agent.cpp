@@ -2,6 +2,8 @@
 // handling, heartbeats, lost peers.
 #include "actors/node_agent.h"
 
+#include "core/interrupt.h"
+
 #include <openssl/crypto.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -266,7 +268,7 @@ void on_agent_message(Agent* self, int32_t from, caf::message& inner) {
         int none = 0;
         if (s.impl->forwarded_stop.compare_exchange_strong(none, sig)) {
           s.impl->forwarded_stop_from = from;
-          spdlog::info("signal {} ({}) reached {}: the job stops after the current step", sig, strsignal(sig),
+          spdlog::info("signal {} ({}) reached {}: the job stops after the current step", sig, signal_name(sig),
                        s.impl->name_of(from));
         }
       },
@@ -431,7 +433,7 @@ NodeAgentActor::behavior_type node_agent(Agent* self, std::shared_ptr<Cluster::I
         }
         if (sig != 0 && joined && s.live[0]) {
           post(self, 0, kAgentKind, 0, caf::make_message(stop_atom::value, (int32_t)sig));
-          spdlog::info("signal {} ({}): asked process 0 to stop the job after the current step", sig, strsignal(sig));
+          spdlog::info("signal {} ({}): asked process 0 to stop the job after the current step", sig, signal_name(sig));
           return;  // once
         }
         self->delayed_send(self, std::chrono::milliseconds(200), sigchk_atom::value);

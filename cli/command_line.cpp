@@ -60,9 +60,14 @@ const CLI::Validator kWholeNumberInRange(
 // which nobody means on a command line (trial 40).
 const CLI::Validator kDecimalReal(
     [](std::string& s) -> std::string {
-      if (s.find_first_of("xX") != std::string::npos)
+      if (s.find_first_of("xX") != std::string::npos) {
+        // the decimal it means, when it reads as one (trial 62, L7: "e.g. 0.5" was then refused by --tokens)
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        const bool whole = end == s.c_str() + s.size() && std::isfinite(v);
         return "'" + s.substr(0, 40) + "' is not a decimal number (hexadecimal is not taken here): write it in "
-               "decimal, e.g. 0.5 or 1e9";
+               "decimal" + (whole ? ": " + troupe::detail::number_text(v) : std::string(", e.g. 1e9"));
+      }
       // 1e309 would read as inf, and be refused as "inf" (trial 59, L2): named as typed
       errno = 0;
       char* end = nullptr;
@@ -317,8 +322,21 @@ std::string swallowed_option(CLI::App& app) {
 // CLI11's parse. Returns the exit status of a help or version request or a refusal, or
 // nothing when the command runs next.
 std::optional<int> parse_command_line(CommandLine& cl, int argc, char** argv) {
+  // "--prompt=" is an empty value, as --prompt "" is: CLI11 would take the next argument as
+  // the value (trial 62, M5: "--prompt= --tokens 3" prompted with "--tokens"), so the empty
+  // value is passed on as its own argument, where the empty-value checks see it
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i)
+    if (args[i].size() > 3 && args[i].rfind("--", 0) == 0 && args[i].back() == '=' &&
+        args[i].find('=') == args[i].size() - 1) {
+      args[i].pop_back();
+      args.insert(args.begin() + (std::ptrdiff_t)i + 1, std::string());
+      ++i;
+    }
+  std::vector<const char*> ptrs;
+  for (const std::string& a : args) ptrs.push_back(a.c_str());
   try {
-    cl.app.parse(argc, argv);
+    cl.app.parse((int)ptrs.size(), ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return cl.app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -415,8 +433,8 @@ void refuse_train_outputs(const CommandLine& cl, const Config& c) {
     }
   }
   dirs.push_back(tb);
-  refuse_overwriting(trace_path_, "--trace", files, dirs);
-  refuse_overwriting(trace_png_, "--trace-png", files, dirs);
+  refuse_overwriting(trace_path_, "--trace", files, dirs, cl.run_dir);  // (a resumed run may trace itself again)
+  refuse_overwriting(trace_png_, "--trace-png", files, dirs, cl.run_dir);
 }
 
 // Runs the command CLI11 parsed. Throws what the command throws.

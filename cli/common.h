@@ -106,10 +106,10 @@ void check_output_file(const std::string& path, const std::string& option, uint6
 // troupe snapshot (refuse_inside_snapshot), any path inside a prepared data cache (a folder
 // holding meta.json beside corpus.train.bin/.idx or tokenizer.model), a troupe config (TOML
 // with a [model], [train], [data], [parallel] or [checkpoint] table), or a run's record
-// (config.toml, metrics.jsonl, train.log in a folder holding metrics.jsonl). Empty entries
-// are skipped.
+// (config.toml, metrics.jsonl, train.log, trace.json in a folder holding metrics.jsonl,
+// but for `own_run`, the run folder the command itself writes). Empty entries are skipped.
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
-                        const std::vector<std::string>& dirs);
+                        const std::vector<std::string>& dirs, const std::string& own_run = "");
 // The snapshot folder that `path` is or lies inside, "" when none: the nearest folder at or
 // above it (symbolic links and ".." resolved) that holds a manifest.capnp, or that is named
 // step-<k> or step-<k>.tmp-<pid> (a snapshot still being written, or one whose save was

@@ -56,11 +56,6 @@ double now_s() {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, s < 10 ? "%.1f s" : "%.0f s", s);

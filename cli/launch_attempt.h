@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/interrupt.h"
+
 namespace troupe::launch_detail {
 
 constexpr double kDefaultGraceS = 35;  // fault.timeout_s (30) + 5: peers notice a lost rank first
@@ -61,8 +63,6 @@ struct Attempt {
 void say(const std::string& line);
 // Monotonic seconds.
 double now_s();
-// "SIGKILL" (or "signal N").
-std::string signal_name(int sig);
 // "0.4 s", for the launcher's lines.
 std::string seconds_text(double s);
 

@@ -64,7 +64,7 @@ bool troupe_config_file(const fs::path& path) {
 }  // namespace
 
 void refuse_overwriting(const std::string& out, const std::string& option, const std::vector<std::string>& files,
-                        const std::vector<std::string>& dirs) {
+                        const std::vector<std::string>& dirs, const std::string& own_run) {
   if (out.empty() || out == "-") return;
   std::error_code ec;
   const fs::path o = resolved_path(out);
@@ -84,8 +84,9 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
   refuse_inside_snapshot(out, option);
   // a troupe run's records (its folder holds metrics.jsonl): plot, calibrate and --resume read them
   const std::string name = o.filename().string();
-  if ((name == "config.toml" || name == "metrics.jsonl" || name == "train.log") &&
-      fs::exists(o.parent_path() / "metrics.jsonl", ec))
+  // (trace.json: the measured trace plan --calibrate reads; trial 62, M6)
+  if ((name == "config.toml" || name == "metrics.jsonl" || name == "train.log" || name == "trace.json") &&
+      fs::exists(o.parent_path() / "metrics.jsonl", ec) && (own_run.empty() || resolved_path(own_run) != o.parent_path()))
     TROUPE_USER_FAIL() << option << " " << out << " is the " << name << " of the troupe run " << o.parent_path().string()
                        << ": writing it would destroy that run's record (plot, calibrate and --resume read it); pass "
                           "another path";

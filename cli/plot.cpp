@@ -75,7 +75,11 @@ double tokens_per_step(const std::string& run_dir) {
 std::string why_unreadable(const std::string& line) {
   try {
     const auto j = nlohmann::json::parse(line);
-    return j.is_object() ? "has a \"step\" that is not a whole number of 0 or more" : "is JSON but not an object";
+    if (!j.is_object()) return "is JSON but not an object";
+    for (const char* k : {"loss", "val_loss"})
+      if (j.contains(k) && !j[k].is_number() && !j[k].is_null())
+        return std::string("has a \"") + k + "\" that is neither a number nor null";
+    return "has a \"step\" that is not a whole number of 0 or more";
   } catch (const nlohmann::json::out_of_range&) {  // 1e999: a whole line, with a number no double holds
     return "holds a number out of range (beyond a double's 1.8e308)";
   } catch (const std::exception&) {
@@ -112,7 +116,9 @@ RunCurves read_run(const std::string& run_dir) {
     // (a negative step is no step troupe counts: trial 58, F6)
     const bool odd_step = j.is_object() && j.contains("step") && !j.contains("summary") &&
                           (!j["step"].is_number_integer() || (j["step"].is_number_integer() && j["step"].get<int64_t>() < 0));
-    if (j.is_discarded() || !j.is_object() || odd_step) {  // a line cut short (power lost mid-write): skipped, said below
+    // a loss troupe never writes ("x": neither a number nor the null of a diverged step; trial 62, L12)
+    const auto odd_loss = [&](const char* k) { return j.contains(k) && !j[k].is_number() && !j[k].is_null(); };
+    if (j.is_discarded() || !j.is_object() || odd_step || odd_loss("loss") || odd_loss("val_loss")) {  // a line cut short (power lost mid-write): skipped, said below
       if (rc.bad_lines++ == 0) rc.first_bad_line = (int64_t)line_no, rc.first_bad_why = why_unreadable(line);
       continue;
     }
@@ -275,7 +281,7 @@ int cmd_plot(const std::string& run_dir, std::string out, const std::string& tit
   std::string marked;
   for (auto& m : rc.marks) marked += fmt::format("{}{} at step {}", marked.empty() ? "; marked: " : ", ",
                                                  m.recovery ? "recovery" : "resume", m.step);
-  std::cout << "wrote " << out << " (" << rc.step_records << " step records" << marked << ")" << std::endl;
+  std::cout << "wrote " << out << " (" << rc.step_records << (rc.step_records == 1 ? " step record" : " step records") << marked << ")" << std::endl;
   return 0;
 }
 

@@ -300,14 +300,23 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   const int mbB = std::max(1, cfg.train.batch_size / std::max(1, o.M));
   const double per_layer = activation_bytes_per_layer(mbB, cfg.train.seq_len, g.C, g.NH);
   // every chunk needs a layer: a model of fewer layers has no activations to report
+  // (each count named where it came from: a flag, the config or the schedule file; trial 62, L10)
+  const auto from = [&](bool flag, const char* flag_name, bool config_gave, const char* key) -> std::string {
+    return flag ? flag_name : !builtin ? "the schedule file" : config_gave ? key : "the default";
+  };
+  const bool cfg_p = !o.config.empty(), cfg_v = cfg_p && o.schedule == "interleaved";
   TROUPE_USER_CHECK(o.config.empty() || s.P * s.V <= g.L)
-      << "--stages " << s.P << " x --chunks " << s.V << " = " << s.P * s.V << " model chunks, but model.n_layer = "
+      << s.P << " stages (" << from(p_set, "--stages", cfg_p, "parallel.pp") << ") x " << s.V << " chunk(s) ("
+      << from(v_set, "--chunks", cfg_v, "parallel.chunks") << ") = " << s.P * s.V << " model chunks, but model.n_layer = "
       << g.L << " in " << o.config << ": every chunk needs at least one layer; use stages x chunks <= " << g.L
       << ", or leave out --config";
   std::vector<int> bounds;
   if (s.P * s.V <= g.L) bounds = partition_layers(g, s.P * s.V);
-  std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs f=%g b=%g w=%g p2p=%g%s\n",
-              s.name.c_str(), s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, s.split_backward ? " (B = b-w, W = w)" : "");
+  // the costs as typed (number_text: 1e12, not 1e+12; trial 62, L9)
+  const std::string costs = "f=" + detail::number_text(c.f) + " b=" + detail::number_text(c.b) +
+                            " w=" + detail::number_text(c.w) + " p2p=" + detail::number_text(c.p2p);
+  std::printf("schedule %s: P=%d stages, M=%d microbatches, V=%d chunk(s); costs %s%s\n", s.name.c_str(), s.P, s.M, s.V,
+              costs.c_str(), s.split_backward ? " (B = b-w, W = w)" : "");
   if (!from_config.empty())
     std::printf("(%s from %s's [parallel]; the flags override them)\n", from_config.c_str(),
                 printable(o.config, false, 200).c_str());
@@ -337,8 +346,8 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
     std::vector<TimelineBar> bars;
     for (auto& a : r.timeline) bars.push_back({a.stage, (char)a.action.kind, a.action.mb, a.action.chunk, a.start, a.end});
     draw_timeline(bars, s.P,
-                  fmt::format("{}: P={} stages, M={} microbatches, V={}; costs f={:g} b={:g} w={:g} p2p={:g}; bubble {:.1f}%",
-                              s.name, s.P, s.M, s.V, c.f, c.b, c.w, c.p2p, 100 * r.bubble_overall),
+                  fmt::format("{}: P={} stages, M={} microbatches, V={}; costs {}; bubble {:.1f}%", s.name, s.P, s.M,
+                              s.V, costs, 100 * r.bubble_overall),
                   "time units (simulated)", o.png, "--png");
     std::printf("wrote %s\n", o.png.c_str());
   }

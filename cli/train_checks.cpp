@@ -231,11 +231,20 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
         << "--run-dir " << run_dir << " holds this run's " << what(in) << in
         << ": a run's records and snapshots do not belong among its data; pass a new folder (e.g. runs/<name>)";
   }
+  if (!c.checkpoint.dir.empty() && resolved_path(ckpt_dir) != resolved_path(run_dir) &&
+      fs::exists(fs::path(ckpt_dir) / "config.toml", ec) && fs::exists(fs::path(ckpt_dir) / "metrics.jsonl", ec)) {
+    // continuing that run takes its own checkpoint.dir too, when it set one (trial 62, M4)
+    std::string its_dir;
+    try {
+      its_dir = Config::load((fs::path(ckpt_dir) / "config.toml").string()).checkpoint.dir;
+    } catch (const std::exception&) {  // (its config is named when that run is resumed)
+    }
+    TROUPE_USER_FAIL() << "checkpoint.dir = '" << ckpt_dir << "' is the run directory of another troupe run (it holds "
+                       << "config.toml and metrics.jsonl): this run's snapshots and lock would mix with that run's "
+                       << "files; choose a folder of its own (to continue that run: --run-dir " << ckpt_dir
+                       << (its_dir.empty() ? "" : " --set checkpoint.dir=" + its_dir) << " --resume latest)";
+  }
   if (!c.checkpoint.dir.empty() && resolved_path(ckpt_dir) != resolved_path(run_dir)) {
-    TROUPE_USER_CHECK(!(fs::exists(fs::path(ckpt_dir) / "config.toml", ec) && fs::exists(fs::path(ckpt_dir) / "metrics.jsonl", ec)))
-        << "checkpoint.dir = '" << ckpt_dir << "' is the run directory of another troupe run (it holds config.toml and "
-        << "metrics.jsonl): this run's snapshots and lock would mix with that run's files; choose a folder of its own "
-        << "(to continue that run: --run-dir " << ckpt_dir << " --resume latest)";
     const fs::path ck = resolved_path(ckpt_dir);
     for (const std::string& in : inputs) {
       if (in.empty()) continue;

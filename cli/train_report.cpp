@@ -47,8 +47,8 @@ int report_result(const Config& c, const JobResult& r, const std::string& ckpt_d
   }
   if (!trace_png_.empty() && fs::exists(trace_path_))  // (a trace the disk had no room for was warned about)
     draw_trace_png(trace_path_, trace_png_, "--trace-png");
-  spdlog::info("done: {} steps, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
-               r.final_val_loss, unigram_entropy, r.final_val_loss - unigram_entropy, r.tokens_per_s);
+  spdlog::info("done: {} {}, final val loss {:.4f} (unigram entropy {:.4f}, {:+.4f} nats), {:.0f} tokens/s", c.train.steps,
+               c.train.steps == 1 ? "step" : "steps", r.final_val_loss, unigram_entropy, r.final_val_loss - unigram_entropy, r.tokens_per_s);
   // the last snapshot failed (a full disk at the end, trial 37): the steps after the newest
   // one on disk are in no snapshot, so the run did not end well
   const JobResult::Snapshot* last = nullptr;

@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -108,17 +109,34 @@ void check_batch(const Config& c) {
       << "parallel.microbatches = " << p.microbatches << " exceeds train.batch_size = " << t.batch_size
       << ": a microbatch holds at least one sequence; use parallel.microbatches <= " << t.batch_size;
   if (t.batch_size % ((int64_t)p.dp * p.microbatches) != 0) {
-    const int per = t.batch_size / std::max(1, p.dp);
-    // the divisors of per, listed while there are few; interleaved takes multiples of pp only
-    // (trial 61: {1, 2, 4} was offered where pp = 2 refuses 1)
-    const int step = p.schedule == "interleaved" ? std::max(1, p.pp) : 1;
-    std::string divs;
-    for (int d = step, n = 0; d <= std::max(1, per) && n < 24; d += step)
-      if (per % d == 0 && t.batch_size % p.dp == 0) divs += (divs.empty() ? "" : ", ") + std::to_string(d), ++n;
+    // each fix offered works when followed (trial 62, M1, M2): a schedule file fixes the
+    // microbatch count, interleaved takes multiples of pp only, and a dp or batch size
+    // cannot mend a count interleaved refuses
+    const int M = p.microbatches, per = t.batch_size / std::max(1, p.dp);
+    const bool file = p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved" && p.schedule != "zb-h1";
+    const bool interleaved = p.schedule == "interleaved", counts_ok = !interleaved || M % std::max(1, p.pp) == 0;
+    const int step = interleaved ? std::max(1, p.pp) : 1;
+    std::vector<std::string> fixes, divs, dps;
+    for (int d = step; !file && d <= std::max(1, per) && divs.size() < 24; d += step)
+      if (per % d == 0 && t.batch_size % p.dp == 0) divs.push_back(std::to_string(d));
+    if (!divs.empty()) fixes.push_back("parallel.microbatches in {" + join(divs, ", ") + "}");
+    if (counts_ok) {
+      for (int d = 1; t.batch_size % M == 0 && d <= t.batch_size / M && dps.size() < 8; ++d)
+        if ((t.batch_size / M) % d == 0 && d != p.dp) dps.push_back(std::to_string(d));
+      if (!dps.empty()) fixes.push_back("parallel.dp in {" + join(dps, ", ") + "}");
+    }
+    const int fix_m = counts_ok ? M : step;  // interleaved with no count that fits: pp microbatches
+    const int64_t unit = (int64_t)p.dp * fix_m;
+    if (counts_ok || divs.empty())
+      fixes.push_back((fix_m != M ? "parallel.microbatches = " + std::to_string(fix_m) + " and " : std::string()) +
+                      "train.batch_size = " + std::to_string((t.batch_size + unit - 1) / unit * unit) +
+                      " (a multiple of parallel.dp x parallel.microbatches = " + std::to_string(unit) + ")");
+    if (file) fixes.push_back("a schedule file written for another microbatch count");
+    const std::string last = fixes.back();
+    fixes.pop_back();
     TROUPE_USER_FAIL() << "train.batch_size = " << t.batch_size << " cannot be split into parallel.dp = " << p.dp
-                       << " replicas x parallel.microbatches = " << p.microbatches << " equal microbatches; "
-                       << "use " << (divs.empty() ? "" : "microbatches in {" + divs + "}, ")
-                       << "another parallel.dp, or a batch_size that is a multiple of " << (int64_t)p.dp * p.microbatches;
+                       << " replicas x parallel.microbatches = " << M << " equal microbatches; use "
+                       << (fixes.empty() ? "" : join(fixes, ", ") + ", or ") << last;
   }
   TROUPE_USER_CHECK(t.seq_len >= 1) << "train.seq_len = " << t.seq_len << " must be at least 1";
   TROUPE_USER_CHECK(t.seq_len <= m.block_size) << "train.seq_len = " << t.seq_len << " exceeds model.block_size = "

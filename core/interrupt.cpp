@@ -42,6 +42,11 @@ const char* const kRealTimeLabels[31] = {
     "SIGRTMIN+24", "SIGRTMIN+25", "SIGRTMIN+26", "SIGRTMIN+27", "SIGRTMIN+28", "SIGRTMIN+29", "SIGRTMIN+30"};
 }  // namespace
 
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
 const char* stop_signal_label(int sig) {
   switch (sig) {
     case SIGINT: return "SIGINT (Ctrl-C)";

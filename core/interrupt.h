@@ -26,6 +26,9 @@ constexpr int kStopSignalCount = 14 + 31;
 // "SIGINT (Ctrl-C)", "SIGTERM", ... for a signal of kStopSignals ("a signal" for another).
 // Async-signal-safe (a pointer into a static table).
 const char* stop_signal_label(int sig);
+// A signal's name as every troupe line writes it: "SIGTERM" (glibc's sigabbrev_np), or
+// "signal N" for a number with no name. Not async-signal-safe (it builds a string).
+std::string signal_name(int sig);
 // True when troupe must leave `sig` as it found it: a stop signal other than SIGINT,
 // SIGTERM, SIGUSR1 and SIGXCPU (always taken) inherited as ignored (SIG_IGN, from nohup's
 // SIGHUP, or a shell's background job).

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <fmt/format.h>
+#include "core/text.h"
 
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -29,7 +30,9 @@ Costs parse_costs(const std::string& spec) {
   bool w_set = false;
   std::set<std::string> seen;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
+    // an empty item (f=1,,b=2) is a slip, as an empty value is (trial 62, L11)
+    TROUPE_USER_CHECK(!item.empty()) << "--cost '" << printable(spec, false, 80)
+                                     << "' has an empty item between its commas; write f=1,b=2 (keys f, b, w, p2p)";
     auto eq = item.find('=');
     TROUPE_USER_CHECK(eq != std::string::npos) << "--cost item '" << item << "' must look like f=1 (keys f, b, w, p2p)";
     std::string k = item.substr(0, eq);
@@ -57,10 +60,11 @@ Costs parse_costs(const std::string& spec) {
     TROUPE_USER_CHECK(v >= 0 && std::isfinite(v) && v <= kMaxCost)
         << "--cost " << k << " = " << item.substr(eq + 1) << " must be a finite number from 0 to " << kMaxCost
         << " (costs are relative: e.g. f=1,b=2)";
-    if (k == "f") c.f = v;
-    else if (k == "b") c.b = v;
-    else if (k == "w") c.w = v, w_set = true;
-    else c.p2p = v;
+    const double v_pos = v + 0.0;  // -0 is 0 (printed as typed otherwise: "f=-0")
+    if (k == "f") c.f = v_pos;
+    else if (k == "b") c.b = v_pos;
+    else if (k == "w") c.w = v_pos, w_set = true;
+    else c.p2p = v_pos;
   }
   if (!w_set) c.w = c.b / 2;
   TROUPE_USER_CHECK(c.w <= c.b) << "--cost w = " << c.w << " is part of b = " << c.b << " and cannot exceed it";
