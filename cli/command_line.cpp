@@ -231,7 +231,7 @@ void add_tool_commands(CommandLine& cl) {
   cl.plan->add_flag("--json", pc.json, "one JSON object on stdout");
   cl.plan->add_option("--search", pc.search, "vary these keys (comma list, or 'all') and list the fastest layouts");
   cl.plan->add_option("--calibrate", pc.calibrate, "fit this machine's costs from RUN_DIR (train --trace RUN_DIR/trace.json)");
-  cl.plan->add_option("--tokens", pc.tokens, "tokens to train, 0 to 1e18: report the days it takes")->check(kDecimalReal);
+  cl.plan->add_option("--tokens", pc.tokens, "tokens to train, 1 to 1e18: report the days it takes")->check(kDecimalReal);
   // launch is dispatched before parsing (it passes its command through); listed for --help
   app.add_subcommand("launch", "start the N processes of a job on this host: troupe launch --nprocs N -- troupe train ... "
                                "(troupe launch --help; docs/launch.md)")
@@ -472,7 +472,10 @@ int run_parsed_command(CommandLine& cl) {
                             "sample), or prepare on a machine with more memory");
     return cmd_prepare(c, cl.report, cl.config_path);
   }
-  if (cl.plan->parsed()) return cmd_plan(c, cl.pc);
+  if (cl.plan->parsed()) {
+    cl.pc.tokens_given = cl.plan->get_option("--tokens")->count() > 0;
+    return cmd_plan(c, cl.pc);
+  }
   return 1;
 }
 

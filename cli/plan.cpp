@@ -90,7 +90,7 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
   std::printf("%.4g model TFLOP/s per device (%.4g with recomputation, as Narayanan et al. 2021 count), MFU %.1f%%, "
               "%.0f tokens/s",
               p.tflops_per_gpu, p.hw_tflops_per_gpu, 100 * p.mfu, p.tokens_per_s);
-  if (p.days > 0) std::printf(", %.1f days for %.4g tokens", p.days, o.tokens);
+  if (p.days > 0) std::printf(", %.1f days for %s tokens", p.days, detail::number_text(o.tokens).c_str());
   std::printf("\n");
 }
 
@@ -123,7 +123,11 @@ int cmd_plan(const Config& c, const PlanCommand& pcmd) {
   const Cluster cl = make_cluster(c.cluster, c.train.threads, (int)std::min<int64_t>(layout, 1 << 30));
   PlanOptions o;
   TROUPE_USER_CHECK(std::isfinite(pcmd.tokens) && pcmd.tokens >= 0 && pcmd.tokens <= 1e18)
-      << "--tokens " << pcmd.tokens << " is not a token count; use 0 to 1e18 (e.g. --tokens 270e9 for MT-NLG)";
+      << "--tokens " << pcmd.tokens << " is not a token count; use 1 to 1e18 (e.g. --tokens 270e9 for MT-NLG)";
+  // (0 would print no days, silently: trial 62, L8)
+  TROUPE_USER_CHECK(!pcmd.tokens_given || pcmd.tokens > 0)
+      << "--tokens 0 asks for the days to train no tokens; give the tokens to train (e.g. --tokens 270e9 for MT-NLG), "
+         "or leave --tokens out";
   TROUPE_USER_CHECK(pcmd.tokens == std::floor(pcmd.tokens))  // a token is not split (trial 61)
       << "--tokens " << pcmd.tokens << " is not a whole number of tokens; use e.g. --tokens "
       << detail::number_text(std::ceil(pcmd.tokens));

@@ -144,7 +144,7 @@ TEST_CASE("a stop signal while a launched job recovers from a lost process names
   INFO(r.err);
   CHECK(r.rc != 0);
   const std::string line = the_error_line(r);
-  CHECK(line.find("[process 0] stopped by signal 15 (Terminated) while the processes joined again to recover from a "
+  CHECK(line.find("[process 0] stopped by signal 15 (SIGTERM) while the processes joined again to recover from a "
                   "lost process (restart 1 of at most 3): the job stopped during the recovery; the newest snapshot on "
                   "disk is " + s.path("run") + "/checkpoints/step-0000000") != std::string::npos);
   CHECK(line.find("continue with --resume latest") != std::string::npos);

@@ -29,7 +29,7 @@ TEST_CASE("simulate --config refuses more stages x chunks than the model has lay
                     {"8 model chunks, but model.n_layer = 4", "use stages x chunks <= 4"});
   expect_user_error(
       run_troupe("simulate --schedule interleaved --stages 2 --microbatches 4 --chunks 4 --config configs/tiny.toml --quiet", s),
-      {"--stages 2 x --chunks 4 = 8 model chunks"});
+      {"2 stages (--stages) x 4 chunk(s) (--chunks) = 8 model chunks"});
   // without --config the default model's table says it has no bytes to show, not 0
   const Run r = run_troupe("simulate --schedule 1f1b --stages 16 --microbatches 16 --quiet", s);
   CHECK(r.rc == 0);

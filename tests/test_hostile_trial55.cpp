@@ -98,7 +98,8 @@ TEST_CASE("an output in a loop of links is said as one, and the words of --cost 
   const std::string loop = "(to " + s.path("loop2") + ") in a loop of links";
   expect_user_error(run_troupe("simulate --quiet --dump '" + s.path("loop1") + "'", s), {loop.c_str()});
   // F7: a --cost item without a key; a key before its value
-  expect_user_error(run_troupe("simulate --quiet --cost ',,,='", s), {"--cost item '=' has no key before '='"});
+  expect_user_error(run_troupe("simulate --quiet --cost ',,,='", s), {"has an empty item between its commas"});
+  expect_user_error(run_troupe("simulate --quiet --cost '='", s), {"--cost item '=' has no key before '='"});
   expect_user_error(run_troupe("simulate --quiet --cost 'zz=abc'", s), {"--cost key 'zz' is unknown"});
   // a metrics.jsonl of one unreadable line: said, with or without its newline
   fs::create_directories(s.path("run"));

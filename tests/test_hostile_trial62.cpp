@@ -78,6 +78,10 @@ TEST_CASE("an option written --name= has an empty value, not the next argument",
   const std::string plan = "plan --config configs/tiny.toml --set cluster.gpu=a100-80g --set cluster.gpus_per_node=2 ";
   expect_user_error(run_troupe(plan + "--tokens 0x10", s), {"write it in decimal: 16"});
   CHECK(run_troupe(plan + "--tokens 16", s).rc == 0);
+  // L8: --tokens 0 asks for nothing, said; the days are printed for the tokens as typed
+  expect_user_error(run_troupe(plan + "--tokens 0", s), {"--tokens 0 asks for the days to train no tokens"});
+  CHECK(run_troupe(plan + "--tokens 1e18", s).rc == 0);
+  CHECK(slurp(s.path("stdout.txt")).find("days for 1e18 tokens") != std::string::npos);
 }
 
 TEST_CASE("a run's measured trace.json is no output for another command, but a resumed run traces itself",
@@ -102,7 +106,8 @@ TEST_CASE("a run's measured trace.json is no output for another command, but a r
   CHECK(slurp(trace) != measured);
 }
 
-TEST_CASE("simulate names where its counts came from and takes no empty --cost item; plot and signal names",
+TEST_CASE("simulate names where its counts came from and takes no empty --cost item, plot skips a string loss, "
+          "a signal has one name",
           "[cli][hostile][simulate]") {
   Scratch s(kGroup, "sim");
   // L10: the 2 stages came from the config, not from --stages
