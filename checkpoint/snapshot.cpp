@@ -240,9 +240,18 @@ Manifest decode_manifest(const std::string& dir, const std::vector<char>& mbytes
     // the number compared, not the text: step-3 (renamed by hand) is step-00000003
     const std::string named = base.substr(0, base.find('.')).substr(std::min<size_t>(5, base.size()));
     const bool number = !named.empty() && named.size() <= 18 && named.find_first_not_of("0123456789") == std::string::npos;
-    TROUPE_USER_CHECK(base.rfind("step-", 0) != 0 || !number || std::stoll(named) == st.step)
-        << "snapshot " << dir << " holds step " << st.step << ", not the step its name says (" << base
-        << "); use another snapshot, or name it " << snapshot_name(st.step);
+    if (base.rfind("step-", 0) == 0 && number && std::stoll(named) != st.step) {
+      // the right name may be taken already, by the snapshot this one copies (trial 63, F2:
+      // "name it step-00000012" then moved it inside that folder)
+      std::error_code ec;
+      const fs::path right = fs::path(dir).lexically_normal().parent_path() / snapshot_name(st.step);
+      const bool taken = fs::exists(fs::symlink_status(right, ec));
+      TROUPE_USER_FAIL() << "snapshot " << dir << " holds step " << st.step << ", not the step its name says (" << base
+                         << "); use another snapshot, or "
+                         << (taken ? "remove it: its right name is taken, " + right.string() +
+                                         " is already there (is this one a copy of it?)"
+                                   : "name it " + snapshot_name(st.step));
+    }
     st.loss_scale = m.getLossScaler().getScale();
     st.growth_tracker = m.getLossScaler().getGrowthTracker();
     st.hysteresis_tracker = m.getLossScaler().getHysteresisTracker();

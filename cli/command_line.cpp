@@ -373,33 +373,35 @@ void check_option_values(CLI::App& app) {
     for (const CLI::Option* opt : sub->get_options()) {
       const std::string name = opt->get_name();
       if (opt->count() == 0 || opt->get_type_size() == 0 || name == "--prompt") continue;
+      // an argument named as the help spells it (SNAPSHOT_DIR, not "snapshot": trial 63, F7)
+      std::string upper = name == "snapshot" ? "SNAPSHOT_DIR" : name;
+      for (char& ch : upper) ch = (char)std::toupper((unsigned char)ch);
+      const std::string shown = name.empty() || name[0] != '-' ? "the " + upper + " argument" : name;
       for (const std::string& r : opt->results()) {
         // a path or number holding a newline or an escape would reach the terminal raw in the log lines
         // (C0 controls, DEL, and the C1 controls U+0080-U+009F: UTF-8 C2 80-9F, e.g. U+009B, a CSI)
-        TROUPE_USER_CHECK(find_control(r) == std::string_view::npos) << name << " of troupe " << sub->get_name()
+        TROUPE_USER_CHECK(find_control(r) == std::string_view::npos) << shown << " of troupe " << sub->get_name()
                                     << " holds a control character (a newline, a tab or an escape); pass a plain value";
         // '~' reaches troupe only when quoted ('~/x', --run-dir=~/x): no shell expanded it, and a
         // folder named '~' would be made in the current directory
         if (name != "--set" && name != "--title" && !r.empty() && r[0] == '~')
-          TROUPE_USER_FAIL() << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name) << " of troupe "
+          TROUPE_USER_FAIL() << shown << " of troupe "
                              << sub->get_name() << " is '" << printable(r, false, 120) << "', which starts with '~', "
                              << tilde_refusal(r, "the shell did not: it was quoted or after '='");
         if (name == "--title" || name == "--prompt") continue;  // (text: empty or blank is allowed)
         // only blanks (U+00A0 and U+3000 too): a file or folder named with them in the current
         // directory; a blank at either end: a typing slip that names another path
-        const std::string shown = name.empty() || name[0] != '-' ? "the " + name + " argument" : name;
         TROUPE_USER_CHECK(name == "--set" || (!blank_text(r) && !blank_part(r)))
             << shown << " of troupe " << sub->get_name() << " is '" << printable(r, false, 80) << "', "
             << (blank_text(r) ? "only blanks" : "with a part made only of blanks or invisible characters")
             << "; give it a path" << (opt->get_required() ? std::string() : std::string(" or leave it out"));
         TROUPE_USER_CHECK(name == "--set" || !padded_text(r))
             << shown << " of troupe " << sub->get_name() << " is '" << printable(r, false, 200)
-            << "', which starts or ends with a blank; remove it (a name with a blank at either end is almost "
+            << "', which starts or ends with a blank; remove it (a value with a blank at either end is almost "
                "always a slip)";
         if (name == "--run-dir" || name == "--tensorboard") continue;
         // a required one cannot be left out: its fix is a value, shown by its description
-        TROUPE_USER_CHECK(!r.empty()) << (name.empty() || name[0] != '-' ? "the " + name + " argument" : name)
-                                      << " of troupe " << sub->get_name() << " is empty; "
+        TROUPE_USER_CHECK(!r.empty()) << shown << " of troupe " << sub->get_name() << " is empty; "
                                       << (opt->get_required() ? "give it a value (" + opt->get_description() + ")"
                                                               : std::string("give it a value or leave it out"))
                                       << " (troupe help " << sub->get_name() << ")";

@@ -166,16 +166,39 @@ void check_output_file(const std::string& path, const std::string& option, uint6
   if (fs::is_symlink(abs, ec)) {
     // the end of the chain, not the next link (/dev/stdout -> /proc/self/fd/1 -> /dev/pts/0)
     fs::path target = abs;  // followed hop by hop (a dangling link's target, a pipe's "pipe:[N]" included)
+    // a process's open file (/dev/stdout -> /proc/self/fd/1): a stream, whatever it leads to
+    // (trial 63, F1: "pipe:[N]" was called the link's missing target, with "rm /dev/stdout")
+    const auto open_file_link = [](const fs::path& p) {
+      const std::string t = p.lexically_normal().string();
+      const auto digits_after = [&](const std::string& head) {
+        return t.rfind(head, 0) == 0 && t.size() > head.size() &&
+               t.find_first_not_of("0123456789", head.size()) == std::string::npos;
+      };
+      if (digits_after("/dev/fd/") || digits_after("/proc/self/fd/") || digits_after("/proc/thread-self/fd/")) return true;
+      const size_t fd = t.find("/fd/");
+      return t.rfind("/proc/", 0) == 0 && fd != std::string::npos &&
+             t.find_first_not_of("0123456789", 6) == fd && digits_after(t.substr(0, fd + 4));
+    };
+    bool stream = open_file_link(abs);
     for (int hop = 0; hop < 40 && fs::is_symlink(target, ec); ++hop) {
       const fs::path next = fs::read_symlink(target, ec);
       if (ec) break;
       target = next.is_absolute() ? next : target.parent_path() / next;
+      stream = stream || open_file_link(target);
     }
+    TROUPE_USER_CHECK(!stream) << option << " " << path << " leads to a stream a process has open (standard output "
+                               << "or error, or another open file), not to a file: troupe writes an output beside its "
+                               << "path and renames it over the path; pass a file path"
+                               << (option == "--dump" ? " (or --dump - to print the schedule)" : "");
     // a chain that never ends (a -> b -> a) is a loop: said as one, naming the link's own target
     TROUPE_USER_CHECK(!fs::is_symlink(target, ec))
         << option << " " << path << " is a symbolic link (to " << fs::read_symlink(abs, ec).string()
         << ") in a loop of links (Too many levels of symbolic links): it leads to no file; remove it (rm " << path
         << ") or pass another path";
+    // a link to a folder: the file goes inside it (trial 63, F6: it was called a device)
+    TROUPE_USER_CHECK(!fs::is_directory(target, ec))
+        << option << " " << path << " is a symbolic link to the folder " << target.string() << "; pass a file path, "
+        << "e.g. " << (target / example_file_name(option)).string();
     const bool regular = fs::is_regular_file(target, ec);
     const bool dangling = !fs::exists(fs::symlink_status(target, ec)) || !fs::exists(target, ec);
     // an output is written beside its path and renamed over it: that would replace the link,

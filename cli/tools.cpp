@@ -263,7 +263,16 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   TROUPE_USER_CHECK(!builtin || o.schedule == "interleaved" || o.V == 1)
       << "--schedule " << o.schedule << " runs one chunk per stage; drop --chunks " << o.V
       << " or use --schedule interleaved";
-  Schedule s = make_schedule(o.schedule, o.P, o.M, o.V, ScheduleNames::flags());  // (its errors name the flags)
+  // its errors name the flags, whose fixes work as flags override the config; the counts
+  // the config gave are said to come from it (trial 63, F9)
+  Schedule s;
+  try {
+    s = make_schedule(o.schedule, o.P, o.M, o.V, ScheduleNames::flags());
+  } catch (const UserError& e) {
+    if (from_config.empty()) throw;
+    throw UserError(std::string(e.what()) + " (" + from_config + " from " + o.config +
+                    "'s [parallel]; the flags override them)");
+  }
   validate_schedule(s);
   // --dump writes the schedule and ends before the simulation: a trace or a picture asked for
   // beside it would be dropped without a word

@@ -239,10 +239,17 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
       its_dir = Config::load((fs::path(ckpt_dir) / "config.toml").string()).checkpoint.dir;
     } catch (const std::exception&) {  // (its config is named when that run is resumed)
     }
+    // ... and only when it left a snapshot to continue from (trial 63, F4)
+    bool snapshots = false;
+    const fs::path its_snaps = its_dir.empty() ? fs::path(ckpt_dir) / "checkpoints" : fs::path(its_dir);
+    for (fs::directory_iterator it(its_snaps, ec), end; !ec && it != end && !snapshots; it.increment(ec))
+      snapshots = it->path().filename().string().rfind("step-", 0) == 0;
     TROUPE_USER_FAIL() << "checkpoint.dir = '" << ckpt_dir << "' is the run directory of another troupe run (it holds "
                        << "config.toml and metrics.jsonl): this run's snapshots and lock would mix with that run's "
-                       << "files; choose a folder of its own (to continue that run: --run-dir " << ckpt_dir
-                       << (its_dir.empty() ? "" : " --set checkpoint.dir=" + its_dir) << " --resume latest)";
+                       << "files; choose a folder of its own"
+                       << (snapshots ? " (to continue that run: --run-dir " + ckpt_dir +
+                                           (its_dir.empty() ? "" : " --set checkpoint.dir=" + its_dir) + " --resume latest)"
+                                     : std::string(" (that run left no snapshot to continue from)"));
   }
   if (!c.checkpoint.dir.empty() && resolved_path(ckpt_dir) != resolved_path(run_dir)) {
     const fs::path ck = resolved_path(ckpt_dir);

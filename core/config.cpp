@@ -63,7 +63,11 @@ const Key* find_key(const std::string& name) {
 // config file reads it as (train.steps); `name` unchanged when it has no quotes, is no TOML
 // key, or a part is not a bare key (a quoted "a.b" stays one part, as in a file).
 std::string unquoted_key(const std::string& name) {
-  if (name.find_first_of("\"'") == std::string::npos) return name;
+  // quotes, or blanks inside the name (train . steps: TOML allows them around the dots; a
+  // blank at either end is left to the spaces-around-'=' message)
+  const size_t a = name.find_first_not_of(" \t"), b = name.find_last_not_of(" \t");
+  const bool inner_blank = a != std::string::npos && name.substr(a, b - a + 1).find_first_of(" \t") != std::string::npos;
+  if (name.find_first_of("\"'") == std::string::npos && !(inner_blank && a == 0 && b + 1 == name.size())) return name;
   toml::table t;
   try {
     t = toml::parse(name + " = 0");
@@ -257,8 +261,9 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     const bool digits = typed && integer_text(*typed);
     if (digits && leading_zero(*typed))
       bad("an integer without leading zeros (TOML does not allow them: write " + without_leading_zeros(*typed) + ")");
-    if (!v.is_integer() || !x) bad(digits ? "an integer in 32-bit range" : "an integer");
-    if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer in 32-bit range");
+    // (the bounds named: trial 63, F10)
+    if (!v.is_integer() || !x) bad(digits ? "an integer from -2147483648 to 2147483647 (32-bit)" : "an integer");
+    if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer from -2147483648 to 2147483647 (32-bit)");
     **p = static_cast<int>(*x);
   } else if (auto* p = std::get_if<uint64_t*>(&r)) {
     auto x = v.value<int64_t>();

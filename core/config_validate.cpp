@@ -349,8 +349,11 @@ std::string with_typed_reals(const Config& c, std::string msg) {
     const size_t end = at + said.size();
     if (at == std::string::npos || (end < msg.size() && std::strchr("0123456789.e", msg[end]) && msg[end] != '\0'))
       continue;
+    // (1e-400 reads as 0 by underflow, not for its digits: trial 63, F5)
     msg.replace(at, said.size(), key + " = " + printable(typed.first, false, 80) + " (read as " +
-                                     detail::number_text(typed.second) + ": a double holds about 16 significant digits)");
+                                     detail::number_text(typed.second) +
+                                     (typed.second == 0 ? ": it is below the smallest number a double holds, about 4.9e-324)"
+                                                        : ": a double holds about 16 significant digits)"));
   }
   return msg;
 }

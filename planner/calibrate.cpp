@@ -85,11 +85,16 @@ struct RunFiles {
 
 // The files of `run_dir`: a run directory holding trace.json, or a trace file with config.toml
 // beside it. UserError when the trace or the config is not a regular file.
+// How to trace a run, said alike by every refusal (trial 63, F3: one left out the mkdir,
+// and following it failed on the missing folder).
+constexpr const char* kTraceARun =
+    "mkdir -p D && troupe train --config FILE --run-dir D --trace D/trace.json, then --calibrate D";
+
 RunFiles locate_run(const std::string& run_dir) {
   std::error_code ec;
   TROUPE_USER_CHECK(fs::exists(run_dir, ec)) << "--calibrate: " << run_dir << " " << missing_reason(run_dir)
-                                             << " pass the run directory of a traced run (troupe train --run-dir D "
-                                                "--trace D/trace.json)";
+                                             << " pass the run directory of a traced run, or trace one first: "
+                                             << kTraceARun;
   const bool is_dir = fs::is_directory(run_dir, ec);
   const fs::path dir = is_dir ? fs::path(run_dir) : fs::path(run_dir).parent_path();
   const fs::path trace = is_dir ? dir / "trace.json" : fs::path(run_dir);
@@ -99,7 +104,7 @@ RunFiles locate_run(const std::string& run_dir) {
       << "pass a run directory whose trace.json troupe train --trace wrote";
   TROUPE_USER_CHECK(fs::is_regular_file(trace, ec))
       << "--calibrate: " << run_dir << " is neither a run directory with a trace.json nor a trace file; trace a run "
-      << "first: mkdir -p D && troupe train --config FILE --run-dir D --trace D/trace.json, then --calibrate D";
+      << "first: " << kTraceARun;
   if (!is_dir) {  // a file given for the trace: a Chrome trace is a JSON object (a .safetensors or a log is not)
     std::ifstream in(trace, std::ios::binary);
     char ch = ' ';
@@ -130,7 +135,7 @@ nlohmann::json read_trace(const fs::path& trace) {
       << "--calibrate: " << trace.string() << " has no traceEvents; pass a trace written by troupe train --trace";
   TROUPE_USER_CHECK(!(j.contains("otherData") && j["otherData"].is_object() && j["otherData"].contains("schedule")))
       << "--calibrate: " << trace.string() << " is a simulated schedule's trace (troupe simulate --trace), not a "
-      << "measured run's; calibrate from a training run: troupe train --config FILE --run-dir D --trace D/trace.json";
+      << "measured run's; calibrate from a training run: " << kTraceARun;
   return j;
 }
 

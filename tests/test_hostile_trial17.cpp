@@ -87,7 +87,7 @@ TEST_CASE("options and arguments: spaces around '=', a picture named .svg, two r
                     {"troupe plot got argument(s) it does not take"});
   expect_user_error(run_troupe("launch --nprocs 2 --coordinator http://127.0.0.1:29901 -- /bin/true", s),
                     {"holds a URL or a path", "HOST:PORT"});
-  expect_user_error(run_troupe("export x ''", s), {"the out argument of troupe export is empty", "give it a value ("});
+  expect_user_error(run_troupe("export x ''", s), {"the OUT argument of troupe export is empty", "give it a value ("});
   const Run c = run_troupe("prepare --config ''", s);
   expect_user_error(c, {"--config of troupe prepare is empty"});
   CHECK(c.err.find("leave it out") == std::string::npos);
