@@ -1,7 +1,13 @@
 // core/toml_text.cpp — see toml_text.h.
 #include "core/toml_text.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -70,6 +76,77 @@ bool text_after_quotes(const std::string& value, size_t first) {
     if (value[i] == q) return value.find_first_not_of(" \t", i + 1) != std::string::npos;
   }
   return false;
+}
+
+namespace {
+
+// A decimal's significant digits and the power of ten of the first ("0.0500" -> "5", -2);
+// {"", 0} for text that is no plain decimal (inf, nan, a hex float) or is zero.
+std::pair<std::string, int> decimal_digits(std::string_view text) {
+  std::string digits;
+  int point = -1, exp = 0;
+  size_t i = text.find_first_not_of("+-");
+  for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+    if (text[i] == '_') continue;  // TOML's 1_000.5
+    if (text[i] == '.') point = (int)digits.size();
+    else if (std::isdigit((unsigned char)text[i])) digits += text[i];
+    else return {"", 0};
+  }
+  if (i < text.size()) {
+    const std::string e(text.substr(i + 1));
+    if (e.empty() || e.size() > 6 || e.find_first_not_of("+-0123456789") != std::string::npos) return {"", 0};
+    exp = std::atoi(e.c_str());
+  }
+  if (point < 0) point = (int)digits.size();
+  const size_t lead = digits.find_first_not_of('0');
+  if (lead == std::string::npos) return {"", 0};
+  digits.erase(digits.find_last_not_of('0') + 1);
+  const int first = point - (int)lead - 1 + exp;
+  return {digits.substr(lead), first};
+}
+
+}  // namespace
+
+bool reads_as_other_digits(std::string_view text, double d) {
+  const auto typed = decimal_digits(text);
+  return !typed.first.empty() && std::isfinite(d) && typed != decimal_digits(fmt::format("{}", d));
+}
+
+// The decimal token of a TOML value at 1-based (line, column) of `text`: "0.99999999999999999".
+std::string token_at(std::string_view text, size_t line, size_t column) {
+  size_t at = 0;
+  for (size_t l = 1; l < line && at != std::string_view::npos; ++l) at = text.find('\n', at), at += at != std::string_view::npos;
+  if (at == std::string_view::npos || column == 0) return "";
+  at += column - 1;
+  size_t end = at;
+  while (end < text.size() && std::strchr("0123456789+-._eE", text[end]) && text[end] != '\0') ++end;
+  return at < text.size() ? std::string(text.substr(at, end - at)) : "";
+}
+
+// Whether a number as typed has a leading zero TOML refuses ("02", "-007", "02e-3", "00.5";
+// not "0", "0.5", "0e3" or "0x1F").
+bool leading_zero(const std::string& s) {
+  const size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  return s.size() > i + 1 && s[i] == '0' && std::isdigit((unsigned char)s[i + 1]);
+}
+
+// The number as typed with its leading zeros dropped ("-007" -> "-7", "00.5" -> "0.5").
+std::string without_leading_zeros(const std::string& s) {
+  const size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  size_t j = i;
+  while (j + 1 < s.size() && s[j] == '0' && std::isdigit((unsigned char)s[j + 1])) ++j;
+  return s.substr(0, i) + s.substr(j);
+}
+
+// Whether `s` is written as an integer TOML knows: decimal digits with an optional sign, or
+// 0x / 0o / 0b and that base's digits (underscores between digits allowed) — an integer even
+// when it is too large for TOML's 64 bits.
+bool integer_text(const std::string& s) {
+  const bool based = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'o' || s[1] == 'b');
+  const size_t i = based ? 2 : !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  const char* ok = !based ? "0123456789_" : s[1] == 'x' ? "0123456789abcdefABCDEF_" : s[1] == 'o' ? "01234567_" : "01_";
+  return s.size() > i && s.find_first_not_of(ok, i) == std::string::npos && s[i] != '_' && s.back() != '_' &&
+         s.find("__") == std::string::npos;
 }
 
 }  // namespace troupe
