@@ -243,8 +243,8 @@ void Coordinator::watch_disk() {
   if (disk_low_) return;
   disk_low_ = true;
   spdlog::warn("disk space is low: the filesystem of checkpoint.dir {} has {:.1f} MiB free, a snapshot takes about "
-               "{:.1f} MiB; free space now, or the next snapshot (periodic or on a signal) fails and the steps since "
-               "the last one are lost",
+               "{:.1f} MiB: room for fewer than two more; free space now, or a coming snapshot (periodic or on a "
+               "signal) may fail and the steps since the last one be lost",
                ctx_.checkpoint_dir, free / 1048576.0, need / 1048576.0);
 }
 

@@ -29,7 +29,19 @@ bool RateLimitedLog::warn(const std::string& line) {
   logged_ = true;
   last_ = now;
   since_ = 0;
+  last_line_ = line;
   return true;
+}
+
+void RateLimitedLog::flush() noexcept {
+  if (since_ == 0) return;
+  // (a refusal counted inside the window, with no later one to carry its count: accept 14)
+  try {
+    spdlog::warn("control plane: {} more like \"{}\" in the last {:.0f} s ({} in all)", since_, last_line_,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - last_).count(), total_);
+  } catch (...) {
+  }
+  since_ = 0;
 }
 
 namespace {

@@ -14,14 +14,22 @@ namespace troupe {
 class RateLimitedLog {
  public:
   explicit RateLimitedLog(double period_s = 10) : period_(period_s) {}
+  // Says the count of lines not logged yet (flush), so none goes unsaid at the job's end.
+  ~RateLimitedLog() { flush(); }
+  RateLimitedLog(const RateLimitedLog&) = delete;
+  RateLimitedLog& operator=(const RateLimitedLog&) = delete;
   // Logs "control plane: <line>" (spdlog warn) now, or counts it. Returns whether it logged.
   bool warn(const std::string& line);
+  // Logs how many lines were counted, not logged, since the last one ("... 5 more like the
+  // last ..."), if any. Never throws.
+  void flush() noexcept;
   int64_t total() const { return total_; }
 
  private:
   double period_;
   int64_t total_ = 0, since_ = 0;
   std::chrono::steady_clock::time_point last_{};
+  std::string last_line_;
   bool logged_ = false;
 };
 

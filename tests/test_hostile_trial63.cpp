@@ -7,9 +7,14 @@
 // flags for a config's counts, --set's blanks around dots and its 32-bit bound unnamed.
 #include <catch2/catch.hpp>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <filesystem>
+#include <sstream>
 #include <string>
 
+#include "actors/intruders.h"
 #include "cli_helpers.h"
 
 namespace fs = std::filesystem;
@@ -94,4 +99,23 @@ TEST_CASE("arguments are named as the help spells them, and simulate says which 
                     {"must be a multiple of 2 (got 3)",
                      ("(schedule, stages, microbatches, chunks from " + cfg + "'s [parallel]; the flags override them)").c_str()});
   CHECK(run_troupe("simulate --quiet --config '" + cfg + "' --microbatches 4", s).rc == 0);
+}
+
+TEST_CASE("refusals counted inside the log's window are said when the log ends", "[hostile][launch]") {
+  std::ostringstream os;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(os);
+  auto before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("t", sink));
+  {
+    troupe::RateLimitedLog log(60);
+    CHECK(log.warn("dropped a message"));
+    CHECK_FALSE(log.warn("dropped a message"));
+    CHECK_FALSE(log.warn("dropped a message"));
+    CHECK(log.total() == 3);
+  }  // (its end says the two not logged)
+  spdlog::set_default_logger(before);
+  const std::string out = os.str();
+  INFO(out);
+  CHECK(out.find("control plane: dropped a message\n") != std::string::npos);
+  CHECK(out.find("control plane: 2 more like \"dropped a message\" in the last 0 s (3 in all)") != std::string::npos);
 }
