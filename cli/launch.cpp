@@ -15,7 +15,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -173,9 +175,29 @@ Options parse_args(int argc, char** argv) {
   TROUPE_USER_CHECK(!exists || S_ISREG(st.st_mode))
       << "cannot run '" << cmd << "': it is " << (S_ISDIR(st.st_mode) ? "a folder" : "not a regular file")
       << ", not a program; pass the path of an executable after '--', e.g. build/troupe train --config configs/tiny.toml";
-  TROUPE_USER_CHECK(!exists || is_executable(cmd))
-      << "cannot run '" << cmd << "': the file is not executable (no execute permission for this user); make it "
-      << "executable (chmod +x " << cmd << "), or pass its interpreter first (-- sh " << cmd << ")";
+  if (exists && !is_executable(cmd)) {
+    // a script (#!) or a program (ELF) wants its execute bit; any other file is data, a
+    // config say, that belongs after the program (fresh-user check 5: "chmod +x tiny.toml")
+    char head[4] = {};
+    if (FILE* f = std::fopen(cmd.c_str(), "rb")) {
+      (void)!std::fread(head, 1, sizeof head, f);
+      std::fclose(f);
+    }
+    const bool program = std::memcmp(head, "\x7f" "ELF", 4) == 0;
+    std::string ext = std::filesystem::path(cmd).extension().string();
+    for (char& ch : ext) ch = (char)std::tolower((unsigned char)ch);
+    const bool data = !program && !(head[0] == '#' && head[1] == '!') &&
+                      (ext == ".toml" || ext == ".json" || ext == ".jsonl" || ext == ".txt" || ext == ".csv" ||
+                       ext == ".yaml" || ext == ".yml" || ext == ".md" || ext == ".safetensors" || ext == ".model");
+    const bool script = !program;
+    if (!data)
+      TROUPE_USER_FAIL() << "cannot run '" << cmd << "': the file is not executable (no execute permission for this "
+                         << "user); make it executable (chmod +x " << cmd << ")"
+                         << (script ? ", or pass its interpreter first (-- sh " + cmd + ")" : std::string());
+    TROUPE_USER_FAIL() << "cannot run '" << cmd << "': it is neither a program nor a script (a data or config "
+                       << "file?); the command after '--' starts with the program, e.g. -- build/troupe train "
+                       << "--config " << cmd;
+  }
   TROUPE_USER_CHECK(is_executable(cmd))
       << "cannot run '" << cmd << "': "
       << (cmd.find('/') != std::string::npos ? "no such file" : "it is not a program on PATH")

@@ -11,6 +11,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -148,6 +150,54 @@ std::string example_file_name(const std::string& option) {
   if (option == "output") return "model.safetensors";
   return "out";
 }
+
+// The kind of file `option` writes, and whether `head` (an existing file's first bytes) is
+// one: a PNG picture, a JSON document, a schedule (comment or action rows), a safetensors
+// file (8-byte header length, then its JSON); nullptr for an option not listed.
+const char* kind_written(const std::string& option, std::string_view head, bool* same) {
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  const char c = first == std::string_view::npos ? '\0' : head[first];
+  if (option == "--out" || option.find("png") != std::string::npos) {
+    *same = head.rfind("\x89PNG", 0) == 0;
+    return "PNG picture";
+  }
+  if (option == "--trace" || option == "--logits-out" || option == "--report") {
+    *same = c == '{' || c == '[';
+    return "JSON file";
+  }
+  if (option == "--dump") {  // a comment, or a row of actions: F0,B0,W0,F1c1 ...
+    const std::string_view line = first == std::string_view::npos ? "" : head.substr(first, head.find('\n', first) - first);
+    *same = c == '#' || ((c == 'F' || c == 'B' || c == 'W') && line.size() > 1 && std::isdigit((unsigned char)line[1]) &&
+                         line.find_first_not_of("FBWc0123456789, \t\r") == std::string_view::npos);
+    return "schedule file";
+  }
+  if (option == "output") {
+    *same = head.size() > 8 && head[8] == '{';
+    return "safetensors file";
+  }
+  return nullptr;
+}
+
+// An existing file that is not of the kind `option` writes is not replaced: a corpus, a
+// config or a source file under an output's name (fresh-user check 5: generate
+// --logits-out over the training corpus, simulate --dump over data/sotu.txt, exit 0).
+void refuse_other_kind(const fs::path& abs, const std::string& path, const std::string& option) {
+  std::error_code ec;
+  if (!fs::is_regular_file(abs, ec) || fs::file_size(abs, ec) == 0) return;
+  std::string head(64, '\0');
+  {
+    std::ifstream in(abs, std::ios::binary);
+    if (!in) return;  // (unreadable: the write itself is checked below)
+    in.read(head.data(), (std::streamsize)head.size());
+    head.resize((size_t)std::max<std::streamsize>(0, in.gcount()));
+  }
+  bool same = true;
+  const char* kind = kind_written(option, head, &same);
+  TROUPE_USER_CHECK(!kind || same) << option << " " << path << " exists and is not a " << kind << " (it begins '"
+                                   << printable(head.substr(0, 24), false) << "'): troupe replaces only a file of the "
+                                   << "kind it writes, so that no other file is lost; pass another path, or remove "
+                                   << "that file first";
+}
 }  // namespace
 
 void check_output_file(const std::string& path, const std::string& option, uint64_t bytes) {
@@ -219,6 +269,7 @@ void check_output_file(const std::string& path, const std::string& option, uint6
   }
   TROUPE_USER_CHECK(!fs::is_directory(abs, ec)) << option << " " << path << " is a directory; pass a file path, e.g. "
                                                 << (abs / example_file_name(option)).string();
+  refuse_other_kind(abs, path, option);
   // file systems take names of at most 255 bytes, and the temporary file beside the output
   // adds ".tmp-<pid>" to its name
   const size_t name_bytes = abs.filename().string().size();

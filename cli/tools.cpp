@@ -89,6 +89,19 @@ void check_snapshot_arg(const std::string& dir) {
   TROUPE_USER_FAIL() << dir << " has no manifest.capnp: it is not a complete snapshot (a save that was interrupted, or "
                      << "another folder); pass a finished one, e.g. runs/<run>/checkpoints/step-<k>";
 }
+
+// An output of a command that reads the snapshot `dir` (trained with config c) is none of
+// the run's own files: its corpus and tokenizer (the snapshot's config names them), its
+// metrics and log beside the checkpoints folder, its data cache, its data sources.
+void refuse_run_files(const std::string& out, const std::string& option, const std::string& dir, const Config& c) {
+  if (out.empty()) return;
+  const fs::path run = fs::path(dir).parent_path().parent_path();
+  std::vector<std::string> files = {c.data.corpus, c.data.tokenizer, (run / "metrics.jsonl").string(),
+                                    (run / "train.log").string(), (run / "config.toml").string()};
+  std::vector<std::string> dirs = {c.data.cache_dir};
+  for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
+  refuse_overwriting(out, option, files, dirs);
+}
 }  // namespace
 
 // troupe export DIR --format safetensors OUT
@@ -97,15 +110,7 @@ int cmd_export(const std::string& dir, const std::string& format, const std::str
   check_snapshot_arg(dir);
   refuse_overwriting(out, "output", {}, {dir});
   Config c = snapshot_config(dir);
-  {  // nor the run's own files: its corpus and tokenizer (the snapshot's config names them), its
-     // metrics and log beside the checkpoints folder, its data cache
-    const fs::path run = fs::path(dir).parent_path().parent_path();
-    std::vector<std::string> files = {c.data.corpus, c.data.tokenizer, (run / "metrics.jsonl").string(),
-                                      (run / "train.log").string(), (run / "config.toml").string()};
-    std::vector<std::string> dirs = {c.data.cache_dir};
-    for (const DataSource& src : c.data.sources) dirs.push_back(src.path);
-    refuse_overwriting(out, "output", files, dirs);
-  }
+  refuse_run_files(out, "output", dir, c);
   // the file holds every parameter in fp32 (the tied head once) and a small JSON header
   check_output_file(out, "output", 4 * (uint64_t)GPTConfig::from(c.model).n_params() + (1u << 20));
   check_address_space(16 * (uint64_t)GPTConfig::from(c.model).n_params(), "export");
@@ -163,6 +168,7 @@ int cmd_generate(const GenerateOptions& o) {
   check_cgroup_tasks(usable_cores() + 8, "run it where more threads may start");  // (OpenMP's team, and its own)
   refuse_overwriting(o.logits_out, "--logits-out", {}, {o.dir});
   Config c = snapshot_config(o.dir);
+  refuse_run_files(o.logits_out, "--logits-out", o.dir, c);  // (its corpus was replaced: fresh-user check 5)
   // the JSON holds vocab_size logits of up to ~16 characters each: refused before any text
   if (!o.logits_out.empty()) check_output_file(o.logits_out, "--logits-out", 16 * (uint64_t)c.model.vocab_size + 4096);
   check_address_space(24 * (uint64_t)GPTConfig::from(c.model).n_params(), "generate");

@@ -230,7 +230,8 @@ void check_optim(const OptimConfig& o) {
                                   "at once; set optim.lr at most 1 (GPT-2 small trains at 6e-4)";
   TROUPE_USER_CHECK(o.min_lr >= 0 && o.min_lr <= o.lr) << "optim.min_lr = " << o.min_lr
                                                        << " must be between 0 and optim.lr = " << o.lr;
-  TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps must be >= 0";
+  TROUPE_USER_CHECK(o.warmup_steps >= 0) << "optim.warmup_steps = " << o.warmup_steps
+                                         << " must be >= 0 (steps of linear warmup; 0 starts at optim.lr, e.g. 50)";
   TROUPE_USER_CHECK(o.lr_decay_steps > o.warmup_steps)
       << "optim.lr_decay_steps = " << o.lr_decay_steps << " must exceed optim.warmup_steps = " << o.warmup_steps;
   TROUPE_USER_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay))

@@ -103,8 +103,8 @@ RunFiles locate_run(const std::string& run_dir) {
       << "--calibrate: " << trace.string() << " is not a regular file (a FIFO, a device, a folder or a link to one); "
       << "pass a run directory whose trace.json troupe train --trace wrote";
   TROUPE_USER_CHECK(fs::is_regular_file(trace, ec))
-      << "--calibrate: " << run_dir << " is neither a run directory with a trace.json nor a trace file; trace a run "
-      << "first: " << kTraceARun;
+      << "--calibrate: " << run_dir << " is neither a run directory with a trace.json nor a trace file beside its "
+      << "run's config.toml; trace a run first: " << kTraceARun;
   if (!is_dir) {  // a file given for the trace: a Chrome trace is a JSON object (a .safetensors or a log is not)
     std::ifstream in(trace, std::ios::binary);
     char ch = ' ';
@@ -114,8 +114,9 @@ RunFiles locate_run(const std::string& run_dir) {
         << "troupe train --trace); pass the run directory that troupe train wrote, holding trace.json and config.toml";
   }
   TROUPE_USER_CHECK(fs::is_regular_file(cfg_path, ec))
-      << "--calibrate: no config.toml beside the trace (" << cfg_path.string()
-      << "); pass the run directory that troupe train wrote";
+      << "--calibrate: no config.toml beside the trace (" << cfg_path.string() << "): a trace is read with the "
+      << "config of the run it measured; pass the run directory that troupe train wrote, or trace a run there: "
+      << kTraceARun;
   return {dir, trace, cfg_path};
 }
 
