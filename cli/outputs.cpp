@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include <signal.h>
@@ -79,7 +80,10 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
   for (const std::string& d : dirs) {
     if (d.empty()) continue;
     const std::string root = resolved_path(d).string();
-    if (o.string().rfind(root + "/", 0) == 0 || o.string() == root)
+    if (o.string() == root)  // (a data source that is a file: trial 64, F5)
+      TROUPE_USER_FAIL() << option << " " << out << " is " << (d == out ? std::string("a file") : d + ", a file or folder")
+                         << " this command reads or writes: writing it would destroy it; pass another path";
+    if (o.string().rfind(root + "/", 0) == 0)
       TROUPE_USER_FAIL() << option << " " << out << " lies inside " << d
                          << ", which this command reads or writes: writing there would damage it; pass a path outside";
   }
@@ -162,8 +166,13 @@ const char* kind_written(const std::string& option, std::string_view head, bool*
     return "PNG picture";
   }
   if (option == "--trace" || option == "--logits-out" || option == "--report") {
-    *same = c == '{' || c == '[';
-    return "JSON file";
+    // one JSON document, not JSON lines (trial 64, F1: a .jsonl corpus was replaced): a first
+    // line that is a whole value with more lines after it is JSON lines
+    const size_t nl = head.find('\n');
+    const bool more = nl != std::string_view::npos && head.find_first_not_of(" \t\r\n", nl) != std::string_view::npos;
+    const bool lines = more && nlohmann::json::accept(head.substr(0, nl));
+    *same = (c == '{' || c == '[') && !lines;
+    return lines ? "JSON file (it holds JSON lines" : "JSON file";
   }
   if (option == "--dump") {  // a comment, or a row of actions: F0,B0,W0,F1c1 ...
     const std::string_view line = first == std::string_view::npos ? "" : head.substr(first, head.find('\n', first) - first);
@@ -184,7 +193,7 @@ const char* kind_written(const std::string& option, std::string_view head, bool*
 void refuse_other_kind(const fs::path& abs, const std::string& path, const std::string& option) {
   std::error_code ec;
   if (!fs::is_regular_file(abs, ec) || fs::file_size(abs, ec) == 0) return;
-  std::string head(64, '\0');
+  std::string head(1 << 20, '\0');  // (a JSON file's first line, whole while under 1 MiB)
   {
     std::ifstream in(abs, std::ios::binary);
     if (!in) return;  // (unreadable: the write itself is checked below)
@@ -192,11 +201,14 @@ void refuse_other_kind(const fs::path& abs, const std::string& path, const std::
     head.resize((size_t)std::max<std::streamsize>(0, in.gcount()));
   }
   bool same = true;
-  const char* kind = kind_written(option, head, &same);
-  TROUPE_USER_CHECK(!kind || same) << option << " " << path << " exists and is not a " << kind << " (it begins '"
-                                   << printable(head.substr(0, 24), false) << "'): troupe replaces only a file of the "
-                                   << "kind it writes, so that no other file is lost; pass another path, or remove "
-                                   << "that file first";
+  const std::string kind_text = [&] {
+    const char* k = kind_written(option, head, &same);
+    return k ? std::string(k) + (std::strchr(k, '(') ? ")" : "") : std::string();
+  }();
+  TROUPE_USER_CHECK(kind_text.empty() || same)
+      << option << " " << path << " exists and is not a " << kind_text << " (it begins '"
+      << printable(head.substr(0, 24), false) << "'): troupe replaces only a file of the kind it writes, so that no "
+      << "other file is lost; pass another path, or remove that file first";
 }
 }  // namespace
 

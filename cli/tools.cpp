@@ -289,7 +289,9 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   // the config's own inputs too: its corpus, tokenizer, data sources and folders (trial 50, M5)
   std::vector<std::string> inputs = {builtin ? std::string() : o.schedule, o.config}, folders;
   if (!o.config.empty()) {
-    inputs.insert(inputs.end(), {cfg.data.corpus, cfg.data.tokenizer});
+    // (its schedule file too, when --schedule overrides it: trial 64, F2)
+    inputs.insert(inputs.end(), {cfg.data.corpus, cfg.data.tokenizer,
+                                 builtin_name(cfg.parallel.schedule) ? std::string() : cfg.parallel.schedule});
     folders = {cfg.data.cache_dir, cfg.checkpoint.dir};
     for (const DataSource& src : cfg.data.sources) folders.push_back(src.path);
   }

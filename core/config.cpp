@@ -198,8 +198,11 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     if (digits && leading_zero(*typed))
       bad("an integer without leading zeros (TOML does not allow them: write " + without_leading_zeros(*typed) + ")");
     // (the bounds named: trial 63, F10)
-    if (!v.is_integer() || !x) bad(digits ? "an integer from -2147483648 to 2147483647 (32-bit)" : "an integer");
-    if (*x < INT32_MIN || *x > INT32_MAX) bad("an integer from -2147483648 to 2147483647 (32-bit)");
+    // (the type's bound, on the side the value is: the key's own range is checked after; trial 64, F4)
+    const bool below = typed && !typed->empty() && (*typed)[0] == '-';
+    const char* bound = below ? "a 32-bit integer (at least -2147483648)" : "a 32-bit integer (at most 2147483647)";
+    if (!v.is_integer() || !x) bad(digits ? bound : "an integer");
+    if (*x < INT32_MIN || *x > INT32_MAX) bad(*x < 0 ? "a 32-bit integer (at least -2147483648)" : bound);
     **p = static_cast<int>(*x);
   } else if (auto* p = std::get_if<uint64_t*>(&r)) {
     auto x = v.value<int64_t>();
@@ -384,31 +387,7 @@ Config Config::parse(const std::string& text, const std::string& path) {
   try {
     tbl = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    const std::string why = parser_message(e.description());
-    size_t line = e.source().begin.line;
-    const bool bad_utf8 = why.find("invalid utf-8") != std::string::npos || why.find("invalid UTF-8") != std::string::npos;
-    if (bad_utf8) {
-      // toml++ names the line before when the bad byte starts its line (trial 57, F1): the
-      // first byte that starts no UTF-8 character is found and its line counted here
-      for (size_t i = 0, l = 1; i < text.size(); ++i) {
-        uint32_t cp = 0;
-        const size_t n = valid_utf8_at(text, i, &cp);
-        if (n == 0) {
-          line = l;
-          break;
-        }
-        if (text[i] == '\n') ++l;
-        i += n - 1;
-      }
-    }
-    os << "config file '" << path << "' is not valid TOML at line " << line << ": " << why
-       << (why.find("not representable") != std::string::npos
-               ? "; TOML integers are 64-bit (at most 9223372036854775807): write a smaller number"
-               : bad_utf8 ? "; TOML files are UTF-8: delete that byte, or convert the file (e.g. iconv -f LATIN1 "
-                            "-t UTF-8 " + path + " > new.toml)"
-                          : "; fix the syntax");
-    throw UserError(os.str());
+    throw UserError(toml_error_sentence(text, path, e.source().begin.line, parser_message(e.description())));
   }
   Config c;
   std::string where = " in " + path;

@@ -3,13 +3,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <sstream>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace troupe {
 
@@ -106,6 +110,51 @@ std::pair<std::string, int> decimal_digits(std::string_view text) {
 }
 
 }  // namespace
+
+std::string toml_error_sentence(std::string_view text, const std::string& path, size_t line, const std::string& why) {
+  std::ostringstream os;
+  // a number too large for a double is no syntax error (trial 64, F3: toml++ says "could not
+  // be interpreted"): said as --set says it
+  {
+    const std::string all(text);
+    size_t at = 0;
+    for (size_t l = 1; l < line && at != std::string::npos; ++l) at = all.find('\n', at), at += at != std::string::npos;
+    const std::string row = at == std::string::npos ? "" : all.substr(at, all.find('\n', at) - at);
+    const size_t eq = row.find('=');
+    std::string tok = eq == std::string::npos ? "" : row.substr(eq + 1);
+    tok.erase(0, tok.find_first_not_of(" \t"));
+    tok.erase(std::min(tok.size(), tok.find_first_of(" \t#\r")));
+    errno = 0;
+    char* end = nullptr;
+    const double d = tok.empty() || tok.find_first_not_of("0123456789+-._eE") != std::string::npos
+                         ? 0 : std::strtod(tok.c_str(), &end);
+    if (!tok.empty() && end && *end == '\0' && errno == ERANGE && std::isinf(d))
+      return "config file '" + path + "' line " + std::to_string(line) + ": " + printable(tok, false, 80) +
+             " is beyond the largest number a double holds (about 1.8e308); write a smaller number";
+  }
+  const bool bad_utf8 = why.find("invalid utf-8") != std::string::npos || why.find("invalid UTF-8") != std::string::npos;
+  if (bad_utf8) {
+    // toml++ names the line before when the bad byte starts its line (trial 57, F1): the
+    // first byte that starts no UTF-8 character is found and its line counted here
+    for (size_t i = 0, l = 1; i < text.size(); ++i) {
+      uint32_t cp = 0;
+      const size_t n = valid_utf8_at(text, i, &cp);
+      if (n == 0) {
+        line = l;
+        break;
+      }
+      if (text[i] == '\n') ++l;
+      i += n - 1;
+    }
+  }
+  os << "config file '" << path << "' is not valid TOML at line " << line << ": " << why
+     << (why.find("not representable") != std::string::npos
+             ? "; TOML integers are 64-bit (at most 9223372036854775807): write a smaller number"
+             : bad_utf8 ? "; TOML files are UTF-8: delete that byte, or convert the file (e.g. iconv -f LATIN1 "
+                          "-t UTF-8 " + path + " > new.toml)"
+                        : "; fix the syntax");
+  return os.str();
+}
 
 bool reads_as_other_digits(std::string_view text, double d) {
   const auto typed = decimal_digits(text);

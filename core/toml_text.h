@@ -19,6 +19,12 @@ void check_toml_nesting(const std::string& text, const std::string& where, bool 
 // triple-quoted one) that is closed with more than blanks after it: "1f1b" x. Never throws.
 bool text_after_quotes(const std::string& value, size_t first);
 
+// The sentence for a config file toml++ cannot parse: `why` (parser_message of toml++'s
+// description) at `line`, corrected where toml++ misleads: a number past a double's range
+// (not "fix the syntax"), a 64-bit integer overflow, an invalid UTF-8 byte (its own line,
+// and the iconv that converts the file).
+std::string toml_error_sentence(std::string_view text, const std::string& path, size_t line, const std::string& why);
+
 // True when the decimal `text` reads as a double `d` with other significant digits: more
 // digits than a double holds (0.99999999999999999 reads as 1), or an underflow to 0
 // (1e-400). False for text that is no plain decimal (inf, 0x10) and for a non-finite d.
