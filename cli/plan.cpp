@@ -96,13 +96,26 @@ void print_plan(const Config& c, const Cluster& cl, const Plan& p, const PlanOpt
 
 // What to change when a search found no layout: the fix for the reason that rejected the
 // most combinations (the reasons of planner/search.cpp).
-std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl) {
+std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl, bool all_keys) {
+  // the reason that rules: combinations the search itself makes and drops (chunks > 1 with a
+  // schedule of one chunk, trial 65, F4) rule nothing while another reason is there
+  // (with every key searched, any rule between keys is the product's: memory rules then)
+  const auto product = [&](const std::string& why) {
+    return why.rfind("parallel.chunks", 0) == 0 || (all_keys && why.find("does not fit") == std::string::npos);
+  };
   std::pair<std::string, long> top{"", -1};
   for (auto& [why, n] : r.rejected)
-    if (n > top.second) top = {why, n};
+    if (n > top.second && !product(why)) top = {why, n};
+  if (top.second < 0)
+    for (auto& [why, n] : r.rejected)
+      if (n > top.second) top = {why, n};
   const std::string& why = top.first;
-  const std::string head = "most were rejected because " + why + " (" + std::to_string(top.second) + " of " +
-                           std::to_string(r.considered) + "); ";
+  long most = 0;
+  for (auto& [w, n] : r.rejected) most = std::max(most, n);
+  const std::string head = (top.second == most ? "most were rejected because "
+                                               : "besides the combinations the search itself rules out, they were "
+                                                 "rejected because ") +
+                           why + " (" + std::to_string(top.second) + " of " + std::to_string(r.considered) + "); ";
   if (why.rfind("parallel.tp x parallel.pp x parallel.dp !=", 0) == 0)
     return head + fmt::format("a batch of {} sequences cannot spread over the cluster's {} devices in any layout "
                               "searched: lower cluster.nodes, raise train.batch_size, or search parallel.tp, "
@@ -112,8 +125,13 @@ std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl
     return head + "use a train.batch_size with more divisors (a multiple of parallel.dp x parallel.microbatches) or "
                   "search parallel.microbatches";
   if (why.rfind("does not fit", 0) == 0)
-    return head + "add nodes, search train.recompute and parallel.sequence_parallel, or use a smaller model";
-  return head + "search more keys, or change the fixed keys that rule";
+    return head + (cl.dev.name == "cpu" ? "use a smaller model (cluster.gpu = cpu is this one machine, its memory "
+                                          "the bound), or plan for GPUs (cluster.gpu)"
+                   : all_keys ? "add nodes (cluster.nodes), or use a smaller model"
+                            : "add nodes, search train.recompute and parallel.sequence_parallel, or use a smaller model");
+  return head + (all_keys ? "every key is searched: change what the search keeps fixed (the model, train.batch_size, "
+                            "train.seq_len, the cluster)"
+                          : "search more keys, or change the fixed keys that rule");
 }
 
 }  // namespace
@@ -159,7 +177,7 @@ int cmd_plan(const Config& c, const PlanCommand& pcmd) {
       std::cout << format_search(r, keys);
     }
     TROUPE_USER_CHECK(!r.top.empty()) << "no layout over the searched keys (" << pcmd.search
-                                      << ") fits and runs: " << search_fix(r, c, cl);
+                                      << ") fits and runs: " << search_fix(r, c, cl, pcmd.search == "all");
     return 0;
   }
   const Plan p = plan_job(c, cl, o);

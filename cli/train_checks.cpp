@@ -231,6 +231,13 @@ void check_folder_roles(const Config& c, const std::string& run_dir, const std::
         << "--run-dir " << run_dir << " holds this run's " << what(in) << in
         << ": a run's records and snapshots do not belong among its data; pass a new folder (e.g. runs/<name>)";
   }
+  // ... nor inside a folder source, whose files are all documents (trial 65, F1: the run's
+  // log became training data, its snapshots then stopped every preparation)
+  for (const DataSource& src : c.data.sources)
+    TROUPE_USER_CHECK(src.format != "dir" || !path_within(run_dir, src.path))
+        << "--run-dir " << run_dir << " lies inside the folder of source '" << src.name << "' (" << src.path
+        << "), whose files are read as documents: the run's records and snapshots would become training data; pass "
+        << "--run-dir outside it";
   if (!c.checkpoint.dir.empty() && resolved_path(ckpt_dir) != resolved_path(run_dir) &&
       fs::exists(fs::path(ckpt_dir) / "config.toml", ec) && fs::exists(fs::path(ckpt_dir) / "metrics.jsonl", ec)) {
     // continuing that run takes its own checkpoint.dir too, when it set one (trial 62, M4)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/paths.h"
 #include "core/text.h"
 
 namespace troupe {
@@ -255,6 +256,8 @@ void check_optim(const OptimConfig& o) {
 }
 
 // [[data.sources]]: unique names of [A-Za-z0-9_-], a path, format, weight > 0, utf8 and near_threshold.
+constexpr size_t kMaxSourceName = 64;
+
 void check_sources(const std::vector<DataSource>& sources) {
   std::set<std::string> names;
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -263,6 +266,11 @@ void check_sources(const std::vector<DataSource>& sources) {
     TROUPE_USER_CHECK(!s.name.empty() && s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos)
         << at << (s.name.empty() ? std::string(" has no name") : " has name = \"" + s.name + "\"")
         << "; give each source a name of letters, digits, '_' or '-'";
+    // a source's name names its cache files (<name>.train.bin, <name>.scratch): a long one
+    // failed late, blaming data.cache_dir (trial 65, F3)
+    TROUPE_USER_CHECK(s.name.size() <= kMaxSourceName)
+        << at << " has a name of " << s.name.size() << " characters; use at most " << kMaxSourceName
+        << " (it names the source's files in the data cache)";
     TROUPE_USER_CHECK(names.insert(s.name).second) << at << ": the name \"" << s.name
                                                    << "\" is used twice; give each source its own name";
     TROUPE_USER_CHECK(!s.path.empty()) << "source '" << s.name << "' has no path; set path = a file or folder";
@@ -307,6 +315,13 @@ void check_data(const DataConfig& data) {
   TROUPE_USER_CHECK(!data.cache_dir.empty())
       << "data.cache_dir is empty; set a folder for the tokenizer and token files (default data/cache)";
   check_sources(data.sources);
+  // a cache inside a folder source becomes its documents: its lock files at once, its token
+  // files at the next preparation (trial 65, F2: "holds NUL bytes ... iconv")
+  for (const DataSource& src : data.sources)
+    TROUPE_USER_CHECK(src.format != "dir" || !path_within(data.cache_dir, src.path))
+        << "data.cache_dir = '" << data.cache_dir << "' lies inside the folder of source '" << src.name << "' ("
+        << src.path << "), whose files are read as documents: the cache's files would become training data; set "
+        << "data.cache_dir to a folder outside it (e.g. data/cache beside the project)";
 }
 
 // A path key written "~/x": no shell expands it inside quotes or a TOML file, so troupe

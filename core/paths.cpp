@@ -26,4 +26,10 @@ int fsync_path(const std::string& path) {
   return rc == 0 ? 0 : err;
 }
 
+bool path_within(const std::string& path, const std::string& dir) {
+  if (path.empty() || dir.empty()) return false;
+  const std::string p = resolved_path(path).string(), d = resolved_path(dir).string();
+  return p == d || p.rfind(d.back() == '/' ? d : d + "/", 0) == 0;
+}
+
 }  // namespace troupe

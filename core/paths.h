@@ -13,6 +13,10 @@ namespace troupe {
 // (an allocation failure aside).
 std::filesystem::path resolved_path(const std::string& path);
 
+// True when `path` is the folder `dir` or lies inside it, both resolved (resolved_path).
+// False when either is empty. Never throws.
+bool path_within(const std::string& path, const std::string& dir);
+
 // Flushes the file at `path` to its disk (fsync(2) through a new read-only descriptor), so a
 // temporary file renamed over an output is whole after a power loss, not empty. Returns 0, or
 // the errno of the open or the fsync. Never throws.

@@ -243,7 +243,8 @@ SearchResult search_layouts(const Config& base, const Cluster& cl, const std::ve
 
 std::string format_search(const SearchResult& r, const std::vector<std::string>& keys) {
   std::ostringstream os;
-  os << fmt::format("{} layouts considered; the {} fastest that fit:\n", r.considered, r.top.size());
+  os << (r.top.empty() ? fmt::format("{} layouts considered; none fits and runs\n", r.considered)
+                       : fmt::format("{} layouts considered; the {} fastest that fit:\n", r.considered, r.top.size()));
   os << fmt::format("{:>4}", "#");
   for (auto& k : keys) os << fmt::format(" {:>12}", k.substr(k.find('.') + 1).substr(0, 12));
   os << fmt::format(" {:>11} {:>9} {:>7} {:>12} {:>9}\n", "iteration_s", "TFLOP/s", "MFU", "tokens/s", "mem GiB");
