@@ -81,7 +81,9 @@ void refuse_overwriting(const std::string& out, const std::string& option, const
     if (d.empty()) continue;
     const std::string root = resolved_path(d).string();
     if (o.string() == root)  // (a data source that is a file: trial 64, F5)
-      TROUPE_USER_FAIL() << option << " " << out << " is " << (d == out ? std::string("a file") : d + ", a file or folder")
+      TROUPE_USER_FAIL() << option << " " << out << " is "
+                         << (d == out ? std::string(fs::is_directory(o, ec) ? "a folder" : "a file")
+                                      : d + (fs::is_directory(o, ec) ? ", a folder" : ", a file"))
                          << " this command reads or writes: writing it would destroy it; pass another path";
     if (o.string().rfind(root + "/", 0) == 0)
       TROUPE_USER_FAIL() << option << " " << out << " lies inside " << d

@@ -115,7 +115,8 @@ std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl
   const std::string head = (top.second == most ? "most were rejected because "
                                                : "besides the combinations the search itself rules out, they were "
                                                  "rejected because ") +
-                           why + " (" + std::to_string(top.second) + " of " + std::to_string(r.considered) + "); ";
+                           (why.rfind("does not fit", 0) == 0 ? "they do" + why.substr(4) : why) +
+                           " (" + std::to_string(top.second) + " of " + std::to_string(r.considered) + "); ";
   if (why.rfind("parallel.tp x parallel.pp x parallel.dp !=", 0) == 0)
     return head + fmt::format("a batch of {} sequences cannot spread over the cluster's {} devices in any layout "
                               "searched: lower cluster.nodes, raise train.batch_size, or search parallel.tp, "

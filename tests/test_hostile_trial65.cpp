@@ -42,7 +42,16 @@ TEST_CASE("plan --search all names what binds when no layout fits", "[cli][hosti
   Scratch s(kGroup, "search");
   const Run r = run_troupe("plan --config configs/gpt3-175b.toml --set cluster.gpu=a100-40g --set cluster.nodes=1 "
                            "--search all", s);
-  expect_user_error(r, {"does not fit in device memory", "add nodes (cluster.nodes), or use a smaller model"});
+  expect_user_error(r, {"they do not fit in device memory", "add nodes (cluster.nodes), or use a smaller model"});
   CHECK(r.err.find("search more keys") == std::string::npos);
   CHECK(slurp(s.path("stdout.txt")).find("none fits and runs") != std::string::npos);
+}
+
+TEST_CASE("an output that is one of the command's folders is called a folder", "[cli][hostile]") {
+  // (trial 66, L2: "is a file this command reads or writes" of the data cache)
+  Scratch s(kGroup, "folder");
+  fs::create_directories(s.path("cache"));
+  expect_user_error(run_troupe(tiny_train(s, "r", 1, " --tensorboard '" + s.path("cache") + "'"), s),
+                    {"is a folder this command reads or writes"});
+  CHECK_FALSE(fs::exists(s.path("r")));
 }
