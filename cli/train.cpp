@@ -102,7 +102,9 @@ void check_data(const Config& c, const PreparedData& d, const BlendLoader& loade
     TROUPE_USER_CHECK(saved == std::to_string(d.tokenizer_hash))
         << "snapshot " << state->dir << " was trained with another tokenizer (hash "
         << (digits ? hash_hex(std::strtoull(saved.c_str(), nullptr, 10)) : printable(saved, false, 40))
-        << ", the data now gives " << hash_hex(d.tokenizer_hash) << "); resume with the same corpus and data.tokenizer";
+        << ", the data now gives " << hash_hex(d.tokenizer_hash) << "): the data changed since that snapshot (a "
+        << "source's or the corpus's contents, or data.tokenizer); restore the data it trained on and resume, or train "
+        << "anew without --resume";
   }
   TROUPE_USER_CHECK(tok.vocab_size() == c.model.vocab_size)
       << "the tokenizer " << d.tokenizer_path << " has " << tok.vocab_size() << " tokens but model.vocab_size = "
