@@ -189,11 +189,10 @@ Options parse_args(int argc, char** argv) {
     const bool data = !program && !(head[0] == '#' && head[1] == '!') &&
                       (ext == ".toml" || ext == ".json" || ext == ".jsonl" || ext == ".txt" || ext == ".csv" ||
                        ext == ".yaml" || ext == ".yml" || ext == ".md" || ext == ".safetensors" || ext == ".model");
-    const bool script = !program;
     if (!data)
       TROUPE_USER_FAIL() << "cannot run '" << cmd << "': the file is not executable (no execute permission for this "
                          << "user); make it executable (chmod +x " << cmd << ")"
-                         << (script ? ", or pass its interpreter first (-- sh " + cmd + ")" : std::string());
+                         << (program ? std::string() : ", or pass its interpreter first (-- sh " + cmd + ")");
     TROUPE_USER_FAIL() << "cannot run '" << cmd << "': it is neither a program nor a script (a data or config "
                        << "file?); the command after '--' starts with the program, e.g. -- build/troupe train "
                        << "--config " << cmd;

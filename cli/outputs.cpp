@@ -159,8 +159,8 @@ std::string example_file_name(const std::string& option) {
 
 // The kind of file `option` writes, and whether `head` (an existing file's first bytes) is
 // one: a PNG picture, a JSON document, a schedule (comment or action rows), a safetensors
-// file (8-byte header length, then its JSON); nullptr for an option not listed.
-const char* kind_written(const std::string& option, std::string_view head, bool* same) {
+// file (8-byte header length, then its JSON); "" for an option not listed.
+std::string kind_written(const std::string& option, std::string_view head, bool* same) {
   const size_t first = head.find_first_not_of(" \t\r\n");
   const char c = first == std::string_view::npos ? '\0' : head[first];
   if (option == "--out" || option.find("png") != std::string::npos) {
@@ -174,7 +174,7 @@ const char* kind_written(const std::string& option, std::string_view head, bool*
     const bool more = nl != std::string_view::npos && head.find_first_not_of(" \t\r\n", nl) != std::string_view::npos;
     const bool lines = more && nlohmann::json::accept(head.substr(0, nl));
     *same = (c == '{' || c == '[') && !lines;
-    return lines ? "JSON file (it holds JSON lines" : "JSON file";
+    return lines ? "JSON file (it holds JSON lines)" : "JSON file";
   }
   if (option == "--dump") {  // a comment, or a row of actions: F0,B0,W0,F1c1 ...
     const std::string_view line = first == std::string_view::npos ? "" : head.substr(first, head.find('\n', first) - first);
@@ -186,7 +186,7 @@ const char* kind_written(const std::string& option, std::string_view head, bool*
     *same = head.size() > 8 && head[8] == '{';
     return "safetensors file";
   }
-  return nullptr;
+  return "";
 }
 
 // An existing file that is not of the kind `option` writes is not replaced: a corpus, a
@@ -203,12 +203,9 @@ void refuse_other_kind(const fs::path& abs, const std::string& path, const std::
     head.resize((size_t)std::max<std::streamsize>(0, in.gcount()));
   }
   bool same = true;
-  const std::string kind_text = [&] {
-    const char* k = kind_written(option, head, &same);
-    return k ? std::string(k) + (std::strchr(k, '(') ? ")" : "") : std::string();
-  }();
-  TROUPE_USER_CHECK(kind_text.empty() || same)
-      << option << " " << path << " exists and is not a " << kind_text << " (it begins '"
+  const std::string kind = kind_written(option, head, &same);
+  TROUPE_USER_CHECK(kind.empty() || same)
+      << option << " " << path << " exists and is not a " << kind << " (it begins '"
       << printable(head.substr(0, 24), false) << "'): troupe replaces only a file of the kind it writes, so that no "
       << "other file is lost; pass another path, or remove that file first";
 }

@@ -103,15 +103,14 @@ std::string search_fix(const SearchResult& r, const Config& c, const Cluster& cl
   const auto product = [&](const std::string& why) {
     return why.rfind("parallel.chunks", 0) == 0 || (all_keys && why.find("does not fit") == std::string::npos);
   };
-  std::pair<std::string, long> top{"", -1};
-  for (auto& [why, n] : r.rejected)
+  std::pair<std::string, long> top{"", -1}, any{"", -1};  // the ruling reason, and the most common one
+  for (auto& [why, n] : r.rejected) {
+    if (n > any.second) any = {why, n};
     if (n > top.second && !product(why)) top = {why, n};
-  if (top.second < 0)
-    for (auto& [why, n] : r.rejected)
-      if (n > top.second) top = {why, n};
+  }
+  if (top.second < 0) top = any;
   const std::string& why = top.first;
-  long most = 0;
-  for (auto& [w, n] : r.rejected) most = std::max(most, n);
+  const long most = any.second;
   const std::string head = (top.second == most ? "most were rejected because "
                                                : "besides the combinations the search itself rules out, they were "
                                                  "rejected because ") +

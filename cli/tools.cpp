@@ -233,20 +233,17 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   // check 4: the defaults P=4, M=8 were simulated beside tiny.toml's pp = 2, M = 4)
   // the config is read once: its layout, its inputs (not to be overwritten), its model
   const Config cfg = o.config.empty() ? Config{} : Config::load(o.config);
-  const auto builtin_name = [](const std::string& n) {
-    return n == "gpipe" || n == "1f1b" || n == "interleaved" || n == "zb-h1";
-  };
   std::string from_config;
   const auto took = [&](const char* what) { from_config += std::string(from_config.empty() ? "" : ", ") + what; };
   if (!o.config.empty()) {
     if (!schedule_set) o.schedule = cfg.parallel.schedule, took("schedule");
-    if (builtin_name(o.schedule)) {  // (a schedule file brings its own P, M and V)
+    if (builtin_schedule(o.schedule)) {  // (a schedule file brings its own P, M and V)
       if (!p_set) o.P = cfg.parallel.pp, took("stages");
       if (!m_set) o.M = cfg.parallel.microbatches, took("microbatches");
       if (!v_set && o.schedule == "interleaved") o.V = cfg.parallel.chunks, took("chunks");
     }
   }
-  const bool builtin = builtin_name(o.schedule);
+  const bool builtin = builtin_schedule(o.schedule);
   // a name that is no path (2f2b): a misspelled built-in, not a missing file (fresh-user check, session 22)
   TROUPE_USER_CHECK(builtin || o.schedule.find('/') != std::string::npos || o.schedule.find('.') != std::string::npos ||
                     std::filesystem::exists(o.schedule))
@@ -291,7 +288,7 @@ int cmd_simulate(SimulateOptions o, bool p_set, bool m_set, bool v_set, bool sch
   if (!o.config.empty()) {
     // (its schedule file too, when --schedule overrides it: trial 64, F2)
     inputs.insert(inputs.end(), {cfg.data.corpus, cfg.data.tokenizer,
-                                 builtin_name(cfg.parallel.schedule) ? std::string() : cfg.parallel.schedule});
+                                 builtin_schedule(cfg.parallel.schedule) ? std::string() : cfg.parallel.schedule});
     folders = {cfg.data.cache_dir, cfg.checkpoint.dir};
     for (const DataSource& src : cfg.data.sources) folders.push_back(src.path);
   }

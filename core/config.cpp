@@ -197,12 +197,12 @@ void assign(Config& c, const Key& k, const toml::node& v, const std::string& whe
     const bool digits = typed && integer_text(*typed);
     if (digits && leading_zero(*typed))
       bad("an integer without leading zeros (TOML does not allow them: write " + without_leading_zeros(*typed) + ")");
-    // (the bounds named: trial 63, F10)
-    // (the type's bound, on the side the value is: the key's own range is checked after; trial 64, F4)
-    const bool below = typed && !typed->empty() && (*typed)[0] == '-';
-    const char* bound = below ? "a 32-bit integer (at least -2147483648)" : "a 32-bit integer (at most 2147483647)";
-    if (!v.is_integer() || !x) bad(digits ? bound : "an integer");
-    if (*x < INT32_MIN || *x > INT32_MAX) bad(*x < 0 ? "a 32-bit integer (at least -2147483648)" : bound);
+    // the type's bound on the side the value lies (the key's own range is checked after: trial 64, F4)
+    const auto bound = [](bool negative) {
+      return negative ? "a 32-bit integer (at least -2147483648)" : "a 32-bit integer (at most 2147483647)";
+    };
+    if (!v.is_integer() || !x) bad(digits ? bound(!typed->empty() && (*typed)[0] == '-') : "an integer");
+    if (*x < INT32_MIN || *x > INT32_MAX) bad(bound(*x < 0));
     **p = static_cast<int>(*x);
   } else if (auto* p = std::get_if<uint64_t*>(&r)) {
     auto x = v.value<int64_t>();
@@ -336,6 +336,10 @@ std::vector<DataSource> DataConfig::blend() const {
   s.path = corpus;
   s.normalize = s.dedup = s.near_dedup = s.quality = false;
   return {s};
+}
+
+bool builtin_schedule(std::string_view name) {
+  return name == "gpipe" || name == "1f1b" || name == "interleaved" || name == "zb-h1";
 }
 
 std::vector<std::string> Config::keys() {

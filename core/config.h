@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace troupe {
@@ -20,6 +21,10 @@ struct ModelConfig {
   int vocab_size = 8192;   // tokenizer vocabulary (V)
   double dropout = 0.0;    // GPT-2 dropout probability (embedding, attention, residual branches)
 };
+
+// True for a built-in schedule name (gpipe, 1f1b, interleaved, zb-h1); any other
+// parallel.schedule is the path of a schedule file (stages/schedule.h).
+bool builtin_schedule(std::string_view name);
 
 struct ParallelConfig {
   int pp = 2;                  // pipeline stages

@@ -114,7 +114,7 @@ void check_batch(const Config& c) {
     // microbatch count, interleaved takes multiples of pp only, and a dp or batch size
     // cannot mend a count interleaved refuses
     const int M = p.microbatches, per = t.batch_size / std::max(1, p.dp);
-    const bool file = p.schedule != "gpipe" && p.schedule != "1f1b" && p.schedule != "interleaved" && p.schedule != "zb-h1";
+    const bool file = !builtin_schedule(p.schedule);
     const bool interleaved = p.schedule == "interleaved", counts_ok = !interleaved || M % std::max(1, p.pp) == 0;
     const int step = interleaved ? std::max(1, p.pp) : 1;
     std::vector<std::string> fixes, divs, dps;

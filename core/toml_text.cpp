@@ -109,6 +109,15 @@ std::pair<std::string, int> decimal_digits(std::string_view text) {
   return {digits.substr(lead), first};
 }
 
+// The 1-based line `line` of `text`, without its newline ("" past the end).
+std::string_view line_of(std::string_view text, size_t line) {
+  size_t at = 0;
+  for (size_t l = 1; l < line && at != std::string_view::npos; ++l) at = text.find('\n', at), at += at != std::string_view::npos;
+  if (at == std::string_view::npos || at > text.size()) return {};
+  const size_t end = text.find('\n', at);
+  return text.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+}
+
 }  // namespace
 
 std::string toml_error_sentence(std::string_view text, const std::string& path, size_t line, const std::string& why) {
@@ -116,10 +125,7 @@ std::string toml_error_sentence(std::string_view text, const std::string& path, 
   // a number too large for a double is no syntax error (trial 64, F3: toml++ says "could not
   // be interpreted"): said as --set says it
   {
-    const std::string all(text);
-    size_t at = 0;
-    for (size_t l = 1; l < line && at != std::string::npos; ++l) at = all.find('\n', at), at += at != std::string::npos;
-    const std::string row = at == std::string::npos ? "" : all.substr(at, all.find('\n', at) - at);
+    const std::string row(line_of(text, line));
     const size_t eq = row.find('=');
     std::string tok = eq == std::string::npos ? "" : row.substr(eq + 1);
     tok.erase(0, tok.find_first_not_of(" \t"));
@@ -163,13 +169,10 @@ bool reads_as_other_digits(std::string_view text, double d) {
 
 // The decimal token of a TOML value at 1-based (line, column) of `text`: "0.99999999999999999".
 std::string token_at(std::string_view text, size_t line, size_t column) {
-  size_t at = 0;
-  for (size_t l = 1; l < line && at != std::string_view::npos; ++l) at = text.find('\n', at), at += at != std::string_view::npos;
-  if (at == std::string_view::npos || column == 0) return "";
-  at += column - 1;
-  size_t end = at;
-  while (end < text.size() && std::strchr("0123456789+-._eE", text[end]) && text[end] != '\0') ++end;
-  return at < text.size() ? std::string(text.substr(at, end - at)) : "";
+  const std::string_view row = line_of(text, line);
+  if (column == 0 || column > row.size()) return "";
+  const std::string_view rest = row.substr(column - 1);
+  return std::string(rest.substr(0, rest.find_first_not_of("0123456789+-._eE")));
 }
 
 // Whether a number as typed has a leading zero TOML refuses ("02", "-007", "02e-3", "00.5";
